@@ -1,0 +1,2 @@
+-- Drops the inbox table and every record of which events were processed.
+DROP TABLE IF EXISTS diesel_inbox;

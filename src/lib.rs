@@ -1,0 +1,89 @@
+//! Exactly-once processing for at-least-once consumers, on the database you already use.
+//!
+//! Brokers deliver at least once: after a crash, a timeout, a rebalance or a reorg the same
+//! event comes again. `diesel-inbox` makes a handler take effect once per event identity by
+//! inserting `(consumer, event_id)` into a unique-keyed inbox table **in the same transaction**
+//! as the handler's own writes. A duplicate delivery conflicts on the key, the effect does not
+//! run, and the delivery is still counted on the existing row. The database, not a read-then-write
+//! check in Rust, decides what is a duplicate; identity is the event id, never the payload.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_inbox::{with_inbox, Outcome};
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! diesel::sql_query("CREATE TABLE balances (account TEXT PRIMARY KEY, cents BIGINT NOT NULL)")
+//!     .execute(&mut conn)?;
+//! diesel::sql_query("INSERT INTO balances VALUES ('alice', 0)").execute(&mut conn)?;
+//!
+//! let credit = |tx: &mut SqliteConnection| {
+//!     diesel::sql_query("UPDATE balances SET cents = cents + 500 WHERE account = 'alice'")
+//!         .execute(tx)
+//! };
+//! // The broker delivers the same event twice: the effect runs once.
+//! let first = with_inbox(&mut conn, "payment-7f3a", credit)?;
+//! let second = with_inbox(&mut conn, "payment-7f3a", credit)?;
+//! assert!(first.is_processed());
+//! assert!(matches!(second, Outcome::Duplicate(ref d) if d.deliveries() == 2));
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Guarantees
+//!
+//! - One effect per `(consumer, event_id)` whatever the interleaving of deliveries across
+//!   connections, processes and machines. Contention is retried inside the library with a
+//!   bounded, jittered backoff ([`RetryPolicy`]).
+//! - A handler that returns an error or panics leaves neither its effect nor an inbox row;
+//!   the next delivery runs it again. A panic rolls back before it continues unwinding.
+//! - A handler that swallows a failed statement is not reported as processed when the database
+//!   has aborted its transaction ([`Error::TransactionAborted`]).
+//! - Inside a transaction the caller already holds, the inbox runs as a savepoint and the
+//!   caller's commit decides.
+//! - Ids are compared byte for byte on every backend ([`EventId`]).
+//!
+//! Not guaranteed: effects outside the database (emails, HTTP calls, messages to other
+//! systems) happen again whenever the transaction rolls back and the event is redelivered.
+//!
+//! # Backends
+//!
+//! Cargo features `postgres`, `sqlite` and `mysql` (MySQL and MariaDB) enable
+//! [`InboxConnection`] for `PgConnection`, `SqliteConnection`, `MysqlConnection` and r2d2
+//! pooled connections of them. On SQLite, set up each connection with [`SqliteSetup`]. The
+//! `testing` feature adds [`testing`], throwaway databases for tests.
+//!
+//! # Errors
+//!
+//! Handlers return their own `Result<T, E>`; `E` needs only `From<`[`Error`]`>`, so the handler's
+//! error comes back unchanged and the inbox's own errors travel the same way.
+//! [`diesel::result::Error`] implements it, so handlers returning [`diesel::QueryResult`] work
+//! as they are.
+
+mod backend;
+mod consumer;
+mod error;
+mod id;
+mod inbox;
+mod migrations;
+mod outcome;
+mod retry;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use backend::InboxConnection;
+#[cfg(feature = "sqlite")]
+pub use backend::SqliteSetup;
+pub use consumer::{InvalidConsumerName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES};
+pub use error::Error;
+pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
+pub use inbox::{with_inbox, Inbox};
+pub use migrations::run_pending_migrations;
+pub use outcome::{Duplicate, Outcome};
+pub use retry::RetryPolicy;
+
+/// The README's examples, compiled and run as doc-tests.
+#[cfg(all(doctest, feature = "postgres", feature = "sqlite", feature = "mysql"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

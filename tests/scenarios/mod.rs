@@ -1,0 +1,557 @@
+//! The inbox's behaviour, written once and run against every backend by `backend_tests!`.
+#![allow(unreachable_pub)]
+
+use std::collections::BTreeSet;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{mpsc, Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel_inbox::{
+    run_pending_migrations, with_inbox, Error, Inbox, InvalidEventId, Outcome, RetryPolicy,
+};
+
+use crate::support::{setup, transaction_depth, Backend, TestConn};
+
+/// Generates one `#[test]` per scenario for the backend `$backend`.
+macro_rules! backend_tests {
+    ($backend:ty) => {
+        backend_tests!($backend;
+            duplicate_delivery_runs_the_effect_once,
+            duplicates_on_different_connections_run_the_effect_once,
+            concurrent_overlapping_deliveries_take_effect_once_per_id,
+            concurrent_deliveries_at_serializable_isolation_take_effect_once_per_id,
+            handler_error_leaves_no_effect_and_no_row_and_redelivery_processes_it,
+            handler_panic_leaves_no_trace_and_the_connection_outside_a_transaction,
+            handler_panic_on_a_pooled_connection_returns_it_to_the_pool_clean,
+            two_consumers_each_process_the_same_event_once,
+            nested_in_a_rolled_back_transaction_a_later_delivery_processes_it,
+            nested_in_a_committed_transaction_the_event_stays_processed,
+            invalid_ids_are_rejected_before_any_sql,
+            ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct,
+            a_swallowed_statement_error_is_never_reported_as_processed,
+            a_transaction_ended_behind_the_inbox_is_not_reported_as_processed,
+            contention_that_clears_is_retried_and_never_reaches_the_caller,
+            contention_outlasting_the_retries_is_reported_and_commits_nothing,
+            uuid_and_string_forms_of_one_id_are_one_event,
+            migrations_apply_on_a_fresh_database_and_again_idempotently,
+        );
+    };
+    ($backend:ty; $($scenario:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $scenario() {
+                $crate::scenarios::$scenario::<$backend>();
+            }
+        )+
+    };
+}
+
+fn effect<C: TestConn>(event_id: &str) -> impl FnMut(&mut C) -> QueryResult<()> + '_ {
+    move |tx| tx.record_effect(event_id)
+}
+
+pub fn duplicate_delivery_runs_the_effect_once<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let before = chrono::Utc::now();
+
+    let first = with_inbox(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    let second = with_inbox(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    let third = with_inbox(&mut conn, "evt-1", effect("evt-1")).unwrap();
+
+    assert_eq!(first, Outcome::Processed(()));
+    let second = second
+        .duplicate()
+        .expect("second delivery is a duplicate")
+        .clone();
+    let third = third
+        .duplicate()
+        .expect("third delivery is a duplicate")
+        .clone();
+    assert_eq!((second.deliveries(), third.deliveries()), (2, 3));
+    assert_eq!(second.processed_at(), third.processed_at());
+    let skew = chrono::Duration::seconds(5);
+    assert!(
+        second.processed_at() >= before - skew
+            && second.processed_at() <= chrono::Utc::now() + skew
+    );
+    assert_eq!(conn.effect_count(), 1);
+    assert_eq!(conn.inbox_rows(), 1);
+}
+
+pub fn duplicates_on_different_connections_run_the_effect_once<B: Backend>() {
+    let (db, mut first) = setup::<B>();
+    let mut second = db.connect();
+    let pool = db.pool(1);
+
+    assert!(with_inbox(&mut first, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+    assert!(with_inbox(&mut second, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_duplicate());
+    let mut pooled = pool.get().unwrap();
+    let third = with_inbox(&mut pooled, "evt-1", effect("evt-1")).unwrap();
+
+    assert_eq!(
+        third.duplicate().map(diesel_inbox::Duplicate::deliveries),
+        Some(3)
+    );
+    assert_eq!(first.effect_count(), 1);
+}
+
+/// Several threads, each on its own pooled connection, deliver overlapping ids in different
+/// orders, each id several times, all at once.
+fn deliver_concurrently<B: Backend>(configure: fn(&mut B::Conn)) {
+    const THREADS: usize = 6;
+    const IDS: usize = 40;
+    const COPIES: usize = 2;
+    let (db, mut conn) = setup::<B>();
+    let pool = db.pool(u32::try_from(THREADS).unwrap());
+    let start = Arc::new(Barrier::new(THREADS));
+
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (pool, start) = (pool.clone(), Arc::clone(&start));
+            thread::spawn(move || {
+                let mut conn = pool.get().unwrap();
+                configure(&mut conn);
+                let mut order: Vec<usize> = (0..IDS).flat_map(|i| [i; COPIES]).collect();
+                fastrand::Rng::with_seed(t as u64).shuffle(&mut order);
+                start.wait();
+                let mut processed = Vec::new();
+                for i in order {
+                    let id = format!("evt-{i}");
+                    let outcome = with_inbox(&mut *conn, id.as_str(), effect(&id))
+                        .unwrap_or_else(|e| panic!("delivery of {id} failed: {e}"));
+                    if outcome.is_processed() {
+                        processed.push(i);
+                    }
+                }
+                processed
+            })
+        })
+        .collect();
+
+    let mut processed: Vec<usize> = workers
+        .into_iter()
+        .flat_map(|w| w.join().expect("no delivery may fail"))
+        .collect();
+    processed.sort_unstable();
+    assert_eq!(
+        processed,
+        (0..IDS).collect::<Vec<_>>(),
+        "each id processed exactly once"
+    );
+    assert_eq!(conn.effect_count(), IDS);
+    assert_eq!(conn.inbox_rows(), IDS);
+    assert_eq!(conn.total_deliveries(), THREADS * IDS * COPIES);
+}
+
+pub fn concurrent_overlapping_deliveries_take_effect_once_per_id<B: Backend>() {
+    deliver_concurrently::<B>(|_| {});
+}
+
+pub fn concurrent_deliveries_at_serializable_isolation_take_effect_once_per_id<B: Backend>() {
+    deliver_concurrently::<B>(B::serializable);
+}
+
+#[derive(Debug, PartialEq, thiserror::Error)]
+enum HandlerError {
+    #[error("handler refused")]
+    Refused,
+    #[error(transparent)]
+    Inbox(#[from] DisplayedError),
+}
+
+/// `diesel_inbox::Error` is not `PartialEq`; the scenarios compare its text.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("{0}")]
+struct DisplayedError(String);
+
+impl From<Error> for HandlerError {
+    fn from(e: Error) -> Self {
+        HandlerError::Inbox(DisplayedError(e.to_string()))
+    }
+}
+
+pub fn handler_error_leaves_no_effect_and_no_row_and_redelivery_processes_it<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    let failed = with_inbox(&mut conn, "evt-1", |tx| {
+        tx.record_effect("evt-1").unwrap();
+        Err::<(), _>(HandlerError::Refused)
+    });
+
+    assert_eq!(
+        failed,
+        Err(HandlerError::Refused),
+        "the handler's own error, unchanged"
+    );
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+    assert_eq!(conn.effect_count(), 1);
+}
+
+fn panic_inside_inbox<C: TestConn>(conn: &mut C) {
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        let _ = with_inbox(conn, "evt-1", |tx| -> QueryResult<()> {
+            tx.record_effect("evt-1").unwrap();
+            panic!("handler bug");
+        });
+    }));
+    let message = caught.expect_err("the panic continues past the inbox");
+    assert_eq!(message.downcast_ref::<&str>(), Some(&"handler bug"));
+}
+
+pub fn handler_panic_leaves_no_trace_and_the_connection_outside_a_transaction<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    panic_inside_inbox(&mut conn);
+
+    assert_eq!(transaction_depth(&mut conn), 0);
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+    assert_eq!(conn.effect_count(), 1);
+}
+
+pub fn handler_panic_on_a_pooled_connection_returns_it_to_the_pool_clean<B: Backend>() {
+    let (db, mut conn) = setup::<B>();
+    let pool = db.pool(1);
+    let mut pooled = pool.get().unwrap();
+    // A temporary table lives as long as its connection: it tells a reused one from a new one.
+    pooled
+        .batch_execute("CREATE TEMPORARY TABLE marker (x INT)")
+        .unwrap();
+
+    panic_inside_inbox(&mut pooled);
+    drop(pooled);
+
+    let mut pooled = pool.get().expect("the pool's only connection came back");
+    assert_eq!(transaction_depth(&mut pooled), 0);
+    assert!(
+        pooled.batch_execute("SELECT x FROM marker").is_ok(),
+        "the pool replaced the connection instead of reusing it"
+    );
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
+    assert!(with_inbox(&mut pooled, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+}
+
+pub fn two_consumers_each_process_the_same_event_once<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let (billing, audit) = (Inbox::new("billing").unwrap(), Inbox::new("audit").unwrap());
+
+    for _ in 0..2 {
+        for inbox in [&billing, &audit] {
+            let _ = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+        }
+    }
+
+    assert_eq!(conn.effect_count(), 2);
+    assert_eq!(conn.inbox_rows(), 2);
+    assert!(billing
+        .process(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_duplicate());
+}
+
+pub fn nested_in_a_rolled_back_transaction_a_later_delivery_processes_it<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    let rolled_back = conn.transaction(|tx| {
+        assert!(with_inbox(tx, "evt-1", effect("evt-1"))?.is_processed());
+        Err::<(), _>(diesel::result::Error::RollbackTransaction)
+    });
+
+    assert_eq!(rolled_back, Err(diesel::result::Error::RollbackTransaction));
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+    assert_eq!(conn.effect_count(), 1);
+}
+
+pub fn nested_in_a_committed_transaction_the_event_stays_processed<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    conn.transaction(|tx| {
+        assert!(with_inbox(tx, "evt-1", effect("evt-1"))?.is_processed());
+        // A failing nested delivery rolls back its savepoint only.
+        let failed = with_inbox(tx, "evt-2", |_| Err::<(), _>(HandlerError::Refused));
+        assert_eq!(failed, Err(HandlerError::Refused));
+        assert_eq!(transaction_depth(tx), 1);
+        QueryResult::Ok(())
+    })
+    .unwrap();
+
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_duplicate());
+    assert!(with_inbox(&mut conn, "evt-2", effect("evt-2"))
+        .unwrap()
+        .is_processed());
+    assert_eq!(conn.effect_count(), 2);
+}
+
+pub fn invalid_ids_are_rejected_before_any_sql<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let too_long = "x".repeat(256);
+    let cases = [
+        ("", InvalidEventId::Empty),
+        (too_long.as_str(), InvalidEventId::TooLong { len: 256 }),
+        ("a\0b", InvalidEventId::ContainsNul { index: 1 }),
+    ];
+
+    for (id, expected) in cases {
+        let mut ran = false;
+        let result = with_inbox(&mut conn, id, |_| {
+            ran = true;
+            Ok::<_, Error>(())
+        });
+        match result {
+            Err(Error::InvalidEventId(got)) => assert_eq!(got, expected),
+            other => panic!("{id:?} was not rejected as invalid: {other:?}"),
+        }
+        assert!(!ran, "the effect must not run for {id:?}");
+    }
+    assert_eq!(conn.inbox_rows(), 0);
+    assert!(with_inbox(&mut conn, "x".repeat(255), effect("long"))
+        .unwrap()
+        .is_processed());
+}
+
+pub fn ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let ids = [
+        "order-1",
+        "Order-1",
+        "ORDER-1",
+        "order-1 ",
+        "order-1  ",
+        " order-1",
+        "cafe",
+        "café",
+        "cafe\u{301}",
+        "CAFÉ",
+        "strasse",
+        "straße",
+        "STRASSE",
+        "ﬁle",
+        "file",
+        "Ａ",
+        "A",
+        "a",
+    ];
+    assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), ids.len());
+
+    for id in ids {
+        let outcome = with_inbox(&mut conn, id, effect(id)).unwrap();
+        assert!(
+            outcome.is_processed(),
+            "{id:?} was taken for a duplicate of another id"
+        );
+    }
+    for id in ids {
+        assert!(
+            with_inbox(&mut conn, id, effect(id))
+                .unwrap()
+                .is_duplicate(),
+            "{id:?}"
+        );
+    }
+    assert_eq!(conn.effect_count(), ids.len());
+    assert_eq!(conn.inbox_rows(), ids.len());
+}
+
+pub fn a_swallowed_statement_error_is_never_reported_as_processed<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    let result = with_inbox(&mut conn, "evt-1", |tx| {
+        tx.record_effect("evt-1")?;
+        let _ignored = tx.batch_execute("INSERT INTO no_such_table VALUES (1)");
+        QueryResult::Ok(())
+    });
+
+    if B::FAILED_STATEMENT_ABORTS_TRANSACTION {
+        // PostgreSQL would turn COMMIT into a silent ROLLBACK; the inbox must say so.
+        match result {
+            Err(diesel::result::Error::QueryBuilderError(e)) => assert!(
+                matches!(
+                    e.downcast_ref::<Error>(),
+                    Some(Error::TransactionAborted { .. })
+                ),
+                "{e}"
+            ),
+            other => panic!("expected TransactionAborted, got {other:?}"),
+        }
+        assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
+        assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+            .unwrap()
+            .is_processed());
+    } else {
+        // Here only the failed statement is undone; what the database commits, the inbox reports.
+        assert_eq!(result, Ok(Outcome::Processed(())));
+        assert_eq!((conn.effect_count(), conn.inbox_rows()), (1, 1));
+    }
+    assert_eq!(transaction_depth(&mut conn), 0);
+}
+
+pub fn a_transaction_ended_behind_the_inbox_is_not_reported_as_processed<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    // What a deadlock does on MySQL, or an I/O error on SQLite: the database rolls back the
+    // whole transaction, and the handler carries on outside it.
+    let result = with_inbox(&mut conn, "evt-1", |tx| {
+        tx.batch_execute("ROLLBACK")?;
+        QueryResult::Ok(())
+    });
+
+    assert!(
+        result.is_err(),
+        "reported {result:?} for a transaction that was rolled back"
+    );
+    assert_eq!(transaction_depth(&mut conn), 0);
+    assert_eq!(conn.inbox_rows(), 0);
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+    assert_eq!(conn.inbox_rows(), 1);
+}
+
+/// A second connection that has processed `event_id` inside a transaction it has not ended,
+/// so the inbox row stays locked (on SQLite: the whole database) until it commits or rolls back.
+struct LockHolder {
+    end: mpsc::Sender<bool>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl LockHolder {
+    fn hold<C: TestConn>(mut holder: C, event_id: &'static str) -> Self {
+        let (locked, is_locked) = mpsc::channel();
+        let (end, commit) = mpsc::channel::<bool>();
+        let thread = thread::spawn(move || {
+            let _ = holder.transaction(|tx| {
+                assert!(with_inbox(tx, event_id, effect(event_id))?.is_processed());
+                locked.send(()).unwrap();
+                if commit.recv().unwrap() {
+                    Ok(())
+                } else {
+                    Err(diesel::result::Error::RollbackTransaction)
+                }
+            });
+        });
+        is_locked.recv().expect("the holder took the lock");
+        Self { end, thread }
+    }
+
+    fn end(self, commit: bool) {
+        self.end.send(commit).unwrap();
+        self.thread.join().unwrap();
+    }
+}
+
+pub fn contention_that_clears_is_retried_and_never_reaches_the_caller<B: Backend>() {
+    let (db, mut conn) = setup::<B>();
+    let holder = LockHolder::hold(db.connect(), "evt-1");
+    B::fail_fast_on_locks(&mut conn);
+
+    let releaser = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        holder.end(true);
+    });
+    let inbox = Inbox::default().retry(
+        RetryPolicy::default()
+            .max_retries(50)
+            .base_delay(Duration::from_millis(20))
+            .max_delay(Duration::from_millis(100)),
+    );
+    let outcome = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    releaser.join().unwrap();
+
+    assert!(
+        outcome.is_duplicate(),
+        "the holder's commit processed it first"
+    );
+    assert_eq!(conn.effect_count(), 1);
+}
+
+pub fn contention_outlasting_the_retries_is_reported_and_commits_nothing<B: Backend>() {
+    let (db, mut conn) = setup::<B>();
+    let holder = LockHolder::hold(db.connect(), "evt-1");
+    B::fail_fast_on_locks(&mut conn);
+
+    let inbox = Inbox::default().retry(RetryPolicy::default().max_retries(2));
+    let result = inbox.process(&mut conn, "evt-1", effect("evt-1"));
+
+    match result {
+        Err(diesel::result::Error::QueryBuilderError(_)) | Ok(_) => {
+            panic!("expected the contention error itself, got {result:?}")
+        }
+        Err(_) => {}
+    }
+    let typed = inbox.process(&mut conn, "evt-1", |tx| {
+        tx.record_effect("evt-1").map_err(Error::from)
+    });
+    assert!(
+        matches!(typed, Err(Error::RetriesExhausted { attempts: 3, .. })),
+        "{typed:?}"
+    );
+    assert_eq!(transaction_depth(&mut conn), 0);
+    holder.end(false);
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+}
+
+pub fn uuid_and_string_forms_of_one_id_are_one_event<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let id = uuid::Uuid::from_u128(0x67e5_5044_10b1_426f_9247_bb68_0e5f_e0c8);
+
+    assert!(with_inbox(&mut conn, id, effect("uuid"))
+        .unwrap()
+        .is_processed());
+    let as_text = "67e55044-10b1-426f-9247-bb680e5fe0c8".to_owned();
+    assert!(with_inbox(&mut conn, &as_text, effect("uuid"))
+        .unwrap()
+        .is_duplicate());
+    assert!(
+        with_inbox(&mut conn, as_text.to_uppercase(), effect("uuid"))
+            .unwrap()
+            .is_processed()
+    );
+}
+
+pub fn migrations_apply_on_a_fresh_database_and_again_idempotently<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    assert_eq!(
+        run_pending_migrations(&mut conn).unwrap(),
+        0,
+        "already applied"
+    );
+
+    // A fresh database: neither the table nor Diesel's bookkeeping.
+    conn.batch_execute("DROP TABLE diesel_inbox; DROP TABLE __diesel_schema_migrations;")
+        .unwrap();
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 1);
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 0);
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+
+    // Schema applied by hand, bookkeeping missing: applying again is not an error.
+    conn.batch_execute("DROP TABLE __diesel_schema_migrations")
+        .unwrap();
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 1);
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_duplicate());
+}

@@ -1,0 +1,210 @@
+//! What the scenarios need from each backend, and helpers they share.
+#![allow(dead_code, unreachable_pub)]
+
+use diesel::connection::{SimpleConnection, TransactionManager};
+use diesel::prelude::*;
+use diesel::r2d2::{ManageConnection, PooledConnection, R2D2Connection};
+use diesel_inbox::testing::TestDatabase;
+use diesel_inbox::InboxConnection;
+
+/// One backend under test.
+pub trait Backend {
+    type Conn: TestConn + R2D2Connection;
+
+    /// A fresh, migrated database of this backend's own.
+    fn database() -> TestDatabase<Self::Conn>;
+
+    /// DDL for the table the scenarios' effects write to.
+    const EFFECTS_DDL: &'static str;
+
+    /// Does the database abort the whole transaction when one statement fails?
+    const FAILED_STATEMENT_ABORTS_TRANSACTION: bool;
+
+    /// Makes lock waits on `conn` give up at once (or as soon as the server allows).
+    fn fail_fast_on_locks(conn: &mut Self::Conn);
+
+    /// Runs every later transaction on `conn` at the strictest isolation level.
+    fn serializable(conn: &mut Self::Conn);
+}
+
+fn env_or(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+#[cfg(feature = "postgres")]
+pub struct Postgres;
+
+#[cfg(feature = "postgres")]
+impl Backend for Postgres {
+    type Conn = PgConnection;
+    const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
+    const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = true;
+
+    fn database() -> TestDatabase<PgConnection> {
+        TestDatabase::postgres(&env_or(
+            "DIESEL_INBOX_POSTGRES_URL",
+            "postgres://root@127.0.0.1:5432/test",
+        ))
+    }
+
+    fn fail_fast_on_locks(conn: &mut PgConnection) {
+        conn.batch_execute("SET lock_timeout = '20ms'").unwrap();
+    }
+
+    fn serializable(conn: &mut PgConnection) {
+        conn.batch_execute(
+            "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+        )
+        .unwrap();
+    }
+}
+
+#[cfg(feature = "mysql")]
+pub struct Mysql;
+
+#[cfg(feature = "mysql")]
+impl Backend for Mysql {
+    type Conn = MysqlConnection;
+    const EFFECTS_DDL: &'static str =
+        "CREATE TABLE effects (event_id VARBINARY(255) NOT NULL) ENGINE = InnoDB";
+    const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
+
+    fn database() -> TestDatabase<MysqlConnection> {
+        TestDatabase::mysql(&env_or(
+            "DIESEL_INBOX_MYSQL_URL",
+            "mysql://root@127.0.0.1:3306/test",
+        ))
+    }
+
+    fn fail_fast_on_locks(conn: &mut MysqlConnection) {
+        // InnoDB's minimum is one second.
+        conn.batch_execute("SET SESSION innodb_lock_wait_timeout = 1")
+            .unwrap();
+    }
+
+    fn serializable(conn: &mut MysqlConnection) {
+        conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+            .unwrap();
+    }
+}
+
+#[cfg(feature = "sqlite")]
+pub struct Sqlite;
+
+#[cfg(feature = "sqlite")]
+impl Backend for Sqlite {
+    type Conn = SqliteConnection;
+    const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
+    const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
+
+    fn database() -> TestDatabase<SqliteConnection> {
+        TestDatabase::sqlite()
+    }
+
+    fn fail_fast_on_locks(conn: &mut SqliteConnection) {
+        conn.batch_execute("PRAGMA busy_timeout = 0").unwrap();
+    }
+
+    fn serializable(_: &mut SqliteConnection) {
+        // SQLite transactions are serializable already.
+    }
+}
+
+diesel::table! {
+    effects (event_id) {
+        event_id -> Text,
+    }
+}
+
+diesel::table! {
+    #[sql_name = "diesel_inbox"]
+    inbox (consumer, event_id) {
+        consumer -> Text,
+        event_id -> Text,
+        deliveries -> BigInt,
+    }
+}
+
+/// A connection the scenarios can observe: the effect they count and the inbox table.
+pub trait TestConn: InboxConnection + Send + 'static {
+    /// The effect every scenario counts: one row in `effects` per run.
+    fn record_effect(&mut self, event_id: &str) -> QueryResult<()>;
+    fn effect_count(&mut self) -> usize;
+    fn inbox_rows(&mut self) -> usize;
+    fn total_deliveries(&mut self) -> usize;
+}
+
+/// The same queries for each concrete connection type (Diesel's DSL is not generic over them).
+macro_rules! test_conn {
+    ($conn:ty) => {
+        impl TestConn for $conn {
+            fn record_effect(&mut self, event_id: &str) -> QueryResult<()> {
+                diesel::insert_into(effects::table)
+                    .values(effects::event_id.eq(event_id))
+                    .execute(self)
+                    .map(drop)
+            }
+
+            fn effect_count(&mut self) -> usize {
+                count(effects::table.count().get_result(self))
+            }
+
+            fn inbox_rows(&mut self) -> usize {
+                count(inbox::table.count().get_result(self))
+            }
+
+            fn total_deliveries(&mut self) -> usize {
+                let deliveries = inbox::table.select(inbox::deliveries).load::<i64>(self);
+                deliveries.unwrap().into_iter().map(|n| count(Ok(n))).sum()
+            }
+        }
+    };
+}
+
+#[cfg(feature = "postgres")]
+test_conn!(PgConnection);
+#[cfg(feature = "mysql")]
+test_conn!(MysqlConnection);
+#[cfg(feature = "sqlite")]
+test_conn!(SqliteConnection);
+
+impl<M> TestConn for PooledConnection<M>
+where
+    M: ManageConnection,
+    M::Connection: TestConn + R2D2Connection,
+{
+    fn record_effect(&mut self, event_id: &str) -> QueryResult<()> {
+        (**self).record_effect(event_id)
+    }
+
+    fn effect_count(&mut self) -> usize {
+        (**self).effect_count()
+    }
+
+    fn inbox_rows(&mut self) -> usize {
+        (**self).inbox_rows()
+    }
+
+    fn total_deliveries(&mut self) -> usize {
+        (**self).total_deliveries()
+    }
+}
+
+fn count(n: QueryResult<i64>) -> usize {
+    usize::try_from(n.unwrap()).unwrap()
+}
+
+/// A database with the effects table, and a first connection to it.
+pub fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
+    let db = B::database();
+    let mut conn = db.connect();
+    conn.batch_execute(B::EFFECTS_DDL).unwrap();
+    (db, conn)
+}
+
+pub fn transaction_depth<C: Connection>(conn: &mut C) -> u32 {
+    C::TransactionManager::transaction_manager_status_mut(conn)
+        .transaction_depth()
+        .unwrap()
+        .map_or(0, std::num::NonZeroU32::get)
+}
