@@ -19,7 +19,7 @@ pub enum Error {
     #[error(transparent)]
     InvalidConsumerName(#[from] InvalidConsumerName),
     /// A database error that is not contention: connection lost, schema missing, permissions.
-    #[error("inbox database error: {0} (is the schema applied? see diesel_inbox::run_pending_migrations)")]
+    #[error("database error in the inbox transaction: {0} (if the diesel_inbox table is missing, apply the schema with diesel_inbox::run_pending_migrations)")]
     Database(#[from] diesel::result::Error),
     /// Contention (serialization failure, deadlock, lock timeout, busy database) outlasted the
     /// retry policy. Nothing was committed; redeliver later or raise
