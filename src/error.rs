@@ -1,6 +1,6 @@
 //! The errors the library itself raises. The handler's own errors pass through untouched.
 
-use crate::{InvalidConsumerName, InvalidEventId};
+use crate::{DeadLetterState, EventId, InvalidConsumerName, InvalidEventId};
 
 /// Boxed error from the migration harness.
 pub(crate) type MigrationError = Box<dyn std::error::Error + Send + Sync>;
@@ -41,6 +41,39 @@ pub enum Error {
         #[source]
         source: Option<diesel::result::Error>,
     },
+    /// A delivery reused an event id that was first delivered with a different payload: the
+    /// producer reused an identity. The effect did not run; the conflict is counted on the
+    /// inbox row. Fix the producer, or give the second event its own id.
+    #[error("event {event_id:?} was already delivered with a different payload: the producer reused an event id; the effect did not run")]
+    PayloadMismatch {
+        /// The reused id.
+        event_id: EventId,
+    },
+    /// A dead-letter operation found the dead letter in a state it cannot leave that way
+    /// (redriving one that was already redriven or discarded, for instance).
+    #[error("dead letter {event_id:?} is {state}; only a dead-lettered event can be {attempted}")]
+    InvalidTransition {
+        /// The event.
+        event_id: EventId,
+        /// Its current state.
+        state: DeadLetterState,
+        /// What was attempted: "redriven" or "discarded".
+        attempted: &'static str,
+    },
+    /// No dead letter (nor failure record) exists for the event.
+    #[error(
+        "no dead letter for event {event_id:?} of this consumer; list them with DeadLetters::list"
+    )]
+    DeadLetterNotFound {
+        /// The event.
+        event_id: EventId,
+    },
+    /// The effect's result could not be stored or read back as JSON.
+    #[error("the effect's result could not be stored or read back as JSON: {0}")]
+    StoredResult(#[source] serde_json::Error),
+    /// An audit field (who or why) was empty.
+    #[error("a dead-letter transition needs a non-empty {0}: say who does it and why")]
+    MissingAudit(&'static str),
     /// Applying the inbox migrations failed.
     #[error("applying the inbox migrations failed: {0}")]
     Migration(#[source] MigrationError),

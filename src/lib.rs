@@ -37,7 +37,11 @@
 //!   connections, processes and machines. Contention is retried inside the library with a
 //!   bounded, jittered backoff ([`RetryPolicy`]).
 //! - A handler that returns an error or panics leaves neither its effect nor an inbox row;
-//!   the next delivery runs it again. A panic rolls back before it continues unwinding.
+//!   the next delivery runs it again. A panic rolls back before it continues unwinding. The
+//!   failure is recorded, and after [`Inbox::max_attempts`] failures the event is
+//!   dead-lettered: later deliveries skip it until ops redrive or discard it ([`DeadLetters`]).
+//! - A [`Delivery`] with a payload is fingerprinted: the same id with a different payload is
+//!   [`Error::PayloadMismatch`], not a silent duplicate.
 //! - A handler that swallows a failed statement is not reported as processed when the database
 //!   has aborted its transaction ([`Error::TransactionAborted`]).
 //! - Inside a transaction the caller already holds, the inbox runs as a savepoint and the
@@ -56,13 +60,16 @@
 //!
 //! # Errors
 //!
-//! Handlers return their own `Result<T, E>`; `E` needs only `From<`[`Error`]`>`, so the handler's
-//! error comes back unchanged and the inbox's own errors travel the same way.
+//! Handlers return their own `Result<T, E>`; `E` needs `From<`[`Error`]`>`, so the handler's
+//! error comes back unchanged and the inbox's own errors travel the same way, and `Display`,
+//! so a failure can be recorded with its message.
 //! [`diesel::result::Error`] implements it, so handlers returning [`diesel::QueryResult`] work
 //! as they are.
 
 mod backend;
 mod consumer;
+mod dead_letter;
+mod delivery;
 mod error;
 mod id;
 mod inbox;
@@ -76,11 +83,13 @@ pub use backend::InboxConnection;
 #[cfg(feature = "sqlite")]
 pub use backend::SqliteSetup;
 pub use consumer::{InvalidConsumerName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES};
+pub use dead_letter::{DeadLetter, DeadLetterState, DeadLetters, HistoryEntry};
+pub use delivery::{Delivery, IntoDelivery, Payload};
 pub use error::Error;
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox};
 pub use migrations::run_pending_migrations;
-pub use outcome::{Duplicate, Outcome};
+pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use retry::RetryPolicy;
 
 /// The README's examples, compiled and run as doc-tests.

@@ -8,6 +8,7 @@
 use diesel::backend::Backend;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 
+use crate::backend::sealed::InboxBackend;
 use crate::error::MigrationError;
 use crate::{Error, InboxConnection};
 
@@ -31,7 +32,7 @@ pub(crate) const MYSQL: EmbeddedMigrations =
 /// use diesel::prelude::*;
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
-/// assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 1);
+/// assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 2);
 /// assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 0);
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -41,7 +42,7 @@ pub(crate) const MYSQL: EmbeddedMigrations =
 ///
 /// [`Error::Migration`] when a migration fails; what it applied before stays applied.
 pub fn run_pending_migrations<C: InboxConnection>(conn: &mut C) -> Result<usize, Error> {
-    conn.apply_migrations().map_err(Error::Migration)
+    conn.backend().apply_migrations().map_err(Error::Migration)
 }
 
 pub(crate) fn apply<C, DB>(

@@ -1,6 +1,7 @@
 //! What a delivery came to.
 
 use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
 
 /// The result of offering one delivery to the inbox.
 ///
@@ -24,6 +25,10 @@ pub enum Outcome<T> {
     Processed(T),
     /// The event had already been processed: the effect did not run this time.
     Duplicate(Duplicate),
+    /// The event failed [`Inbox::max_attempts`](crate::Inbox::max_attempts) times and is in
+    /// the dead-letter table: the effect did not run. Ack it; ops redrive or discard it
+    /// through [`DeadLetters`](crate::DeadLetters).
+    DeadLettered(DeadLettered),
 }
 
 impl<T> Outcome<T> {
@@ -41,7 +46,7 @@ impl<T> Outcome<T> {
     pub fn processed(self) -> Option<T> {
         match self {
             Self::Processed(value) => Some(value),
-            Self::Duplicate(_) => None,
+            Self::Duplicate(_) | Self::DeadLettered(_) => None,
         }
     }
 
@@ -49,15 +54,21 @@ impl<T> Outcome<T> {
     pub fn duplicate(&self) -> Option<&Duplicate> {
         match self {
             Self::Duplicate(duplicate) => Some(duplicate),
-            Self::Processed(_) => None,
+            Self::Processed(_) | Self::DeadLettered(_) => None,
         }
     }
 
-    /// Maps the effect's value, keeping a duplicate as it is.
+    /// `true` when the event is dead-lettered (or was discarded) and the effect did not run.
+    pub fn is_dead_lettered(&self) -> bool {
+        matches!(self, Self::DeadLettered(_))
+    }
+
+    /// Maps the effect's value, keeping the other outcomes as they are.
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
         match self {
             Self::Processed(value) => Outcome::Processed(f(value)),
             Self::Duplicate(duplicate) => Outcome::Duplicate(duplicate),
+            Self::DeadLettered(dead) => Outcome::DeadLettered(dead),
         }
     }
 }
@@ -67,6 +78,7 @@ impl<T> Outcome<T> {
 pub struct Duplicate {
     pub(crate) processed_at: DateTime<Utc>,
     pub(crate) deliveries: u64,
+    pub(crate) result: Option<String>,
 }
 
 impl Duplicate {
@@ -78,5 +90,46 @@ impl Duplicate {
     /// How many deliveries the record has seen, this one and the first included (so at least 2).
     pub fn deliveries(&self) -> u64 {
         self.deliveries
+    }
+
+    /// The first run's return value, when it was processed with
+    /// [`Inbox::process_storing_result`](crate::Inbox::process_storing_result): `None` when
+    /// nothing was stored.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StoredResult`](crate::Error::StoredResult) when the stored JSON does not
+    /// deserialize into `T`.
+    pub fn stored_result<T: DeserializeOwned>(&self) -> Result<Option<T>, crate::Error> {
+        self.result
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(crate::Error::StoredResult)
+    }
+}
+
+/// A delivery of an event the failure policy gave up on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLettered {
+    pub(crate) since: DateTime<Utc>,
+    pub(crate) deliveries: u64,
+    pub(crate) discarded: bool,
+}
+
+impl DeadLettered {
+    /// When the event was dead-lettered.
+    pub fn since(&self) -> DateTime<Utc> {
+        self.since
+    }
+
+    /// Deliveries of the event since it was dead-lettered, this one included.
+    pub fn deliveries(&self) -> u64 {
+        self.deliveries
+    }
+
+    /// `true` when ops discarded the dead letter: it will never run.
+    pub fn is_discarded(&self) -> bool {
+        self.discarded
     }
 }

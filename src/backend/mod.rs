@@ -1,13 +1,16 @@
 //! The per-backend SQL, behind one small sealed trait.
 //!
 //! Each backend module holds its schema (`table!`), the statement that records a delivery,
-//! the check that the transaction is still alive, and what counts as contention. Adding a
-//! backend or a mode touches this folder only.
+//! the check that the transaction is still alive, and what counts as contention. Statements
+//! that read the same on every backend are written once in `portable.rs` and stamped into each
+//! backend module. Adding a backend or a mode touches this folder only.
 
 use chrono::{DateTime, Utc};
 use diesel::connection::TransactionManager;
 use diesel::{Connection, QueryResult};
 
+#[macro_use]
+mod portable;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pooled;
@@ -23,14 +26,35 @@ pub use sqlite::SqliteSetup;
 /// `MysqlConnection` (with the matching cargo feature), and r2d2 `PooledConnection`s of them.
 ///
 /// The trait is sealed: its methods are the inbox's per-backend SQL, not an extension point.
-pub trait InboxConnection: Connection + sealed::InboxBackend {}
+pub trait InboxConnection: Connection + sealed::HasBackend {}
 
-impl<C: sealed::InboxBackend> InboxConnection for C {}
+impl<C: Connection + sealed::HasBackend> InboxConnection for C {}
+
+/// `(consumer, event_id)`: the inbox's key in every table.
+pub(crate) type Key<'a> = (&'a str, &'a str);
 
 pub(crate) mod sealed {
-    use super::{Connection, DateTime, QueryResult, TransactionManager, Utc};
+    use super::{Connection, DateTime, Key, QueryResult, TransactionManager, Utc};
     use crate::error::MigrationError;
-    use crate::Duplicate;
+    use crate::Payload;
+
+    /// The connection that runs the statements: the connection itself, or the one a pool wraps.
+    pub trait HasBackend {
+        /// The concrete connection type.
+        type Sql: InboxBackend;
+        /// The connection to run statements on; it shares transaction state with `self`.
+        fn backend(&mut self) -> &mut Self::Sql;
+    }
+
+    /// The inbox row of an event seen before.
+    #[derive(Debug)]
+    pub struct Existing {
+        pub processed_at: DateTime<Utc>,
+        pub deliveries: i64,
+        pub state: String,
+        pub payload_hash: Option<Vec<u8>>,
+        pub result: Option<String>,
+    }
 
     /// What recording a delivery found.
     #[derive(Debug)]
@@ -38,23 +62,48 @@ pub(crate) mod sealed {
         /// The row was inserted: run the effect.
         New,
         /// The row existed and now counts this delivery too.
-        Seen(Duplicate),
+        Seen(Existing),
     }
 
-    /// The per-backend half of the inbox. Implemented once per connection type.
+    /// A row of `diesel_inbox_failures`.
+    #[derive(Debug)]
+    pub struct FailureRow {
+        pub event_id: String,
+        pub state: String,
+        pub attempts: i64,
+        pub last_error: String,
+        pub first_failed_at: DateTime<Utc>,
+        pub last_failed_at: DateTime<Utc>,
+        pub payload: Option<Vec<u8>>,
+        pub payload_kind: Option<String>,
+        pub updated_at: DateTime<Utc>,
+    }
+
+    /// A row of `diesel_inbox_failure_log`.
+    #[derive(Debug)]
+    pub struct LogRow {
+        pub entry: String,
+        pub attempt: Option<i64>,
+        pub error: Option<String>,
+        pub actor: Option<String>,
+        pub reason: Option<String>,
+        pub at: DateTime<Utc>,
+    }
+
+    /// The per-backend half of the inbox. Implemented once per concrete connection type.
     pub trait InboxBackend: Connection {
         /// Opens a top-level transaction. SQLite overrides this to take the write lock at once.
         fn begin_top_level(&mut self) -> QueryResult<()> {
             Self::TransactionManager::begin_transaction(self)
         }
 
-        /// Inserts `(consumer, event_id)`, or counts one more delivery on the existing row.
-        /// The database's unique key decides which, in one statement where the backend allows.
+        /// Inserts the inbox row, or counts one more delivery on the existing one. The
+        /// database's unique key decides which, in one statement where the backend allows.
         fn record_delivery(
             &mut self,
-            consumer: &str,
-            event_id: &str,
+            key: Key<'_>,
             now: DateTime<Utc>,
+            payload_hash: Option<&[u8]>,
         ) -> QueryResult<Recorded>;
 
         /// `Ok(true)` while the transaction opened by the inbox can still commit what it did.
@@ -66,25 +115,56 @@ pub(crate) mod sealed {
 
         /// Applies the inbox's embedded migrations that are not applied yet.
         fn apply_migrations(&mut self) -> Result<usize, MigrationError>;
-    }
-}
 
-/// Converts a UTC time read from a backend that stores naive UTC timestamps.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-fn utc(naive: chrono::NaiveDateTime) -> DateTime<Utc> {
-    naive.and_utc()
-}
+        /// Counts a delivery that reused the id with a different payload.
+        fn note_payload_conflict(&mut self, key: Key<'_>) -> QueryResult<()>;
 
-/// Turns a delivery count read from the table into the record of a duplicate, or `New` for
-/// the first delivery: a fresh row starts at 1 and every later delivery adds one.
-fn recorded(processed_at: DateTime<Utc>, deliveries: i64) -> sealed::Recorded {
-    if deliveries <= 1 {
-        sealed::Recorded::New
-    } else {
-        sealed::Recorded::Seen(crate::Duplicate {
-            processed_at,
-            deliveries: deliveries.unsigned_abs(),
-        })
+        /// Stores the effect's result (JSON) on the inbox row.
+        fn store_result(&mut self, key: Key<'_>, json: &str) -> QueryResult<()>;
+
+        /// Counts one more failed attempt, keeps the payload and the error, and logs the
+        /// attempt; returns the attempt count and the row's state afterwards.
+        fn record_failure(
+            &mut self,
+            key: Key<'_>,
+            now: DateTime<Utc>,
+            error: &str,
+            payload: Option<&Payload>,
+        ) -> QueryResult<(i64, String)>;
+
+        /// Inserts the inbox row in `state` (e.g. dead-lettered) so later deliveries skip the
+        /// effect. `false` when the event already has an inbox row.
+        fn settle(&mut self, key: Key<'_>, now: DateTime<Utc>, state: &str) -> QueryResult<bool>;
+
+        /// Changes the inbox row's state from `from` to `to`; `false` when it was not in `from`.
+        fn set_inbox_state(
+            &mut self,
+            key: Key<'_>,
+            from: &str,
+            to: Option<&str>,
+        ) -> QueryResult<bool>;
+
+        /// The failure row, locked for the rest of the transaction where the backend has row
+        /// locks (SQLite's immediate transaction holds the whole database instead).
+        fn failure(&mut self, key: Key<'_>) -> QueryResult<Option<FailureRow>>;
+
+        /// The consumer's failure rows in `state`, oldest failure first.
+        fn failures(&mut self, consumer: &str, state: &str) -> QueryResult<Vec<FailureRow>>;
+
+        /// Changes the failure row's state from `from` to `to`; `false` when it was not in `from`.
+        fn set_failure_state(
+            &mut self,
+            key: Key<'_>,
+            from: &str,
+            to: &str,
+            now: DateTime<Utc>,
+        ) -> QueryResult<bool>;
+
+        /// Appends to the failure log.
+        fn log(&mut self, key: Key<'_>, entry: &LogRow) -> QueryResult<()>;
+
+        /// The event's failure log, oldest first.
+        fn failure_log(&mut self, key: Key<'_>) -> QueryResult<Vec<LogRow>>;
     }
 }
 
@@ -99,5 +179,14 @@ fn message_names_contention(error: &diesel::result::Error, needles: &[&str]) -> 
             needles.iter().any(|needle| info.message().contains(needle))
         }
         _ => false,
+    }
+}
+
+/// An existing row counted one more delivery; a fresh row starts at 1.
+fn recorded(existing: sealed::Existing) -> sealed::Recorded {
+    if existing.deliveries <= 1 {
+        sealed::Recorded::New
+    } else {
+        sealed::Recorded::Seen(existing)
     }
 }

@@ -6,53 +6,90 @@ use diesel::mysql::MysqlConnection;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 
-use super::sealed::{InboxBackend, Recorded};
+use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Recorded};
+use super::Key;
 use crate::error::MigrationError;
 
-diesel::table! {
-    #[sql_name = "diesel_inbox"]
-    inbox (consumer, event_id) {
-        consumer -> Binary,
-        event_id -> Binary,
-        processed_at -> Datetime,
-        last_seen_at -> Datetime,
-        deliveries -> BigInt,
+inbox_tables!(key = Binary, time = Datetime);
+failure_columns!();
+
+type Time = NaiveDateTime;
+type KeyOwned = Vec<u8>;
+
+fn ts(time: DateTime<Utc>) -> Time {
+    time.naive_utc()
+}
+
+fn utc(time: Time) -> DateTime<Utc> {
+    time.and_utc()
+}
+
+/// Keys are VARBINARY: bound as bytes, so no collation or charset conversion touches them.
+fn k(part: &str) -> &[u8] {
+    part.as_bytes()
+}
+
+fn key_string(key: KeyOwned) -> String {
+    // Only ever written from validated `&str`s.
+    String::from_utf8(key).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+impl HasBackend for MysqlConnection {
+    type Sql = Self;
+
+    fn backend(&mut self) -> &mut Self {
+        self
     }
 }
+
+/// `INSERT .. ON DUPLICATE KEY UPDATE deliveries = deliveries + 1` reports 1 affected row for an
+/// insert and 2 for an update that changed the row (the update always changes `deliveries`),
+/// with or without the client's found-rows flag.
+const INSERTED: usize = 1;
 
 impl InboxBackend for MysqlConnection {
     fn record_delivery(
         &mut self,
-        consumer: &str,
-        event_id: &str,
+        key: Key<'_>,
         now: DateTime<Utc>,
+        payload_hash: Option<&[u8]>,
     ) -> QueryResult<Recorded> {
         use inbox::dsl as t;
-        let key = (consumer.as_bytes(), event_id.as_bytes());
-        let now = now.naive_utc();
-        // Affected rows: 1 for an insert, 2 for an update that changed the row (and the update
-        // always changes `deliveries`), whether or not the client asked for found rows.
+        let now = ts(now);
         let affected = diesel::insert_into(t::inbox)
             .values((
-                t::consumer.eq(key.0),
-                t::event_id.eq(key.1),
+                t::consumer.eq(k(key.0)),
+                t::event_id.eq(k(key.1)),
                 t::processed_at.eq(now),
                 t::last_seen_at.eq(now),
                 t::deliveries.eq(1),
+                t::payload_hash.eq(payload_hash),
             ))
             .on_conflict(diesel::dsl::DuplicatedKeys)
             .do_update()
             .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(now)))
             .execute(self)?;
-        if affected == 1 {
+        if affected == INSERTED {
             return Ok(Recorded::New);
         }
         // No RETURNING on MySQL: read the row this transaction now holds locked.
-        let (processed_at, deliveries) = t::inbox
-            .find(key)
-            .select((t::processed_at, t::deliveries))
-            .first::<(NaiveDateTime, i64)>(self)?;
-        Ok(super::recorded(super::utc(processed_at), deliveries))
+        let (processed_at, deliveries, state, payload_hash, result) = t::inbox
+            .find((k(key.0), k(key.1)))
+            .select((
+                t::processed_at,
+                t::deliveries,
+                t::state,
+                t::payload_hash,
+                t::result,
+            ))
+            .first::<(Time, i64, String, Option<Vec<u8>>, Option<String>)>(self)?;
+        Ok(super::recorded(Existing {
+            processed_at: utc(processed_at),
+            deliveries,
+            state,
+            payload_hash,
+            result,
+        }))
     }
 
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
@@ -71,4 +108,28 @@ impl InboxBackend for MysqlConnection {
     fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
         crate::migrations::apply(self, crate::migrations::MYSQL)
     }
+
+    fn settle(&mut self, key: Key<'_>, now: DateTime<Utc>, state: &str) -> QueryResult<bool> {
+        use inbox::dsl as t;
+        let now = ts(now);
+        diesel::insert_into(t::inbox)
+            .values((
+                t::consumer.eq(k(key.0)),
+                t::event_id.eq(k(key.1)),
+                t::state.eq(state),
+                t::processed_at.eq(now),
+                t::last_seen_at.eq(now),
+                t::deliveries.eq(1),
+            ))
+            .on_conflict(diesel::dsl::DuplicatedKeys)
+            .do_update()
+            .set(t::deliveries.eq(t::deliveries + 1))
+            .execute(self)
+            .map(|affected| affected == INSERTED)
+    }
+
+    portable_statements!(
+        failures_conflict = diesel::dsl::DuplicatedKeys,
+        lock = for_update
+    );
 }

@@ -9,17 +9,37 @@ use diesel::prelude::*;
 use diesel::r2d2::CustomizeConnection;
 use diesel::sqlite::SqliteConnection;
 
-use super::sealed::{InboxBackend, Recorded};
+use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Recorded};
+use super::Key;
 use crate::error::MigrationError;
 
-diesel::table! {
-    #[sql_name = "diesel_inbox"]
-    inbox (consumer, event_id) {
-        consumer -> Text,
-        event_id -> Text,
-        processed_at -> Timestamp,
-        last_seen_at -> Timestamp,
-        deliveries -> BigInt,
+inbox_tables!(key = Text, time = Timestamp);
+failure_columns!();
+
+type Time = NaiveDateTime;
+type KeyOwned = String;
+
+fn ts(time: DateTime<Utc>) -> Time {
+    time.naive_utc()
+}
+
+fn utc(time: Time) -> DateTime<Utc> {
+    time.and_utc()
+}
+
+fn k(part: &str) -> &str {
+    part
+}
+
+fn key_string(key: KeyOwned) -> String {
+    key
+}
+
+impl HasBackend for SqliteConnection {
+    type Sql = Self;
+
+    fn backend(&mut self) -> &mut Self {
+        self
     }
 }
 
@@ -30,26 +50,39 @@ impl InboxBackend for SqliteConnection {
 
     fn record_delivery(
         &mut self,
-        consumer: &str,
-        event_id: &str,
+        key: Key<'_>,
         now: DateTime<Utc>,
+        payload_hash: Option<&[u8]>,
     ) -> QueryResult<Recorded> {
         use inbox::dsl as t;
-        let now = now.naive_utc();
-        let (processed_at, deliveries) = diesel::insert_into(t::inbox)
+        let now = ts(now);
+        let (processed_at, deliveries, state, payload_hash, result) = diesel::insert_into(t::inbox)
             .values((
-                t::consumer.eq(consumer),
-                t::event_id.eq(event_id),
+                t::consumer.eq(key.0),
+                t::event_id.eq(key.1),
                 t::processed_at.eq(now),
                 t::last_seen_at.eq(now),
                 t::deliveries.eq(1),
+                t::payload_hash.eq(payload_hash),
             ))
             .on_conflict((t::consumer, t::event_id))
             .do_update()
             .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(now)))
-            .returning((t::processed_at, t::deliveries))
-            .get_result::<(NaiveDateTime, i64)>(self)?;
-        Ok(super::recorded(super::utc(processed_at), deliveries))
+            .returning((
+                t::processed_at,
+                t::deliveries,
+                t::state,
+                t::payload_hash,
+                t::result,
+            ))
+            .get_result::<(Time, i64, String, Option<Vec<u8>>, Option<String>)>(self)?;
+        Ok(super::recorded(Existing {
+            processed_at: utc(processed_at),
+            deliveries,
+            state,
+            payload_hash,
+            result,
+        }))
     }
 
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
@@ -67,6 +100,25 @@ impl InboxBackend for SqliteConnection {
     fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
         crate::migrations::apply(self, crate::migrations::SQLITE)
     }
+
+    fn settle(&mut self, key: Key<'_>, now: DateTime<Utc>, state: &str) -> QueryResult<bool> {
+        use inbox::dsl as t;
+        let now = ts(now);
+        diesel::insert_into(t::inbox)
+            .values((
+                t::consumer.eq(key.0),
+                t::event_id.eq(key.1),
+                t::state.eq(state),
+                t::processed_at.eq(now),
+                t::last_seen_at.eq(now),
+                t::deliveries.eq(1),
+            ))
+            .on_conflict_do_nothing()
+            .execute(self)
+            .map(|inserted| inserted == 1)
+    }
+
+    portable_statements!(failures_conflict = (failures::consumer, failures::event_id));
 }
 
 /// The connection settings the inbox expects on SQLite: WAL journal and a busy timeout.

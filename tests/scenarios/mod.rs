@@ -15,6 +15,9 @@ use diesel_inbox::{
 
 use crate::support::{setup, transaction_depth, Backend, TestConn};
 
+mod failure_policy;
+pub use failure_policy::*;
+
 /// Generates one `#[test]` per scenario for the backend `$backend`.
 macro_rules! backend_tests {
     ($backend:ty) => {
@@ -37,6 +40,17 @@ macro_rules! backend_tests {
             contention_outlasting_the_retries_is_reported_and_commits_nothing,
             uuid_and_string_forms_of_one_id_are_one_event,
             migrations_apply_on_a_fresh_database_and_again_idempotently,
+            failures_are_counted_across_redeliveries,
+            an_event_is_dead_lettered_at_exactly_max_attempts,
+            dead_letters_keep_the_payload_byte_for_byte,
+            a_redrive_processes_once_and_a_second_redrive_is_refused,
+            a_failing_redrive_leaves_the_dead_letter_as_it_was,
+            a_discarded_dead_letter_is_kept_and_never_runs,
+            transitions_need_an_actor_a_reason_and_a_dead_letter,
+            a_reused_id_with_a_different_payload_is_a_conflict,
+            a_stored_result_is_returned_on_duplicate,
+            concurrent_failures_of_one_event_count_correctly,
+            a_panicking_handler_counts_as_a_failed_attempt,
         );
     };
     ($backend:ty; $($scenario:ident),+ $(,)?) => {
@@ -530,6 +544,9 @@ pub fn uuid_and_string_forms_of_one_id_are_one_event<B: Backend>() {
     );
 }
 
+/// The inbox's migrations per backend: the inbox table, then failures and dead letters.
+const MIGRATIONS: usize = 2;
+
 pub fn migrations_apply_on_a_fresh_database_and_again_idempotently<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
     assert_eq!(
@@ -538,10 +555,13 @@ pub fn migrations_apply_on_a_fresh_database_and_again_idempotently<B: Backend>()
         "already applied"
     );
 
-    // A fresh database: neither the table nor Diesel's bookkeeping.
-    conn.batch_execute("DROP TABLE diesel_inbox; DROP TABLE __diesel_schema_migrations;")
-        .unwrap();
-    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 1);
+    // A fresh database: neither the tables nor Diesel's bookkeeping.
+    conn.batch_execute(
+        "DROP TABLE diesel_inbox; DROP TABLE diesel_inbox_failures;
+         DROP TABLE diesel_inbox_failure_log; DROP TABLE __diesel_schema_migrations;",
+    )
+    .unwrap();
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), MIGRATIONS);
     assert_eq!(run_pending_migrations(&mut conn).unwrap(), 0);
     assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
         .unwrap()
@@ -550,7 +570,7 @@ pub fn migrations_apply_on_a_fresh_database_and_again_idempotently<B: Backend>()
     // Schema applied by hand, bookkeeping missing: applying again is not an error.
     conn.batch_execute("DROP TABLE __diesel_schema_migrations")
         .unwrap();
-    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 1);
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), MIGRATIONS);
     assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
         .unwrap()
         .is_duplicate());

@@ -122,6 +122,7 @@ diesel::table! {
         consumer -> Text,
         event_id -> Text,
         deliveries -> BigInt,
+        payload_conflicts -> BigInt,
     }
 }
 
@@ -132,6 +133,7 @@ pub trait TestConn: InboxConnection + Send + 'static {
     fn effect_count(&mut self) -> usize;
     fn inbox_rows(&mut self) -> usize;
     fn total_deliveries(&mut self) -> usize;
+    fn payload_conflicts(&mut self, event_id: &str) -> usize;
 }
 
 /// The same queries for each concrete connection type (Diesel's DSL is not generic over them).
@@ -156,6 +158,15 @@ macro_rules! test_conn {
             fn total_deliveries(&mut self) -> usize {
                 let deliveries = inbox::table.select(inbox::deliveries).load::<i64>(self);
                 deliveries.unwrap().into_iter().map(|n| count(Ok(n))).sum()
+            }
+
+            fn payload_conflicts(&mut self, event_id: &str) -> usize {
+                count(
+                    inbox::table
+                        .filter(inbox::event_id.eq(event_id))
+                        .select(inbox::payload_conflicts)
+                        .first(self),
+                )
             }
         }
     };
@@ -187,6 +198,10 @@ where
 
     fn total_deliveries(&mut self) -> usize {
         (**self).total_deliveries()
+    }
+
+    fn payload_conflicts(&mut self, event_id: &str) -> usize {
+        (**self).payload_conflicts(event_id)
     }
 }
 

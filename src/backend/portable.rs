@@ -1,0 +1,288 @@
+//! Statements that read the same on every backend, written once and stamped into each backend
+//! module, where the names they use are defined: `Time`, `ts`/`utc` (times), `k`/`key_string`
+//! (keys), and the tables from `inbox_tables!`.
+
+/// The inbox's tables, with the key and time SQL types of the backend.
+macro_rules! inbox_tables {
+    (key = $key:ident, time = $time:ident) => {
+        diesel::table! {
+            #[sql_name = "diesel_inbox"]
+            inbox (consumer, event_id) {
+                consumer -> $key,
+                event_id -> $key,
+                state -> Text,
+                processed_at -> $time,
+                last_seen_at -> $time,
+                deliveries -> BigInt,
+                payload_hash -> Nullable<Binary>,
+                payload_conflicts -> BigInt,
+                result -> Nullable<Text>,
+            }
+        }
+
+        diesel::table! {
+            #[sql_name = "diesel_inbox_failures"]
+            failures (consumer, event_id) {
+                consumer -> $key,
+                event_id -> $key,
+                state -> Text,
+                attempts -> BigInt,
+                last_error -> Text,
+                first_failed_at -> $time,
+                last_failed_at -> $time,
+                payload -> Nullable<Binary>,
+                payload_kind -> Nullable<Text>,
+                updated_at -> $time,
+            }
+        }
+
+        diesel::table! {
+            #[sql_name = "diesel_inbox_failure_log"]
+            failure_log (id) {
+                id -> BigInt,
+                consumer -> $key,
+                event_id -> $key,
+                entry -> Text,
+                attempt -> Nullable<BigInt>,
+                error -> Nullable<Text>,
+                actor -> Nullable<Text>,
+                reason -> Nullable<Text>,
+                at -> $time,
+            }
+        }
+    };
+}
+
+/// The `InboxBackend` methods whose SQL is the same everywhere. `failures_conflict` is the
+/// backend's upsert target for `diesel_inbox_failures`; `lock` is `for_update` where the backend
+/// has row locks (SQLite locks the whole database for the transaction instead).
+macro_rules! portable_statements {
+    (failures_conflict = $target:expr $(, lock = $lock:ident)?) => {
+        fn note_payload_conflict(&mut self, key: $crate::backend::Key<'_>) -> QueryResult<()> {
+            use inbox::dsl as t;
+            diesel::update(t::inbox.find((k(key.0), k(key.1))))
+                .set(t::payload_conflicts.eq(t::payload_conflicts + 1))
+                .execute(self)
+                .map(drop)
+        }
+
+        fn store_result(&mut self, key: $crate::backend::Key<'_>, json: &str) -> QueryResult<()> {
+            use inbox::dsl as t;
+            diesel::update(t::inbox.find((k(key.0), k(key.1))))
+                .set(t::result.eq(json))
+                .execute(self)
+                .map(drop)
+        }
+
+        fn record_failure(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            now: DateTime<Utc>,
+            error: &str,
+            payload: Option<&$crate::Payload>,
+        ) -> QueryResult<(i64, String)> {
+            use failures::dsl as f;
+            let stored = payload.map(|p| (p.to_bytes(), p.kind()));
+            let (bytes, kind) = (stored.as_ref().map(|s| &s.0[..]), stored.as_ref().map(|s| s.1));
+            let when = ts(now);
+            // The counter is bumped in the database, so concurrent failures of one event each
+            // get their own attempt number.
+            diesel::insert_into(f::failures)
+                .values((
+                    f::consumer.eq(k(key.0)),
+                    f::event_id.eq(k(key.1)),
+                    f::state.eq("retrying"),
+                    f::attempts.eq(1),
+                    f::last_error.eq(error),
+                    f::first_failed_at.eq(when),
+                    f::last_failed_at.eq(when),
+                    f::payload.eq(bytes),
+                    f::payload_kind.eq(kind),
+                    f::updated_at.eq(when),
+                ))
+                .on_conflict($target)
+                .do_update()
+                .set((
+                    f::attempts.eq(f::attempts + 1),
+                    f::last_error.eq(error),
+                    f::last_failed_at.eq(when),
+                    f::payload.eq(bytes),
+                    f::payload_kind.eq(kind),
+                    f::updated_at.eq(when),
+                ))
+                .execute(self)?;
+            let (attempts, state) = f::failures
+                .find((k(key.0), k(key.1)))
+                .select((f::attempts, f::state))
+                .first::<(i64, String)>(self)?;
+            self.log(key, &LogRow {
+                entry: "failed".to_owned(),
+                attempt: Some(attempts),
+                error: Some(error.to_owned()),
+                actor: None,
+                reason: None,
+                at: now,
+            })?;
+            Ok((attempts, state))
+        }
+
+        fn set_inbox_state(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            from: &str,
+            to: Option<&str>,
+        ) -> QueryResult<bool> {
+            use inbox::dsl as t;
+            let row = t::inbox.find((k(key.0), k(key.1))).filter(t::state.eq(from));
+            let changed = match to {
+                Some(to) => diesel::update(row).set(t::state.eq(to)).execute(self)?,
+                None => diesel::delete(row).execute(self)?,
+            };
+            Ok(changed == 1)
+        }
+
+        fn failure(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+        ) -> QueryResult<Option<FailureRow>> {
+            use failures::dsl as f;
+            f::failures
+                .find((k(key.0), k(key.1)))
+                .select(failure_columns())
+                $(.$lock())?
+                .first::<FailureColumns>(self)
+                .optional()
+                .map(|row| row.map(failure_row))
+        }
+
+        fn failures(&mut self, consumer: &str, state: &str) -> QueryResult<Vec<FailureRow>> {
+            use failures::dsl as f;
+            f::failures
+                .filter(f::consumer.eq(k(consumer)).and(f::state.eq(state)))
+                .order((f::first_failed_at, f::event_id))
+                .select(failure_columns())
+                .load::<FailureColumns>(self)
+                .map(|rows| rows.into_iter().map(failure_row).collect())
+        }
+
+        fn set_failure_state(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            from: &str,
+            to: &str,
+            now: DateTime<Utc>,
+        ) -> QueryResult<bool> {
+            use failures::dsl as f;
+            diesel::update(f::failures.find((k(key.0), k(key.1))).filter(f::state.eq(from)))
+                .set((f::state.eq(to), f::updated_at.eq(ts(now))))
+                .execute(self)
+                .map(|changed| changed == 1)
+        }
+
+        fn log(&mut self, key: $crate::backend::Key<'_>, row: &LogRow) -> QueryResult<()> {
+            use failure_log::dsl as l;
+            diesel::insert_into(l::failure_log)
+                .values((
+                    l::consumer.eq(k(key.0)),
+                    l::event_id.eq(k(key.1)),
+                    l::entry.eq(&row.entry),
+                    l::attempt.eq(row.attempt),
+                    l::error.eq(row.error.as_deref()),
+                    l::actor.eq(row.actor.as_deref()),
+                    l::reason.eq(row.reason.as_deref()),
+                    l::at.eq(ts(row.at)),
+                ))
+                .execute(self)
+                .map(drop)
+        }
+
+        fn failure_log(&mut self, key: $crate::backend::Key<'_>) -> QueryResult<Vec<LogRow>> {
+            use failure_log::dsl as l;
+            type Columns = (String, Option<i64>, Option<String>, Option<String>, Option<String>, Time);
+            l::failure_log
+                .filter(l::consumer.eq(k(key.0)).and(l::event_id.eq(k(key.1))))
+                .order(l::id)
+                .select((l::entry, l::attempt, l::error, l::actor, l::reason, l::at))
+                .load::<Columns>(self)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(entry, attempt, error, actor, reason, at)| LogRow {
+                            entry,
+                            attempt,
+                            error,
+                            actor,
+                            reason,
+                            at: utc(at),
+                        })
+                        .collect()
+                })
+        }
+    };
+}
+
+/// Row mapping for `diesel_inbox_failures`, shared by the two queries that read it.
+macro_rules! failure_columns {
+    () => {
+        type FailureColumns = (
+            KeyOwned,
+            String,
+            i64,
+            String,
+            Time,
+            Time,
+            Option<Vec<u8>>,
+            Option<String>,
+            Time,
+        );
+
+        fn failure_columns() -> (
+            failures::event_id,
+            failures::state,
+            failures::attempts,
+            failures::last_error,
+            failures::first_failed_at,
+            failures::last_failed_at,
+            failures::payload,
+            failures::payload_kind,
+            failures::updated_at,
+        ) {
+            use failures::dsl as f;
+            (
+                f::event_id,
+                f::state,
+                f::attempts,
+                f::last_error,
+                f::first_failed_at,
+                f::last_failed_at,
+                f::payload,
+                f::payload_kind,
+                f::updated_at,
+            )
+        }
+
+        fn failure_row(row: FailureColumns) -> FailureRow {
+            let (
+                event_id,
+                state,
+                attempts,
+                last_error,
+                first,
+                last,
+                payload,
+                payload_kind,
+                updated,
+            ) = row;
+            FailureRow {
+                event_id: key_string(event_id),
+                state,
+                attempts,
+                last_error,
+                first_failed_at: utc(first),
+                last_failed_at: utc(last),
+                payload,
+                payload_kind,
+                updated_at: utc(updated),
+            }
+        }
+    };
+}
