@@ -12,7 +12,7 @@ use diesel::Connection;
 use serde::Serialize;
 use tracing::{debug, error, info, warn};
 
-use crate::backend::sealed::{InboxBackend, LogRow, Recorded};
+use crate::backend::sealed::{Existing, InboxBackend, LogRow, Recorded};
 use crate::backend::Key;
 use crate::consumer::Consumer;
 use crate::{
@@ -111,7 +111,7 @@ impl Failure<Infallible> {
 }
 
 /// What a delivery settled as, before the transaction commits.
-enum Settled<T> {
+pub(crate) enum Settled<T> {
     Outcome(Outcome<T>),
     /// The id was reused with another payload: commit the count, then report it.
     PayloadConflict,
@@ -333,46 +333,17 @@ impl Inbox {
             Utc::now(),
             fingerprint.as_ref().map(|f| &f[..]),
         )?;
-        let existing = match recorded {
-            Recorded::New => {
-                return run_effect(conn, key, effect, encode)
-                    .map(|value| Settled::Outcome(Outcome::Processed(value)))
-            }
-            Recorded::Seen(existing) => existing,
-        };
-
-        if let (Some(given), Some(stored)) = (&fingerprint, &existing.payload_hash) {
-            if given[..] != stored[..] {
-                conn.backend().note_payload_conflict(key)?;
-                warn!("payload conflict: this event id was first delivered with another payload; effect skipped");
-                return Ok(Settled::PayloadConflict);
-            }
+        match recorded {
+            Recorded::New => run_effect(conn, key, effect, encode)
+                .map(|value| Settled::Outcome(Outcome::Processed(value))),
+            Recorded::Seen(existing) => seen(conn, key, fingerprint.as_ref(), existing),
         }
-        let deliveries = existing.deliveries.unsigned_abs();
-        if existing.state == row_state::PROCESSED {
-            info!(
-                deliveries,
-                first_processed_at = %existing.processed_at,
-                "duplicate delivery; effect skipped"
-            );
-            return Ok(Settled::Outcome(Outcome::Duplicate(Duplicate {
-                processed_at: existing.processed_at,
-                deliveries,
-                result: existing.result,
-            })));
-        }
-        info!(deliveries, state = %existing.state, "delivery of a dead-lettered event; effect skipped");
-        Ok(Settled::Outcome(Outcome::DeadLettered(DeadLettered {
-            since: existing.processed_at,
-            deliveries,
-            discarded: existing.state == row_state::DISCARDED,
-        })))
     }
 
     /// Records a failed attempt in a transaction of its own and dead-letters the event when
     /// it has reached `max_attempts`. A failure to record is logged, not returned: the
     /// handler's error is what the caller needs.
-    fn record_failure<C: InboxConnection>(
+    pub(crate) fn record_failure<C: InboxConnection>(
         &self,
         conn: &mut C,
         delivery: &Delivery,
@@ -457,6 +428,7 @@ impl Inbox {
         let mut rng = fastrand::Rng::new();
         let mut attempt = 1;
         loop {
+            let depth = transaction_depth(conn)?;
             let begun = if nested {
                 C::TransactionManager::begin_transaction(conn)
             } else {
@@ -470,7 +442,7 @@ impl Inbox {
                         Err(error) => Failure::Database(error),
                     },
                     Err(failure) => {
-                        rollback_quietly(conn);
+                        rollback_to(conn, depth);
                         failure
                     }
                 },
@@ -509,26 +481,74 @@ where
     C: InboxConnection,
     F: FnMut(&mut C) -> Result<T, E>,
 {
-    let value = match panic::catch_unwind(AssertUnwindSafe(|| effect(conn))) {
-        Ok(Ok(value)) => value,
-        Ok(Err(error)) => return Err(Failure::Handler(error)),
-        Err(panic) => return Err(Failure::Panicked(panic)),
-    };
-    match conn.backend().transaction_is_alive() {
-        Ok(true) => {}
-        Ok(false) => return Err(Failure::Inbox(Error::TransactionAborted { source: None })),
-        Err(source) => {
-            return Err(Failure::Inbox(Error::TransactionAborted {
-                source: Some(source),
-            }))
-        }
-    }
+    let value = call_effect(conn, effect)?;
+    ensure_alive(conn)?;
     let encoded = encode(&value).map_err(|e| Failure::Inbox(Error::StoredResult(e)))?;
     if let Some(json) = encoded {
         conn.backend().store_result(key, &json)?;
     }
     debug!("processed");
     Ok(value)
+}
+
+/// Calls the effect, catching a panic so the transaction can roll back before it goes on.
+pub(crate) fn call_effect<C, T, E, F>(conn: &mut C, effect: &mut F) -> Result<T, Failure<E>>
+where
+    F: FnMut(&mut C) -> Result<T, E>,
+{
+    match panic::catch_unwind(AssertUnwindSafe(|| effect(conn))) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(Failure::Handler(error)),
+        Err(panic) => Err(Failure::Panicked(panic)),
+    }
+}
+
+/// Refuses to go on with a transaction the database has already aborted or rolled back.
+pub(crate) fn ensure_alive<C: InboxConnection, E>(conn: &mut C) -> Result<(), Failure<E>> {
+    match conn.backend().transaction_is_alive() {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Failure::Inbox(Error::TransactionAborted { source: None })),
+        Err(source) => Err(Failure::Inbox(Error::TransactionAborted {
+            source: Some(source),
+        })),
+    }
+}
+
+/// What a delivery of an event seen before comes to: a payload conflict, a duplicate, or a
+/// dead-lettered event. The effect does not run.
+pub(crate) fn seen<C: InboxConnection, T, E>(
+    conn: &mut C,
+    key: Key<'_>,
+    fingerprint: Option<&[u8; 32]>,
+    existing: Existing,
+) -> Result<Settled<T>, Failure<E>> {
+    if let (Some(given), Some(stored)) = (fingerprint, &existing.payload_hash) {
+        if given[..] != stored[..] {
+            conn.backend().note_payload_conflict(key)?;
+            warn!(event_id = key.1, "payload conflict: this event id was first delivered with another payload; effect skipped");
+            return Ok(Settled::PayloadConflict);
+        }
+    }
+    let deliveries = existing.deliveries.unsigned_abs();
+    if existing.state == row_state::PROCESSED {
+        info!(
+            event_id = key.1,
+            deliveries,
+            first_processed_at = %existing.processed_at,
+            "duplicate delivery; effect skipped"
+        );
+        return Ok(Settled::Outcome(Outcome::Duplicate(Duplicate {
+            processed_at: existing.processed_at,
+            deliveries,
+            result: existing.result,
+        })));
+    }
+    info!(event_id = key.1, deliveries, state = %existing.state, "delivery of a dead-lettered event; effect skipped");
+    Ok(Settled::Outcome(Outcome::DeadLettered(DeadLettered {
+        since: existing.processed_at,
+        deliveries,
+        discarded: existing.state == row_state::DISCARDED,
+    })))
 }
 
 pub(crate) fn transaction_depth<C: Connection>(conn: &mut C) -> diesel::QueryResult<u32> {
@@ -541,21 +561,26 @@ pub(crate) fn transaction_depth<C: Connection>(conn: &mut C) -> diesel::QueryRes
 fn commit<C: Connection>(conn: &mut C) -> diesel::QueryResult<()> {
     let depth = transaction_depth(conn)?;
     let committed = C::TransactionManager::commit_transaction(conn);
-    if committed.is_err() && transaction_depth(conn).is_ok_and(|now| now == depth) {
-        rollback_quietly(conn);
+    if committed.is_err() {
+        rollback_to(conn, depth.saturating_sub(1));
     }
     committed
 }
 
-/// Rolls back. A rollback error is only logged: the reason the attempt failed matters more to
-/// the caller, and a failed rollback marks the connection broken for r2d2 and for Diesel.
-fn rollback_quietly<C: Connection>(conn: &mut C) {
-    if let Err(error) = C::TransactionManager::rollback_transaction(conn) {
-        warn!(%error, "rolling back the inbox transaction failed");
+/// Rolls back every transaction level above `depth`, so a failure anywhere inside leaves the
+/// connection as the inbox found it. A rollback error is only logged: the reason the attempt
+/// failed matters more to the caller, and a failed rollback marks the connection broken for
+/// r2d2 and for Diesel.
+pub(crate) fn rollback_to<C: Connection>(conn: &mut C, depth: u32) {
+    while transaction_depth(conn).is_ok_and(|now| now > depth) {
+        if let Err(error) = C::TransactionManager::rollback_transaction(conn) {
+            warn!(%error, "rolling back the inbox transaction failed");
+            return;
+        }
     }
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
     let message = panic
         .downcast_ref::<&str>()
         .copied()

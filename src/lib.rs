@@ -67,6 +67,7 @@
 //! as they are.
 
 mod backend;
+mod batch;
 mod consumer;
 mod dead_letter;
 mod delivery;

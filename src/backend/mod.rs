@@ -106,6 +106,15 @@ pub(crate) mod sealed {
             payload_hash: Option<&[u8]>,
         ) -> QueryResult<Recorded>;
 
+        /// [`record_delivery`](Self::record_delivery) for many distinct event ids of one
+        /// consumer, in as few statements as the backend allows; results in the order given.
+        fn record_deliveries(
+            &mut self,
+            consumer: &str,
+            items: &[(&str, Option<&[u8]>)],
+            now: DateTime<Utc>,
+        ) -> QueryResult<Vec<Recorded>>;
+
         /// `Ok(true)` while the transaction opened by the inbox can still commit what it did.
         /// `Ok(false)` or an error means the database already aborted or rolled it back.
         fn transaction_is_alive(&mut self) -> QueryResult<bool>;
@@ -183,10 +192,29 @@ fn message_names_contention(error: &diesel::result::Error, needles: &[&str]) -> 
 }
 
 /// An existing row counted one more delivery; a fresh row starts at 1.
-fn recorded(existing: sealed::Existing) -> sealed::Recorded {
+pub(crate) fn recorded(existing: sealed::Existing) -> sealed::Recorded {
     if existing.deliveries <= 1 {
         sealed::Recorded::New
     } else {
         sealed::Recorded::Seen(existing)
     }
+}
+
+/// Rows per multi-row statement: far below every backend's bind-parameter limit.
+pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
+
+/// Puts the rows a batch statement returned (keyed by event id) back in the order asked.
+pub(crate) fn in_order(
+    items: &[(&str, Option<&[u8]>)],
+    mut found: std::collections::HashMap<String, sealed::Existing>,
+) -> QueryResult<Vec<sealed::Recorded>> {
+    items
+        .iter()
+        .map(|(event_id, _)| {
+            found
+                .remove(*event_id)
+                .map(recorded)
+                .ok_or(diesel::result::Error::NotFound)
+        })
+        .collect()
 }

@@ -92,6 +92,67 @@ impl InboxBackend for MysqlConnection {
         }))
     }
 
+    fn record_deliveries(
+        &mut self,
+        consumer: &str,
+        items: &[(&str, Option<&[u8]>)],
+        now: DateTime<Utc>,
+    ) -> QueryResult<Vec<Recorded>> {
+        use inbox::dsl as t;
+        type Read = (Vec<u8>, Time, i64, String, Option<Vec<u8>>, Option<String>);
+        let when = ts(now);
+        let mut found = std::collections::HashMap::with_capacity(items.len());
+        for chunk in items.chunks(super::ROWS_PER_STATEMENT) {
+            let rows: Vec<_> = chunk
+                .iter()
+                .map(|&(event_id, hash)| {
+                    (
+                        t::consumer.eq(k(consumer)),
+                        t::event_id.eq(k(event_id)),
+                        t::processed_at.eq(when),
+                        t::last_seen_at.eq(when),
+                        t::deliveries.eq(1),
+                        t::payload_hash.eq(hash),
+                    )
+                })
+                .collect();
+            diesel::insert_into(t::inbox)
+                .values(rows)
+                .on_conflict(diesel::dsl::DuplicatedKeys)
+                .do_update()
+                .set((
+                    t::deliveries.eq(t::deliveries + 1),
+                    t::last_seen_at.eq(when),
+                ))
+                .execute(self)?;
+            // The affected-row total cannot say which rows are new, but the rows can: every
+            // one is locked by this transaction now, and only a fresh insert has 1 delivery.
+            let ids: Vec<&[u8]> = chunk.iter().map(|&(event_id, _)| k(event_id)).collect();
+            let rows = t::inbox
+                .filter(t::consumer.eq(k(consumer)).and(t::event_id.eq_any(ids)))
+                .select((
+                    t::event_id,
+                    t::processed_at,
+                    t::deliveries,
+                    t::state,
+                    t::payload_hash,
+                    t::result,
+                ))
+                .load::<Read>(self)?;
+            for (event_id, processed_at, deliveries, state, payload_hash, result) in rows {
+                let existing = Existing {
+                    processed_at: utc(processed_at),
+                    deliveries,
+                    state,
+                    payload_hash,
+                    result,
+                };
+                found.insert(key_string(event_id), existing);
+            }
+        }
+        super::in_order(items, found)
+    }
+
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
         // A deadlock rolls back the whole transaction; later statements then autocommit one by
         // one and COMMIT succeeds on nothing. The session variable tells.

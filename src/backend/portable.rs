@@ -286,3 +286,131 @@ macro_rules! failure_columns {
         }
     };
 }
+
+/// Recording deliveries where the backend has `INSERT .. ON CONFLICT .. RETURNING` (PostgreSQL,
+/// SQLite): one statement learns, for every key, whether it is new and what the row holds.
+macro_rules! upsert_returning {
+    () => {
+        fn record_delivery(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            now: DateTime<Utc>,
+            payload_hash: Option<&[u8]>,
+        ) -> QueryResult<Recorded> {
+            use inbox::dsl as t;
+            // The single-row statement has a fixed shape, so Diesel keeps it prepared; the
+            // multi-row one below is prepared per batch.
+            let when = ts(now);
+            let (processed_at, deliveries, state, payload_hash, result) =
+                diesel::insert_into(t::inbox)
+                    .values((
+                        t::consumer.eq(key.0),
+                        t::event_id.eq(key.1),
+                        t::processed_at.eq(when),
+                        t::last_seen_at.eq(when),
+                        t::deliveries.eq(1),
+                        t::payload_hash.eq(payload_hash),
+                    ))
+                    .on_conflict((t::consumer, t::event_id))
+                    .do_update()
+                    .set((
+                        t::deliveries.eq(t::deliveries + 1),
+                        t::last_seen_at.eq(when),
+                    ))
+                    .returning((
+                        t::processed_at,
+                        t::deliveries,
+                        t::state,
+                        t::payload_hash,
+                        t::result,
+                    ))
+                    .get_result::<(Time, i64, String, Option<Vec<u8>>, Option<String>)>(self)?;
+            Ok($crate::backend::recorded(Existing {
+                processed_at: utc(processed_at),
+                deliveries,
+                state,
+                payload_hash,
+                result,
+            }))
+        }
+
+        fn record_deliveries(
+            &mut self,
+            consumer: &str,
+            items: &[(&str, Option<&[u8]>)],
+            now: DateTime<Utc>,
+        ) -> QueryResult<Vec<Recorded>> {
+            use inbox::dsl as t;
+            type Returned = (String, Time, i64, String, Option<Vec<u8>>, Option<String>);
+            let when = ts(now);
+            let mut found = std::collections::HashMap::with_capacity(items.len());
+            for chunk in items.chunks($crate::backend::ROWS_PER_STATEMENT) {
+                let rows: Vec<_> = chunk
+                    .iter()
+                    .map(|&(event_id, hash)| {
+                        (
+                            t::consumer.eq(consumer),
+                            t::event_id.eq(event_id),
+                            t::processed_at.eq(when),
+                            t::last_seen_at.eq(when),
+                            t::deliveries.eq(1),
+                            t::payload_hash.eq(hash),
+                        )
+                    })
+                    .collect();
+                // A second inserter of the same key blocks until the first commits (then it
+                // updates: a duplicate) or rolls back (then it inserts and runs the effect).
+                let returned = diesel::insert_into(t::inbox)
+                    .values(rows)
+                    .on_conflict((t::consumer, t::event_id))
+                    .do_update()
+                    .set((
+                        t::deliveries.eq(t::deliveries + 1),
+                        t::last_seen_at.eq(when),
+                    ))
+                    .returning((
+                        t::event_id,
+                        t::processed_at,
+                        t::deliveries,
+                        t::state,
+                        t::payload_hash,
+                        t::result,
+                    ))
+                    .load::<Returned>(self)?;
+                for (event_id, processed_at, deliveries, state, payload_hash, result) in returned {
+                    let existing = Existing {
+                        processed_at: utc(processed_at),
+                        deliveries,
+                        state,
+                        payload_hash,
+                        result,
+                    };
+                    found.insert(event_id, existing);
+                }
+            }
+            $crate::backend::in_order(items, found)
+        }
+
+        fn settle(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            now: DateTime<Utc>,
+            state: &str,
+        ) -> QueryResult<bool> {
+            use inbox::dsl as t;
+            let when = ts(now);
+            diesel::insert_into(t::inbox)
+                .values((
+                    t::consumer.eq(key.0),
+                    t::event_id.eq(key.1),
+                    t::state.eq(state),
+                    t::processed_at.eq(when),
+                    t::last_seen_at.eq(when),
+                    t::deliveries.eq(1),
+                ))
+                .on_conflict_do_nothing()
+                .execute(self)
+                .map(|inserted| inserted == 1)
+        }
+    };
+}

@@ -6,7 +6,6 @@ use diesel::pg::PgConnection;
 use diesel::prelude::*;
 
 use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Recorded};
-use super::Key;
 use crate::error::MigrationError;
 
 inbox_tables!(key = Text, time = Timestamptz);
@@ -40,43 +39,7 @@ impl HasBackend for PgConnection {
 }
 
 impl InboxBackend for PgConnection {
-    fn record_delivery(
-        &mut self,
-        key: Key<'_>,
-        now: DateTime<Utc>,
-        payload_hash: Option<&[u8]>,
-    ) -> QueryResult<Recorded> {
-        use inbox::dsl as t;
-        // A second inserter of the same key blocks until the first commits (then it updates,
-        // a duplicate) or rolls back (then it inserts, and runs the effect itself).
-        let (processed_at, deliveries, state, payload_hash, result) = diesel::insert_into(t::inbox)
-            .values((
-                t::consumer.eq(key.0),
-                t::event_id.eq(key.1),
-                t::processed_at.eq(now),
-                t::last_seen_at.eq(now),
-                t::deliveries.eq(1),
-                t::payload_hash.eq(payload_hash),
-            ))
-            .on_conflict((t::consumer, t::event_id))
-            .do_update()
-            .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(now)))
-            .returning((
-                t::processed_at,
-                t::deliveries,
-                t::state,
-                t::payload_hash,
-                t::result,
-            ))
-            .get_result(self)?;
-        Ok(super::recorded(Existing {
-            processed_at,
-            deliveries,
-            state,
-            payload_hash,
-            result,
-        }))
-    }
+    upsert_returning!();
 
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
         // In an aborted transaction PostgreSQL refuses every statement, while COMMIT "succeeds"
@@ -91,22 +54,6 @@ impl InboxBackend for PgConnection {
 
     fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
         crate::migrations::apply(self, crate::migrations::POSTGRES)
-    }
-
-    fn settle(&mut self, key: Key<'_>, now: DateTime<Utc>, state: &str) -> QueryResult<bool> {
-        use inbox::dsl as t;
-        diesel::insert_into(t::inbox)
-            .values((
-                t::consumer.eq(key.0),
-                t::event_id.eq(key.1),
-                t::state.eq(state),
-                t::processed_at.eq(now),
-                t::last_seen_at.eq(now),
-                t::deliveries.eq(1),
-            ))
-            .on_conflict_do_nothing()
-            .execute(self)
-            .map(|inserted| inserted == 1)
     }
 
     portable_statements!(

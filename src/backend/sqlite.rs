@@ -10,7 +10,6 @@ use diesel::r2d2::CustomizeConnection;
 use diesel::sqlite::SqliteConnection;
 
 use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Recorded};
-use super::Key;
 use crate::error::MigrationError;
 
 inbox_tables!(key = Text, time = Timestamp);
@@ -48,42 +47,7 @@ impl InboxBackend for SqliteConnection {
         AnsiTransactionManager::begin_transaction_sql(self, "BEGIN IMMEDIATE")
     }
 
-    fn record_delivery(
-        &mut self,
-        key: Key<'_>,
-        now: DateTime<Utc>,
-        payload_hash: Option<&[u8]>,
-    ) -> QueryResult<Recorded> {
-        use inbox::dsl as t;
-        let now = ts(now);
-        let (processed_at, deliveries, state, payload_hash, result) = diesel::insert_into(t::inbox)
-            .values((
-                t::consumer.eq(key.0),
-                t::event_id.eq(key.1),
-                t::processed_at.eq(now),
-                t::last_seen_at.eq(now),
-                t::deliveries.eq(1),
-                t::payload_hash.eq(payload_hash),
-            ))
-            .on_conflict((t::consumer, t::event_id))
-            .do_update()
-            .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(now)))
-            .returning((
-                t::processed_at,
-                t::deliveries,
-                t::state,
-                t::payload_hash,
-                t::result,
-            ))
-            .get_result::<(Time, i64, String, Option<Vec<u8>>, Option<String>)>(self)?;
-        Ok(super::recorded(Existing {
-            processed_at: utc(processed_at),
-            deliveries,
-            state,
-            payload_hash,
-            result,
-        }))
-    }
+    upsert_returning!();
 
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
         // Errors that make SQLite roll the whole transaction back (I/O, full disk, interrupt)
@@ -99,23 +63,6 @@ impl InboxBackend for SqliteConnection {
 
     fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
         crate::migrations::apply(self, crate::migrations::SQLITE)
-    }
-
-    fn settle(&mut self, key: Key<'_>, now: DateTime<Utc>, state: &str) -> QueryResult<bool> {
-        use inbox::dsl as t;
-        let now = ts(now);
-        diesel::insert_into(t::inbox)
-            .values((
-                t::consumer.eq(key.0),
-                t::event_id.eq(key.1),
-                t::state.eq(state),
-                t::processed_at.eq(now),
-                t::last_seen_at.eq(now),
-                t::deliveries.eq(1),
-            ))
-            .on_conflict_do_nothing()
-            .execute(self)
-            .map(|inserted| inserted == 1)
     }
 
     portable_statements!(failures_conflict = (failures::consumer, failures::event_id));

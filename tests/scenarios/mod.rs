@@ -15,7 +15,9 @@ use diesel_inbox::{
 
 use crate::support::{setup, transaction_depth, Backend, TestConn};
 
+mod batch;
 mod failure_policy;
+pub use batch::*;
 pub use failure_policy::*;
 
 /// Generates one `#[test]` per scenario for the backend `$backend`.
@@ -51,6 +53,11 @@ macro_rules! backend_tests {
             a_stored_result_is_returned_on_duplicate,
             concurrent_failures_of_one_event_count_correctly,
             a_panicking_handler_counts_as_a_failed_attempt,
+            a_batch_runs_new_ids_once_and_reports_duplicates_in_order,
+            a_failing_event_in_a_batch_loses_and_doubles_nothing,
+            a_batch_dead_letters_an_event_at_max_attempts,
+            a_panic_in_a_batch_rolls_back_the_whole_batch,
+            concurrent_overlapping_batches_take_effect_once_per_id,
         );
     };
     ($backend:ty; $($scenario:ident),+ $(,)?) => {

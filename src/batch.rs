@@ -1,0 +1,242 @@
+//! Many deliveries in one transaction: one statement records them all, the effect runs for the
+//! new ones only, one commit.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
+
+use chrono::Utc;
+use diesel::connection::TransactionManager;
+
+use crate::backend::sealed::{InboxBackend, Recorded};
+use crate::inbox::{self, row_state, transaction_depth, Failure, Settled};
+use crate::{Delivery, Error, Inbox, InboxConnection, IntoDelivery, Outcome, Payload};
+
+/// One delivery's place in a batch while the transaction runs.
+enum Slot<T, E> {
+    Settled(Settled<T>),
+    Failed(E),
+    Rejected(Error),
+}
+
+impl Inbox {
+    /// Offers a batch of deliveries in one transaction: one statement inserts every id and
+    /// learns which are new, `effect` runs for the new ones only (in the order given), and one
+    /// commit settles them all. Returns one result per delivery, in order.
+    ///
+    /// Each new event's effect runs in a savepoint of its own. When it fails (or its id is
+    /// invalid, or its payload conflicts), that event alone is rolled back, with its inbox row,
+    /// and its failure is recorded after the commit as for [`process`](Self::process); the
+    /// others commit. An id that appears twice in the batch is handled twice, in order, as if
+    /// delivered one after the other. Contention retries the whole batch, effects included.
+    /// A panicking effect rolls back the whole batch and continues unwinding.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::Inbox;
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let inbox = Inbox::new("ledger")?;
+    ///
+    /// let results = inbox.process_batch(&mut conn, ["a", "b", "a", ""], |_tx, delivery| {
+    ///     Ok::<_, diesel_inbox::Error>(delivery.id().to_string())
+    /// })?;
+    /// assert!(results[0].as_ref().is_ok_and(|o| o.is_processed()));
+    /// assert!(results[2].as_ref().is_ok_and(|o| o.is_duplicate()));
+    /// assert!(results[3].is_err()); // the empty id, rejected alone
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The outer error is for the batch as a whole (database errors, exhausted retries, a
+    /// transaction the database aborted): nothing was committed. The inner ones are each
+    /// delivery's, as [`process`](Self::process) returns them.
+    #[allow(clippy::type_complexity)]
+    pub fn process_batch<C, T, E, F, I>(
+        &self,
+        conn: &mut C,
+        deliveries: I,
+        mut effect: F,
+    ) -> Result<Vec<Result<Outcome<T>, E>>, E>
+    where
+        C: InboxConnection,
+        I: IntoIterator,
+        I::Item: IntoDelivery,
+        F: FnMut(&mut C, &Delivery) -> Result<T, E>,
+        E: From<Error> + Display,
+    {
+        let deliveries: Vec<_> = deliveries
+            .into_iter()
+            .map(IntoDelivery::into_delivery)
+            .collect();
+        let span = tracing::info_span!(
+            "inbox_batch",
+            consumer = self.consumer(),
+            size = deliveries.len()
+        );
+        let _entered = span.enter();
+        let nested = transaction_depth(conn).map_err(Error::from)? > 0;
+
+        let mut panicked_at = None;
+        let slots = self.transact(conn, nested, |tx| {
+            self.deliver_batch(tx, &deliveries, &mut effect, &mut panicked_at)
+        });
+        let slots = match slots {
+            Ok(slots) => slots,
+            Err(Failure::Panicked(panic)) => {
+                if let (false, Some(Ok(delivery))) = (nested, panicked_at.map(|i| &deliveries[i])) {
+                    let message = inbox::panic_message(&*panic);
+                    let _ = self.record_failure(conn, delivery, &message);
+                }
+                std::panic::resume_unwind(panic)
+            }
+            Err(Failure::Handler(error)) => return Err(error),
+            Err(Failure::Database(error)) => return Err(Error::Database(error).into()),
+            Err(Failure::Inbox(error)) => return Err(error.into()),
+        };
+
+        let results = slots
+            .into_iter()
+            .zip(&deliveries)
+            .map(|(slot, delivery)| match (slot, delivery) {
+                (Slot::Settled(Settled::Outcome(outcome)), _) => Ok(outcome),
+                (Slot::Settled(Settled::PayloadConflict), Ok(delivery)) => {
+                    Err(Error::PayloadMismatch {
+                        event_id: delivery.id.clone(),
+                    }
+                    .into())
+                }
+                (Slot::Failed(error), Ok(delivery)) if !nested => {
+                    match self.record_failure(conn, delivery, &error.to_string()) {
+                        Some(dead) => Ok(Outcome::DeadLettered(dead)),
+                        None => Err(error),
+                    }
+                }
+                (Slot::Failed(error), _) => Err(error),
+                (Slot::Rejected(error), _) => Err(error.into()),
+                (Slot::Settled(Settled::PayloadConflict), Err(invalid)) => {
+                    Err(Error::from(invalid.clone()).into())
+                }
+            })
+            .collect();
+        Ok(results)
+    }
+
+    /// The body of the batch transaction: one slot per delivery.
+    fn deliver_batch<C, T, E, F>(
+        &self,
+        conn: &mut C,
+        deliveries: &[Result<Delivery, crate::InvalidEventId>],
+        effect: &mut F,
+        panicked_at: &mut Option<usize>,
+    ) -> Result<Vec<Slot<T, E>>, Failure<E>>
+    where
+        C: InboxConnection,
+        F: FnMut(&mut C, &Delivery) -> Result<T, E>,
+    {
+        let fingerprints: Vec<Option<[u8; 32]>> = deliveries
+            .iter()
+            .map(|d| {
+                d.as_ref()
+                    .ok()
+                    .and_then(|d| d.payload.as_ref())
+                    .map(Payload::fingerprint)
+            })
+            .collect();
+
+        // First occurrences go into the one statement, sorted so that concurrent batches lock
+        // their rows in the same order instead of deadlocking; repeats are recorded one by one
+        // after the first has settled, as a later delivery would be.
+        let mut firsts = HashSet::new();
+        let mut items: Vec<(&str, Option<&[u8]>)> = deliveries
+            .iter()
+            .zip(&fingerprints)
+            .filter_map(|(delivery, fingerprint)| {
+                let id = delivery.as_ref().ok()?.id.as_str();
+                firsts
+                    .insert(id)
+                    .then_some((id, fingerprint.as_ref().map(|f| &f[..])))
+            })
+            .collect();
+        items.sort_unstable_by_key(|&(id, _)| id);
+        let recorded = conn
+            .backend()
+            .record_deliveries(self.consumer(), &items, Utc::now())?;
+        let mut recorded: HashMap<&str, Recorded> =
+            items.iter().map(|&(id, _)| id).zip(recorded).collect();
+
+        let mut slots = Vec::with_capacity(deliveries.len());
+        for (i, delivery) in deliveries.iter().enumerate() {
+            let delivery = match delivery {
+                Ok(delivery) => delivery,
+                Err(invalid) => {
+                    slots.push(Slot::Rejected(invalid.clone().into()));
+                    continue;
+                }
+            };
+            let key = self.key(delivery);
+            let fingerprint = fingerprints[i].as_ref();
+            let this = match recorded.remove(key.1) {
+                Some(first) => first,
+                None => {
+                    conn.backend()
+                        .record_delivery(key, Utc::now(), fingerprint.map(|f| &f[..]))?
+                }
+            };
+            let slot = match this {
+                Recorded::Seen(existing) => {
+                    Slot::Settled(inbox::seen(conn, key, fingerprint, existing)?)
+                }
+                Recorded::New => {
+                    let depth = transaction_depth(conn)?;
+                    C::TransactionManager::begin_transaction(conn)?;
+                    let ran = inbox::call_effect(conn, &mut |c: &mut C| effect(c, delivery));
+                    match ran {
+                        Ok(value) => match C::TransactionManager::commit_transaction(conn) {
+                            Ok(()) => Slot::Settled(Settled::Outcome(Outcome::Processed(value))),
+                            // PostgreSQL refuses to release a savepoint in an aborted
+                            // transaction: the effect swallowed a failed statement.
+                            Err(source) => {
+                                self.undo(conn, depth, delivery)?;
+                                Slot::Rejected(Error::TransactionAborted {
+                                    source: Some(source),
+                                })
+                            }
+                        },
+                        Err(Failure::Handler(error)) => {
+                            self.undo(conn, depth, delivery)?;
+                            Slot::Failed(error)
+                        }
+                        Err(Failure::Panicked(panic)) => {
+                            *panicked_at = Some(i);
+                            return Err(Failure::Panicked(panic));
+                        }
+                        Err(other) => return Err(other),
+                    }
+                }
+            };
+            slots.push(slot);
+        }
+        // Once for the batch: a transaction the database rolled back behind an effect
+        // (a MySQL deadlock) must not commit the rest as if nothing happened.
+        inbox::ensure_alive(conn)?;
+        Ok(slots)
+    }
+
+    /// Rolls back a failed event's savepoint (if still open) and removes its inbox row, so a
+    /// redelivery runs it again.
+    fn undo<C: InboxConnection, E>(
+        &self,
+        conn: &mut C,
+        depth: u32,
+        delivery: &Delivery,
+    ) -> Result<(), Failure<E>> {
+        inbox::rollback_to(conn, depth);
+        conn.backend()
+            .set_inbox_state(self.key(delivery), row_state::PROCESSED, None)?;
+        Ok(())
+    }
+}

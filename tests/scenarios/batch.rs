@@ -1,0 +1,160 @@
+//! Batches: one statement records them all, effects for the new ones, one commit.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use diesel::prelude::*;
+use diesel_inbox::{DeadLetterState, Delivery, Error, Inbox, Outcome};
+
+use super::{effect, HandlerError};
+use crate::support::{setup, transaction_depth, Backend, TestConn};
+
+fn batch_effect<C: TestConn>(tx: &mut C, delivery: &Delivery) -> QueryResult<()> {
+    tx.record_effect(delivery.id().as_str())
+}
+
+pub fn a_batch_runs_new_ids_once_and_reports_duplicates_in_order<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::default();
+    assert!(inbox
+        .process(&mut conn, "b", effect("b"))
+        .unwrap()
+        .is_processed());
+
+    let results = inbox
+        .process_batch(&mut conn, ["a", "b", "c", "a"], batch_effect)
+        .unwrap();
+
+    let outcomes: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+    assert!(outcomes[0].is_processed() && outcomes[2].is_processed());
+    assert_eq!(
+        outcomes[1]
+            .duplicate()
+            .map(diesel_inbox::Duplicate::deliveries),
+        Some(2)
+    );
+    assert_eq!(
+        outcomes[3]
+            .duplicate()
+            .map(diesel_inbox::Duplicate::deliveries),
+        Some(2)
+    );
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
+}
+
+pub fn a_failing_event_in_a_batch_loses_and_doubles_nothing<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::default();
+
+    let results = inbox
+        .process_batch(&mut conn, ["a", "bad", "c", ""], |tx, delivery| {
+            tx.record_effect(delivery.id().as_str()).unwrap();
+            if delivery.id().as_str() == "bad" {
+                return Err(HandlerError::Refused);
+            }
+            Ok(())
+        })
+        .unwrap();
+
+    assert_eq!(results[0], Ok(Outcome::Processed(())));
+    assert_eq!(results[1], Err(HandlerError::Refused));
+    assert_eq!(results[2], Ok(Outcome::Processed(())));
+    assert!(
+        matches!(results[3], Err(HandlerError::Inbox(_))),
+        "the empty id alone is rejected"
+    );
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
+    assert_eq!(
+        inbox
+            .dead_letters()
+            .show(&mut conn, "bad")
+            .unwrap()
+            .attempts,
+        1
+    );
+    assert!(inbox
+        .process(&mut conn, "bad", effect("bad"))
+        .unwrap()
+        .is_processed());
+    assert_eq!(conn.effect_count(), 3);
+}
+
+pub fn a_batch_dead_letters_an_event_at_max_attempts<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::default().max_attempts(1);
+
+    let results = inbox
+        .process_batch(&mut conn, ["ok", "poison"], |tx, delivery| {
+            if delivery.id().as_str() == "poison" {
+                return Err(Error::MissingAudit("poison"));
+            }
+            tx.record_effect("ok").map_err(Error::from)
+        })
+        .unwrap();
+
+    assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
+    assert!(results[1].as_ref().is_ok_and(Outcome::is_dead_lettered));
+    let record = inbox.dead_letters().show(&mut conn, "poison").unwrap();
+    assert_eq!(record.state, DeadLetterState::DeadLettered);
+}
+
+pub fn a_panic_in_a_batch_rolls_back_the_whole_batch<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::default();
+
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        let _ = inbox.process_batch(&mut conn, ["a", "boom", "c"], |tx, delivery| {
+            assert_ne!(delivery.id().as_str(), "boom", "handler bug");
+            tx.record_effect(delivery.id().as_str())
+        });
+    }));
+
+    assert!(caught.is_err(), "the panic continues");
+    assert_eq!(transaction_depth(&mut conn), 0);
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
+    assert_eq!(
+        inbox
+            .dead_letters()
+            .show(&mut conn, "boom")
+            .unwrap()
+            .attempts,
+        1
+    );
+}
+
+pub fn concurrent_overlapping_batches_take_effect_once_per_id<B: Backend>() {
+    const THREADS: usize = 4;
+    const IDS: usize = 60;
+    let (db, mut conn) = setup::<B>();
+    let pool = db.pool(u32::try_from(THREADS).unwrap());
+    let start = Arc::new(Barrier::new(THREADS));
+
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (pool, start) = (pool.clone(), Arc::clone(&start));
+            thread::spawn(move || {
+                let mut conn = pool.get().unwrap();
+                let mut ids: Vec<String> = (0..IDS).map(|i| format!("evt-{i}")).collect();
+                fastrand::Rng::with_seed(t as u64).shuffle(&mut ids);
+                start.wait();
+                let mut processed = 0;
+                for batch in ids.chunks(15) {
+                    let results = Inbox::default()
+                        .process_batch(&mut *conn, batch, batch_effect)
+                        .unwrap_or_else(|e| panic!("batch failed: {e}"));
+                    for result in results {
+                        processed +=
+                            usize::from(result.expect("no delivery may fail").is_processed());
+                    }
+                }
+                processed
+            })
+        })
+        .collect();
+
+    let processed: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert_eq!(processed, IDS);
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (IDS, IDS));
+    assert_eq!(conn.total_deliveries(), THREADS * IDS);
+}
