@@ -80,10 +80,24 @@ impl Inbox {
         let _entered = span.enter();
         let nested = transaction_depth(conn).map_err(Error::from)? > 0;
 
+        // First every effect in one go; only if one fails, roll back and run the batch again
+        // with a savepoint per event, so the failure is isolated and the others commit. The
+        // savepoints cost two round trips per event, which the common case does not pay.
+        let mut isolate = false;
         let mut panicked_at = None;
-        let slots = self.transact(conn, nested, |tx| {
-            self.deliver_batch(tx, &deliveries, &mut effect, &mut panicked_at)
-        });
+        let slots = loop {
+            let slots = self.transact(conn, nested, |tx| {
+                self.deliver_batch(tx, &deliveries, &mut effect, isolate, &mut panicked_at)
+            });
+            match slots {
+                Err(Failure::Handler(_) | Failure::Inbox(Error::TransactionAborted { .. }))
+                    if !isolate =>
+                {
+                    isolate = true;
+                }
+                slots => break slots,
+            }
+        };
         let slots = match slots {
             Ok(slots) => slots,
             Err(Failure::Panicked(panic)) => {
@@ -131,6 +145,7 @@ impl Inbox {
         conn: &mut C,
         deliveries: &[Result<Delivery, crate::InvalidEventId>],
         effect: &mut F,
+        isolate: bool,
         panicked_at: &mut Option<usize>,
     ) -> Result<Vec<Slot<T, E>>, Failure<E>>
     where
@@ -189,6 +204,16 @@ impl Inbox {
             let slot = match this {
                 Recorded::Seen(existing) => {
                     Slot::Settled(inbox::seen(conn, key, fingerprint, existing)?)
+                }
+                Recorded::New if !isolate => {
+                    match inbox::call_effect(conn, &mut |c: &mut C| effect(c, delivery)) {
+                        Ok(value) => Slot::Settled(Settled::Outcome(Outcome::Processed(value))),
+                        Err(Failure::Panicked(panic)) => {
+                            *panicked_at = Some(i);
+                            return Err(Failure::Panicked(panic));
+                        }
+                        Err(failure) => return Err(failure),
+                    }
                 }
                 Recorded::New => {
                     let depth = transaction_depth(conn)?;

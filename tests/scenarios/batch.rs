@@ -4,6 +4,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
+use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{DeadLetterState, Delivery, Error, Inbox, Outcome};
 
@@ -157,4 +158,33 @@ pub fn concurrent_overlapping_batches_take_effect_once_per_id<B: Backend>() {
     assert_eq!(processed, IDS);
     assert_eq!((conn.effect_count(), conn.inbox_rows()), (IDS, IDS));
     assert_eq!(conn.total_deliveries(), THREADS * IDS);
+}
+
+pub fn a_swallowed_statement_error_in_a_batch_spoils_only_its_own_event<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    let results = Inbox::default()
+        .process_batch(&mut conn, ["a", "sloppy", "c"], |tx, delivery| {
+            let id = delivery.id().as_str();
+            tx.record_effect(id)?;
+            if id == "sloppy" {
+                let _ignored = tx.batch_execute("INSERT INTO no_such_table VALUES (1)");
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+
+    assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
+    assert!(results[2].as_ref().is_ok_and(Outcome::is_processed));
+    if B::FAILED_STATEMENT_ABORTS_TRANSACTION {
+        assert!(
+            matches!(results[1], Err(Error::TransactionAborted { .. })),
+            "{:?}",
+            results[1]
+        );
+        assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
+    } else {
+        assert!(results[1].as_ref().is_ok_and(Outcome::is_processed));
+        assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
+    }
 }

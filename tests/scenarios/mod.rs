@@ -58,6 +58,7 @@ macro_rules! backend_tests {
             a_batch_dead_letters_an_event_at_max_attempts,
             a_panic_in_a_batch_rolls_back_the_whole_batch,
             concurrent_overlapping_batches_take_effect_once_per_id,
+            a_swallowed_statement_error_in_a_batch_spoils_only_its_own_event,
         );
     };
     ($backend:ty; $($scenario:ident),+ $(,)?) => {

@@ -1,0 +1,476 @@
+//! What exactly-once processing costs, measured against the bare transaction, side by side in
+//! one run on PostgreSQL, MariaDB and SQLite (a WAL file).
+//!
+//! ```sh
+//! cargo run --release --example bench --features postgres,sqlite,mysql,testing
+//! cargo run --release --example bench --features postgres,sqlite,mysql,testing -- \
+//!     --events 5000 --prefill 1000000 --backends postgres,sqlite
+//! ```
+//!
+//! Every scenario delivers `--events` events, one connection, one at a time, each crediting one
+//! of 1,000 accounts (`UPDATE accounts SET balance = balance + 1 WHERE id = ?`):
+//!
+//! - bare: the update in its own transaction, no inbox;
+//! - inbox: the same through `with_inbox`, every id new (`UUIDv4`);
+//! - duplicates: every delivery a duplicate of one processed before;
+//! - naive: the hand-written check, `SELECT` the id then `INSERT` it, in the same transaction;
+//! - batch N: `process_batch` with N new ids per batch;
+//! - large inbox: `with_inbox` after `--prefill` rows were put in the inbox table, with random
+//!   (`UUIDv4`) and time-ordered (`UUIDv7`) ids.
+//!
+//! Servers come from `DIESEL_INBOX_POSTGRES_URL` and `DIESEL_INBOX_MYSQL_URL` (defaults as in
+//! the test suite); each backend gets a fresh database, dropped at the end.
+
+use std::time::Instant;
+
+use diesel::prelude::*;
+use diesel::r2d2::R2D2Connection;
+use diesel_inbox::testing::TestDatabase;
+use diesel_inbox::{with_inbox, Inbox, InboxConnection};
+use uuid::Uuid;
+
+const ACCOUNTS: i32 = 1_000;
+const BATCH_SIZES: [usize; 3] = [10, 100, 1000];
+
+mod schema {
+    //! The bench's own tables.
+    #![allow(missing_docs)]
+
+    diesel::table! {
+        accounts (id) {
+            id -> Integer,
+            balance -> BigInt,
+        }
+    }
+
+    diesel::table! {
+        naive_inbox (consumer, event_id) {
+            consumer -> Text,
+            event_id -> Text,
+        }
+    }
+}
+
+use schema::{accounts, naive_inbox};
+
+/// What the bench needs from each backend.
+trait BenchConn: InboxConnection + R2D2Connection + Send + Sized + 'static {
+    const NAME: &'static str;
+    const SETUP: &'static str;
+    /// Fills the inbox with `rows` rows of another consumer (`{rows}` is replaced).
+    const PREFILL: &'static str;
+
+    fn database() -> TestDatabase<Self>;
+    fn credit(&mut self, account: i32) -> QueryResult<()>;
+    fn naive(&mut self, event_id: &str, account: i32) -> QueryResult<()>;
+}
+
+macro_rules! bench_conn {
+    ($conn:ty, $name:literal, $database:expr, $setup:literal, $prefill:literal) => {
+        impl BenchConn for $conn {
+            const NAME: &'static str = $name;
+            const SETUP: &'static str = $setup;
+            const PREFILL: &'static str = $prefill;
+
+            fn database() -> TestDatabase<Self> {
+                $database
+            }
+
+            fn credit(&mut self, account: i32) -> QueryResult<()> {
+                diesel::update(accounts::table.find(account))
+                    .set(accounts::balance.eq(accounts::balance + 1))
+                    .execute(self)
+                    .map(drop)
+            }
+
+            fn naive(&mut self, event_id: &str, account: i32) -> QueryResult<()> {
+                self.transaction(|tx| {
+                    let key = (
+                        naive_inbox::consumer.eq("bench"),
+                        naive_inbox::event_id.eq(event_id),
+                    );
+                    let seen: i64 = naive_inbox::table
+                        .filter(key.0.and(key.1))
+                        .count()
+                        .get_result(tx)?;
+                    if seen == 0 {
+                        diesel::insert_into(naive_inbox::table)
+                            .values(key)
+                            .execute(tx)?;
+                        tx.credit(account)?;
+                    }
+                    Ok(())
+                })
+            }
+        }
+    };
+}
+
+fn env_or(var: &str, default: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+}
+
+bench_conn!(
+    diesel::PgConnection,
+    "PostgreSQL",
+    TestDatabase::postgres(&env_or("DIESEL_INBOX_POSTGRES_URL", "postgres://root@127.0.0.1:5432/test")),
+    "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance BIGINT NOT NULL);
+     INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 1000) g;
+     CREATE TABLE naive_inbox (consumer TEXT NOT NULL, event_id TEXT NOT NULL, PRIMARY KEY (consumer, event_id));",
+    "INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
+     SELECT 'prefill', md5(g::text), now(), now() FROM generate_series(1, {rows}) g;
+     ANALYZE diesel_inbox;"
+);
+
+bench_conn!(
+    diesel::MysqlConnection,
+    "MariaDB",
+    TestDatabase::mysql(&env_or("DIESEL_INBOX_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")),
+    "SET SESSION max_recursive_iterations = 100000000;
+     CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance BIGINT NOT NULL) ENGINE = InnoDB;
+     INSERT INTO accounts (id, balance) WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < 1000) SELECT n, 0 FROM seq;
+     CREATE TABLE naive_inbox (consumer VARBINARY(128) NOT NULL, event_id VARBINARY(255) NOT NULL, PRIMARY KEY (consumer, event_id)) ENGINE = InnoDB;",
+    "INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
+     WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows})
+     SELECT 'prefill', MD5(n), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM seq;
+     ANALYZE TABLE diesel_inbox;"
+);
+
+bench_conn!(
+    diesel::SqliteConnection,
+    "SQLite (WAL)",
+    TestDatabase::sqlite(),
+    "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance BIGINT NOT NULL);
+     INSERT INTO accounts WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < 1000) SELECT n, 0 FROM seq;
+     CREATE TABLE naive_inbox (consumer TEXT NOT NULL, event_id TEXT NOT NULL, PRIMARY KEY (consumer, event_id)) WITHOUT ROWID;",
+    "INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
+     WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows})
+     SELECT 'prefill', lower(hex(randomblob(16))), strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now') FROM seq;
+     ANALYZE;"
+);
+
+struct Options {
+    events: usize,
+    rounds: usize,
+    prefill: u64,
+    backends: Vec<String>,
+}
+
+fn options() -> Result<Options, String> {
+    let mut options = Options {
+        events: 2_000,
+        rounds: 4,
+        prefill: 1_000_000,
+        backends: vec!["postgres".into(), "mysql".into(), "sqlite".into()],
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or(format!("{flag} needs a value"))?;
+        let number = |name: &str| value.parse::<u64>().map_err(|e| format!("{name}: {e}"));
+        match flag.as_str() {
+            "--events" => options.events = usize::try_from(number("--events")?).unwrap_or(usize::MAX),
+            "--rounds" => options.rounds = usize::try_from(number("--rounds")?.max(1)).unwrap_or(1),
+            "--prefill" => options.prefill = number("--prefill")?,
+            "--backends" => options.backends = value.split(',').map(str::to_owned).collect(),
+            _ => return Err(format!(
+                "unknown flag {flag}; flags: --events N --rounds N --prefill N --backends postgres,mysql,sqlite"
+            )),
+        }
+    }
+    Ok(options)
+}
+
+/// The scenarios, in the order they run within a round and are printed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    Bare,
+    Inbox,
+    Duplicates,
+    Naive,
+    Batch(usize),
+    Large { v7: bool },
+}
+
+impl Scenario {
+    fn label(self) -> String {
+        match self {
+            Self::Bare => "bare".into(),
+            Self::Inbox => "inbox".into(),
+            Self::Duplicates => "duplicates".into(),
+            Self::Naive => "naive".into(),
+            Self::Batch(size) => format!("batch {size}"),
+            Self::Large { v7: false } => "large inbox, UUIDv4 ids".into(),
+            Self::Large { v7: true } => "large inbox, UUIDv7 ids".into(),
+        }
+    }
+}
+
+/// Events and seconds of one scenario, summed over the rounds.
+#[derive(Clone, Copy, Default)]
+struct Tally {
+    events: usize,
+    seconds: f64,
+}
+
+impl Tally {
+    #[allow(clippy::cast_precision_loss)] // event counts stay far below 2^52
+    fn rate(self) -> f64 {
+        self.events as f64 / self.seconds
+    }
+}
+
+fn account(i: usize) -> i32 {
+    i32::try_from(i % ACCOUNTS as usize).unwrap() + 1
+}
+
+fn ids(events: usize, v7: bool) -> Vec<String> {
+    (0..events)
+        .map(|_| if v7 { Uuid::now_v7() } else { Uuid::new_v4() }.to_string())
+        .collect()
+}
+
+/// Runs one scenario over `ids`; returns the seconds it took. `processed` holds the ids the
+/// last inbox run processed, for the duplicates to deliver again.
+fn run<C: BenchConn>(
+    conn: &mut C,
+    scenario: Scenario,
+    ids: &[String],
+    processed: &mut Vec<String>,
+) -> f64 {
+    let start = Instant::now();
+    match scenario {
+        Scenario::Bare => {
+            for i in 0..ids.len() {
+                conn.transaction(|tx| tx.credit(account(i))).unwrap();
+            }
+        }
+        Scenario::Inbox | Scenario::Large { .. } => {
+            for (i, id) in ids.iter().enumerate() {
+                let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
+                assert!(outcome.is_processed());
+            }
+            processed.clone_from(&ids.to_vec());
+        }
+        Scenario::Duplicates => {
+            for (i, id) in processed.iter().enumerate() {
+                let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
+                assert!(outcome.is_duplicate());
+            }
+        }
+        Scenario::Naive => {
+            for (i, id) in ids.iter().enumerate() {
+                conn.naive(id, account(i)).unwrap();
+            }
+        }
+        Scenario::Batch(size) => {
+            for (b, batch) in ids.chunks(size).enumerate() {
+                let results = Inbox::default()
+                    .process_batch(conn, batch, |tx, _| tx.credit(account(b)))
+                    .unwrap();
+                assert!(results
+                    .iter()
+                    .all(|r| r.as_ref().is_ok_and(diesel_inbox::Outcome::is_processed)));
+            }
+        }
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// Runs `scenarios` interleaved, round after round, so that drift in the machine (other load,
+/// a growing WAL, checkpoints) touches them all alike.
+fn rounds<C: BenchConn>(conn: &mut C, scenarios: &[Scenario], options: &Options) -> Vec<Tally> {
+    let per_round = (options.events / options.rounds).max(1);
+    let mut tallies = vec![Tally::default(); scenarios.len()];
+    let mut processed = Vec::new();
+    for _ in 0..options.rounds {
+        for (tally, &scenario) in tallies.iter_mut().zip(scenarios) {
+            // A batch scenario runs at least one full batch per round.
+            let events = match scenario {
+                Scenario::Batch(size) => per_round.max(size),
+                Scenario::Duplicates => processed.len(),
+                _ => per_round,
+            };
+            let v7 = scenario == (Scenario::Large { v7: true });
+            tally.seconds += run(conn, scenario, &ids(events, v7), &mut processed);
+            tally.events += events;
+        }
+    }
+    tallies
+}
+
+/// One backend's figures: every scenario's rate, and the rate of bare measured beside the
+/// large-inbox runs.
+struct Figures {
+    name: &'static str,
+    rates: Vec<(Scenario, f64)>,
+    bare_beside_large: f64,
+}
+
+impl Figures {
+    fn rate(&self, scenario: Scenario) -> f64 {
+        self.rates
+            .iter()
+            .find(|(s, _)| *s == scenario)
+            .map_or(f64::NAN, |r| r.1)
+    }
+}
+
+fn bench<C: BenchConn>(options: &Options) -> Figures {
+    let db = C::database();
+    let mut conn = db.connect();
+    conn.batch_execute(C::SETUP).unwrap();
+    // Warm caches, prepared statements and the servers' buffers before timing anything.
+    run(
+        &mut conn,
+        Scenario::Inbox,
+        &ids(200, false),
+        &mut Vec::new(),
+    );
+
+    let mut small = vec![
+        Scenario::Bare,
+        Scenario::Inbox,
+        Scenario::Duplicates,
+        Scenario::Naive,
+    ];
+    small.extend(BATCH_SIZES.map(Scenario::Batch));
+    let tallies = rounds(&mut conn, &small, options);
+    let mut rates: Vec<_> = small
+        .iter()
+        .copied()
+        .zip(tallies.iter().map(|t| t.rate()))
+        .collect();
+
+    let prefill = Instant::now();
+    conn.batch_execute(&C::PREFILL.replace("{rows}", &options.prefill.to_string()))
+        .unwrap();
+    eprintln!(
+        "{}: prefilled {} inbox rows in {:.1?}",
+        C::NAME,
+        options.prefill,
+        prefill.elapsed()
+    );
+    run(
+        &mut conn,
+        Scenario::Inbox,
+        &ids(200, false),
+        &mut Vec::new(),
+    );
+    let large = [
+        Scenario::Bare,
+        Scenario::Large { v7: false },
+        Scenario::Large { v7: true },
+    ];
+    let tallies = rounds(&mut conn, &large, options);
+    rates.extend(
+        large[1..]
+            .iter()
+            .copied()
+            .zip(tallies[1..].iter().map(|t| t.rate())),
+    );
+    Figures {
+        name: C::NAME,
+        rates,
+        bare_beside_large: tallies[0].rate(),
+    }
+}
+
+fn main() -> Result<(), String> {
+    let options = options()?;
+    let mut columns = Vec::new();
+    for backend in &options.backends {
+        let started = Instant::now();
+        let figures = match backend.as_str() {
+            "postgres" => bench::<diesel::PgConnection>(&options),
+            "mysql" => bench::<diesel::MysqlConnection>(&options),
+            "sqlite" => bench::<diesel::SqliteConnection>(&options),
+            other => {
+                return Err(format!(
+                    "unknown backend {other}; use postgres, mysql, sqlite"
+                ))
+            }
+        };
+        eprintln!("{}: done in {:.1?}", figures.name, started.elapsed());
+        columns.push(figures);
+    }
+
+    println!(
+        "\n{} events per scenario in {} interleaved rounds, one connection; large runs after {} rows were put in the inbox table\n",
+        options.events, options.rounds, options.prefill
+    );
+    let names: Vec<String> = columns.iter().map(|c| c.name.to_owned()).collect();
+    print_row("events/s", &names);
+    print_rule(columns.len());
+    for (scenario, _) in &columns[0].rates {
+        print_row(
+            &scenario.label(),
+            &columns
+                .iter()
+                .map(|c| format!("{:.0}", c.rate(*scenario)))
+                .collect::<Vec<_>>(),
+        );
+    }
+    println!();
+    print_row("ratio (same run)", &names);
+    print_rule(columns.len());
+    let ratios: [(&str, Ratio); 9] = [
+        ("inbox / bare", |f| {
+            f.rate(Scenario::Inbox) / f.rate(Scenario::Bare)
+        }),
+        ("duplicates / bare", |f| {
+            f.rate(Scenario::Duplicates) / f.rate(Scenario::Bare)
+        }),
+        ("naive / bare", |f| {
+            f.rate(Scenario::Naive) / f.rate(Scenario::Bare)
+        }),
+        ("inbox / naive", |f| {
+            f.rate(Scenario::Inbox) / f.rate(Scenario::Naive)
+        }),
+        ("batch 10 / inbox", |f| {
+            f.rate(Scenario::Batch(10)) / f.rate(Scenario::Inbox)
+        }),
+        ("batch 100 / inbox", |f| {
+            f.rate(Scenario::Batch(100)) / f.rate(Scenario::Inbox)
+        }),
+        ("batch 1000 / inbox", |f| {
+            f.rate(Scenario::Batch(1000)) / f.rate(Scenario::Inbox)
+        }),
+        // Each side over the bare rate measured beside it, so drift between phases cancels.
+        ("large / empty, UUIDv4", |f| {
+            (f.rate(Scenario::Large { v7: false }) / f.bare_beside_large)
+                / (f.rate(Scenario::Inbox) / f.rate(Scenario::Bare))
+        }),
+        ("large / empty, UUIDv7", |f| {
+            (f.rate(Scenario::Large { v7: true }) / f.bare_beside_large)
+                / (f.rate(Scenario::Inbox) / f.rate(Scenario::Bare))
+        }),
+    ];
+    for (name, ratio) in ratios {
+        print_row(
+            name,
+            &columns
+                .iter()
+                .map(|c| format!("{:.2}", ratio(c)))
+                .collect::<Vec<_>>(),
+        );
+    }
+    Ok(())
+}
+
+type Ratio = fn(&Figures) -> f64;
+
+fn print_row(label: &str, cells: &[String]) {
+    print!("| {label:<28} |");
+    for cell in cells {
+        print!(" {cell:>12} |");
+    }
+    println!();
+}
+
+fn print_rule(columns: usize) {
+    print!("|{}|", "-".repeat(30));
+    for _ in 0..columns {
+        print!("{}:|", "-".repeat(13));
+    }
+    println!();
+}
