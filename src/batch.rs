@@ -107,9 +107,7 @@ impl Inbox {
                 }
                 std::panic::resume_unwind(panic)
             }
-            Err(Failure::Handler(error)) => return Err(error),
-            Err(Failure::Database(error)) => return Err(Error::Database(error).into()),
-            Err(Failure::Inbox(error)) => return Err(error.into()),
+            Err(failure) => return Err(failure.into_error()),
         };
 
         let results = slots
@@ -201,19 +199,15 @@ impl Inbox {
                         .record_delivery(key, Utc::now(), fingerprint.map(|f| &f[..]))?
                 }
             };
+            // Read only when an effect panics: then it names the event whose effect it was.
+            *panicked_at = Some(i);
             let slot = match this {
                 Recorded::Seen(existing) => {
                     Slot::Settled(inbox::seen(conn, key, fingerprint, existing)?)
                 }
                 Recorded::New if !isolate => {
-                    match inbox::call_effect(conn, &mut |c: &mut C| effect(c, delivery)) {
-                        Ok(value) => Slot::Settled(Settled::Outcome(Outcome::Processed(value))),
-                        Err(Failure::Panicked(panic)) => {
-                            *panicked_at = Some(i);
-                            return Err(Failure::Panicked(panic));
-                        }
-                        Err(failure) => return Err(failure),
-                    }
+                    let value = inbox::call_effect(conn, &mut |c: &mut C| effect(c, delivery))?;
+                    Slot::Settled(Settled::Outcome(Outcome::Processed(value)))
                 }
                 Recorded::New => {
                     let depth = transaction_depth(conn)?;
@@ -234,10 +228,6 @@ impl Inbox {
                         Err(Failure::Handler(error)) => {
                             self.undo(conn, depth, delivery)?;
                             Slot::Failed(error)
-                        }
-                        Err(Failure::Panicked(panic)) => {
-                            *panicked_at = Some(i);
-                            return Err(Failure::Panicked(panic));
                         }
                         Err(other) => return Err(other),
                     }

@@ -1,7 +1,6 @@
 //! Dead letters: events the failure policy gave up on, and the audited transitions out of that
 //! state (redrive, discard).
 
-use std::convert::Infallible;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
@@ -235,16 +234,9 @@ impl DeadLetters {
             Self::finish_transition(tx, key, state::REDRIVEN, actor, reason)?;
             Ok(value)
         });
-        match redriven {
-            Ok(value) => {
-                tracing::warn!(actor, reason, "dead letter redriven and processed");
-                Ok(Outcome::Processed(value))
-            }
-            Err(Failure::Handler(error)) => Err(error),
-            Err(Failure::Panicked(panic)) => std::panic::resume_unwind(panic),
-            Err(Failure::Database(error)) => Err(Error::Database(error).into()),
-            Err(Failure::Inbox(error)) => Err(error.into()),
-        }
+        let value = redriven.map_err(Failure::into_error)?;
+        tracing::warn!(actor, reason, "dead letter redriven and processed");
+        Ok(Outcome::Processed(value))
     }
 
     /// Marks a dead-lettered event discarded by `actor` for `reason`: kept for the record,
@@ -266,7 +258,7 @@ impl DeadLetters {
         audit(actor, reason)?;
         let nested = transaction_depth(conn)? > 0;
         self.inbox
-            .transact::<_, _, Infallible>(conn, nested, |tx| {
+            .transact::<_, _, Error>(conn, nested, |tx| {
                 let key = (self.inbox.consumer(), event_id.as_str());
                 self.transition_from_dead_lettered(tx, &event_id, "discarded")?;
                 tx.backend().set_inbox_state(

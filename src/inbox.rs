@@ -1,7 +1,6 @@
 //! The inbox transaction: record the delivery, run the effect once, commit both together.
 
 use std::any::Any;
-use std::convert::Infallible;
 use std::fmt::Display;
 use std::num::NonZeroU32;
 use std::panic::{self, AssertUnwindSafe};
@@ -98,13 +97,13 @@ impl<E> From<diesel::result::Error> for Failure<E> {
     }
 }
 
-impl Failure<Infallible> {
-    /// The error of an operation that runs no handler.
-    pub(crate) fn into_error(self) -> Error {
+impl<E: From<Error>> Failure<E> {
+    /// The error the caller gets; a panic continues unwinding.
+    pub(crate) fn into_error(self) -> E {
         match self {
-            Failure::Database(error) => Error::Database(error),
-            Failure::Inbox(error) => error,
-            Failure::Handler(never) => match never {},
+            Failure::Handler(error) => error,
+            Failure::Database(error) => Error::Database(error).into(),
+            Failure::Inbox(error) => error.into(),
             Failure::Panicked(panic) => panic::resume_unwind(panic),
         }
     }
@@ -309,8 +308,7 @@ impl Inbox {
                 }
                 panic::resume_unwind(panic)
             }
-            Err(Failure::Database(error)) => Err(Error::Database(error).into()),
-            Err(Failure::Inbox(error)) => Err(error.into()),
+            Err(failure) => Err(failure.into_error()),
         }
     }
 
@@ -351,7 +349,7 @@ impl Inbox {
     ) -> Option<DeadLettered> {
         let error = truncate(error, MAX_ERROR_BYTES);
         let key = self.key(delivery);
-        let recorded = self.transact::<_, _, Infallible>(conn, false, |tx| {
+        let recorded = self.transact::<_, _, Error>(conn, false, |tx| {
             let now = Utc::now();
             let sql = tx.backend();
             let (attempts, state) =
