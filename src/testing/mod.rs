@@ -3,7 +3,12 @@
 //!
 //! - **Databases**: [`TestDatabase`] gives each test a database of its own with the inbox
 //!   schema applied, on SQLite, PostgreSQL or MySQL/MariaDB.
+//! - **Delivery harness**: [`assert_idempotent`] delivers one event several times through your
+//!   handler, [`assert_idempotent_concurrently`] does it from several threads over a pool, and
+//!   both assert exactly one effect, counted the way you say.
 
 mod db;
+mod harness;
 
 pub use db::TestDatabase;
+pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};
