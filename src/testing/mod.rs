@@ -9,6 +9,8 @@
 //! - **Delivery harness**: [`assert_idempotent`] delivers one event several times through your
 //!   handler, [`assert_idempotent_concurrently`] does it from several threads over a pool, and
 //!   both assert exactly one effect, counted the way you say.
+//! - **Fault injection**: [`Faults`] makes a handler fail, by an error or a panic, on chosen
+//!   attempts or at random from a seed, to test your retry path.
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
@@ -43,10 +45,12 @@
 
 mod assert;
 mod db;
+mod faults;
 mod harness;
 mod inspect;
 
 pub use assert::{assert_deliveries, assert_not_processed, assert_processed_once};
 pub use db::TestDatabase;
+pub use faults::{Fault, Faults, InjectedFault};
 pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};
 pub use inspect::{inbox_record, InboxRecord, InspectInbox};
