@@ -18,6 +18,10 @@ use crate::InboxConnection;
 /// the test passes and kept, with its name printed, when the test panics, so a failure leaves
 /// its state to inspect.
 ///
+/// [`connect`](Self::connect) gives a connection for [`assert_idempotent`](super::assert_idempotent),
+/// [`run_schedule`](super::run_schedule) and the inbox assertions; [`pool`](Self::pool) gives the
+/// pool [`assert_idempotent_concurrently`](super::assert_idempotent_concurrently) delivers from.
+///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;

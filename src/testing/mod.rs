@@ -11,6 +11,9 @@
 //!   both assert exactly one effect, counted the way you say.
 //! - **Fault injection**: [`Faults`] makes a handler fail, by an error or a panic, on chosen
 //!   attempts or at random from a seed, to test your retry path.
+//! - **Schedules**: [`run_schedule`] plays a [`Schedule`] of duplicates, reorderings and
+//!   injected failures and checks one effect per distinct event; [`ScheduleOptions`] makes
+//!   random ones from a seed, or a proptest strategy.
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
@@ -48,9 +51,11 @@ mod db;
 mod faults;
 mod harness;
 mod inspect;
+mod schedule;
 
 pub use assert::{assert_deliveries, assert_not_processed, assert_processed_once};
 pub use db::TestDatabase;
 pub use faults::{Fault, Faults, InjectedFault};
 pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};
 pub use inspect::{inbox_record, InboxRecord, InspectInbox};
+pub use schedule::{run_schedule, Schedule, ScheduleOptions, Step};
