@@ -15,6 +15,9 @@ use diesel_inbox::{
 
 use crate::support::{setup, transaction_depth, Backend, TestConn};
 
+pub mod helpers;
+pub use helpers::*;
+
 /// Generates one `#[test]` per scenario for the backend `$backend`.
 macro_rules! backend_tests {
     ($backend:ty) => {
@@ -37,6 +40,15 @@ macro_rules! backend_tests {
             contention_outlasting_the_retries_is_reported_and_commits_nothing,
             uuid_and_string_forms_of_one_id_are_one_event,
             migrations_apply_on_a_fresh_database_and_again_idempotently,
+            assert_idempotent_passes_a_handler_whose_effect_is_inside_the_inbox,
+            assert_idempotent_catches_an_effect_written_outside_the_inbox_transaction,
+            assert_idempotent_catches_a_handler_that_makes_up_a_new_id_per_delivery,
+            delivering_one_event_from_many_threads_at_once_takes_effect_once,
+            inbox_assertions_show_the_recorded_row_when_they_fail,
+            failed_and_panicking_deliveries_leave_no_row_and_are_not_counted,
+            random_schedules_with_failures_take_effect_once_per_distinct_event,
+            proptest_schedules_take_effect_once_per_distinct_event,
+            run_schedule_catches_an_effect_that_outlives_a_failed_delivery,
         );
     };
     ($backend:ty; $($scenario:ident),+ $(,)?) => {
