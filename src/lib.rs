@@ -56,7 +56,9 @@
 //! Cargo features `postgres`, `sqlite` and `mysql` (MySQL and MariaDB) enable
 //! [`InboxConnection`] for `PgConnection`, `SqliteConnection`, `MysqlConnection` and r2d2
 //! pooled connections of them. On SQLite, set up each connection with [`SqliteSetup`]. The
-//! `testing` feature adds [`testing`], throwaway databases for tests.
+//! `testing` feature adds [`testing`], helpers that prove a handler idempotent in a unit test:
+//! throwaway databases, inbox assertions, a delivery harness, fault injection and randomized
+//! delivery schedules.
 //!
 //! # Errors
 //!

@@ -17,8 +17,10 @@ use crate::support::{setup, transaction_depth, Backend, TestConn};
 
 mod batch;
 mod failure_policy;
+mod helpers;
 pub use batch::*;
 pub use failure_policy::*;
+pub use helpers::*;
 
 /// Generates one `#[test]` per scenario for the backend `$backend`.
 macro_rules! backend_tests {
@@ -59,6 +61,15 @@ macro_rules! backend_tests {
             a_panic_in_a_batch_rolls_back_the_whole_batch,
             concurrent_overlapping_batches_take_effect_once_per_id,
             a_swallowed_statement_error_in_a_batch_spoils_only_its_own_event,
+            assert_idempotent_passes_a_handler_whose_effect_is_inside_the_inbox,
+            assert_idempotent_catches_an_effect_written_outside_the_inbox_transaction,
+            assert_idempotent_catches_a_handler_that_makes_up_a_new_id_per_delivery,
+            delivering_one_event_from_many_threads_at_once_takes_effect_once,
+            inbox_assertions_show_the_recorded_row_when_they_fail,
+            failed_and_panicking_deliveries_leave_no_row_and_are_not_counted,
+            random_schedules_with_failures_take_effect_once_per_distinct_event,
+            proptest_schedules_take_effect_once_per_distinct_event,
+            run_schedule_catches_an_effect_that_outlives_a_failed_delivery,
         );
     };
     ($backend:ty; $($scenario:ident),+ $(,)?) => {

@@ -1,27 +1,10 @@
-//! Helpers for tests (cargo feature `testing`): throwaway databases with the inbox schema.
-//!
-//! Each [`TestDatabase`] is its own database (a temporary file on SQLite, a fresh database on
-//! PostgreSQL and MySQL/MariaDB), so tests run in parallel without seeing each other's rows.
-//! It is dropped when the test passes and kept, with its name printed, when the test panics,
-//! so a failure leaves its state to inspect.
-//!
-//! ```
-//! # #[cfg(feature = "sqlite")] {
-//! use diesel::prelude::*;
-//! use diesel_inbox::testing::TestDatabase;
-//!
-//! let db = TestDatabase::sqlite();
-//! let mut conn: SqliteConnection = db.connect();
-//! let outcome = diesel_inbox::with_inbox(&mut conn, "evt-1", |_tx| Ok::<_, diesel::result::Error>(()))?;
-//! assert!(outcome.is_processed());
-//! # }
-//! # Ok::<(), diesel::result::Error>(())
-//! ```
+//! Throwaway databases with the inbox schema applied, one per test.
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use diesel::connection::SimpleConnection;
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, R2D2Connection};
 use diesel::{Connection, QueryResult};
@@ -29,6 +12,28 @@ use diesel::{Connection, QueryResult};
 use crate::InboxConnection;
 
 /// A database of its own for one test, with the inbox migrations applied.
+///
+/// Each one is its own database (a temporary file on SQLite, a fresh database on PostgreSQL and
+/// MySQL/MariaDB), so tests run in parallel without seeing each other's rows. It is dropped when
+/// the test passes and kept, with its name printed, when the test panics, so a failure leaves
+/// its state to inspect.
+///
+/// [`connect`](Self::connect) gives a connection for [`assert_idempotent`](super::assert_idempotent),
+/// [`run_schedule`](super::run_schedule) and the inbox assertions; [`pool`](Self::pool) gives the
+/// pool [`assert_idempotent_concurrently`](super::assert_idempotent_concurrently) delivers from.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::testing::TestDatabase;
+///
+/// let db = TestDatabase::sqlite();
+/// let mut conn: SqliteConnection = db.connect();
+/// let outcome = diesel_inbox::with_inbox(&mut conn, "evt-1", |_tx| Ok::<_, diesel::result::Error>(()))?;
+/// assert!(outcome.is_processed());
+/// # }
+/// # Ok::<(), diesel::result::Error>(())
+/// ```
 pub struct TestDatabase<C> {
     url: String,
     setup: fn(&mut C) -> QueryResult<()>,

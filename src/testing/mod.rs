@@ -1,0 +1,61 @@
+//! Helpers for testing your handlers (cargo feature `testing`): prove in a unit test that a
+//! handler takes effect once however often its event is delivered.
+//!
+//! - **Databases**: [`TestDatabase`] gives each test a database of its own with the inbox
+//!   schema applied, on SQLite, PostgreSQL or MySQL/MariaDB.
+//! - **Inbox assertions**: [`assert_processed_once`], [`assert_deliveries`] and
+//!   [`assert_not_processed`] check what the inbox table recorded, and show the row when they
+//!   fail; [`inbox_record`] reads it.
+//! - **Delivery harness**: [`assert_idempotent`] delivers one event several times through your
+//!   handler, [`assert_idempotent_concurrently`] does it from several threads over a pool, and
+//!   both assert exactly one effect, counted the way you say.
+//! - **Fault injection**: [`Faults`] makes a handler fail, by an error or a panic, on chosen
+//!   attempts or at random from a seed, to test your retry path.
+//! - **Schedules**: [`run_schedule`] plays a [`Schedule`] of duplicates, reorderings and
+//!   injected failures and checks one effect per distinct event; [`ScheduleOptions`] makes
+//!   random ones from a seed, or a proptest strategy.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::connection::SimpleConnection;
+//! use diesel::dsl::sql;
+//! use diesel::prelude::*;
+//! use diesel::sql_types::BigInt;
+//! use diesel_inbox::testing::{assert_deliveries, assert_idempotent, TestDatabase};
+//! use diesel_inbox::{with_inbox, Inbox, Outcome};
+//!
+//! /// The handler under test: credits a wallet once per payment event.
+//! fn on_payment(conn: &mut SqliteConnection, event_id: &str) -> QueryResult<Outcome<usize>> {
+//!     with_inbox(conn, event_id, |tx| {
+//!         diesel::sql_query("UPDATE wallet SET cents = cents + 250").execute(tx)
+//!     })
+//! }
+//!
+//! let db = TestDatabase::sqlite();
+//! let mut conn = db.connect();
+//! conn.batch_execute("CREATE TABLE wallet (cents BIGINT NOT NULL); INSERT INTO wallet VALUES (0);")?;
+//!
+//! assert_idempotent(
+//!     &mut conn,
+//!     3,
+//!     |conn| on_payment(conn, "payment-1"),
+//!     |conn| sql::<BigInt>("SELECT cents / 250 FROM wallet").get_result(conn),
+//! );
+//! assert_deliveries(&mut conn, &Inbox::default(), "payment-1", 3);
+//! # }
+//! # Ok::<(), diesel::result::Error>(())
+//! ```
+
+mod assert;
+mod db;
+mod faults;
+mod harness;
+mod inspect;
+mod schedule;
+
+pub use assert::{assert_deliveries, assert_not_processed, assert_processed_once};
+pub use db::TestDatabase;
+pub use faults::{Fault, Faults, InjectedFault};
+pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};
+pub use inspect::{inbox_record, InboxRecord, InspectInbox};
+pub use schedule::{run_schedule, Schedule, ScheduleOptions, Step};
