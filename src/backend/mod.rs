@@ -65,6 +65,17 @@ pub(crate) mod sealed {
         Seen(Existing),
     }
 
+    /// A row of `diesel_inbox`, as tests and ops read it back.
+    #[derive(Debug)]
+    pub struct InboxRow {
+        pub consumer: String,
+        pub event_id: String,
+        pub state: String,
+        pub processed_at: DateTime<Utc>,
+        pub last_seen_at: DateTime<Utc>,
+        pub deliveries: i64,
+    }
+
     /// A row of `diesel_inbox_failures`.
     #[derive(Debug)]
     pub struct FailureRow {
@@ -168,6 +179,12 @@ pub(crate) mod sealed {
             to: &str,
             now: DateTime<Utc>,
         ) -> QueryResult<bool>;
+
+        /// The inbox row of `key`, if there is one.
+        fn inbox_row(&mut self, key: Key<'_>) -> QueryResult<Option<InboxRow>>;
+
+        /// Up to `limit` inbox rows in key order.
+        fn inbox_rows(&mut self, limit: i64) -> QueryResult<Vec<InboxRow>>;
 
         /// Appends to the failure log.
         fn log(&mut self, key: Key<'_>, entry: &LogRow) -> QueryResult<()>;

@@ -11,7 +11,7 @@ use super::Key;
 use crate::error::MigrationError;
 
 inbox_tables!(key = Binary, time = Datetime);
-failure_columns!();
+row_mappings!();
 
 type Time = NaiveDateTime;
 type KeyOwned = Vec<u8>;

@@ -155,6 +155,29 @@ macro_rules! portable_statements {
                 .map(|row| row.map(failure_row))
         }
 
+        fn inbox_row(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+        ) -> QueryResult<Option<$crate::backend::sealed::InboxRow>> {
+            use inbox::dsl as t;
+            t::inbox
+                .find((k(key.0), k(key.1)))
+                .select(inbox_columns())
+                .first::<InboxColumns>(self)
+                .optional()
+                .map(|row| row.map(inbox_row))
+        }
+
+        fn inbox_rows(&mut self, limit: i64) -> QueryResult<Vec<$crate::backend::sealed::InboxRow>> {
+            use inbox::dsl as t;
+            t::inbox
+                .order((t::consumer, t::event_id))
+                .limit(limit)
+                .select(inbox_columns())
+                .load::<InboxColumns>(self)
+                .map(|rows| rows.into_iter().map(inbox_row).collect())
+        }
+
         fn failures(&mut self, consumer: &str, state: &str) -> QueryResult<Vec<FailureRow>> {
             use failures::dsl as f;
             f::failures
@@ -220,9 +243,43 @@ macro_rules! portable_statements {
     };
 }
 
-/// Row mapping for `diesel_inbox_failures`, shared by the two queries that read it.
-macro_rules! failure_columns {
+/// Row mappings for `diesel_inbox` and `diesel_inbox_failures`, shared by the queries that
+/// read them back.
+macro_rules! row_mappings {
     () => {
+        type InboxColumns = (KeyOwned, KeyOwned, String, Time, Time, i64);
+
+        fn inbox_columns() -> (
+            inbox::consumer,
+            inbox::event_id,
+            inbox::state,
+            inbox::processed_at,
+            inbox::last_seen_at,
+            inbox::deliveries,
+        ) {
+            use inbox::dsl as t;
+            (
+                t::consumer,
+                t::event_id,
+                t::state,
+                t::processed_at,
+                t::last_seen_at,
+                t::deliveries,
+            )
+        }
+
+        fn inbox_row(row: InboxColumns) -> $crate::backend::sealed::InboxRow {
+            let (consumer, event_id, state, processed_at, last_seen_at, deliveries) = row;
+            $crate::backend::sealed::InboxRow {
+                consumer: key_string(consumer),
+                event_id: key_string(event_id),
+                state,
+                processed_at: utc(processed_at),
+                last_seen_at: utc(last_seen_at),
+                deliveries,
+            }
+        }
+
         type FailureColumns = (
             KeyOwned,
             String,
@@ -289,6 +346,10 @@ macro_rules! failure_columns {
 
 /// Recording deliveries where the backend has `INSERT .. ON CONFLICT .. RETURNING` (PostgreSQL,
 /// SQLite): one statement learns, for every key, whether it is new and what the row holds.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite")),
+    allow(unused_macros)
+)]
 macro_rules! upsert_returning {
     () => {
         fn record_delivery(

@@ -9,7 +9,7 @@ use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Reco
 use crate::error::MigrationError;
 
 inbox_tables!(key = Text, time = Timestamptz);
-failure_columns!();
+row_mappings!();
 
 type Time = DateTime<Utc>;
 type KeyOwned = String;

@@ -13,7 +13,7 @@ use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Reco
 use crate::error::MigrationError;
 
 inbox_tables!(key = Text, time = Timestamp);
-failure_columns!();
+row_mappings!();
 
 type Time = NaiveDateTime;
 type KeyOwned = String;

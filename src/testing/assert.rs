@@ -2,15 +2,17 @@
 
 use std::fmt::Write as _;
 
-use crate::{EventId, Inbox, IntoEventId};
+use crate::{DeadLetter, DeadLetterState, EventId, Inbox, IntoEventId};
 
-use super::inspect::{first_records, inbox_record, InboxRecord, InspectInbox};
+use super::inspect::{first_records, inbox_record, InboxRecord};
+use crate::InboxConnection;
 
 /// How many rows a failure message lists when the expected one is missing.
 const ROWS_SHOWN: usize = 10;
 
-/// Asserts that `inbox`'s consumer processed `event_id`: the inbox holds its row, and the
-/// primary key allows only one. Returns the row for further checks.
+/// Asserts that `inbox`'s consumer processed `event_id`: the inbox holds its row, as
+/// processed (not dead-lettered), and the primary key allows only one. Returns the row for
+/// further checks.
 ///
 /// The inbox row is the record that the effect committed; that it committed *once* per
 /// delivery run is what [`assert_idempotent`](super::assert_idempotent) checks by counting the
@@ -36,14 +38,18 @@ const ROWS_SHOWN: usize = 10;
 /// When the inbox has no row for the event (the message lists the rows it has, to spot an id
 /// or consumer that differs), when the id is invalid, or when the table cannot be read.
 #[track_caller]
-pub fn assert_processed_once<C: InspectInbox>(
+pub fn assert_processed_once<C: InboxConnection>(
     conn: &mut C,
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) -> InboxRecord {
     let (event_id, record) = read(conn, inbox, event_id);
     match record {
-        Some(record) => record,
+        Some(record) if record.is_processed() => record,
+        Some(record) => panic!(
+            "expected event {event_id:?} of consumer {:?} to be processed once, but the inbox records it as given up on: {record}",
+            inbox.consumer(),
+        ),
         None => panic!(
             "{}",
             missing(conn, inbox, &event_id, "to be processed once")
@@ -77,7 +83,7 @@ pub fn assert_processed_once<C: InspectInbox>(
 /// When the inbox has no row for the event, when its count differs from `expected` (the
 /// message shows the row), when the id is invalid, or when the table cannot be read.
 #[track_caller]
-pub fn assert_deliveries<C: InspectInbox>(
+pub fn assert_deliveries<C: InboxConnection>(
     conn: &mut C,
     inbox: &Inbox,
     event_id: impl IntoEventId,
@@ -97,7 +103,8 @@ pub fn assert_deliveries<C: InspectInbox>(
 }
 
 /// Asserts that `inbox`'s consumer has not processed `event_id`: the inbox has no row for it,
-/// as after deliveries whose handler failed or panicked, or before any delivery.
+/// as after deliveries whose handler failed or panicked, or before any delivery; or it holds
+/// the event as dead-lettered, whose effect never ran.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -119,13 +126,13 @@ pub fn assert_deliveries<C: InspectInbox>(
 /// When the inbox has a row for the event (the message shows it), when the id is invalid, or
 /// when the table cannot be read.
 #[track_caller]
-pub fn assert_not_processed<C: InspectInbox>(
+pub fn assert_not_processed<C: InboxConnection>(
     conn: &mut C,
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) {
     let (event_id, record) = read(conn, inbox, event_id);
-    if let Some(record) = record {
+    if let Some(record) = record.filter(InboxRecord::is_processed) {
         panic!(
             "expected event {event_id:?} of consumer {:?} not to be processed, but the inbox records it: {record}",
             inbox.consumer(),
@@ -133,12 +140,57 @@ pub fn assert_not_processed<C: InspectInbox>(
     }
 }
 
-// Dead-lettering belongs here: `assert_dead_lettered(conn, inbox, event_id)`, beside
-// `assert_not_processed`, reading the row's state, which `InboxRecord` gains along with the
-// mode. Until then every inbox row is a processed event, and these assertions say so.
+/// Asserts that `inbox`'s consumer dead-lettered `event_id`: the inbox holds it as
+/// dead-lettered, so deliveries skip it, and its dead letter awaits a decision. Returns the
+/// dead letter, with its history, for further checks.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel_inbox::testing::{assert_dead_lettered, TestDatabase};
+/// use diesel_inbox::Inbox;
+///
+/// let db = TestDatabase::sqlite();
+/// let mut conn = db.connect();
+/// let inbox = Inbox::new("orders")?.max_attempts(2);
+/// for _ in 0..2 {
+///     let _ = inbox.process(&mut conn, "evt-1", |_tx| Err::<(), _>(diesel::result::Error::RollbackTransaction));
+/// }
+///
+/// let dead = assert_dead_lettered(&mut conn, &inbox, "evt-1");
+/// assert_eq!(dead.attempts, 2);
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Panics
+///
+/// When the event is processed, still retrying, or unknown (the message shows what the inbox
+/// holds), when the id is invalid, or when the tables cannot be read.
+#[track_caller]
+pub fn assert_dead_lettered<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    event_id: impl IntoEventId,
+) -> DeadLetter {
+    let (event_id, record) = read(conn, inbox, event_id);
+    let letter = inbox.dead_letters().show(conn, &event_id);
+    match (record, letter) {
+        (Some(record), Ok(letter))
+            if record.is_dead_lettered() && letter.state == DeadLetterState::DeadLettered =>
+        {
+            letter
+        }
+        (record, letter) => panic!(
+            "expected event {event_id:?} of consumer {:?} to be dead-lettered, but the inbox row is {} and the failure record is {}",
+            inbox.consumer(),
+            record.map_or_else(|| "missing".to_owned(), |r| r.to_string()),
+            letter.map_or_else(|e| e.to_string(), |l| format!("{} after {} attempts (last error: {})", l.state, l.attempts, l.last_error)),
+        ),
+    }
+}
 
 #[track_caller]
-fn read<C: InspectInbox>(
+fn read<C: InboxConnection>(
     conn: &mut C,
     inbox: &Inbox,
     event_id: impl IntoEventId,
@@ -152,7 +204,7 @@ fn read<C: InspectInbox>(
 }
 
 /// The message for a missing row: what was expected and what the table holds instead.
-fn missing<C: InspectInbox>(
+fn missing<C: InboxConnection>(
     conn: &mut C,
     inbox: &Inbox,
     event_id: &EventId,

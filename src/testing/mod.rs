@@ -3,9 +3,9 @@
 //!
 //! - **Databases**: [`TestDatabase`] gives each test a database of its own with the inbox
 //!   schema applied, on SQLite, PostgreSQL or MySQL/MariaDB.
-//! - **Inbox assertions**: [`assert_processed_once`], [`assert_deliveries`] and
-//!   [`assert_not_processed`] check what the inbox table recorded, and show the row when they
-//!   fail; [`inbox_record`] reads it.
+//! - **Inbox assertions**: [`assert_processed_once`], [`assert_deliveries`],
+//!   [`assert_not_processed`] and [`assert_dead_lettered`] check what the inbox recorded, and
+//!   show the row when they fail; [`inbox_record`] reads it.
 //! - **Delivery harness**: [`assert_idempotent`] delivers one event several times through your
 //!   handler, [`assert_idempotent_concurrently`] does it from several threads over a pool, and
 //!   both assert exactly one effect, counted the way you say.
@@ -53,9 +53,11 @@ mod harness;
 mod inspect;
 mod schedule;
 
-pub use assert::{assert_deliveries, assert_not_processed, assert_processed_once};
+pub use assert::{
+    assert_dead_lettered, assert_deliveries, assert_not_processed, assert_processed_once,
+};
 pub use db::TestDatabase;
 pub use faults::{Fault, Faults, InjectedFault};
 pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};
-pub use inspect::{inbox_record, InboxRecord, InspectInbox};
+pub use inspect::{inbox_record, InboxRecord};
 pub use schedule::{run_schedule, Schedule, ScheduleOptions, Step};

@@ -9,11 +9,11 @@ use std::panic::{self, AssertUnwindSafe};
 use diesel::QueryResult;
 use proptest::strategy::{Just, Strategy};
 
-use crate::{Error, EventId, Inbox};
+use crate::{Error, EventId, Inbox, InboxConnection};
 
 use super::faults::Fault;
 use super::harness::{observe, DeliveryReport};
-use super::inspect::{inbox_record, InspectInbox};
+use super::inspect::inbox_record;
 
 /// One delivery in a [`Schedule`]: the event, and the fault that fails it, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -359,7 +359,7 @@ pub fn run_schedule<C, T, E, F, O>(
     mut effects: O,
 ) -> DeliveryReport
 where
-    C: InspectInbox,
+    C: InboxConnection,
     F: FnMut(&mut C, &EventId) -> Result<T, E>,
     E: Debug,
     O: FnMut(&mut C) -> QueryResult<i64>,

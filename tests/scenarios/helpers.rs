@@ -6,9 +6,9 @@ use std::panic::{self, AssertUnwindSafe};
 
 use diesel::prelude::*;
 use diesel_inbox::testing::{
-    assert_deliveries, assert_idempotent, assert_idempotent_concurrently, assert_not_processed,
-    assert_processed_once, run_schedule, Fault, Faults, InspectInbox, Schedule, ScheduleOptions,
-    Step,
+    assert_dead_lettered, assert_deliveries, assert_idempotent, assert_idempotent_concurrently,
+    assert_not_processed, assert_processed_once, run_schedule, Fault, Faults, Schedule,
+    ScheduleOptions, Step,
 };
 use diesel_inbox::{with_inbox, EventId, Inbox};
 use proptest::test_runner::{Config, TestRunner};
@@ -39,10 +39,7 @@ fn assert_mentions(message: &str, parts: &[&str]) {
     }
 }
 
-pub fn assert_idempotent_passes_a_handler_whose_effect_is_inside_the_inbox<B: Backend>()
-where
-    B::Conn: InspectInbox,
-{
+pub fn assert_idempotent_passes_a_handler_whose_effect_is_inside_the_inbox<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
 
     let report = assert_idempotent(
@@ -100,10 +97,7 @@ pub fn assert_idempotent_catches_a_handler_that_makes_up_a_new_id_per_delivery<B
     assert_mentions(&message, &["deliveries [1, 2, 3] of 3", "same event id"]);
 }
 
-pub fn delivering_one_event_from_many_threads_at_once_takes_effect_once<B: Backend>()
-where
-    B::Conn: InspectInbox,
-{
+pub fn delivering_one_event_from_many_threads_at_once_takes_effect_once<B: Backend>() {
     let (db, mut conn) = setup::<B>();
     let pool = db.pool(4);
 
@@ -118,10 +112,7 @@ where
     assert_deliveries(&mut conn, &Inbox::default(), "evt-1", 8);
 }
 
-pub fn inbox_assertions_show_the_recorded_row_when_they_fail<B: Backend>()
-where
-    B::Conn: InspectInbox,
-{
+pub fn inbox_assertions_show_the_recorded_row_when_they_fail<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
     let inbox = Inbox::new("billing").unwrap();
     for _ in 0..2 {
@@ -159,10 +150,34 @@ where
     );
 }
 
-pub fn failed_and_panicking_deliveries_leave_no_row_and_are_not_counted<B: Backend>()
-where
-    B::Conn: InspectInbox,
-{
+pub fn inbox_assertions_tell_a_dead_lettered_event_from_a_processed_one<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("billing").unwrap().max_attempts(2);
+    let refuse = |_: &mut B::Conn| Err::<(), _>(diesel::result::Error::RollbackTransaction);
+    assert!(inbox.process(&mut conn, "evt-1", refuse).is_err());
+
+    let still_retrying = failure_of(|| {
+        assert_dead_lettered(&mut conn, &inbox, "evt-1");
+    });
+    assert_mentions(
+        &still_retrying,
+        &["to be dead-lettered", "retrying after 1 attempts"],
+    );
+
+    assert!(inbox
+        .process(&mut conn, "evt-1", refuse)
+        .unwrap()
+        .is_dead_lettered());
+    let dead = assert_dead_lettered(&mut conn, &inbox, "evt-1");
+    assert_eq!(dead.attempts, 2);
+    assert_not_processed(&mut conn, &inbox, "evt-1");
+    let processed = failure_of(|| {
+        assert_processed_once(&mut conn, &inbox, "evt-1");
+    });
+    assert_mentions(&processed, &["given up on", "state: dead_lettered"]);
+}
+
+pub fn failed_and_panicking_deliveries_leave_no_row_and_are_not_counted<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
     let inbox = Inbox::default();
     let errors = Faults::on_attempts([1]);
@@ -190,10 +205,7 @@ where
     assert_eq!(conn.effect_count(), 1);
 }
 
-pub fn random_schedules_with_failures_take_effect_once_per_distinct_event<B: Backend>()
-where
-    B::Conn: InspectInbox,
-{
+pub fn random_schedules_with_failures_take_effect_once_per_distinct_event<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
     let options = ScheduleOptions::default().events(8).failure_rate(0.4);
 
@@ -218,10 +230,7 @@ where
     }
 }
 
-pub fn proptest_schedules_take_effect_once_per_distinct_event<B: Backend>()
-where
-    B::Conn: InspectInbox,
-{
+pub fn proptest_schedules_take_effect_once_per_distinct_event<B: Backend>() {
     let (_db, conn) = setup::<B>();
     let conn = std::cell::RefCell::new(conn);
     let runs = Cell::new(0_u32);
@@ -253,10 +262,7 @@ where
     assert!(runs.get() >= 8);
 }
 
-pub fn run_schedule_catches_an_effect_that_outlives_a_failed_delivery<B: Backend>()
-where
-    B::Conn: InspectInbox,
-{
+pub fn run_schedule_catches_an_effect_that_outlives_a_failed_delivery<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
     let id = EventId::new("evt-1").unwrap();
     let schedule = Schedule::new([

@@ -66,6 +66,7 @@ macro_rules! backend_tests {
             assert_idempotent_catches_a_handler_that_makes_up_a_new_id_per_delivery,
             delivering_one_event_from_many_threads_at_once_takes_effect_once,
             inbox_assertions_show_the_recorded_row_when_they_fail,
+            inbox_assertions_tell_a_dead_lettered_event_from_a_processed_one,
             failed_and_panicking_deliveries_leave_no_row_and_are_not_counted,
             random_schedules_with_failures_take_effect_once_per_distinct_event,
             proptest_schedules_take_effect_once_per_distinct_event,
