@@ -11,7 +11,8 @@
 //! of 1,000 accounts (`UPDATE accounts SET balance = balance + 1 WHERE id = ?`):
 //!
 //! - bare: the update in its own transaction, no inbox;
-//! - inbox: the same through `with_inbox`, every id new (`UUIDv4`);
+//! - inbox: the same through `with_inbox`, every id new, random (`UUIDv4`) or time-ordered
+//!   (`UUIDv7`);
 //! - duplicates: every delivery a duplicate of one processed before;
 //! - naive: the hand-written check, `SELECT` the id then `INSERT` it, in the same transaction;
 //! - batch N: `process_batch` with N new ids per batch;
@@ -59,6 +60,9 @@ trait BenchConn: InboxConnection + R2D2Connection + Send + Sized + 'static {
     const SETUP: &'static str;
     /// Fills the inbox with `rows` rows of another consumer (`{rows}` is replaced).
     const PREFILL: &'static str;
+    /// Statements, one call each, that let the server finish the maintenance the prefill set
+    /// off (vacuum, checkpoint), so it does not run during the timed rounds.
+    const SETTLE: &'static [&'static str];
 
     fn database() -> TestDatabase<Self>;
     fn credit(&mut self, account: i32) -> QueryResult<()>;
@@ -66,11 +70,12 @@ trait BenchConn: InboxConnection + R2D2Connection + Send + Sized + 'static {
 }
 
 macro_rules! bench_conn {
-    ($conn:ty, $name:literal, $database:expr, $setup:literal, $prefill:literal) => {
+    ($conn:ty, $name:literal, $database:expr, $setup:literal, $prefill:literal, $settle:expr) => {
         impl BenchConn for $conn {
             const NAME: &'static str = $name;
             const SETUP: &'static str = $setup;
             const PREFILL: &'static str = $prefill;
+            const SETTLE: &'static [&'static str] = $settle;
 
             fn database() -> TestDatabase<Self> {
                 $database
@@ -119,7 +124,8 @@ bench_conn!(
      CREATE TABLE naive_inbox (consumer TEXT NOT NULL, event_id TEXT NOT NULL, PRIMARY KEY (consumer, event_id));",
     "INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
      SELECT 'prefill', md5(g::text), now(), now() FROM generate_series(1, {rows}) g;
-     ANALYZE diesel_inbox;"
+     ANALYZE diesel_inbox;",
+    &["VACUUM diesel_inbox", "CHECKPOINT"]
 );
 
 bench_conn!(
@@ -133,7 +139,8 @@ bench_conn!(
     "INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
      WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows})
      SELECT 'prefill', MD5(n), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM seq;
-     ANALYZE TABLE diesel_inbox;"
+     ANALYZE TABLE diesel_inbox;",
+    &[]
 );
 
 bench_conn!(
@@ -146,7 +153,8 @@ bench_conn!(
     "INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
      WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows})
      SELECT 'prefill', lower(hex(randomblob(16))), strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now') FROM seq;
-     ANALYZE;"
+     ANALYZE;",
+    &["PRAGMA wal_checkpoint(TRUNCATE)"]
 );
 
 struct Options {
@@ -159,7 +167,7 @@ struct Options {
 fn options() -> Result<Options, String> {
     let mut options = Options {
         events: 2_000,
-        rounds: 4,
+        rounds: 8,
         prefill: 1_000_000,
         backends: vec!["postgres".into(), "mysql".into(), "sqlite".into()],
     };
@@ -184,38 +192,32 @@ fn options() -> Result<Options, String> {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Scenario {
     Bare,
-    Inbox,
+    /// The bare transaction again, beside the large-inbox runs.
+    BareAfterPrefill,
+    Inbox {
+        v7: bool,
+    },
     Duplicates,
     Naive,
     Batch(usize),
-    Large { v7: bool },
+    Large {
+        v7: bool,
+    },
 }
 
 impl Scenario {
     fn label(self) -> String {
         match self {
             Self::Bare => "bare".into(),
-            Self::Inbox => "inbox".into(),
+            Self::BareAfterPrefill => "bare, after the prefill".into(),
+            Self::Inbox { v7: false } => "inbox, UUIDv4 ids".into(),
+            Self::Inbox { v7: true } => "inbox, UUIDv7 ids".into(),
             Self::Duplicates => "duplicates".into(),
             Self::Naive => "naive".into(),
             Self::Batch(size) => format!("batch {size}"),
             Self::Large { v7: false } => "large inbox, UUIDv4 ids".into(),
             Self::Large { v7: true } => "large inbox, UUIDv7 ids".into(),
         }
-    }
-}
-
-/// Events and seconds of one scenario, summed over the rounds.
-#[derive(Clone, Copy, Default)]
-struct Tally {
-    events: usize,
-    seconds: f64,
-}
-
-impl Tally {
-    #[allow(clippy::cast_precision_loss)] // event counts stay far below 2^52
-    fn rate(self) -> f64 {
-        self.events as f64 / self.seconds
     }
 }
 
@@ -239,12 +241,12 @@ fn run<C: BenchConn>(
 ) -> f64 {
     let start = Instant::now();
     match scenario {
-        Scenario::Bare => {
+        Scenario::Bare | Scenario::BareAfterPrefill => {
             for i in 0..ids.len() {
                 conn.transaction(|tx| tx.credit(account(i))).unwrap();
             }
         }
-        Scenario::Inbox | Scenario::Large { .. } => {
+        Scenario::Inbox { .. } | Scenario::Large { .. } => {
             for (i, id) in ids.iter().enumerate() {
                 let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
                 assert!(outcome.is_processed());
@@ -277,41 +279,75 @@ fn run<C: BenchConn>(
 }
 
 /// Runs `scenarios` interleaved, round after round, so that drift in the machine (other load,
-/// a growing WAL, checkpoints) touches them all alike.
-fn rounds<C: BenchConn>(conn: &mut C, scenarios: &[Scenario], options: &Options) -> Vec<Tally> {
+/// a growing WAL, checkpoints) touches them all alike. Returns each scenario's rate per round.
+fn rounds<C: BenchConn>(conn: &mut C, scenarios: &[Scenario], options: &Options) -> Vec<Rates> {
     let per_round = (options.events / options.rounds).max(1);
-    let mut tallies = vec![Tally::default(); scenarios.len()];
+    let mut rates: Vec<Rates> = scenarios.iter().map(|&s| (s, Vec::new())).collect();
     let mut processed = Vec::new();
     for _ in 0..options.rounds {
-        for (tally, &scenario) in tallies.iter_mut().zip(scenarios) {
+        for (scenario, per_round_rates) in &mut rates {
             // A batch scenario runs at least one full batch per round.
-            let events = match scenario {
+            let events = match *scenario {
                 Scenario::Batch(size) => per_round.max(size),
                 Scenario::Duplicates => processed.len(),
                 _ => per_round,
             };
-            let v7 = scenario == (Scenario::Large { v7: true });
-            tally.seconds += run(conn, scenario, &ids(events, v7), &mut processed);
-            tally.events += events;
+            let v7 = matches!(
+                scenario,
+                Scenario::Inbox { v7: true } | Scenario::Large { v7: true }
+            );
+            let seconds = run(conn, *scenario, &ids(events, v7), &mut processed);
+            per_round_rates.push(rate(events, seconds));
         }
     }
-    tallies
+    rates
 }
 
-/// One backend's figures: every scenario's rate, and the rate of bare measured beside the
-/// large-inbox runs.
+#[allow(clippy::cast_precision_loss)] // event counts stay far below 2^52
+fn rate(events: usize, seconds: f64) -> f64 {
+    events as f64 / seconds
+}
+
+/// A scenario and its rate in each round.
+type Rates = (Scenario, Vec<f64>);
+
+/// One backend's rates, per scenario and round. The large-inbox phase has a bare run of its
+/// own, under `BareAfterPrefill`.
 struct Figures {
     name: &'static str,
-    rates: Vec<(Scenario, f64)>,
-    bare_beside_large: f64,
+    rates: Vec<Rates>,
 }
 
 impl Figures {
-    fn rate(&self, scenario: Scenario) -> f64 {
+    fn rounds(&self, scenario: Scenario) -> &[f64] {
         self.rates
             .iter()
             .find(|(s, _)| *s == scenario)
-            .map_or(f64::NAN, |r| r.1)
+            .map_or(&[], |(_, r)| r.as_slice())
+    }
+
+    /// The median over rounds: robust to the bursts a shared machine throws in.
+    fn rate(&self, scenario: Scenario) -> f64 {
+        median(self.rounds(scenario).to_vec())
+    }
+
+    /// The median over rounds of `over`'s rate divided by `under`'s in the same round.
+    fn ratio(&self, over: Scenario, under: Scenario) -> f64 {
+        let pairs = self.rounds(over).iter().zip(self.rounds(under));
+        median(pairs.map(|(o, u)| o / u).collect())
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        f64::midpoint(values[mid - 1], values[mid])
     }
 }
 
@@ -320,58 +356,42 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
     let mut conn = db.connect();
     conn.batch_execute(C::SETUP).unwrap();
     // Warm caches, prepared statements and the servers' buffers before timing anything.
-    run(
-        &mut conn,
-        Scenario::Inbox,
-        &ids(200, false),
-        &mut Vec::new(),
-    );
+    let warm_up = Scenario::Inbox { v7: false };
+    run(&mut conn, warm_up, &ids(200, false), &mut Vec::new());
 
+    // Duplicates redeliver what the scenario before them processed.
     let mut small = vec![
         Scenario::Bare,
-        Scenario::Inbox,
+        Scenario::Inbox { v7: true },
+        Scenario::Inbox { v7: false },
         Scenario::Duplicates,
         Scenario::Naive,
     ];
     small.extend(BATCH_SIZES.map(Scenario::Batch));
-    let tallies = rounds(&mut conn, &small, options);
-    let mut rates: Vec<_> = small
-        .iter()
-        .copied()
-        .zip(tallies.iter().map(|t| t.rate()))
-        .collect();
+    let mut rates = rounds(&mut conn, &small, options);
 
     let prefill = Instant::now();
     conn.batch_execute(&C::PREFILL.replace("{rows}", &options.prefill.to_string()))
         .unwrap();
+    for statement in C::SETTLE {
+        conn.batch_execute(statement).unwrap();
+    }
     eprintln!(
         "{}: prefilled {} inbox rows in {:.1?}",
         C::NAME,
         options.prefill,
         prefill.elapsed()
     );
-    run(
-        &mut conn,
-        Scenario::Inbox,
-        &ids(200, false),
-        &mut Vec::new(),
-    );
+    run(&mut conn, warm_up, &ids(200, false), &mut Vec::new());
     let large = [
-        Scenario::Bare,
+        Scenario::BareAfterPrefill,
         Scenario::Large { v7: false },
         Scenario::Large { v7: true },
     ];
-    let tallies = rounds(&mut conn, &large, options);
-    rates.extend(
-        large[1..]
-            .iter()
-            .copied()
-            .zip(tallies[1..].iter().map(|t| t.rate())),
-    );
+    rates.extend(rounds(&mut conn, &large, options));
     Figures {
         name: C::NAME,
         rates,
-        bare_beside_large: tallies[0].rate(),
     }
 }
 
@@ -399,65 +419,55 @@ fn main() -> Result<(), String> {
         options.events, options.rounds, options.prefill
     );
     let names: Vec<String> = columns.iter().map(|c| c.name.to_owned()).collect();
-    print_row("events/s", &names);
+    print_row("events/s (median round)", &names);
     print_rule(columns.len());
     for (scenario, _) in &columns[0].rates {
-        print_row(
-            &scenario.label(),
-            &columns
-                .iter()
-                .map(|c| format!("{:.0}", c.rate(*scenario)))
-                .collect::<Vec<_>>(),
-        );
+        let cells: Vec<_> = columns
+            .iter()
+            .map(|c| format!("{:.0}", c.rate(*scenario)))
+            .collect();
+        print_row(&scenario.label(), &cells);
     }
     println!();
-    print_row("ratio (same run)", &names);
+    print_row("ratio (median of rounds)", &names);
     print_rule(columns.len());
-    let ratios: [(&str, Ratio); 9] = [
-        ("inbox / bare", |f| {
-            f.rate(Scenario::Inbox) / f.rate(Scenario::Bare)
-        }),
-        ("duplicates / bare", |f| {
-            f.rate(Scenario::Duplicates) / f.rate(Scenario::Bare)
-        }),
-        ("naive / bare", |f| {
-            f.rate(Scenario::Naive) / f.rate(Scenario::Bare)
-        }),
-        ("inbox / naive", |f| {
-            f.rate(Scenario::Inbox) / f.rate(Scenario::Naive)
-        }),
-        ("batch 10 / inbox", |f| {
-            f.rate(Scenario::Batch(10)) / f.rate(Scenario::Inbox)
-        }),
-        ("batch 100 / inbox", |f| {
-            f.rate(Scenario::Batch(100)) / f.rate(Scenario::Inbox)
-        }),
-        ("batch 1000 / inbox", |f| {
-            f.rate(Scenario::Batch(1000)) / f.rate(Scenario::Inbox)
-        }),
-        // Each side over the bare rate measured beside it, so drift between phases cancels.
-        ("large / empty, UUIDv4", |f| {
-            (f.rate(Scenario::Large { v7: false }) / f.bare_beside_large)
-                / (f.rate(Scenario::Inbox) / f.rate(Scenario::Bare))
-        }),
-        ("large / empty, UUIDv7", |f| {
-            (f.rate(Scenario::Large { v7: true }) / f.bare_beside_large)
-                / (f.rate(Scenario::Inbox) / f.rate(Scenario::Bare))
-        }),
+    let (v4, v7) = (Scenario::Inbox { v7: false }, Scenario::Inbox { v7: true });
+    let ratios = [
+        ("inbox / bare, UUIDv4", v4, Scenario::Bare),
+        ("inbox / bare, UUIDv7", v7, Scenario::Bare),
+        ("duplicates / bare", Scenario::Duplicates, Scenario::Bare),
+        ("naive / bare", Scenario::Naive, Scenario::Bare),
+        ("inbox / naive, UUIDv4", v4, Scenario::Naive),
+        ("batch 10 / inbox, UUIDv4", Scenario::Batch(10), v4),
+        ("batch 100 / inbox, UUIDv4", Scenario::Batch(100), v4),
+        ("batch 1000 / inbox, UUIDv4", Scenario::Batch(1000), v4),
     ];
-    for (name, ratio) in ratios {
-        print_row(
-            name,
-            &columns
-                .iter()
-                .map(|c| format!("{:.2}", ratio(c)))
-                .collect::<Vec<_>>(),
-        );
+    for (name, over, under) in ratios {
+        let cells: Vec<_> = columns
+            .iter()
+            .map(|c| format!("{:.2}", c.ratio(over, under)))
+            .collect();
+        print_row(name, &cells);
+    }
+    // Each side over the bare rate of its own phase, so drift between the phases cancels.
+    for v7 in [false, true] {
+        let label = if v7 {
+            "large / empty, UUIDv7"
+        } else {
+            "large / empty, UUIDv4"
+        };
+        let cells: Vec<_> = columns
+            .iter()
+            .map(|c| {
+                let large = c.ratio(Scenario::Large { v7 }, Scenario::BareAfterPrefill);
+                let empty = c.ratio(Scenario::Inbox { v7 }, Scenario::Bare);
+                format!("{:.2}", large / empty)
+            })
+            .collect();
+        print_row(label, &cells);
     }
     Ok(())
 }
-
-type Ratio = fn(&Figures) -> f64;
 
 fn print_row(label: &str, cells: &[String]) {
     print!("| {label:<28} |");

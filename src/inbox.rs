@@ -286,7 +286,7 @@ impl Inbox {
 
         let nested = transaction_depth(conn).map_err(Error::from)? > 0;
         let settled = self.transact(conn, nested, |tx| {
-            self.deliver(tx, &delivery, &mut effect, &encode)
+            self.deliver(tx, &delivery, &mut effect, &encode, nested)
         });
         match settled {
             Ok(Settled::Outcome(outcome)) => Ok(outcome),
@@ -319,6 +319,7 @@ impl Inbox {
         delivery: &Delivery,
         effect: &mut F,
         encode: &impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
+        nested: bool,
     ) -> Result<Settled<T>, Failure<E>>
     where
         C: InboxConnection,
@@ -334,7 +335,14 @@ impl Inbox {
         match recorded {
             Recorded::New => run_effect(conn, key, effect, encode)
                 .map(|value| Settled::Outcome(Outcome::Processed(value))),
-            Recorded::Seen(existing) => seen(conn, key, fingerprint.as_ref(), existing),
+            Recorded::Seen(existing) => {
+                // The effect will not run: what commits now is the delivery count alone.
+                // Inside a caller's transaction, the caller's writes decide durability.
+                if !nested {
+                    conn.backend().commit_without_waiting_for_disk()?;
+                }
+                seen(conn, key, fingerprint.as_ref(), existing)
+            }
         }
     }
 

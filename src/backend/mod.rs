@@ -126,6 +126,13 @@ pub(crate) mod sealed {
             now: DateTime<Utc>,
         ) -> QueryResult<Vec<Recorded>>;
 
+        /// Lets the open top-level transaction commit without waiting for the disk, where the
+        /// backend can do that per transaction. Only for transactions that record bookkeeping
+        /// alone (a duplicate's delivery count): a crash may lose the count, never an effect.
+        fn commit_without_waiting_for_disk(&mut self) -> QueryResult<()> {
+            Ok(())
+        }
+
         /// `Ok(true)` while the transaction opened by the inbox can still commit what it did.
         /// `Ok(false)` or an error means the database already aborted or rolled it back.
         fn transaction_is_alive(&mut self) -> QueryResult<bool>;

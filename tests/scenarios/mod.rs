@@ -43,6 +43,7 @@ macro_rules! backend_tests {
             contention_that_clears_is_retried_and_never_reaches_the_caller,
             contention_outlasting_the_retries_is_reported_and_commits_nothing,
             uuid_and_string_forms_of_one_id_are_one_event,
+            a_duplicate_relaxes_durability_for_its_own_transaction_only,
             migrations_apply_on_a_fresh_database_and_again_idempotently,
             failures_are_counted_across_redeliveries,
             an_event_is_dead_lettered_at_exactly_max_attempts,
@@ -544,6 +545,33 @@ pub fn contention_outlasting_the_retries_is_reported_and_commits_nothing<B: Back
     assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
         .unwrap()
         .is_processed());
+}
+
+pub fn a_duplicate_relaxes_durability_for_its_own_transaction_only<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let before = B::commit_durability(&mut conn);
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_duplicate());
+    assert_eq!(
+        B::commit_durability(&mut conn),
+        before,
+        "the session keeps its setting"
+    );
+    conn.transaction(|tx| {
+        assert!(with_inbox(tx, "evt-1", effect("evt-1"))?.is_duplicate());
+        assert_eq!(
+            B::commit_durability(tx),
+            before,
+            "the caller's transaction keeps it too"
+        );
+        QueryResult::Ok(())
+    })
+    .unwrap();
 }
 
 pub fn uuid_and_string_forms_of_one_id_are_one_event<B: Backend>() {

@@ -25,6 +25,11 @@ pub trait Backend {
 
     /// Runs every later transaction on `conn` at the strictest isolation level.
     fn serializable(conn: &mut Self::Conn);
+
+    /// The connection's commit durability setting, where the backend has one per transaction.
+    fn commit_durability(_conn: &mut Self::Conn) -> Option<String> {
+        None
+    }
 }
 
 fn env_or(var: &str, default: &str) -> String {
@@ -33,6 +38,13 @@ fn env_or(var: &str, default: &str) -> String {
 
 #[cfg(feature = "postgres")]
 pub struct Postgres;
+
+#[cfg(feature = "postgres")]
+#[derive(QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    synchronous_commit: String,
+}
 
 #[cfg(feature = "postgres")]
 impl Backend for Postgres {
