@@ -3,6 +3,7 @@
 //!
 //! ```sh
 //! cargo run --example quickstart --features sqlite
+//! RUST_LOG=diesel_inbox=debug cargo run --example quickstart --features sqlite  # and its traces
 //! ```
 
 use std::collections::BTreeSet;
@@ -54,6 +55,10 @@ struct Count {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Every inbox call is a span with its consumer and event id; RUST_LOG chooses what prints.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("quickstart.db");
     let mut conn = SqliteConnection::establish(&path.display().to_string())?;
