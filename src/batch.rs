@@ -235,8 +235,8 @@ impl Inbox {
             };
             slots.push(slot);
         }
-        // Once for the batch: a transaction the database rolled back behind an effect
-        // (a MySQL deadlock) must not commit the rest as if nothing happened.
+        // Once for the batch: an effect that swallowed a failed statement leaves a PostgreSQL
+        // transaction aborted, which COMMIT would hide.
         inbox::ensure_alive(conn)?;
         Ok(slots)
     }

@@ -442,14 +442,20 @@ impl Inbox {
             };
             let failure = match begun {
                 Err(error) => Failure::Database(error),
-                Ok(()) => match body(conn) {
-                    Ok(value) => match commit(conn) {
+                // A panic the body did not catch itself (a `Serialize` impl, say) must not
+                // leave the connection inside the transaction either.
+                Ok(()) => match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
+                    Ok(Ok(value)) => match commit(conn) {
                         Ok(()) => return Ok(value),
                         Err(error) => Failure::Database(error),
                     },
-                    Err(failure) => {
+                    Ok(Err(failure)) => {
                         rollback_to(conn, depth);
                         failure
+                    }
+                    Err(panic) => {
+                        rollback_to(conn, depth);
+                        panic::resume_unwind(panic)
                     }
                 },
             };
@@ -498,19 +504,55 @@ where
 }
 
 /// Calls the effect, catching a panic so the transaction can roll back before it goes on.
+///
+/// Where one failed statement can end the whole transaction (MySQL, SQLite), it then checks
+/// that the transaction is still there, so nothing runs on in autocommit mode. One ended by
+/// contention (a MySQL deadlock) is reported as contention, whatever the handler made of it:
+/// the attempt is retried, and not counted as the event's failure.
 pub(crate) fn call_effect<C, T, E, F>(conn: &mut C, effect: &mut F) -> Result<T, Failure<E>>
 where
+    C: InboxConnection,
     F: FnMut(&mut C) -> Result<T, E>,
 {
-    match panic::catch_unwind(AssertUnwindSafe(|| effect(conn))) {
+    let depth = transaction_depth(conn)?;
+    let result = match panic::catch_unwind(AssertUnwindSafe(|| effect(conn))) {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(Failure::Handler(error)),
-        Err(panic) => Err(Failure::Panicked(panic)),
+        Err(panic) => return Err(Failure::Panicked(panic)),
+    };
+    // A handler that ran COMMIT or ROLLBACK itself: Diesel noticed (PostgreSQL reports the
+    // transaction status with every reply), and nothing more may run here.
+    if transaction_depth(conn)? != depth {
+        return Err(Failure::Inbox(Error::TransactionAborted { source: None }));
+    }
+    if !C::Sql::STATEMENT_ERRORS_CAN_END_TRANSACTION {
+        return result;
+    }
+    match conn.backend().transaction_is_alive() {
+        Ok(true) => result,
+        ended if C::Sql::CONTENTION_ENDS_TRANSACTION => {
+            let message = "the database rolled back the transaction under the handler (deadlock)";
+            let source = ended.err().unwrap_or_else(|| {
+                diesel::result::Error::DatabaseError(
+                    diesel::result::DatabaseErrorKind::SerializationFailure,
+                    Box::new(message.to_owned()),
+                )
+            });
+            Err(Failure::Database(source))
+        }
+        ended => Err(Failure::Inbox(Error::TransactionAborted {
+            source: ended.err(),
+        })),
     }
 }
 
-/// Refuses to go on with a transaction the database has already aborted or rolled back.
+/// Refuses to commit a transaction the database has already aborted: PostgreSQL keeps an
+/// aborted transaction open and turns its COMMIT into a silent rollback. (Where an error can
+/// end the transaction instead, [`call_effect`] has checked already.)
 pub(crate) fn ensure_alive<C: InboxConnection, E>(conn: &mut C) -> Result<(), Failure<E>> {
+    if C::Sql::STATEMENT_ERRORS_CAN_END_TRANSACTION {
+        return Ok(());
+    }
     match conn.backend().transaction_is_alive() {
         Ok(true) => Ok(()),
         Ok(false) => Err(Failure::Inbox(Error::TransactionAborted { source: None })),
@@ -574,13 +616,19 @@ fn commit<C: Connection>(conn: &mut C) -> diesel::QueryResult<()> {
 }
 
 /// Rolls back every transaction level above `depth`, so a failure anywhere inside leaves the
-/// connection as the inbox found it. A rollback error is only logged: the reason the attempt
-/// failed matters more to the caller, and a failed rollback marks the connection broken for
-/// r2d2 and for Diesel.
+/// connection as the inbox found it. A level that fails to roll back (a savepoint the server
+/// already dropped with the whole transaction) is logged and the next level is tried: Diesel
+/// counts it as gone, and the outer `ROLLBACK` ends whatever is left. Rollback errors are
+/// not returned: the reason the attempt failed matters more to the caller.
 pub(crate) fn rollback_to<C: Connection>(conn: &mut C, depth: u32) {
-    while transaction_depth(conn).is_ok_and(|now| now > depth) {
+    while let Ok(before) = transaction_depth(conn) {
+        if before <= depth {
+            return;
+        }
         if let Err(error) = C::TransactionManager::rollback_transaction(conn) {
             warn!(%error, "rolling back the inbox transaction failed");
+        }
+        if transaction_depth(conn).map_or(true, |after| after >= before) {
             return;
         }
     }

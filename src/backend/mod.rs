@@ -103,6 +103,14 @@ pub(crate) mod sealed {
 
     /// The per-backend half of the inbox. Implemented once per concrete connection type.
     pub trait InboxBackend: Connection {
+        /// Whether one failed statement can end the whole transaction, so that later
+        /// statements would run in autocommit mode (MySQL deadlocks, SQLite I/O errors).
+        const STATEMENT_ERRORS_CAN_END_TRANSACTION: bool;
+
+        /// Whether a transaction that ended that way was ended by contention (a deadlock),
+        /// so that running the attempt again is the cure.
+        const CONTENTION_ENDS_TRANSACTION: bool;
+
         /// Opens a top-level transaction. SQLite overrides this to take the write lock at once.
         fn begin_top_level(&mut self) -> QueryResult<()> {
             Self::TransactionManager::begin_transaction(self)

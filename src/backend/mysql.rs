@@ -48,6 +48,9 @@ impl HasBackend for MysqlConnection {
 const INSERTED: usize = 1;
 
 impl InboxBackend for MysqlConnection {
+    const STATEMENT_ERRORS_CAN_END_TRANSACTION: bool = true;
+    const CONTENTION_ENDS_TRANSACTION: bool = true;
+
     fn record_delivery(
         &mut self,
         key: Key<'_>,
@@ -162,8 +165,9 @@ impl InboxBackend for MysqlConnection {
     }
 
     fn is_contention(error: &diesel::result::Error) -> bool {
-        // 1213 (deadlock) arrives as SerializationFailure; 1205 only as its message.
-        super::message_names_contention(error, &["Lock wait timeout exceeded"])
+        // 1213 (deadlock) arrives as SerializationFailure from prepared statements but only as
+        // its message from simple ones (COMMIT among them); 1205 only as its message.
+        super::message_names_contention(error, &["Deadlock found", "Lock wait timeout exceeded"])
     }
 
     fn apply_migrations(&mut self) -> Result<usize, MigrationError> {

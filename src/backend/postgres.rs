@@ -39,6 +39,9 @@ impl HasBackend for PgConnection {
 }
 
 impl InboxBackend for PgConnection {
+    const STATEMENT_ERRORS_CAN_END_TRANSACTION: bool = false;
+    const CONTENTION_ENDS_TRANSACTION: bool = false;
+
     upsert_returning!();
 
     fn commit_without_waiting_for_disk(&mut self) -> QueryResult<()> {

@@ -43,6 +43,9 @@ impl HasBackend for SqliteConnection {
 }
 
 impl InboxBackend for SqliteConnection {
+    const STATEMENT_ERRORS_CAN_END_TRANSACTION: bool = true;
+    const CONTENTION_ENDS_TRANSACTION: bool = false;
+
     fn begin_top_level(&mut self) -> QueryResult<()> {
         AnsiTransactionManager::begin_transaction_sql(self, "BEGIN IMMEDIATE")
     }
@@ -50,10 +53,11 @@ impl InboxBackend for SqliteConnection {
     upsert_returning!();
 
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
-        // Errors that make SQLite roll the whole transaction back (I/O, full disk, interrupt)
-        // also make the following COMMIT fail with "no transaction is active", so the commit
-        // itself tells; no extra statement is needed.
-        Ok(true)
+        // Some errors (I/O, full disk, a trigger's RAISE(ROLLBACK)) make SQLite roll the whole
+        // transaction back, and SQL cannot read the autocommit flag. `BEGIN` can: inside a
+        // transaction it fails and changes nothing; outside, it opens one, which the inbox's
+        // rollback then ends. In process, so it costs no round trip.
+        Ok(self.batch_execute("BEGIN").is_err())
     }
 
     fn is_contention(error: &diesel::result::Error) -> bool {

@@ -188,3 +188,27 @@ pub fn a_swallowed_statement_error_in_a_batch_spoils_only_its_own_event<B: Backe
         assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
     }
 }
+
+pub fn an_effect_that_ends_the_transaction_stops_the_batch_before_anything_commits<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::default().retry(diesel_inbox::RetryPolicy::none());
+
+    // What a deadlock does on MySQL, or an I/O error on SQLite: the database ends the whole
+    // transaction, and whatever ran next would autocommit.
+    let result = inbox.process_batch(&mut conn, ["e1", "poison", "e2"], |tx, delivery| {
+        let id = delivery.id().as_str();
+        tx.record_effect(id)?;
+        if id == "poison" {
+            tx.batch_execute("ROLLBACK")?;
+        }
+        QueryResult::Ok(())
+    });
+
+    assert!(result.is_err(), "{result:?}");
+    assert_eq!(transaction_depth(&mut conn), 0);
+    assert_eq!(
+        (conn.effect_count(), conn.inbox_rows()),
+        (0, 0),
+        "nothing may commit"
+    );
+}

@@ -63,6 +63,8 @@ macro_rules! backend_tests {
             a_panic_in_a_batch_rolls_back_the_whole_batch,
             concurrent_overlapping_batches_take_effect_once_per_id,
             a_swallowed_statement_error_in_a_batch_spoils_only_its_own_event,
+            an_effect_that_ends_the_transaction_stops_the_batch_before_anything_commits,
+            a_panic_while_storing_the_result_leaves_no_transaction_open,
             assert_idempotent_passes_a_handler_whose_effect_is_inside_the_inbox,
             assert_idempotent_catches_an_effect_written_outside_the_inbox_transaction,
             assert_idempotent_catches_a_handler_that_makes_up_a_new_id_per_delivery,
@@ -573,6 +575,33 @@ pub fn a_duplicate_relaxes_durability_for_its_own_transaction_only<B: Backend>()
         QueryResult::Ok(())
     })
     .unwrap();
+}
+
+/// A result whose serialization panics: a bug outside the effect, still inside the transaction.
+struct Explosive;
+
+impl serde::Serialize for Explosive {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        panic!("cannot serialize")
+    }
+}
+
+pub fn a_panic_while_storing_the_result_leaves_no_transaction_open<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        let _ = Inbox::default().process_storing_result(&mut conn, "evt-1", |tx| {
+            tx.record_effect("evt-1")?;
+            QueryResult::Ok(Explosive)
+        });
+    }));
+
+    assert!(caught.is_err(), "the panic continues");
+    assert_eq!(transaction_depth(&mut conn), 0);
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
 }
 
 /// Collects what a `tracing` subscriber writes, for the scenario to read back.
