@@ -13,7 +13,8 @@ use crate::{Delivery, Error, Inbox, InboxConnection, IntoDelivery, Outcome, Payl
 
 /// One delivery's place in a batch while the transaction runs.
 enum Slot<T, E> {
-    Settled(Settled<T>),
+    Done(Outcome<T>),
+    /// The effect failed: recorded as a failure once the batch has committed.
     Failed(E),
     Rejected(Error),
 }
@@ -23,11 +24,13 @@ impl Inbox {
     /// learns which are new, `effect` runs for the new ones only (in the order given), and one
     /// commit settles them all. Returns one result per delivery, in order.
     ///
-    /// Each new event's effect runs in a savepoint of its own. When it fails (or its id is
-    /// invalid, or its payload conflicts), that event alone is rolled back, with its inbox row,
-    /// and its failure is recorded after the commit as for [`process`](Self::process); the
-    /// others commit. An id that appears twice in the batch is handled twice, in order, as if
-    /// delivered one after the other. Contention retries the whole batch, effects included.
+    /// The effects run one after the other in the one transaction. When one fails, the whole
+    /// batch rolls back and runs again with a savepoint per new event, so that event alone is
+    /// rolled back, with its inbox row, and its failure is recorded after the commit as for
+    /// [`process`](Self::process), while the others commit: every effect of such a batch runs
+    /// twice, once in the transaction that rolled back. An invalid id or a payload conflict
+    /// is rejected alone. An id that appears twice in the batch is handled twice, in order, as
+    /// if delivered one after the other. Contention retries the whole batch, effects included.
     /// A panicking effect rolls back the whole batch and continues unwinding.
     ///
     /// ```
@@ -101,11 +104,8 @@ impl Inbox {
         let slots = match slots {
             Ok(slots) => slots,
             Err(Failure::Panicked(panic)) => {
-                if let (false, Some(Ok(delivery))) = (nested, panicked_at.map(|i| &deliveries[i])) {
-                    let message = inbox::panic_message(&*panic);
-                    let _ = self.record_failure(conn, delivery, &message);
-                }
-                std::panic::resume_unwind(panic)
+                let delivery = panicked_at.and_then(|i| deliveries[i].as_ref().ok());
+                self.settle_panic(conn, delivery, panic, nested)
             }
             Err(failure) => return Err(failure.into_error()),
         };
@@ -114,24 +114,12 @@ impl Inbox {
             .into_iter()
             .zip(&deliveries)
             .map(|(slot, delivery)| match (slot, delivery) {
-                (Slot::Settled(Settled::Outcome(outcome)), _) => Ok(outcome),
-                (Slot::Settled(Settled::PayloadConflict), Ok(delivery)) => {
-                    Err(Error::PayloadMismatch {
-                        event_id: delivery.id.clone(),
-                    }
-                    .into())
-                }
-                (Slot::Failed(error), Ok(delivery)) if !nested => {
-                    match self.record_failure(conn, delivery, &error.to_string()) {
-                        Some(dead) => Ok(Outcome::DeadLettered(dead)),
-                        None => Err(error),
-                    }
-                }
-                (Slot::Failed(error), _) => Err(error),
+                (Slot::Done(outcome), _) => Ok(outcome),
                 (Slot::Rejected(error), _) => Err(error.into()),
-                (Slot::Settled(Settled::PayloadConflict), Err(invalid)) => {
-                    Err(Error::from(invalid.clone()).into())
+                (Slot::Failed(error), Ok(delivery)) => {
+                    self.settle_failure(conn, delivery, error, nested)
                 }
+                (Slot::Failed(error), Err(_)) => Err(error),
             })
             .collect();
         Ok(results)
@@ -202,12 +190,15 @@ impl Inbox {
             // Read only when an effect panics: then it names the event whose effect it was.
             *panicked_at = Some(i);
             let slot = match this {
-                Recorded::Seen(existing) => {
-                    Slot::Settled(inbox::seen(conn, key, fingerprint, existing)?)
-                }
+                Recorded::Seen(existing) => match inbox::seen(conn, key, fingerprint, existing)? {
+                    Settled::Outcome(outcome) => Slot::Done(outcome),
+                    Settled::PayloadConflict => Slot::Rejected(Error::PayloadMismatch {
+                        event_id: delivery.id.clone(),
+                    }),
+                },
                 Recorded::New if !isolate => {
                     let value = inbox::call_effect(conn, &mut |c: &mut C| effect(c, delivery))?;
-                    Slot::Settled(Settled::Outcome(Outcome::Processed(value)))
+                    Slot::Done(Outcome::Processed(value))
                 }
                 Recorded::New => {
                     let depth = transaction_depth(conn)?;
@@ -215,7 +206,7 @@ impl Inbox {
                     let ran = inbox::call_effect(conn, &mut |c: &mut C| effect(c, delivery));
                     match ran {
                         Ok(value) => match C::TransactionManager::commit_transaction(conn) {
-                            Ok(()) => Slot::Settled(Settled::Outcome(Outcome::Processed(value))),
+                            Ok(()) => Slot::Done(Outcome::Processed(value)),
                             // PostgreSQL refuses to release a savepoint in an aborted
                             // transaction: the effect swallowed a failed statement.
                             Err(source) => {

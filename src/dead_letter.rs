@@ -261,11 +261,14 @@ impl DeadLetters {
             .transact::<_, _, Error>(conn, nested, |tx| {
                 let key = (self.inbox.consumer(), event_id.as_str());
                 self.transition_from_dead_lettered(tx, &event_id, "discarded")?;
-                tx.backend().set_inbox_state(
-                    key,
-                    row_state::DEAD_LETTERED,
-                    Some(row_state::DISCARDED),
-                )?;
+                let sql = tx.backend();
+                let marked =
+                    sql.set_inbox_state(key, row_state::DEAD_LETTERED, Some(row_state::DISCARDED))?;
+                // The row that holds deliveries back may have been deleted (retention, by
+                // hand): put it back, or "never run again" would not hold.
+                if !marked {
+                    sql.settle(key, Utc::now(), row_state::DISCARDED)?;
+                }
                 Self::finish_transition(tx, key, state::DISCARDED, actor, reason)
             })
             .map_err(Failure::into_error)?;

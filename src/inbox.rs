@@ -294,19 +294,9 @@ impl Inbox {
                 event_id: delivery.id,
             }
             .into()),
-            Err(Failure::Handler(error)) => {
-                if !nested {
-                    if let Some(dead) = self.record_failure(conn, &delivery, &error.to_string()) {
-                        return Ok(Outcome::DeadLettered(dead));
-                    }
-                }
-                Err(error)
-            }
+            Err(Failure::Handler(error)) => self.settle_failure(conn, &delivery, error, nested),
             Err(Failure::Panicked(panic)) => {
-                if !nested {
-                    let _ = self.record_failure(conn, &delivery, &panic_message(&*panic));
-                }
-                panic::resume_unwind(panic)
+                self.settle_panic(conn, Some(&delivery), panic, nested)
             }
             Err(failure) => Err(failure.into_error()),
         }
@@ -346,10 +336,42 @@ impl Inbox {
         }
     }
 
+    /// After a handler error: records the failure (at the top level only: a nested record
+    /// would roll back with the caller) and, when that dead-letters the event, reports
+    /// [`Outcome::DeadLettered`] instead of the error.
+    pub(crate) fn settle_failure<C: InboxConnection, T, E: Display>(
+        &self,
+        conn: &mut C,
+        delivery: &Delivery,
+        error: E,
+        nested: bool,
+    ) -> Result<Outcome<T>, E> {
+        if !nested {
+            if let Some(dead) = self.record_failure(conn, delivery, &error.to_string()) {
+                return Ok(Outcome::DeadLettered(dead));
+            }
+        }
+        Err(error)
+    }
+
+    /// After a handler panic: records the failure like an error, then goes on unwinding.
+    pub(crate) fn settle_panic<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        delivery: Option<&Delivery>,
+        panic: Box<dyn Any + Send>,
+        nested: bool,
+    ) -> ! {
+        if let (false, Some(delivery)) = (nested, delivery) {
+            let _ = self.record_failure(conn, delivery, &panic_message(&*panic));
+        }
+        panic::resume_unwind(panic)
+    }
+
     /// Records a failed attempt in a transaction of its own and dead-letters the event when
     /// it has reached `max_attempts`. A failure to record is logged, not returned: the
     /// handler's error is what the caller needs.
-    pub(crate) fn record_failure<C: InboxConnection>(
+    fn record_failure<C: InboxConnection>(
         &self,
         conn: &mut C,
         delivery: &Delivery,
@@ -634,7 +656,7 @@ pub(crate) fn rollback_to<C: Connection>(conn: &mut C, depth: u32) {
     }
 }
 
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+fn panic_message(panic: &(dyn Any + Send)) -> String {
     let message = panic
         .downcast_ref::<&str>()
         .copied()

@@ -123,7 +123,8 @@ impl DeadLettered {
         self.since
     }
 
-    /// Deliveries of the event since it was dead-lettered, this one included.
+    /// Deliveries the record counts: the one whose failure dead-lettered the event, and every
+    /// one since, this one included (so at least 2).
     pub fn deliveries(&self) -> u64 {
         self.deliveries
     }

@@ -1,9 +1,12 @@
 //! MySQL and MariaDB (InnoDB): `INSERT .. ON DUPLICATE KEY UPDATE`, never `INSERT IGNORE`,
 //! which would also hide truncation and conversion errors.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use chrono::{DateTime, NaiveDateTime, Utc};
 use diesel::mysql::MysqlConnection;
 use diesel::prelude::*;
+use diesel::result::DatabaseErrorKind;
 use diesel::sql_types::BigInt;
 
 use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Recorded};
@@ -46,6 +49,9 @@ impl HasBackend for MysqlConnection {
 /// insert and 2 for an update that changed the row (the update always changes `deliveries`),
 /// with or without the client's found-rows flag.
 const INSERTED: usize = 1;
+
+/// Whether the server has MariaDB's `@@in_transaction`; cleared at the first server without.
+static HAS_IN_TRANSACTION: AtomicBool = AtomicBool::new(true);
 
 impl InboxBackend for MysqlConnection {
     const STATEMENT_ERRORS_CAN_END_TRANSACTION: bool = true;
@@ -158,10 +164,23 @@ impl InboxBackend for MysqlConnection {
 
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
         // A deadlock rolls back the whole transaction; later statements then autocommit one by
-        // one and COMMIT succeeds on nothing. The session variable tells.
-        diesel::select(diesel::dsl::sql::<BigInt>("@@in_transaction"))
-            .get_result::<i64>(self)
-            .map(|in_transaction| in_transaction == 1)
+        // one and COMMIT succeeds on nothing. MariaDB's session variable tells; Oracle MySQL
+        // has none, so there the check is skipped (once told so, for the whole process).
+        if !HAS_IN_TRANSACTION.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        match diesel::select(diesel::dsl::sql::<BigInt>("@@in_transaction")).get_result::<i64>(self)
+        {
+            Ok(in_transaction) => Ok(in_transaction == 1),
+            Err(diesel::result::Error::DatabaseError(_, info))
+                if info.message().contains("Unknown system variable") =>
+            {
+                HAS_IN_TRANSACTION.store(false, Ordering::Relaxed);
+                tracing::warn!("this server has no @@in_transaction (MySQL, not MariaDB): the inbox cannot tell when a deadlock the handler swallowed ended its transaction");
+                Ok(true)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     fn is_contention(error: &diesel::result::Error) -> bool {
@@ -177,7 +196,9 @@ impl InboxBackend for MysqlConnection {
     fn settle(&mut self, key: Key<'_>, now: DateTime<Utc>, state: &str) -> QueryResult<bool> {
         use inbox::dsl as t;
         let now = ts(now);
-        diesel::insert_into(t::inbox)
+        // A plain insert, as `ON CONFLICT DO NOTHING` elsewhere: a duplicate key fails this
+        // statement alone (InnoDB keeps the transaction) and leaves the existing row as it is.
+        let inserted = diesel::insert_into(t::inbox)
             .values((
                 t::consumer.eq(k(key.0)),
                 t::event_id.eq(k(key.1)),
@@ -186,11 +207,14 @@ impl InboxBackend for MysqlConnection {
                 t::last_seen_at.eq(now),
                 t::deliveries.eq(1),
             ))
-            .on_conflict(diesel::dsl::DuplicatedKeys)
-            .do_update()
-            .set(t::deliveries.eq(t::deliveries + 1))
-            .execute(self)
-            .map(|affected| affected == INSERTED)
+            .execute(self);
+        match inserted {
+            Ok(_) => Ok(true),
+            Err(diesel::result::Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     portable_statements!(

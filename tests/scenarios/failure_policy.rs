@@ -4,6 +4,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
+use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{DeadLetterState, Delivery, Error, Inbox, Outcome, Payload};
 use serde::{Deserialize, Serialize};
@@ -430,4 +431,27 @@ pub fn a_panicking_handler_counts_as_a_failed_attempt<B: Backend>() {
         .process(&mut conn, "evt-1", effect("evt-1"))
         .unwrap()
         .is_dead_lettered());
+}
+
+pub fn discarding_a_dead_letter_whose_inbox_row_was_deleted_still_holds_it_back<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = orders().max_attempts(1);
+    assert!(inbox
+        .process(&mut conn, "evt-1", refuse)
+        .unwrap()
+        .is_dead_lettered());
+    // Retention, or an operator, removed the row that held deliveries back.
+    conn.batch_execute("DELETE FROM diesel_inbox").unwrap();
+
+    inbox
+        .dead_letters()
+        .discard(&mut conn, "evt-1", "ops", "obsolete")
+        .unwrap();
+
+    let later = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    assert!(
+        matches!(later, Outcome::DeadLettered(ref d) if d.is_discarded()),
+        "{later:?}"
+    );
+    assert_eq!(conn.effect_count(), 0);
 }

@@ -57,6 +57,7 @@ macro_rules! backend_tests {
             a_stored_result_is_returned_on_duplicate,
             concurrent_failures_of_one_event_count_correctly,
             a_panicking_handler_counts_as_a_failed_attempt,
+            discarding_a_dead_letter_whose_inbox_row_was_deleted_still_holds_it_back,
             a_batch_runs_new_ids_once_and_reports_duplicates_in_order,
             a_failing_event_in_a_batch_loses_and_doubles_nothing,
             a_batch_dead_letters_an_event_at_max_attempts,
