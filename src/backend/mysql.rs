@@ -82,23 +82,11 @@ impl InboxBackend for MysqlConnection {
             return Ok(Recorded::New);
         }
         // No RETURNING on MySQL: read the row this transaction now holds locked.
-        let (processed_at, deliveries, state, payload_hash, result) = t::inbox
+        let row = t::inbox
             .find((k(key.0), k(key.1)))
-            .select((
-                t::processed_at,
-                t::deliveries,
-                t::state,
-                t::payload_hash,
-                t::result,
-            ))
-            .first::<(Time, i64, String, Option<Vec<u8>>, Option<String>)>(self)?;
-        Ok(super::recorded(Existing {
-            processed_at: utc(processed_at),
-            deliveries,
-            state,
-            payload_hash,
-            result,
-        }))
+            .select(existing_columns())
+            .first::<ExistingColumns>(self)?;
+        Ok(super::recorded(existing(row)))
     }
 
     fn record_deliveries(
@@ -108,7 +96,6 @@ impl InboxBackend for MysqlConnection {
         now: DateTime<Utc>,
     ) -> QueryResult<Vec<Recorded>> {
         use inbox::dsl as t;
-        type Read = (Vec<u8>, Time, i64, String, Option<Vec<u8>>, Option<String>);
         let when = ts(now);
         let mut found = std::collections::HashMap::with_capacity(items.len());
         for chunk in items.chunks(super::ROWS_PER_STATEMENT) {
@@ -139,25 +126,12 @@ impl InboxBackend for MysqlConnection {
             let ids: Vec<&[u8]> = chunk.iter().map(|&(event_id, _)| k(event_id)).collect();
             let rows = t::inbox
                 .filter(t::consumer.eq(k(consumer)).and(t::event_id.eq_any(ids)))
-                .select((
-                    t::event_id,
-                    t::processed_at,
-                    t::deliveries,
-                    t::state,
-                    t::payload_hash,
-                    t::result,
-                ))
-                .load::<Read>(self)?;
-            for (event_id, processed_at, deliveries, state, payload_hash, result) in rows {
-                let existing = Existing {
-                    processed_at: utc(processed_at),
-                    deliveries,
-                    state,
-                    payload_hash,
-                    result,
-                };
-                found.insert(key_string(event_id), existing);
-            }
+                .select((t::event_id, existing_columns()))
+                .load::<(KeyOwned, ExistingColumns)>(self)?;
+            found.extend(
+                rows.into_iter()
+                    .map(|(id, row)| (key_string(id), existing(row))),
+            );
         }
         super::in_order(items, found)
     }

@@ -247,6 +247,36 @@ macro_rules! portable_statements {
 /// read them back.
 macro_rules! row_mappings {
     () => {
+        type ExistingColumns = (Time, i64, String, Option<Vec<u8>>, Option<String>);
+
+        fn existing_columns() -> (
+            inbox::processed_at,
+            inbox::deliveries,
+            inbox::state,
+            inbox::payload_hash,
+            inbox::result,
+        ) {
+            use inbox::dsl as t;
+            (
+                t::processed_at,
+                t::deliveries,
+                t::state,
+                t::payload_hash,
+                t::result,
+            )
+        }
+
+        fn existing(row: ExistingColumns) -> Existing {
+            let (processed_at, deliveries, state, payload_hash, result) = row;
+            Existing {
+                processed_at: utc(processed_at),
+                deliveries,
+                state,
+                payload_hash,
+                result,
+            }
+        }
+
         type InboxColumns = (KeyOwned, KeyOwned, String, Time, Time, i64);
 
         fn inbox_columns() -> (
@@ -362,37 +392,24 @@ macro_rules! upsert_returning {
             // The single-row statement has a fixed shape, so Diesel keeps it prepared; the
             // multi-row one below is prepared per batch.
             let when = ts(now);
-            let (processed_at, deliveries, state, payload_hash, result) =
-                diesel::insert_into(t::inbox)
-                    .values((
-                        t::consumer.eq(key.0),
-                        t::event_id.eq(key.1),
-                        t::processed_at.eq(when),
-                        t::last_seen_at.eq(when),
-                        t::deliveries.eq(1),
-                        t::payload_hash.eq(payload_hash),
-                    ))
-                    .on_conflict((t::consumer, t::event_id))
-                    .do_update()
-                    .set((
-                        t::deliveries.eq(t::deliveries + 1),
-                        t::last_seen_at.eq(when),
-                    ))
-                    .returning((
-                        t::processed_at,
-                        t::deliveries,
-                        t::state,
-                        t::payload_hash,
-                        t::result,
-                    ))
-                    .get_result::<(Time, i64, String, Option<Vec<u8>>, Option<String>)>(self)?;
-            Ok($crate::backend::recorded(Existing {
-                processed_at: utc(processed_at),
-                deliveries,
-                state,
-                payload_hash,
-                result,
-            }))
+            let row = diesel::insert_into(t::inbox)
+                .values((
+                    t::consumer.eq(key.0),
+                    t::event_id.eq(key.1),
+                    t::processed_at.eq(when),
+                    t::last_seen_at.eq(when),
+                    t::deliveries.eq(1),
+                    t::payload_hash.eq(payload_hash),
+                ))
+                .on_conflict((t::consumer, t::event_id))
+                .do_update()
+                .set((
+                    t::deliveries.eq(t::deliveries + 1),
+                    t::last_seen_at.eq(when),
+                ))
+                .returning(existing_columns())
+                .get_result::<ExistingColumns>(self)?;
+            Ok($crate::backend::recorded(existing(row)))
         }
 
         fn record_deliveries(
@@ -402,7 +419,6 @@ macro_rules! upsert_returning {
             now: DateTime<Utc>,
         ) -> QueryResult<Vec<Recorded>> {
             use inbox::dsl as t;
-            type Returned = (String, Time, i64, String, Option<Vec<u8>>, Option<String>);
             let when = ts(now);
             let mut found = std::collections::HashMap::with_capacity(items.len());
             for chunk in items.chunks($crate::backend::ROWS_PER_STATEMENT) {
@@ -429,25 +445,9 @@ macro_rules! upsert_returning {
                         t::deliveries.eq(t::deliveries + 1),
                         t::last_seen_at.eq(when),
                     ))
-                    .returning((
-                        t::event_id,
-                        t::processed_at,
-                        t::deliveries,
-                        t::state,
-                        t::payload_hash,
-                        t::result,
-                    ))
-                    .load::<Returned>(self)?;
-                for (event_id, processed_at, deliveries, state, payload_hash, result) in returned {
-                    let existing = Existing {
-                        processed_at: utc(processed_at),
-                        deliveries,
-                        state,
-                        payload_hash,
-                        result,
-                    };
-                    found.insert(event_id, existing);
-                }
+                    .returning((t::event_id, existing_columns()))
+                    .load::<(String, ExistingColumns)>(self)?;
+                found.extend(returned.into_iter().map(|(id, row)| (id, existing(row))));
             }
             $crate::backend::in_order(items, found)
         }

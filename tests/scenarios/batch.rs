@@ -1,15 +1,13 @@
 //! Batches: one statement records them all, effects for the new ones, one commit.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{Arc, Barrier};
-use std::thread;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{DeadLetterState, Delivery, Error, Inbox, Outcome};
 
 use super::{effect, HandlerError};
-use crate::support::{setup, transaction_depth, Backend, TestConn};
+use crate::support::{concurrently, setup, transaction_depth, Backend, TestConn};
 
 fn batch_effect<C: TestConn>(tx: &mut C, delivery: &Delivery) -> QueryResult<()> {
     tx.record_effect(delivery.id().as_str())
@@ -128,33 +126,23 @@ pub fn concurrent_overlapping_batches_take_effect_once_per_id<B: Backend>() {
     const THREADS: usize = 4;
     const IDS: usize = 60;
     let (db, mut conn) = setup::<B>();
-    let pool = db.pool(u32::try_from(THREADS).unwrap());
-    let start = Arc::new(Barrier::new(THREADS));
 
-    let workers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (pool, start) = (pool.clone(), Arc::clone(&start));
-            thread::spawn(move || {
-                let mut conn = pool.get().unwrap();
-                let mut ids: Vec<String> = (0..IDS).map(|i| format!("evt-{i}")).collect();
-                fastrand::Rng::with_seed(t as u64).shuffle(&mut ids);
-                start.wait();
-                let mut processed = 0;
-                for batch in ids.chunks(15) {
-                    let results = Inbox::default()
-                        .process_batch(&mut *conn, batch, batch_effect)
-                        .unwrap_or_else(|e| panic!("batch failed: {e}"));
-                    for result in results {
-                        processed +=
-                            usize::from(result.expect("no delivery may fail").is_processed());
-                    }
-                }
-                processed
-            })
-        })
-        .collect();
-
-    let processed: usize = workers.into_iter().map(|w| w.join().unwrap()).sum();
+    let processed: usize = concurrently(&db, THREADS, |t, conn| {
+        let mut ids: Vec<String> = (0..IDS).map(|i| format!("evt-{i}")).collect();
+        fastrand::Rng::with_seed(t as u64).shuffle(&mut ids);
+        let mut processed = 0;
+        for batch in ids.chunks(15) {
+            let results = Inbox::default()
+                .process_batch(conn, batch, batch_effect)
+                .unwrap_or_else(|e| panic!("batch failed: {e}"));
+            for result in results {
+                processed += usize::from(result.expect("no delivery may fail").is_processed());
+            }
+        }
+        processed
+    })
+    .into_iter()
+    .sum();
     assert_eq!(processed, IDS);
     assert_eq!((conn.effect_count(), conn.inbox_rows()), (IDS, IDS));
     assert_eq!(conn.total_deliveries(), THREADS * IDS);

@@ -1,8 +1,6 @@
 //! Failure policy, dead letters, payload identity and stored results, on every backend.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{Arc, Barrier};
-use std::thread;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
@@ -10,7 +8,7 @@ use diesel_inbox::{DeadLetterState, Delivery, Error, Inbox, Outcome, Payload};
 use serde::{Deserialize, Serialize};
 
 use super::{effect, HandlerError};
-use crate::support::{setup, Backend, TestConn};
+use crate::support::{concurrently, setup, Backend, TestConn};
 
 fn refuse<C>(_: &mut C) -> Result<(), HandlerError> {
     Err(HandlerError::Refused)
@@ -380,27 +378,13 @@ pub fn concurrent_failures_of_one_event_count_correctly<B: Backend>() {
     const THREADS: usize = 4;
     const EACH: usize = 5;
     let (db, mut conn) = setup::<B>();
-    let pool = db.pool(u32::try_from(THREADS).unwrap());
-    let start = Arc::new(Barrier::new(THREADS));
 
-    let workers: Vec<_> = (0..THREADS)
-        .map(|_| {
-            let (pool, start) = (pool.clone(), Arc::clone(&start));
-            thread::spawn(move || {
-                let mut conn = pool.get().unwrap();
-                start.wait();
-                for _ in 0..EACH {
-                    assert_eq!(
-                        orders().process(&mut conn, "evt-1", refuse),
-                        Err(HandlerError::Refused)
-                    );
-                }
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.join().unwrap();
-    }
+    concurrently(&db, THREADS, |_, conn| {
+        for _ in 0..EACH {
+            let failed = orders().process(conn, "evt-1", refuse);
+            assert_eq!(failed, Err(HandlerError::Refused));
+        }
+    });
 
     let record = orders().dead_letters().show(&mut conn, "evt-1").unwrap();
     assert_eq!(record.attempts, (THREADS * EACH) as u64);

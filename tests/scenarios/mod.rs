@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{mpsc, Arc, Barrier};
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use diesel_inbox::{
     run_pending_migrations, with_inbox, Error, Inbox, InvalidEventId, Outcome, RetryPolicy,
 };
 
-use crate::support::{setup, transaction_depth, Backend, TestConn};
+use crate::support::{concurrently, setup, transaction_depth, Backend, TestConn};
 
 mod batch;
 mod failure_policy;
@@ -148,36 +148,23 @@ fn deliver_concurrently<B: Backend>(configure: fn(&mut B::Conn)) {
     const IDS: usize = 40;
     const COPIES: usize = 2;
     let (db, mut conn) = setup::<B>();
-    let pool = db.pool(u32::try_from(THREADS).unwrap());
-    let start = Arc::new(Barrier::new(THREADS));
 
-    let workers: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let (pool, start) = (pool.clone(), Arc::clone(&start));
-            thread::spawn(move || {
-                let mut conn = pool.get().unwrap();
-                configure(&mut conn);
-                let mut order: Vec<usize> = (0..IDS).flat_map(|i| [i; COPIES]).collect();
-                fastrand::Rng::with_seed(t as u64).shuffle(&mut order);
-                start.wait();
-                let mut processed = Vec::new();
-                for i in order {
-                    let id = format!("evt-{i}");
-                    let outcome = with_inbox(&mut *conn, id.as_str(), effect(&id))
-                        .unwrap_or_else(|e| panic!("delivery of {id} failed: {e}"));
-                    if outcome.is_processed() {
-                        processed.push(i);
-                    }
-                }
-                processed
-            })
-        })
-        .collect();
-
-    let mut processed: Vec<usize> = workers
-        .into_iter()
-        .flat_map(|w| w.join().expect("no delivery may fail"))
-        .collect();
+    let processed = concurrently(&db, THREADS, |t, conn| {
+        configure(conn);
+        let mut order: Vec<usize> = (0..IDS).flat_map(|i| [i; COPIES]).collect();
+        fastrand::Rng::with_seed(t as u64).shuffle(&mut order);
+        let mut processed = Vec::new();
+        for i in order {
+            let id = format!("evt-{i}");
+            let outcome = with_inbox(conn, id.as_str(), effect(&id))
+                .unwrap_or_else(|e| panic!("delivery of {id} failed: {e}"));
+            if outcome.is_processed() {
+                processed.push(i);
+            }
+        }
+        processed
+    });
+    let mut processed: Vec<usize> = processed.into_iter().flatten().collect();
     processed.sort_unstable();
     assert_eq!(
         processed,

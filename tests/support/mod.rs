@@ -229,6 +229,34 @@ pub fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
     (db, conn)
 }
 
+/// Runs `work(thread, conn)` on `threads` threads at once, each on a pooled connection of its
+/// own, released together; returns what each returned, in thread order.
+pub fn concurrently<C, R>(
+    db: &TestDatabase<C>,
+    threads: usize,
+    work: impl Fn(usize, &mut C) -> R + Sync,
+) -> Vec<R>
+where
+    C: TestConn + R2D2Connection,
+    R: Send,
+{
+    let pool = db.pool(u32::try_from(threads).unwrap());
+    let start = std::sync::Barrier::new(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|thread| {
+                let (pool, start, work) = (&pool, &start, &work);
+                scope.spawn(move || {
+                    let mut conn = pool.get().unwrap();
+                    start.wait();
+                    work(thread, &mut conn)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    })
+}
+
 pub fn transaction_depth<C: Connection>(conn: &mut C) -> u32 {
     C::TransactionManager::transaction_manager_status_mut(conn)
         .transaction_depth()
