@@ -188,7 +188,9 @@ impl Inbox {
     ///
     /// Contention (serialization failures, deadlocks, lock timeouts, a busy SQLite) rolls back
     /// and retries the whole transaction under the [`RetryPolicy`], which is why `effect` is
-    /// `FnMut`.
+    /// `FnMut`. That covers the inbox's own statements and the commit, and the effect's
+    /// statements where the database ends the transaction for contention (a MySQL deadlock);
+    /// elsewhere contention inside the effect comes back as the effect's own error.
     ///
     /// Given a [`Delivery`] with a payload, the payload's fingerprint is kept with the inbox
     /// row; a later delivery of the same id with another payload is refused with
