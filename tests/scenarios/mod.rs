@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{mpsc, Arc};
+use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
@@ -44,7 +44,6 @@ macro_rules! backend_tests {
             contention_outlasting_the_retries_is_reported_and_commits_nothing,
             uuid_and_string_forms_of_one_id_are_one_event,
             a_duplicate_relaxes_durability_for_its_own_transaction_only,
-            every_call_is_traced_with_its_consumer_and_event_id,
             migrations_apply_on_a_fresh_database_and_again_idempotently,
             failures_are_counted_across_redeliveries,
             an_event_is_dead_lettered_at_exactly_max_attempts,
@@ -590,65 +589,6 @@ pub fn a_panic_while_storing_the_result_leaves_no_transaction_open<B: Backend>()
     assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
         .unwrap()
         .is_processed());
-}
-
-/// Collects what a `tracing` subscriber writes, for the scenario to read back.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-pub fn every_call_is_traced_with_its_consumer_and_event_id<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
-    let inbox = Inbox::new("billing").unwrap();
-
-    tracing::subscriber::with_default(subscriber, || {
-        let _ = inbox.process(&mut conn, "evt-7", effect("evt-7")).unwrap();
-        let _ = inbox.process(&mut conn, "evt-7", effect("evt-7")).unwrap();
-        let _ = inbox.process(&mut conn, "evt-8", |_| Err::<(), _>(HandlerError::Refused));
-    });
-
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let line = |needle: &str| {
-        log.lines()
-            .find(|l| l.contains(needle))
-            .unwrap_or_else(|| panic!("no {needle:?} in the trace:\n{log}"))
-            .to_owned()
-    };
-    let processed = line("processed");
-    assert!(
-        processed.contains("DEBUG")
-            && processed.contains(r#"inbox{consumer="billing" event_id="evt-7"}"#),
-        "{processed}"
-    );
-    let duplicate = line("duplicate delivery");
-    assert!(
-        duplicate.contains("INFO") && duplicate.contains("deliveries=2"),
-        "{duplicate}"
-    );
-    let failed = line("handler failed");
-    assert!(
-        failed.contains("WARN")
-            && failed.contains(r#"event_id="evt-8""#)
-            && failed.contains("attempts=1"),
-        "{failed}"
-    );
 }
 
 pub fn uuid_and_string_forms_of_one_id_are_one_event<B: Backend>() {
