@@ -66,14 +66,7 @@ impl InboxBackend for MysqlConnection {
         use inbox::dsl as t;
         let now = ts(now);
         let affected = diesel::insert_into(t::inbox)
-            .values((
-                t::consumer.eq(k(key.0)),
-                t::event_id.eq(k(key.1)),
-                t::processed_at.eq(now),
-                t::last_seen_at.eq(now),
-                t::deliveries.eq(1),
-                t::payload_hash.eq(payload_hash),
-            ))
+            .values(new_inbox_row!(key.0, key.1, now, payload_hash))
             .on_conflict(diesel::dsl::DuplicatedKeys)
             .do_update()
             .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(now)))
@@ -101,16 +94,7 @@ impl InboxBackend for MysqlConnection {
         for chunk in items.chunks(super::ROWS_PER_STATEMENT) {
             let rows: Vec<_> = chunk
                 .iter()
-                .map(|&(event_id, hash)| {
-                    (
-                        t::consumer.eq(k(consumer)),
-                        t::event_id.eq(k(event_id)),
-                        t::processed_at.eq(when),
-                        t::last_seen_at.eq(when),
-                        t::deliveries.eq(1),
-                        t::payload_hash.eq(hash),
-                    )
-                })
+                .map(|&(event_id, hash)| new_inbox_row!(consumer, event_id, when, hash))
                 .collect();
             diesel::insert_into(t::inbox)
                 .values(rows)

@@ -374,6 +374,21 @@ macro_rules! row_mappings {
     };
 }
 
+/// The values of a fresh inbox row, as every recording statement inserts it: one delivery,
+/// processed and last seen `now`, with the payload's fingerprint if any.
+macro_rules! new_inbox_row {
+    ($consumer:expr, $event_id:expr, $now:expr, $payload_hash:expr) => {
+        (
+            inbox::consumer.eq(k($consumer)),
+            inbox::event_id.eq(k($event_id)),
+            inbox::processed_at.eq($now),
+            inbox::last_seen_at.eq($now),
+            inbox::deliveries.eq(1),
+            inbox::payload_hash.eq($payload_hash),
+        )
+    };
+}
+
 /// Recording deliveries where the backend has `INSERT .. ON CONFLICT .. RETURNING` (PostgreSQL,
 /// SQLite): one statement learns, for every key, whether it is new and what the row holds.
 #[cfg_attr(
@@ -393,14 +408,7 @@ macro_rules! upsert_returning {
             // multi-row one below is prepared per batch.
             let when = ts(now);
             let row = diesel::insert_into(t::inbox)
-                .values((
-                    t::consumer.eq(key.0),
-                    t::event_id.eq(key.1),
-                    t::processed_at.eq(when),
-                    t::last_seen_at.eq(when),
-                    t::deliveries.eq(1),
-                    t::payload_hash.eq(payload_hash),
-                ))
+                .values(new_inbox_row!(key.0, key.1, when, payload_hash))
                 .on_conflict((t::consumer, t::event_id))
                 .do_update()
                 .set((
@@ -424,16 +432,7 @@ macro_rules! upsert_returning {
             for chunk in items.chunks($crate::backend::ROWS_PER_STATEMENT) {
                 let rows: Vec<_> = chunk
                     .iter()
-                    .map(|&(event_id, hash)| {
-                        (
-                            t::consumer.eq(consumer),
-                            t::event_id.eq(event_id),
-                            t::processed_at.eq(when),
-                            t::last_seen_at.eq(when),
-                            t::deliveries.eq(1),
-                            t::payload_hash.eq(hash),
-                        )
-                    })
+                    .map(|&(event_id, hash)| new_inbox_row!(consumer, event_id, when, hash))
                     .collect();
                 // A second inserter of the same key blocks until the first commits (then it
                 // updates: a duplicate) or rolls back (then it inserts and runs the effect).
