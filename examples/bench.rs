@@ -122,10 +122,10 @@ bench_conn!(
     "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance BIGINT NOT NULL);
      INSERT INTO accounts SELECT g, 0 FROM generate_series(1, 1000) g;
      CREATE TABLE naive_inbox (consumer TEXT NOT NULL, event_id TEXT NOT NULL, PRIMARY KEY (consumer, event_id));",
-    "INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
+    "INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at)
      SELECT 'prefill', md5(g::text), now(), now() FROM generate_series(1, {rows}) g;
-     ANALYZE diesel_inbox;",
-    &["VACUUM diesel_inbox", "CHECKPOINT"]
+     ANALYZE diesel_inbox_events;",
+    &["VACUUM diesel_inbox_events", "CHECKPOINT"]
 );
 
 bench_conn!(
@@ -136,10 +136,10 @@ bench_conn!(
      CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance BIGINT NOT NULL) ENGINE = InnoDB;
      INSERT INTO accounts (id, balance) WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < 1000) SELECT n, 0 FROM seq;
      CREATE TABLE naive_inbox (consumer VARBINARY(128) NOT NULL, event_id VARBINARY(255) NOT NULL, PRIMARY KEY (consumer, event_id)) ENGINE = InnoDB;",
-    "INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
+    "INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at)
      WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows})
      SELECT 'prefill', MD5(n), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM seq;
-     ANALYZE TABLE diesel_inbox;",
+     ANALYZE TABLE diesel_inbox_events;",
     &[]
 );
 
@@ -150,7 +150,7 @@ bench_conn!(
     "CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance BIGINT NOT NULL);
      INSERT INTO accounts WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < 1000) SELECT n, 0 FROM seq;
      CREATE TABLE naive_inbox (consumer TEXT NOT NULL, event_id TEXT NOT NULL, PRIMARY KEY (consumer, event_id)) WITHOUT ROWID;",
-    "INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
+    "INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at)
      WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows})
      SELECT 'prefill', lower(hex(randomblob(16))), strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now') FROM seq;
      ANALYZE;",

@@ -9,7 +9,7 @@
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use diesel_inbox::{Delivery, Inbox, Outcome, Payload, SqliteSetup};
+use diesel_inbox::{Audit, Delivery, Inbox, Outcome, Payload, SqliteSetup};
 
 #[derive(Debug, thiserror::Error)]
 enum ShipError {
@@ -98,15 +98,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Ops add the missing SKU, then redrive: the handler runs on the stored payload, through
     // the inbox, so it still takes effect at most once.
     conn.batch_execute("INSERT INTO catalog VALUES ('LAMP-9', 0);")?;
-    let redriven = dead_letters.redrive(
-        &mut conn,
-        "order-77",
-        "ops@shop.example",
-        "LAMP-9 added to the catalog",
-        ship,
-    )?;
+    let audit = Audit::new("ops@shop.example", "LAMP-9 added to the catalog")?;
+    let redriven = dead_letters.redrive(&mut conn, "order-77", &audit, ship)?;
     println!("redrive -> processed: {}", redriven.is_processed());
-    let again = dead_letters.redrive(&mut conn, "order-77", "ops@shop.example", "again", ship);
+    let again = dead_letters.redrive(&mut conn, "order-77", &audit, ship);
     println!(
         "second redrive -> {}",
         again.map_or_else(|e| e.to_string(), |o| format!("{o:?}"))
@@ -129,7 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "  {} {}{attempt}{who}: {why}",
             entry.at.format("%H:%M:%S%.3f"),
-            entry.entry
+            entry.kind
         );
     }
     let reserved = diesel::sql_query("SELECT reserved AS n FROM catalog WHERE sku = 'LAMP-9'")

@@ -5,10 +5,11 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Display;
 
 use chrono::Utc;
-use diesel::connection::TransactionManager;
 
-use crate::backend::sealed::{InboxBackend, Recorded};
-use crate::inbox::{self, row_state, transaction_depth, Failure, Settled};
+use crate::backend::sealed::{InboxSql, Recorded};
+use crate::inbox::{self, Delivered};
+use crate::state::InboxState;
+use crate::transaction::{self, Failure};
 use crate::{Delivery, Error, Inbox, InboxConnection, IntoDelivery, Outcome, Payload};
 
 /// One delivery's place in a batch while the transaction runs.
@@ -81,15 +82,16 @@ impl Inbox {
             size = deliveries.len()
         );
         let _entered = span.enter();
-        let nested = transaction_depth(conn).map_err(Error::from)? > 0;
+        let scope = transaction::scope_of(conn).map_err(Error::from)?;
 
         // First every effect in one go; only if one fails, roll back and run the batch again
         // with a savepoint per event, so the failure is isolated and the others commit. The
         // savepoints cost two round trips per event, which the common case does not pay.
         let mut isolate = false;
         let mut panicked_at = None;
+        let subject = self.subject(None);
         let slots = loop {
-            let slots = self.transact(conn, nested, |tx| {
+            let slots = transaction::run(conn, scope, self.retry_policy(), subject, |tx| {
                 self.deliver_batch(tx, &deliveries, &mut effect, isolate, &mut panicked_at)
             });
             match slots {
@@ -105,7 +107,7 @@ impl Inbox {
             Ok(slots) => slots,
             Err(Failure::Panicked(panic)) => {
                 let delivery = panicked_at.and_then(|i| deliveries[i].as_ref().ok());
-                self.settle_panic(conn, delivery, panic, nested)
+                self.after_handler_panic(conn, delivery, panic, scope)
             }
             Err(failure) => return Err(failure.into_error()),
         };
@@ -117,7 +119,7 @@ impl Inbox {
                 (Slot::Done(outcome), _) => Ok(outcome),
                 (Slot::Rejected(error), _) => Err(error.into()),
                 (Slot::Failed(error), Ok(delivery)) => {
-                    self.settle_failure(conn, delivery, error, nested)
+                    self.after_handler_error(conn, delivery, error, scope)
                 }
                 (Slot::Failed(error), Err(_)) => Err(error),
             })
@@ -164,7 +166,7 @@ impl Inbox {
             .collect();
         items.sort_unstable_by_key(|&(id, _)| id);
         let recorded = conn
-            .backend()
+            .sql()
             .record_deliveries(self.consumer(), &items, Utc::now())?;
         let mut recorded: HashMap<&str, Recorded> =
             items.iter().map(|&(id, _)| id).zip(recorded).collect();
@@ -182,30 +184,29 @@ impl Inbox {
             let fingerprint = fingerprints[i].as_ref();
             let this = match recorded.remove(key.1) {
                 Some(first) => first,
-                None => {
-                    conn.backend()
-                        .record_delivery(key, Utc::now(), fingerprint.map(|f| &f[..]))?
-                }
+                None => conn
+                    .sql()
+                    .record_delivery(key, Utc::now(), fingerprint.map(|f| &f[..]))?,
             };
             // Read only when an effect panics: then it names the event whose effect it was.
             *panicked_at = Some(i);
             let slot = match this {
                 Recorded::Seen(existing) => match inbox::seen(conn, key, fingerprint, existing)? {
-                    Settled::Outcome(outcome) => Slot::Done(outcome),
-                    Settled::PayloadConflict => Slot::Rejected(Error::PayloadMismatch {
+                    Delivered::Outcome(outcome) => Slot::Done(outcome),
+                    Delivered::PayloadConflict => Slot::Rejected(Error::PayloadMismatch {
                         event_id: delivery.id.clone(),
                     }),
                 },
                 Recorded::New if !isolate => {
-                    let value = inbox::call_effect(conn, &mut |c: &mut C| effect(c, delivery))?;
+                    let value = transaction::call_user(conn, |c: &mut C| effect(c, delivery))?;
                     Slot::Done(Outcome::Processed(value))
                 }
                 Recorded::New => {
-                    let depth = transaction_depth(conn)?;
-                    C::TransactionManager::begin_transaction(conn)?;
-                    let ran = inbox::call_effect(conn, &mut |c: &mut C| effect(c, delivery));
+                    let depth = transaction::depth(conn)?;
+                    transaction::begin_savepoint(conn)?;
+                    let ran = transaction::call_user(conn, |c: &mut C| effect(c, delivery));
                     match ran {
-                        Ok(value) => match C::TransactionManager::commit_transaction(conn) {
+                        Ok(value) => match transaction::release_savepoint(conn) {
                             Ok(()) => Slot::Done(Outcome::Processed(value)),
                             // PostgreSQL refuses to release a savepoint in an aborted
                             // transaction: the effect swallowed a failed statement.
@@ -228,7 +229,7 @@ impl Inbox {
         }
         // Once for the batch: an effect that swallowed a failed statement leaves a PostgreSQL
         // transaction aborted, which COMMIT would hide.
-        inbox::ensure_alive(conn)?;
+        transaction::ensure_committable(conn)?;
         Ok(slots)
     }
 
@@ -240,9 +241,9 @@ impl Inbox {
         depth: u32,
         delivery: &Delivery,
     ) -> Result<(), Failure<E>> {
-        inbox::rollback_to(conn, depth);
-        conn.backend()
-            .set_inbox_state(self.key(delivery), row_state::PROCESSED, None)?;
+        transaction::rollback_to(conn, depth);
+        conn.sql()
+            .delete_inbox_row(self.key(delivery), InboxState::Processed)?;
         Ok(())
     }
 }

@@ -1,56 +1,64 @@
 //! Dead letters: events the failure policy gave up on, and the audited transitions out of that
 //! state (redrive, discard).
 
-use std::fmt;
-
 use chrono::{DateTime, Utc};
 
-use crate::backend::sealed::{FailureRow, InboxBackend, LogRow, Recorded};
-use crate::inbox::{row_state, transaction_depth, Failure};
+use crate::backend::sealed::{FailureRow, HistoryRow, InboxSql, Recorded};
+use crate::backend::Key;
+use crate::state::{DeadLetterState, HistoryKind, InboxState};
+use crate::transaction::{self, Failure};
 use crate::{Error, EventId, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
 
-/// The states of a row in `diesel_inbox_failures`.
-pub(crate) mod state {
-    pub(crate) const RETRYING: &str = "retrying";
-    pub(crate) const DEAD_LETTERED: &str = "dead_lettered";
-    pub(crate) const REDRIVEN: &str = "redriven";
-    pub(crate) const DISCARDED: &str = "discarded";
-}
-
-/// Where a failed event stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum DeadLetterState {
-    /// It has failed, fewer times than the limit: redeliveries run it again.
-    Retrying,
-    /// It failed too often: redeliveries skip it until ops redrive or discard it.
-    DeadLettered,
-    /// Ops redrove it and it was processed.
-    Redriven,
-    /// Ops discarded it: kept for the record, never run again.
-    Discarded,
-}
-
-impl DeadLetterState {
-    fn parse(state: &str) -> Self {
-        match state {
-            state::RETRYING => Self::Retrying,
-            state::DEAD_LETTERED => Self::DeadLettered,
-            state::REDRIVEN => Self::Redriven,
-            // Only the library writes this column; anything else would be a newer version's.
-            _ => Self::Discarded,
+impl Inbox {
+    /// Operations on this consumer's dead letters.
+    pub fn dead_letters(&self) -> DeadLetters {
+        DeadLetters {
+            inbox: self.clone(),
         }
     }
 }
 
-impl fmt::Display for DeadLetterState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Retrying => "retrying",
-            Self::DeadLettered => "dead-lettered",
-            Self::Redriven => "redriven",
-            Self::Discarded => "discarded",
-        })
+/// Who makes a dead-letter transition, and why: both required, both kept in the history.
+///
+/// ```
+/// use diesel_inbox::Audit;
+///
+/// let audit = Audit::new("ops@example.com", "SKU added upstream")?;
+/// assert_eq!(audit.actor(), "ops@example.com");
+/// assert!(Audit::new("ops@example.com", " ").is_err());
+/// # Ok::<(), diesel_inbox::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audit {
+    actor: String,
+    reason: String,
+}
+
+impl Audit {
+    /// `actor` (a person or a system) makes a transition for `reason`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MissingAudit`] when either is empty or blank.
+    pub fn new(actor: impl Into<String>, reason: impl Into<String>) -> Result<Self, Error> {
+        let (actor, reason) = (actor.into(), reason.into());
+        if actor.trim().is_empty() {
+            return Err(Error::MissingAudit("actor"));
+        }
+        if reason.trim().is_empty() {
+            return Err(Error::MissingAudit("reason"));
+        }
+        Ok(Self { actor, reason })
+    }
+
+    /// Who.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// Why.
+    pub fn reason(&self) -> &str {
+        &self.reason
     }
 }
 
@@ -82,8 +90,8 @@ pub struct DeadLetter {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HistoryEntry {
-    /// What happened: `failed`, `dead_lettered`, `redriven` or `discarded`.
-    pub entry: String,
+    /// What happened.
+    pub kind: HistoryKind,
     /// The attempt number, for failures and for dead-lettering.
     pub attempt: Option<u64>,
     /// The error text, for failures.
@@ -107,7 +115,7 @@ pub struct HistoryEntry {
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::{Delivery, Inbox, Payload};
+/// use diesel_inbox::{Audit, Delivery, Inbox, Payload};
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// diesel_inbox::run_pending_migrations(&mut conn)?;
@@ -119,7 +127,8 @@ pub struct HistoryEntry {
 ///
 /// let dead = inbox.dead_letters();
 /// assert_eq!(dead.list(&mut conn)?.len(), 1);
-/// let redriven = dead.redrive(&mut conn, "order-9", "ops@example.com", "qty fixed upstream", |_tx, payload| {
+/// let audit = Audit::new("ops@example.com", "qty fixed upstream")?;
+/// let redriven = dead.redrive(&mut conn, "order-9", &audit, |_tx, payload| {
 ///     assert!(matches!(payload, Some(Payload::Json(_))));
 ///     Ok::<_, diesel_inbox::Error>(())
 /// })?;
@@ -133,18 +142,14 @@ pub struct DeadLetters {
 }
 
 impl DeadLetters {
-    pub(crate) fn new(inbox: Inbox) -> Self {
-        Self { inbox }
-    }
-
     /// The consumer's dead letters awaiting a decision, oldest first, without history.
     ///
     /// # Errors
     ///
     /// [`Error::Database`] when the query fails.
     pub fn list<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<DeadLetter>, Error> {
-        conn.backend()
-            .failures(self.inbox.consumer(), state::DEAD_LETTERED)?
+        conn.sql()
+            .failures(self.inbox.consumer(), DeadLetterState::DeadLettered)?
             .into_iter()
             .map(|row| dead_letter(row, Vec::new()))
             .collect()
@@ -162,29 +167,27 @@ impl DeadLetters {
     ) -> Result<DeadLetter, Error> {
         let event_id = event_id.into_event_id()?;
         let key = (self.inbox.consumer(), event_id.as_str());
-        let row = conn.backend().failure(key)?;
+        let row = conn.sql().failure(key)?;
         let row = row.ok_or(Error::DeadLetterNotFound {
             event_id: event_id.clone(),
         })?;
-        let history = conn.backend().failure_log(key)?;
+        let history = conn.sql().history(key)?;
         dead_letter(row, history)
     }
 
     /// Runs `effect` on the stored payload of a dead-lettered event, through the normal inbox
-    /// path, and marks it redriven by `actor` for `reason`, all in one transaction. If the
+    /// path, and marks it redriven, with `audit` in its history, all in one transaction. If the
     /// effect fails, everything rolls back and the event stays dead-lettered.
     ///
     /// # Errors
     ///
     /// The effect's error, unchanged; [`Error::InvalidTransition`] unless the event is
     /// dead-lettered (a second redrive is refused); [`Error::DeadLetterNotFound`];
-    /// [`Error::MissingAudit`] for an empty `actor` or `reason`.
     pub fn redrive<C, T, E, F>(
         &self,
         conn: &mut C,
         event_id: impl IntoEventId,
-        actor: &str,
-        reason: &str,
+        audit: &Audit,
         mut effect: F,
     ) -> Result<Outcome<T>, E>
     where
@@ -193,36 +196,37 @@ impl DeadLetters {
         E: From<Error>,
     {
         let event_id = event_id.into_event_id().map_err(Error::from)?;
-        audit(actor, reason)?;
-        let nested = transaction_depth(conn).map_err(Error::from)? > 0;
+        let (consumer, actor) = (self.inbox.consumer(), audit.actor());
         let span = tracing::info_span!(
             "inbox_redrive",
-            consumer = self.inbox.consumer(),
+            consumer,
             event_id = event_id.as_str(),
             actor
         );
         let _entered = span.enter();
 
-        let redriven = self.inbox.transact(conn, nested, |tx| {
-            let key = (self.inbox.consumer(), event_id.as_str());
-            let row = self.transition_from_dead_lettered(tx, &event_id, "redriven")?;
+        let key = (consumer, event_id.as_str());
+        let scope = transaction::scope_of(conn).map_err(Error::from)?;
+        let subject = transaction::Subject {
+            consumer,
+            event_id: Some(key.1),
+        };
+        let redriven = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
+            let row = transition_from_dead_lettered(tx, key, Transition::Redrive)?;
             let payload = stored_payload(&row);
             // The dead-letter row in the inbox table held the event back; remove it so the
             // event runs as new, under the same key lock as any concurrent delivery.
-            tx.backend()
-                .set_inbox_state(key, row_state::DEAD_LETTERED, None)?;
+            tx.sql().delete_inbox_row(key, InboxState::DeadLettered)?;
             let fingerprint = payload.as_ref().map(Payload::fingerprint);
-            let recorded = tx.backend().record_delivery(
-                key,
-                Utc::now(),
-                fingerprint.as_ref().map(|f| &f[..]),
-            )?;
+            let recorded =
+                tx.sql()
+                    .record_delivery(key, Utc::now(), fingerprint.as_ref().map(|f| &f[..]))?;
             if !matches!(recorded, Recorded::New) {
                 // Processed by other means although its failure row says dead-lettered.
                 return Err(Failure::Inbox(Error::InvalidTransition {
                     event_id: event_id.clone(),
                     state: DeadLetterState::Redriven,
-                    attempted: "redriven",
+                    attempted: DeadLetterState::Redriven,
                 }));
             }
             let value = crate::inbox::run_effect(
@@ -231,112 +235,129 @@ impl DeadLetters {
                 &mut |c: &mut C| effect(c, payload.as_ref()),
                 &|_| Ok(None),
             )?;
-            Self::finish_transition(tx, key, state::REDRIVEN, actor, reason)?;
+            finish_transition(tx, key, Transition::Redrive, audit)?;
             Ok(value)
         });
         let value = redriven.map_err(Failure::into_error)?;
-        tracing::warn!(actor, reason, "dead letter redriven and processed");
+        let (event_id, reason) = (key.1, audit.reason());
+        tracing::warn!(
+            consumer,
+            event_id,
+            actor,
+            reason,
+            "dead letter redriven and processed"
+        );
         Ok(Outcome::Processed(value))
     }
 
-    /// Marks a dead-lettered event discarded by `actor` for `reason`: kept for the record,
+    /// Marks a dead-lettered event discarded, with `audit` in its history: kept for the record,
     /// never run again; later deliveries return [`Outcome::DeadLettered`] with
     /// [`is_discarded`](crate::DeadLettered::is_discarded).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidTransition`] unless the event is dead-lettered;
-    /// [`Error::DeadLetterNotFound`]; [`Error::MissingAudit`].
+    /// [`Error::DeadLetterNotFound`].
     pub fn discard<C: InboxConnection>(
         &self,
         conn: &mut C,
         event_id: impl IntoEventId,
-        actor: &str,
-        reason: &str,
+        audit: &Audit,
     ) -> Result<(), Error> {
         let event_id = event_id.into_event_id()?;
-        audit(actor, reason)?;
-        let nested = transaction_depth(conn)? > 0;
-        self.inbox
-            .transact::<_, _, Error>(conn, nested, |tx| {
-                let key = (self.inbox.consumer(), event_id.as_str());
-                self.transition_from_dead_lettered(tx, &event_id, "discarded")?;
-                let sql = tx.backend();
-                let marked =
-                    sql.set_inbox_state(key, row_state::DEAD_LETTERED, Some(row_state::DISCARDED))?;
-                // The row that holds deliveries back may have been deleted (retention, by
-                // hand): put it back, or "never run again" would not hold.
-                if !marked {
-                    sql.settle(key, Utc::now(), row_state::DISCARDED)?;
-                }
-                Self::finish_transition(tx, key, state::DISCARDED, actor, reason)
-            })
-            .map_err(Failure::into_error)?;
-        tracing::warn!(
-            consumer = self.inbox.consumer(),
-            event_id = event_id.as_str(),
-            actor,
-            reason,
-            "dead letter discarded"
-        );
-        Ok(())
-    }
-
-    /// Locks the failure row and checks that it is dead-lettered.
-    fn transition_from_dead_lettered<C: InboxConnection, E>(
-        &self,
-        conn: &mut C,
-        event_id: &EventId,
-        attempted: &'static str,
-    ) -> Result<FailureRow, Failure<E>> {
-        let key = (self.inbox.consumer(), event_id.as_str());
-        let Some(row) = conn.backend().failure(key)? else {
-            return Err(Failure::Inbox(Error::DeadLetterNotFound {
-                event_id: event_id.clone(),
-            }));
+        let consumer = self.inbox.consumer();
+        let key = (consumer, event_id.as_str());
+        let scope = transaction::scope_of(conn)?;
+        let subject = transaction::Subject {
+            consumer,
+            event_id: Some(key.1),
         };
-        if row.state != state::DEAD_LETTERED {
-            return Err(Failure::Inbox(Error::InvalidTransition {
-                event_id: event_id.clone(),
-                state: DeadLetterState::parse(&row.state),
-                attempted,
-            }));
-        }
-        Ok(row)
-    }
-
-    fn finish_transition<C: InboxConnection, E>(
-        conn: &mut C,
-        key: crate::backend::Key<'_>,
-        to: &str,
-        actor: &str,
-        reason: &str,
-    ) -> Result<(), Failure<E>> {
-        let now = Utc::now();
-        conn.backend()
-            .set_failure_state(key, state::DEAD_LETTERED, to, now)?;
-        conn.backend().log(
-            key,
-            &LogRow {
-                entry: to.to_owned(),
-                attempt: None,
-                error: None,
-                actor: Some(actor.to_owned()),
-                reason: Some(reason.to_owned()),
-                at: now,
-            },
-        )?;
+        transaction::run::<_, _, Error>(conn, scope, self.inbox.retry_policy(), subject, |tx| {
+            transition_from_dead_lettered(tx, key, Transition::Discard)?;
+            let sql = tx.sql();
+            let marked =
+                sql.set_inbox_state(key, InboxState::DeadLettered, InboxState::Discarded)?;
+            // The row that holds deliveries back may have been deleted (retention, by hand):
+            // put it back, or "never run again" would not hold.
+            if !marked {
+                sql.insert_held_row(key, Utc::now(), InboxState::Discarded)?;
+            }
+            finish_transition(tx, key, Transition::Discard, audit)
+        })
+        .map_err(Failure::into_error)?;
+        let (event_id, actor, reason) = (key.1, audit.actor(), audit.reason());
+        tracing::warn!(consumer, event_id, actor, reason, "dead letter discarded");
         Ok(())
     }
 }
 
-fn audit(actor: &str, reason: &str) -> Result<(), Error> {
-    if actor.trim().is_empty() {
-        return Err(Error::MissingAudit("actor"));
+/// The two audited ways out of the dead-lettered state.
+#[derive(Debug, Clone, Copy)]
+enum Transition {
+    Redrive,
+    Discard,
+}
+
+impl Transition {
+    fn to(self) -> DeadLetterState {
+        match self {
+            Self::Redrive => DeadLetterState::Redriven,
+            Self::Discard => DeadLetterState::Discarded,
+        }
     }
-    if reason.trim().is_empty() {
-        return Err(Error::MissingAudit("reason"));
+
+    fn history_kind(self) -> HistoryKind {
+        match self {
+            Self::Redrive => HistoryKind::Redriven,
+            Self::Discard => HistoryKind::Discarded,
+        }
     }
+}
+
+/// Locks the failure row and checks that it is dead-lettered, the one state a transition
+/// leaves.
+fn transition_from_dead_lettered<C: InboxConnection, E>(
+    conn: &mut C,
+    key: Key<'_>,
+    transition: Transition,
+) -> Result<FailureRow, Failure<E>> {
+    let event_id = || EventId::new(key.1).expect("the key holds a validated id");
+    let Some(row) = conn.sql().failure(key)? else {
+        return Err(Failure::Inbox(Error::DeadLetterNotFound {
+            event_id: event_id(),
+        }));
+    };
+    if row.state != DeadLetterState::DeadLettered {
+        return Err(Failure::Inbox(Error::InvalidTransition {
+            event_id: event_id(),
+            state: row.state,
+            attempted: transition.to(),
+        }));
+    }
+    Ok(row)
+}
+
+/// Moves the failure row out of dead-lettered and writes the transition into the history.
+fn finish_transition<C: InboxConnection, E>(
+    conn: &mut C,
+    key: Key<'_>,
+    transition: Transition,
+    audit: &Audit,
+) -> Result<(), Failure<E>> {
+    let now = Utc::now();
+    let sql = conn.sql();
+    sql.set_failure_state(key, DeadLetterState::DeadLettered, transition.to(), now)?;
+    sql.append_history(
+        key,
+        &HistoryRow {
+            kind: transition.history_kind(),
+            attempt: None,
+            error: None,
+            actor: Some(audit.actor.clone()),
+            reason: Some(audit.reason.clone()),
+            at: now,
+        },
+    )?;
     Ok(())
 }
 
@@ -345,10 +366,10 @@ fn stored_payload(row: &FailureRow) -> Option<Payload> {
     Payload::from_stored(kind, bytes)
 }
 
-fn dead_letter(row: FailureRow, history: Vec<LogRow>) -> Result<DeadLetter, Error> {
+fn dead_letter(row: FailureRow, history: Vec<HistoryRow>) -> Result<DeadLetter, Error> {
     Ok(DeadLetter {
         event_id: EventId::new(row.event_id.as_str())?,
-        state: DeadLetterState::parse(&row.state),
+        state: row.state,
         attempts: row.attempts.unsigned_abs(),
         payload: stored_payload(&row),
         last_error: row.last_error,
@@ -358,7 +379,7 @@ fn dead_letter(row: FailureRow, history: Vec<LogRow>) -> Result<DeadLetter, Erro
         history: history
             .into_iter()
             .map(|log| HistoryEntry {
-                entry: log.entry,
+                kind: log.kind,
                 attempt: log.attempt.map(i64::unsigned_abs),
                 error: log.error,
                 actor: log.actor,

@@ -19,12 +19,12 @@ pub enum Error {
     #[error(transparent)]
     InvalidConsumerName(#[from] InvalidConsumerName),
     /// A database error that is not contention: connection lost, schema missing, permissions.
-    #[error("database error in the inbox transaction: {0} (if the diesel_inbox table is missing, apply the schema with diesel_inbox::run_pending_migrations)")]
+    #[error("database error in the inbox transaction: {0} (if the diesel_inbox_events table is missing, apply the schema with diesel_inbox::run_pending_migrations)")]
     Database(#[from] diesel::result::Error),
     /// Contention (serialization failure, deadlock, lock timeout, busy database) outlasted the
     /// retry policy. Nothing was committed; redeliver later or raise
     /// [`RetryPolicy::max_retries`](crate::RetryPolicy::max_retries).
-    #[error("the inbox gave up after {attempts} attempts under contention; nothing was committed, so the delivery can be retried: {source}")]
+    #[error("the inbox gave up after {attempts} {} under contention; nothing was committed, so the delivery can be retried: {source}", if *attempts == 1 { "attempt" } else { "attempts" })]
     RetriesExhausted {
         /// Attempts made, the first included.
         attempts: u32,
@@ -40,6 +40,25 @@ pub enum Error {
         /// The error the database gave when the inbox checked the transaction, if any.
         #[source]
         source: Option<diesel::result::Error>,
+    },
+    /// The connection to the database was lost before the inbox's transaction committed
+    /// (the server restarted, the session was killed, the network failed). Nothing was
+    /// committed: redeliver the event, on a new connection.
+    #[error("the database connection was lost before the inbox transaction committed; nothing was committed, so redeliver the event on a new connection: {source}")]
+    ConnectionLost {
+        /// The error that showed the connection gone.
+        #[source]
+        source: diesel::result::Error,
+    },
+    /// The connection was lost while the transaction was committing, so whether it committed
+    /// is unknown: the effect may have taken effect. Redelivering is safe: if the commit
+    /// applied, the inbox answers [`Outcome::Duplicate`](crate::Outcome::Duplicate) and the
+    /// effect does not run again.
+    #[error("the database connection was lost during COMMIT, so whether the event took effect is unknown; redeliver it: if the commit applied, the inbox answers Duplicate and the effect does not run again: {source}")]
+    CommitUnknown {
+        /// The error COMMIT returned.
+        #[source]
+        source: diesel::result::Error,
     },
     /// A delivery reused an event id that was first delivered with a different payload: the
     /// producer reused an identity. The effect did not run; the conflict is counted on the
@@ -57,8 +76,8 @@ pub enum Error {
         event_id: EventId,
         /// Its current state.
         state: DeadLetterState,
-        /// What was attempted: "redriven" or "discarded".
-        attempted: &'static str,
+        /// The state it was to move to: redriven or discarded.
+        attempted: DeadLetterState,
     },
     /// No dead letter (nor failure record) exists for the event.
     #[error(
@@ -77,13 +96,46 @@ pub enum Error {
     /// Applying the inbox migrations failed.
     #[error("applying the inbox migrations failed: {0}")]
     Migration(#[source] MigrationError),
+    /// [`migrations::install`](crate::migrations::install) could not write the inbox
+    /// migrations: the folder is missing, is not a directory, or cannot be written. What that
+    /// call had created was removed again.
+    #[error("cannot install the inbox migrations at {}: {source}; pass the application's Diesel migrations folder, an existing directory you can write to", .path.display())]
+    MigrationInstall {
+        /// The folder or file that could not be read or written.
+        path: std::path::PathBuf,
+        /// What the file system reported.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// The inbox's own error inside a [`diesel::result::Error`], for handlers that return
+    /// [`diesel::QueryResult`]: the inbox hands its errors to them converted (see the `From`
+    /// impl below), and this gets them back out. `None` for the database's own errors.
+    ///
+    /// ```
+    /// use diesel_inbox::Error;
+    ///
+    /// let lost = Error::ConnectionLost { source: diesel::result::Error::BrokenTransactionManager };
+    /// let as_diesel = diesel::result::Error::from(lost);
+    /// assert!(matches!(Error::from_diesel(&as_diesel), Some(Error::ConnectionLost { .. })));
+    /// assert!(Error::from_diesel(&diesel::result::Error::NotFound).is_none());
+    /// ```
+    pub fn from_diesel(error: &diesel::result::Error) -> Option<&Error> {
+        match error {
+            diesel::result::Error::QueryBuilderError(inner) => inner.downcast_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// Lets handlers that return plain [`diesel::QueryResult`] use the inbox.
 ///
 /// Database errors come back as themselves (the last contention error, for exhausted retries);
-/// the rest as [`diesel::result::Error::QueryBuilderError`] wrapping this [`Error`], which
-/// [`downcast_ref`](std::error::Error) recovers.
+/// the rest, a lost connection and an unknown commit outcome among them, as
+/// [`diesel::result::Error::QueryBuilderError`] wrapping this [`Error`], which
+/// [`Error::from_diesel`] gets back out.
 impl From<Error> for diesel::result::Error {
     fn from(error: Error) -> Self {
         match error {

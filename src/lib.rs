@@ -44,6 +44,11 @@
 //!   [`Error::PayloadMismatch`], not a silent duplicate.
 //! - A handler that swallows a failed statement is not reported as processed when the database
 //!   has aborted its transaction ([`Error::TransactionAborted`]).
+//! - The handler's own error comes back unchanged, even when its session died under it. A
+//!   connection lost before the commit is [`Error::ConnectionLost`] (nothing committed); one
+//!   lost during the commit is [`Error::CommitUnknown`] (redelivering is safe: the inbox
+//!   answers `Duplicate` if it applied). [`Error::from_diesel`] finds them inside a
+//!   [`diesel::result::Error`].
 //! - Inside a transaction the caller already holds, the inbox runs as a savepoint and the
 //!   caller's commit decides.
 //! - Ids are compared byte for byte on every backend ([`EventId`]).
@@ -78,21 +83,26 @@ mod backend;
 mod batch;
 mod consumer;
 mod dead_letter;
+mod decide;
 mod delivery;
 mod error;
+mod failure;
 mod id;
 mod inbox;
-mod migrations;
+pub mod migrations;
 mod outcome;
 mod retry;
+pub mod schema;
+mod state;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod transaction;
 
 pub use backend::InboxConnection;
 #[cfg(feature = "sqlite")]
 pub use backend::SqliteSetup;
 pub use consumer::{InvalidConsumerName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES};
-pub use dead_letter::{DeadLetter, DeadLetterState, DeadLetters, HistoryEntry};
+pub use dead_letter::{Audit, DeadLetter, DeadLetters, HistoryEntry};
 pub use delivery::{Delivery, IntoDelivery, Payload};
 pub use error::Error;
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
@@ -100,6 +110,7 @@ pub use inbox::{with_inbox, Inbox};
 pub use migrations::run_pending_migrations;
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use retry::RetryPolicy;
+pub use state::{DeadLetterState, HistoryKind, UnknownState};
 
 /// The README's examples, compiled and run as doc-tests.
 #[cfg(all(doctest, feature = "postgres", feature = "sqlite", feature = "mysql"))]

@@ -1,31 +1,124 @@
-//! The inbox schema, embedded per backend.
+//! The inbox schema, and the two supported ways to apply it.
 //!
-//! The same migrations ship as SQL under `migrations/<backend>/` for the Diesel CLI. Their
-//! versions (`20000101000001`, ...) sort before any application migration made with the CLI, and
-//! Diesel keys applied migrations by version alone, so they share `__diesel_schema_migrations`
-//! with the application's own without colliding.
+//! The inbox needs three tables: `diesel_inbox_events` (one row per processed event),
+//! `diesel_inbox_failures` and `diesel_inbox_failure_log` (failures, dead letters and their
+//! history). Pick **one** of these routes per database:
+//!
+//! - **Embedded**: call [`run_pending_migrations`] at start-up. It applies what is missing and
+//!   records the inbox's versions in a table of its own, `diesel_inbox_migrations`, never in
+//!   Diesel's `__diesel_schema_migrations`, so every Diesel CLI command
+//!   (`diesel migration run`, `revert --all`, `redo`, `list`) keeps working on the
+//!   application's own migrations folder, which knows nothing of the inbox.
+//! - **Installed**: call [`install`] once (from a build script, a test or an ops tool) to write
+//!   the inbox's SQL into the application's migrations folder as ordinary Diesel CLI
+//!   migrations (`<timestamp>_diesel_inbox_create/{up,down}.sql`, ...). From then on they are
+//!   the application's migrations: the Diesel CLI, or `embed_migrations!` in the application,
+//!   applies and reverts them with the rest, and `run_pending_migrations` is not called.
+//!
+//! Mixing the routes on one database does no harm to the schema (every `CREATE` is
+//! `IF NOT EXISTS`), but then each route believes it owns the tables, and reverting one drops
+//! tables the other still counts as applied.
+//!
+//! The same SQL is available as text through [`sql`] (to print, review or run by hand), and as
+//! [`EmbeddedMigrations`] ([`POSTGRES`], [`SQLITE`], [`MYSQL`]) for an application that runs
+//! them through its own [`MigrationHarness`].
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_inbox::migrations::{install, Dialect};
+//!
+//! // Embedded: at start-up, on every start.
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 2);
+//!
+//! // Installed: once, into the application's migrations folder (a temporary one here).
+//! let app_migrations = tempfile::tempdir()?;
+//! assert_eq!(install(app_migrations.path(), Dialect::Sqlite)?.len(), 2);
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
-use diesel::backend::Backend;
+use std::collections::HashSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use diesel::migration::{self, Migration, MigrationVersion};
+use diesel::{Connection, QueryResult};
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+use diesel::{ExpressionMethods, QueryDsl, RunQueryDsl};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 
-use crate::backend::sealed::InboxBackend;
+use crate::backend::sealed::InboxSql;
 use crate::error::MigrationError;
 use crate::{Error, InboxConnection};
 
+/// The inbox migrations for PostgreSQL, for an application's own [`MigrationHarness`].
+///
+/// Running them that way records their versions (`20000101000001`, `20000101000002`) in the
+/// application's `__diesel_schema_migrations`, beside its own. The Diesel CLI then knows
+/// versions that its migrations folder lacks, and `diesel migration revert` fails on them
+/// (`Unable to find migration version 20000101000002`), unless the folder holds the inbox
+/// migrations too. Prefer [`run_pending_migrations`], which keeps its versions in a table of
+/// its own, or [`install`], which makes them ordinary migrations of the application. See
+/// [`SQLITE`] for an example.
 #[cfg(feature = "postgres")]
-pub(crate) const POSTGRES: EmbeddedMigrations =
+pub const POSTGRES: EmbeddedMigrations =
     diesel_migrations::embed_migrations!("migrations/postgres");
+
+/// The inbox migrations for SQLite, for an application's own [`MigrationHarness`].
+///
+/// Running them that way records their versions (`20000101000001`, `20000101000002`) in the
+/// application's `__diesel_schema_migrations`, beside its own. The Diesel CLI then knows
+/// versions that its migrations folder lacks, and `diesel migration revert` fails on them
+/// (`Unable to find migration version 20000101000002`), unless the folder holds the inbox
+/// migrations too. Prefer [`run_pending_migrations`], which keeps its versions in a table of
+/// its own, or [`install`], which makes them ordinary migrations of the application.
+///
+/// ```
+/// use diesel::prelude::*;
+/// use diesel_migrations::MigrationHarness;
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// let applied = conn.run_pending_migrations(diesel_inbox::migrations::SQLITE)?;
+/// assert_eq!(applied.len(), 2); // now in __diesel_schema_migrations
+/// let noop = |_tx: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
+/// assert!(diesel_inbox::with_inbox(&mut conn, "evt-1", noop)?.is_processed());
+/// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+/// ```
 #[cfg(feature = "sqlite")]
-pub(crate) const SQLITE: EmbeddedMigrations =
-    diesel_migrations::embed_migrations!("migrations/sqlite");
+pub const SQLITE: EmbeddedMigrations = diesel_migrations::embed_migrations!("migrations/sqlite");
+
+/// The inbox migrations for MySQL and MariaDB, for an application's own [`MigrationHarness`].
+///
+/// Running them that way records their versions (`20000101000001`, `20000101000002`) in the
+/// application's `__diesel_schema_migrations`, beside its own. The Diesel CLI then knows
+/// versions that its migrations folder lacks, and `diesel migration revert` fails on them
+/// (`Unable to find migration version 20000101000002`), unless the folder holds the inbox
+/// migrations too. Prefer [`run_pending_migrations`], which keeps its versions in a table of
+/// its own, or [`install`], which makes them ordinary migrations of the application. See
+/// [`SQLITE`] for an example.
 #[cfg(feature = "mysql")]
-pub(crate) const MYSQL: EmbeddedMigrations =
-    diesel_migrations::embed_migrations!("migrations/mysql");
+pub const MYSQL: EmbeddedMigrations = diesel_migrations::embed_migrations!("migrations/mysql");
 
 /// Applies the inbox migrations that `conn`'s database lacks; returns how many ran.
 ///
 /// Safe to call at every start-up: applied migrations are skipped, and the SQL itself uses
-/// `IF NOT EXISTS`, so a schema applied by hand is not an error either.
+/// `IF NOT EXISTS`, so a schema applied by hand is not an error either. Applied versions are
+/// recorded in the table `diesel_inbox_migrations` (created if missing), never in Diesel's
+/// `__diesel_schema_migrations`, so the Diesel CLI can run and revert the application's own
+/// migrations as if the inbox were not there. Each migration runs in a transaction of its own
+/// (MySQL commits DDL at once, so there a failed migration may leave part of its work).
+///
+/// A database that diesel-inbox 0.1 migrated (its events table named `diesel_inbox`, its
+/// versions in `__diesel_schema_migrations`) is taken over on the first call: the table is
+/// renamed, keeping every event it processed, and the versions move to
+/// `diesel_inbox_migrations`.
+///
+/// Do not also [`install`] the migrations into the application's folder for the same
+/// database: pick one route.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -42,17 +135,512 @@ pub(crate) const MYSQL: EmbeddedMigrations =
 ///
 /// [`Error::Migration`] when a migration fails; what it applied before stays applied.
 pub fn run_pending_migrations<C: InboxConnection>(conn: &mut C) -> Result<usize, Error> {
-    conn.backend().apply_migrations().map_err(Error::Migration)
+    conn.sql().apply_migrations().map_err(Error::Migration)
 }
 
-pub(crate) fn apply<C, DB>(
+/// The SQL dialect to [`install`] or print the inbox migrations for.
+///
+/// Not tied to the crate's backend features, so an ops tool built with one can install for any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// PostgreSQL.
+    Postgres,
+    /// SQLite.
+    Sqlite,
+    /// MySQL and MariaDB.
+    Mysql,
+}
+
+/// One inbox migration as SQL text: what [`install`] writes into a migration folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MigrationSql {
+    /// The migration's name, without a version: `diesel_inbox_create`, `diesel_inbox_failures`.
+    /// Installed folders are named `<version>_<name>`.
+    pub name: &'static str,
+    /// The SQL that applies it (`up.sql`).
+    pub up: &'static str,
+    /// The SQL that reverts it (`down.sql`); it drops the tables and every row in them.
+    pub down: &'static str,
+}
+
+/// The inbox migration `$name` of the folder `migrations/$dialect`, as text.
+macro_rules! migration_sql {
+    ($dialect:literal, $folder:literal, $name:literal) => {
+        MigrationSql {
+            name: $name,
+            up: include_str!(concat!(
+                "../migrations/",
+                $dialect,
+                "/",
+                $folder,
+                "_",
+                $name,
+                "/up.sql"
+            )),
+            down: include_str!(concat!(
+                "../migrations/",
+                $dialect,
+                "/",
+                $folder,
+                "_",
+                $name,
+                "/down.sql"
+            )),
+        }
+    };
+}
+
+/// The inbox migrations of `$dialect`, in the order they apply.
+macro_rules! migrations_sql {
+    ($dialect:literal) => {
+        &[
+            migration_sql!($dialect, "2000-01-01-000001", "diesel_inbox_create"),
+            migration_sql!($dialect, "2000-01-01-000002", "diesel_inbox_failures"),
+        ]
+    };
+}
+
+const POSTGRES_SQL: &[MigrationSql] = migrations_sql!("postgres");
+const SQLITE_SQL: &[MigrationSql] = migrations_sql!("sqlite");
+const MYSQL_SQL: &[MigrationSql] = migrations_sql!("mysql");
+
+/// The inbox migrations for `dialect` as SQL text, in the order they apply.
+///
+/// The same SQL as the embedded migrations and [`install`]; to print, review, or run by hand
+/// (`psql`, `mariadb`, `sqlite3`) where neither route fits.
+///
+/// ```
+/// use diesel_inbox::migrations::{sql, Dialect};
+///
+/// for migration in sql(Dialect::Postgres) {
+///     println!("-- {}\n{}", migration.name, migration.up);
+/// }
+/// assert!(sql(Dialect::Mysql)[0].up.contains("CREATE TABLE IF NOT EXISTS diesel_inbox_events"));
+/// ```
+pub fn sql(dialect: Dialect) -> &'static [MigrationSql] {
+    match dialect {
+        Dialect::Postgres => POSTGRES_SQL,
+        Dialect::Sqlite => SQLITE_SQL,
+        Dialect::Mysql => MYSQL_SQL,
+    }
+}
+
+/// Writes the inbox migrations into an application's Diesel migrations folder `dir`, as
+/// ordinary Diesel CLI migrations; returns the folders it created, in order.
+///
+/// Each migration becomes a folder `YYYY-MM-DD-HHMMSS_<name>` (for instance
+/// `2025-06-01-120000_diesel_inbox_create`) holding `up.sql` and `down.sql`, stamped with the
+/// current UTC time and one second apart, so they sort in order after the application's
+/// existing migrations (a second already taken by a migration in `dir` is skipped). From then
+/// on the Diesel CLI (`diesel migration run`, `revert`, `redo`) and `embed_migrations!` treat
+/// them as the application's own. Do not also call [`run_pending_migrations`] on that
+/// database: pick one route.
+///
+/// Installing again is safe: a migration already in `dir` (a folder named `<version>_<name>`,
+/// whatever its version) is skipped, so a second call returns an empty list.
+///
+/// ```
+/// use diesel_inbox::migrations::{install, Dialect};
+///
+/// let app_migrations = tempfile::tempdir()?; // your project's `migrations/`
+/// let written = install(app_migrations.path(), Dialect::Postgres)?;
+/// assert_eq!(written.len(), 2);
+/// assert!(written[0].to_string_lossy().ends_with("_diesel_inbox_create"));
+/// assert!(written[1].join("down.sql").is_file());
+/// assert!(install(app_migrations.path(), Dialect::Postgres)?.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// [`Error::MigrationInstall`] when `dir` does not exist, is not a directory, or a folder or
+/// file cannot be written in it. What this call had created is removed again.
+pub fn install(dir: &Path, dialect: Dialect) -> Result<Vec<PathBuf>, Error> {
+    install_at(dir, dialect, Utc::now())
+}
+
+/// [`install`], stamping the first migration it writes with `now` (or the next free second).
+fn install_at(dir: &Path, dialect: Dialect, now: DateTime<Utc>) -> Result<Vec<PathBuf>, Error> {
+    let failed = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::MigrationInstall { path, source }
+    };
+    if !fs::metadata(dir).map_err(failed(dir))?.is_dir() {
+        return Err(failed(dir)(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            "not a directory",
+        )));
+    }
+    let mut existing = Vec::new();
+    for entry in fs::read_dir(dir).map_err(failed(dir))? {
+        let entry = entry.map_err(failed(dir))?;
+        if entry.file_type().map_err(failed(&entry.path()))?.is_dir() {
+            existing.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    let missing: Vec<&MigrationSql> = sql(dialect)
+        .iter()
+        .filter(|m| !is_installed(&existing, m.name))
+        .collect();
+    let taken: HashSet<String> = existing.iter().map(|name| version_of(name)).collect();
+    let first = first_free_second(now, &taken, missing.len());
+
+    let mut written = Vec::with_capacity(missing.len());
+    for (at, migration) in (0..).map(|i| first + TimeDelta::seconds(i)).zip(missing) {
+        let folder = dir.join(folder_name(at, migration.name));
+        if let Err(error) = write_migration(&folder, migration, &mut written) {
+            for done in written.iter().rev() {
+                // Best effort: leave no half-installed migration for the Diesel CLI to trip on.
+                let _ = fs::remove_dir_all(done);
+            }
+            return Err(error);
+        }
+    }
+    Ok(written)
+}
+
+/// Creates `folder` (recorded in `written` as soon as it exists) with `up.sql` and `down.sql`.
+fn write_migration(
+    folder: &Path,
+    migration: &MigrationSql,
+    written: &mut Vec<PathBuf>,
+) -> Result<(), Error> {
+    let failed = |path: PathBuf| move |source| Error::MigrationInstall { path, source };
+    fs::create_dir(folder).map_err(failed(folder.to_path_buf()))?;
+    written.push(folder.to_path_buf());
+    for (file, body) in [("up.sql", migration.up), ("down.sql", migration.down)] {
+        let path = folder.join(file);
+        let text = format!(
+            "-- {}: an inbox migration, installed by diesel-inbox {}.\n{body}",
+            migration.name,
+            env!("CARGO_PKG_VERSION"),
+        );
+        fs::write(&path, text).map_err(failed(path))?;
+    }
+    Ok(())
+}
+
+/// Whether one of the folder names in `existing` is the inbox migration `name`, at any version.
+fn is_installed(existing: &[String], name: &str) -> bool {
+    existing
+        .iter()
+        .any(|folder| folder.split_once('_').is_some_and(|(_, rest)| rest == name))
+}
+
+/// A Diesel CLI migration folder name: `YYYY-MM-DD-HHMMSS_<name>`, in UTC.
+fn folder_name(at: DateTime<Utc>, name: &str) -> String {
+    format!("{}_{name}", at.format("%Y-%m-%d-%H%M%S"))
+}
+
+/// The version Diesel reads from a migration folder name: what precedes the first `_`,
+/// without its dashes.
+fn version_of(folder: &str) -> String {
+    folder
+        .split('_')
+        .next()
+        .unwrap_or_default()
+        .replace('-', "")
+}
+
+/// The first whole second from `now` on that starts `count` consecutive seconds whose
+/// versions no migration in `taken` uses.
+fn first_free_second(now: DateTime<Utc>, taken: &HashSet<String>, count: usize) -> DateTime<Utc> {
+    let mut first = DateTime::from_timestamp(now.timestamp(), 0).unwrap_or(now);
+    while (0..count).any(|i| {
+        let at = first + TimeDelta::seconds(i64::try_from(i).unwrap_or(i64::MAX));
+        taken.contains(&version_of(&folder_name(at, "")))
+    }) {
+        first += TimeDelta::seconds(1);
+    }
+    first
+}
+
+/// Applies `migrations` through the inbox's own harness; returns how many ran.
+pub(crate) fn apply<C: TracksMigrations>(
     conn: &mut C,
     migrations: EmbeddedMigrations,
-) -> Result<usize, MigrationError>
-where
-    C: MigrationHarness<DB>,
-    DB: Backend,
-{
-    conn.run_pending_migrations(migrations)
+) -> Result<usize, MigrationError> {
+    adopt_pre_release_schema(conn)?;
+    InboxHarness(conn)
+        .run_pending_migrations(migrations)
         .map(|applied| applied.len())
+}
+
+/// The versions that diesel-inbox 0.1, before the inbox kept a record of its own, applied
+/// through Diesel's harness and so recorded in the application's `__diesel_schema_migrations`;
+/// back then the events table was named `diesel_inbox`.
+const PRE_RELEASE_VERSIONS: [&str; 2] = ["20000101000001", "20000101000002"];
+
+/// Takes over a database that diesel-inbox 0.1 migrated, once: renames `diesel_inbox` to
+/// `diesel_inbox_events`, so every event it processed stays processed, and moves the inbox's
+/// versions from Diesel's table into `diesel_inbox_migrations`, so that neither the inbox runs
+/// them again nor the Diesel CLI meets versions the application's folder lacks.
+fn adopt_pre_release_schema<C: TracksMigrations>(conn: &mut C) -> QueryResult<()> {
+    conn.batch_execute(CREATE_TRACKING_TABLE)?;
+    if !conn.applied()?.is_empty() {
+        return Ok(());
+    }
+    // Probed in transactions of their own: a missing table is an error, which on PostgreSQL
+    // would otherwise leave a caller's transaction aborted. Versions in Diesel's table beside
+    // the new table names come from an application's own harness (see `POSTGRES`): its own.
+    let Ok(adopted) = conn.transaction(TracksMigrations::pre_release_versions) else {
+        return Ok(());
+    };
+    let pre_release_table = conn
+        .transaction(|tx| tx.batch_execute("SELECT 1 FROM diesel_inbox WHERE 1 = 0"))
+        .is_ok();
+    if adopted.is_empty() || !pre_release_table {
+        return Ok(());
+    }
+    conn.transaction(|tx| {
+        tx.batch_execute("ALTER TABLE diesel_inbox RENAME TO diesel_inbox_events")?;
+        for version in &adopted {
+            tx.record(version)?;
+            tx.forget_pre_release(version)?;
+        }
+        Ok::<_, diesel::result::Error>(())
+    })?;
+    tracing::warn!(
+        versions = ?adopted,
+        "took over the inbox schema of diesel-inbox 0.1: diesel_inbox is now diesel_inbox_events, and its versions moved from __diesel_schema_migrations to diesel_inbox_migrations"
+    );
+    Ok(())
+}
+
+/// The inbox's own record of the migrations it applied, apart from the application's.
+const CREATE_TRACKING_TABLE: &str = "CREATE TABLE IF NOT EXISTS diesel_inbox_migrations (
+    version VARCHAR(50) PRIMARY KEY NOT NULL,
+    run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP
+)";
+
+mod tracking {
+    diesel::table! {
+        diesel_inbox_migrations (version) {
+            version -> VarChar,
+            run_on -> Timestamp,
+        }
+    }
+
+    diesel::table! {
+        /// Diesel's own record, where diesel-inbox 0.1 kept the inbox's versions.
+        __diesel_schema_migrations (version) {
+            version -> VarChar,
+            run_on -> Timestamp,
+        }
+    }
+}
+
+/// The statements on `diesel_inbox_migrations`, for each concrete connection type (Diesel's
+/// DSL is not generic over them).
+pub(crate) trait TracksMigrations: Connection + 'static {
+    /// Records `version` as applied.
+    fn record(&mut self, version: &str) -> QueryResult<()>;
+    /// Forgets `version`.
+    fn forget(&mut self, version: &str) -> QueryResult<()>;
+    /// The applied versions, newest first.
+    fn applied(&mut self) -> QueryResult<Vec<String>>;
+    /// The inbox's versions in Diesel's `__diesel_schema_migrations` (an error where that
+    /// table does not exist).
+    fn pre_release_versions(&mut self) -> QueryResult<Vec<String>>;
+    /// Removes `version` from Diesel's `__diesel_schema_migrations`.
+    fn forget_pre_release(&mut self, version: &str) -> QueryResult<()>;
+}
+
+/// Implements [`TracksMigrations`] for the connection type `$conn`.
+macro_rules! tracks_migrations {
+    ($conn:ty) => {
+        impl TracksMigrations for $conn {
+            fn record(&mut self, version: &str) -> QueryResult<()> {
+                use tracking::diesel_inbox_migrations as t;
+                diesel::insert_into(t::table)
+                    .values(t::version.eq(version))
+                    .execute(self)
+                    .map(drop)
+            }
+
+            fn forget(&mut self, version: &str) -> QueryResult<()> {
+                use tracking::diesel_inbox_migrations as t;
+                diesel::delete(t::table.find(version))
+                    .execute(self)
+                    .map(drop)
+            }
+
+            fn applied(&mut self) -> QueryResult<Vec<String>> {
+                use tracking::diesel_inbox_migrations as t;
+                t::table
+                    .select(t::version)
+                    .order(t::version.desc())
+                    .load(self)
+            }
+
+            fn pre_release_versions(&mut self) -> QueryResult<Vec<String>> {
+                use tracking::__diesel_schema_migrations as d;
+                d::table
+                    .select(d::version)
+                    .filter(d::version.eq_any(PRE_RELEASE_VERSIONS))
+                    .order(d::version)
+                    .load(self)
+            }
+
+            fn forget_pre_release(&mut self, version: &str) -> QueryResult<()> {
+                use tracking::__diesel_schema_migrations as d;
+                diesel::delete(d::table.find(version))
+                    .execute(self)
+                    .map(drop)
+            }
+        }
+    };
+}
+
+#[cfg(feature = "postgres")]
+tracks_migrations!(diesel::PgConnection);
+#[cfg(feature = "sqlite")]
+tracks_migrations!(diesel::SqliteConnection);
+#[cfg(feature = "mysql")]
+tracks_migrations!(diesel::MysqlConnection);
+
+/// A [`MigrationHarness`] that keeps its versions in `diesel_inbox_migrations`.
+struct InboxHarness<'a, C>(&'a mut C);
+
+impl<C: TracksMigrations> InboxHarness<'_, C> {
+    /// Runs `step` on the connection, in a transaction when `migration` asks for one.
+    fn step(
+        &mut self,
+        migration: &dyn Migration<C::Backend>,
+        step: impl FnOnce(&mut C) -> migration::Result<()>,
+    ) -> migration::Result<MigrationVersion<'static>> {
+        if migration.metadata().run_in_transaction() {
+            self.0.transaction(step)?;
+        } else {
+            step(self.0)?;
+        }
+        Ok(migration.name().version().as_owned())
+    }
+}
+
+impl<C: TracksMigrations> MigrationHarness<C::Backend> for InboxHarness<'_, C> {
+    fn run_migration(
+        &mut self,
+        migration: &dyn Migration<C::Backend>,
+    ) -> migration::Result<MigrationVersion<'static>> {
+        let version = migration.name().version().to_string();
+        let applied = self.step(migration, |conn| {
+            migration.run(conn)?;
+            conn.record(&version)?;
+            Ok(())
+        })?;
+        tracing::info!(migration = %migration.name(), "applied the inbox migration");
+        Ok(applied)
+    }
+
+    fn revert_migration(
+        &mut self,
+        migration: &dyn Migration<C::Backend>,
+    ) -> migration::Result<MigrationVersion<'static>> {
+        let version = migration.name().version().to_string();
+        self.step(migration, |conn| {
+            migration.revert(conn)?;
+            conn.forget(&version)?;
+            Ok(())
+        })
+    }
+
+    fn applied_migrations(&mut self) -> migration::Result<Vec<MigrationVersion<'static>>> {
+        self.0.batch_execute(CREATE_TRACKING_TABLE)?;
+        Ok(self.0.applied()?.into_iter().map(Into::into).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn installed_folders_are_named_and_versioned_as_the_diesel_cli_does() {
+        let at = Utc.with_ymd_and_hms(2025, 3, 9, 7, 5, 3).unwrap();
+        let folder = folder_name(at, "diesel_inbox_create");
+        assert_eq!(folder, "2025-03-09-070503_diesel_inbox_create");
+        assert_eq!(version_of(&folder), "20250309070503");
+        assert_eq!(
+            version_of("2000-01-01-000002_diesel_inbox_failures"),
+            "20000101000002"
+        );
+    }
+
+    #[test]
+    fn installed_versions_are_consecutive_seconds_that_no_migration_uses() {
+        let now = Utc.with_ymd_and_hms(2025, 3, 9, 7, 5, 3).unwrap() + TimeDelta::milliseconds(700);
+        let none = HashSet::new();
+        assert_eq!(
+            first_free_second(now, &none, 2),
+            now - TimeDelta::milliseconds(700)
+        );
+
+        // An application migration made in the second after: both move past it.
+        let taken: HashSet<String> = ["20250309070504".to_owned()].into();
+        assert_eq!(
+            first_free_second(now, &taken, 2),
+            Utc.with_ymd_and_hms(2025, 3, 9, 7, 5, 5).unwrap()
+        );
+    }
+
+    #[test]
+    fn an_inbox_migration_is_recognised_at_any_version_and_only_by_its_whole_name() {
+        let existing = vec![
+            "2024-01-01-000000_create_users".to_owned(),
+            "2025-03-09-070503_diesel_inbox_create".to_owned(),
+            "2025-03-09-070504_diesel_inbox_failures_v2".to_owned(),
+        ];
+        assert!(is_installed(&existing, "diesel_inbox_create"));
+        assert!(!is_installed(&existing, "diesel_inbox_failures"));
+    }
+
+    #[test]
+    fn a_failed_install_removes_the_migrations_it_had_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Utc.with_ymd_and_hms(2025, 3, 9, 7, 5, 3).unwrap();
+        // A file where the second migration's folder goes: creating that folder fails.
+        let blocker = dir.path().join("2025-03-09-070504_diesel_inbox_failures");
+        fs::write(&blocker, "").unwrap();
+
+        let error = install_at(dir.path(), Dialect::Sqlite, now).unwrap_err();
+
+        assert!(
+            matches!(&error, Error::MigrationInstall { path, .. } if *path == blocker),
+            "{error:?}"
+        );
+        let left: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        assert_eq!(left, [blocker]);
+    }
+
+    #[test]
+    fn the_sql_lists_every_migration_folder_of_each_dialect_in_order() {
+        for (dialect, folder) in [
+            (Dialect::Postgres, "postgres"),
+            (Dialect::Sqlite, "sqlite"),
+            (Dialect::Mysql, "mysql"),
+        ] {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations")
+                .join(folder);
+            let mut folders: Vec<String> = fs::read_dir(&dir)
+                .unwrap()
+                .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            folders.sort();
+            let names: Vec<&str> = folders
+                .iter()
+                .map(|f| f.split_once('_').unwrap().1)
+                .collect();
+            let listed: Vec<&str> = sql(dialect).iter().map(|m| m.name).collect();
+            assert_eq!(listed, names, "{folder}");
+        }
+    }
 }

@@ -1,17 +1,19 @@
 //! The inbox's traces: a span per call with its consumer and event id, and an event per
 //! outcome at the level the README promises.
 //!
-//! A test binary of its own, with one test: `tracing` caches per call site whether anyone
-//! listens, and tests on other threads, running without a subscriber, would race that cache.
+//! A test binary of its own: `tracing` caches per call site whether anyone listens, and tests
+//! of other binaries' kinds, running without a subscriber on other threads, would race that
+//! cache. Both tests here install a subscriber.
 //! The traces come from backend-independent code, so SQLite stands for all backends here.
 
 use std::io;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::testing::TestDatabase;
-use diesel_inbox::Inbox;
+use diesel_inbox::{Inbox, RetryPolicy};
 
 /// Collects what the subscriber writes, for the test to read back.
 #[derive(Clone, Default)]
@@ -62,22 +64,105 @@ fn every_call_is_traced_with_its_consumer_and_event_id() {
             .unwrap_or_else(|| panic!("no {needle:?} in the trace:\n{log}"))
             .to_owned()
     };
+    let (evt_7, evt_8) = (
+        r#"inbox{consumer="billing" event_id="evt-7"}"#,
+        r#"inbox{consumer="billing" event_id="evt-8"}"#,
+    );
     let processed = line("processed");
     assert!(
-        processed.contains("DEBUG")
-            && processed.contains(r#"inbox{consumer="billing" event_id="evt-7"}"#),
+        processed.contains("DEBUG") && processed.contains(evt_7),
         "{processed}"
     );
     let duplicate = line("duplicate delivery");
     assert!(
-        duplicate.contains("INFO") && duplicate.contains("deliveries=2"),
+        duplicate.contains("INFO")
+            && duplicate.contains(evt_7)
+            && duplicate.contains("deliveries=2"),
         "{duplicate}"
     );
     let failed = line("handler failed");
     assert!(
         failed.contains("WARN")
+            && failed.contains(evt_8)
             && failed.contains(r#"event_id="evt-8""#)
             && failed.contains("attempts=1"),
         "{failed}"
+    );
+}
+
+#[test]
+fn at_warn_level_failures_still_name_their_consumer_and_event_and_retries_stay_quiet() {
+    let db = TestDatabase::sqlite();
+    let mut conn = db.connect();
+    // A second connection without SqliteSetup (no busy timeout), while the first holds the
+    // write lock: every attempt meets "database is locked".
+    let mut bare = SqliteConnection::establish(db.url()).unwrap();
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let inbox = Inbox::new("billing").unwrap().max_attempts(2);
+    let refuse =
+        |_: &mut SqliteConnection| Err::<(), _>(diesel::result::Error::RollbackTransaction);
+    let impatient = Inbox::new("billing").unwrap().retry(
+        RetryPolicy::default()
+            .max_retries(3)
+            .base_delay(Duration::from_millis(1)),
+    );
+
+    tracing::subscriber::with_default(subscriber, || {
+        assert!(inbox.process(&mut conn, "evt-8", refuse).is_err());
+        assert!(inbox
+            .process(&mut conn, "evt-8", refuse)
+            .unwrap()
+            .is_dead_lettered());
+        conn.batch_execute("BEGIN IMMEDIATE").unwrap();
+        for _ in 0..2 {
+            let locked =
+                impatient.process(&mut bare, "evt-9", |_| Ok::<_, diesel_inbox::Error>(()));
+            assert!(
+                matches!(
+                    locked,
+                    Err(diesel_inbox::Error::RetriesExhausted { attempts: 4, .. })
+                ),
+                "{locked:?}"
+            );
+        }
+        conn.batch_execute("ROLLBACK").unwrap();
+    });
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let lines = |needle: &str| {
+        log.lines()
+            .filter(|l| l.contains(needle))
+            .collect::<Vec<_>>()
+    };
+    for needle in ["handler failed;", "dead-lettered", "outlasted the retries"] {
+        let found = lines(needle);
+        assert!(!found.is_empty(), "no {needle:?} in the trace:\n{log}");
+        for line in found {
+            let event = if needle == "outlasted the retries" {
+                "evt-9"
+            } else {
+                "evt-8"
+            };
+            assert!(
+                line.contains(r#"consumer="billing""#)
+                    && line.contains(&format!(r#"event_id="{event}""#)),
+                "{line}"
+            );
+        }
+    }
+    assert_eq!(
+        lines("SqliteSetup").len(),
+        1,
+        "warned once about the busy timeout:\n{log}"
+    );
+    assert!(
+        lines("retrying").is_empty(),
+        "each retry logged at warn:\n{log}"
     );
 }

@@ -155,9 +155,8 @@ fn a_payment_delivered_five_times_is_credited_once() {
     let (_db, mut conn) = database();
     let paid = payment("pay-1", 500);
 
-    let report = assert_idempotent(&mut conn, 5, |c| on_payment(c, &paid), ledger_lines);
+    assert_idempotent(&mut conn, 5, |c| on_payment(c, &paid), ledger_lines);
 
-    assert_eq!(report.duplicates(), 4);
     assert_eq!(balance(&mut conn), 500);
     assert_deliveries(&mut conn, &payments_inbox(), "pay-1", 5);
 }

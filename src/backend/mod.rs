@@ -1,12 +1,14 @@
-//! The per-backend SQL, behind one small sealed trait.
+//! The per-backend SQL, behind one small sealed trait, [`sealed::InboxSql`].
 //!
-//! Each backend module holds its schema (`table!`), the statement that records a delivery,
-//! the check that the transaction is still alive, and what counts as contention. Statements
-//! that read the same on every backend are written once in `portable.rs` and stamped into each
-//! backend module. Adding a backend or a mode touches this folder only.
+//! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) implements it for its connection
+//! type: the statement that records a delivery, the check that the transaction is alive, how
+//! its errors classify, and how it binds keys and times (`mod codec`). Statements that read the
+//! same on every backend are written once in `portable.rs`; each backend's impl names every one
+//! it takes from there, with its codec and schema as explicit arguments. Adding a backend
+//! touches this folder only.
 
 use chrono::{DateTime, Utc};
-use diesel::connection::TransactionManager;
+use diesel::connection::AnsiTransactionManager;
 use diesel::{Connection, QueryResult};
 
 #[macro_use]
@@ -26,24 +28,27 @@ pub use sqlite::SqliteSetup;
 /// `MysqlConnection` (with the matching cargo feature), and r2d2 `PooledConnection`s of them.
 ///
 /// The trait is sealed: its methods are the inbox's per-backend SQL, not an extension point.
-pub trait InboxConnection: Connection + sealed::HasBackend {}
+pub trait InboxConnection: Connection + sealed::HasInboxSql {}
 
-impl<C: Connection + sealed::HasBackend> InboxConnection for C {}
+impl<C: Connection + sealed::HasInboxSql> InboxConnection for C {}
 
 /// `(consumer, event_id)`: the inbox's key in every table.
 pub(crate) type Key<'a> = (&'a str, &'a str);
 
 pub(crate) mod sealed {
-    use super::{Connection, DateTime, Key, QueryResult, TransactionManager, Utc};
+    use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, Utc};
     use crate::error::MigrationError;
+    use crate::state::{DeadLetterState, HistoryKind, InboxState};
     use crate::Payload;
 
-    /// The connection that runs the statements: the connection itself, or the one a pool wraps.
-    pub trait HasBackend {
+    /// A connection whose statements run on a concrete connection type: itself, or the one
+    /// an r2d2 pool wraps.
+    pub trait HasInboxSql {
         /// The concrete connection type.
-        type Sql: InboxBackend;
-        /// The connection to run statements on; it shares transaction state with `self`.
-        fn backend(&mut self) -> &mut Self::Sql;
+        type Sql: InboxSql;
+        /// The connection to run the inbox's statements on; it shares transaction state with
+        /// `self`.
+        fn sql(&mut self) -> &mut Self::Sql;
     }
 
     /// The inbox row of an event seen before.
@@ -51,7 +56,7 @@ pub(crate) mod sealed {
     pub struct Existing {
         pub processed_at: DateTime<Utc>,
         pub deliveries: i64,
-        pub state: String,
+        pub state: InboxState,
         pub payload_hash: Option<Vec<u8>>,
         pub result: Option<String>,
     }
@@ -65,12 +70,12 @@ pub(crate) mod sealed {
         Seen(Existing),
     }
 
-    /// A row of `diesel_inbox`, as tests and ops read it back.
+    /// A row of `diesel_inbox_events`, as tests and ops read it back.
     #[derive(Debug)]
     pub struct InboxRow {
         pub consumer: String,
         pub event_id: String,
-        pub state: String,
+        pub state: InboxState,
         pub processed_at: DateTime<Utc>,
         pub last_seen_at: DateTime<Utc>,
         pub deliveries: i64,
@@ -80,7 +85,7 @@ pub(crate) mod sealed {
     #[derive(Debug)]
     pub struct FailureRow {
         pub event_id: String,
-        pub state: String,
+        pub state: DeadLetterState,
         pub attempts: i64,
         pub last_error: String,
         pub first_failed_at: DateTime<Utc>,
@@ -92,8 +97,8 @@ pub(crate) mod sealed {
 
     /// A row of `diesel_inbox_failure_log`.
     #[derive(Debug)]
-    pub struct LogRow {
-        pub entry: String,
+    pub struct HistoryRow {
+        pub kind: HistoryKind,
         pub attempt: Option<i64>,
         pub error: Option<String>,
         pub actor: Option<String>,
@@ -101,20 +106,42 @@ pub(crate) mod sealed {
         pub at: DateTime<Utc>,
     }
 
-    /// The per-backend half of the inbox. Implemented once per concrete connection type.
-    pub trait InboxBackend: Connection {
-        /// Whether one failed statement can end the whole transaction, so that later
-        /// statements would run in autocommit mode (MySQL deadlocks, SQLite I/O errors).
-        const STATEMENT_ERRORS_CAN_END_TRANSACTION: bool;
+    /// What kind of failure a database error is.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ErrorClass {
+        /// Serialization failure, deadlock, lock timeout, busy database: the transaction was
+        /// rolled back, and running it again cures it.
+        Contention,
+        /// The connection (session) is gone; whatever was not committed is lost.
+        ConnectionLost,
+        /// Anything else.
+        Other,
+    }
 
-        /// Whether a transaction that ended that way was ended by contention (a deadlock),
-        /// so that running the attempt again is the cure.
-        const CONTENTION_ENDS_TRANSACTION: bool;
+    /// What a failed statement does to the transaction it ran in: it decides when the inbox
+    /// must check that the transaction can still commit what it did.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[allow(clippy::enum_variant_names)] // each variant says what happens to the transaction
+    pub enum FailedStatement {
+        /// The transaction stays open but aborted, and COMMIT turns into a silent ROLLBACK
+        /// (PostgreSQL): check once, before committing.
+        AbortsTransaction,
+        /// Some errors roll the whole transaction back, and later statements would
+        /// autocommit one by one (SQLite: I/O errors, a full disk): check after user code.
+        MayEndTransaction,
+        /// As `MayEndTransaction`, and the error that does it is a deadlock (MySQL, MariaDB):
+        /// a transaction found ended was ended by contention, and running it again cures it.
+        DeadlockEndsTransaction,
+    }
 
-        /// Opens a top-level transaction. SQLite overrides this to take the write lock at once.
-        fn begin_top_level(&mut self) -> QueryResult<()> {
-            Self::TransactionManager::begin_transaction(self)
-        }
+    /// The inbox's statements for one concrete connection type.
+    pub trait InboxSql: Connection<TransactionManager = AnsiTransactionManager> {
+        /// What a failed statement does to the transaction.
+        const FAILED_STATEMENT: FailedStatement;
+
+        /// The statement that opens a top-level transaction. SQLite takes the write lock at
+        /// once (`BEGIN IMMEDIATE`), so writers queue instead of failing to upgrade.
+        const BEGIN: &'static str = "BEGIN";
 
         /// Inserts the inbox row, or counts one more delivery on the existing one. The
         /// database's unique key decides which, in one statement where the backend allows.
@@ -142,11 +169,17 @@ pub(crate) mod sealed {
         }
 
         /// `Ok(true)` while the transaction opened by the inbox can still commit what it did.
-        /// `Ok(false)` or an error means the database already aborted or rolled it back.
+        /// `Ok(false)` means the database already aborted or rolled it back; an error, that
+        /// the check itself failed (a lost connection, say).
         fn transaction_is_alive(&mut self) -> QueryResult<bool>;
 
-        /// Whether `error` is contention that a retry of the whole transaction can cure.
-        fn is_contention(error: &diesel::result::Error) -> bool;
+        /// What kind of failure `error` is: contention a retry cures, a lost connection, or
+        /// anything else.
+        fn classify(error: &diesel::result::Error) -> ErrorClass;
+
+        /// Called before a contention retry. SQLite warns (once) when the connection has no
+        /// busy timeout, the usual cause of avoidable retries there.
+        fn before_contention_retry(&mut self) {}
 
         /// Applies the inbox's embedded migrations that are not applied yet.
         fn apply_migrations(&mut self) -> Result<usize, MigrationError>;
@@ -157,41 +190,53 @@ pub(crate) mod sealed {
         /// Stores the effect's result (JSON) on the inbox row.
         fn store_result(&mut self, key: Key<'_>, json: &str) -> QueryResult<()>;
 
-        /// Counts one more failed attempt, keeps the payload and the error, and logs the
-        /// attempt; returns the attempt count and the row's state afterwards.
+        /// Counts one more failed attempt, keeps the payload and the error, and appends the
+        /// attempt to the history; returns the attempt count and the row's state afterwards.
         fn record_failure(
             &mut self,
             key: Key<'_>,
             now: DateTime<Utc>,
             error: &str,
             payload: Option<&Payload>,
-        ) -> QueryResult<(i64, String)>;
+        ) -> QueryResult<(i64, DeadLetterState)>;
 
-        /// Inserts the inbox row in `state` (e.g. dead-lettered) so later deliveries skip the
-        /// effect. `false` when the event already has an inbox row.
-        fn settle(&mut self, key: Key<'_>, now: DateTime<Utc>, state: &str) -> QueryResult<bool>;
+        /// Inserts an inbox row in `state` (dead-lettered, discarded) so that deliveries skip
+        /// the effect. `false` when the event already has an inbox row.
+        fn insert_held_row(
+            &mut self,
+            key: Key<'_>,
+            now: DateTime<Utc>,
+            state: InboxState,
+        ) -> QueryResult<bool>;
 
         /// Changes the inbox row's state from `from` to `to`; `false` when it was not in `from`.
         fn set_inbox_state(
             &mut self,
             key: Key<'_>,
-            from: &str,
-            to: Option<&str>,
+            from: InboxState,
+            to: InboxState,
         ) -> QueryResult<bool>;
+
+        /// Deletes the inbox row if it is in `state`; `false` when it was not.
+        fn delete_inbox_row(&mut self, key: Key<'_>, state: InboxState) -> QueryResult<bool>;
 
         /// The failure row, locked for the rest of the transaction where the backend has row
         /// locks (SQLite's immediate transaction holds the whole database instead).
         fn failure(&mut self, key: Key<'_>) -> QueryResult<Option<FailureRow>>;
 
         /// The consumer's failure rows in `state`, oldest failure first.
-        fn failures(&mut self, consumer: &str, state: &str) -> QueryResult<Vec<FailureRow>>;
+        fn failures(
+            &mut self,
+            consumer: &str,
+            state: DeadLetterState,
+        ) -> QueryResult<Vec<FailureRow>>;
 
         /// Changes the failure row's state from `from` to `to`; `false` when it was not in `from`.
         fn set_failure_state(
             &mut self,
             key: Key<'_>,
-            from: &str,
-            to: &str,
+            from: DeadLetterState,
+            to: DeadLetterState,
             now: DateTime<Utc>,
         ) -> QueryResult<bool>;
 
@@ -201,25 +246,47 @@ pub(crate) mod sealed {
         /// Up to `limit` inbox rows in key order.
         fn inbox_rows(&mut self, limit: i64) -> QueryResult<Vec<InboxRow>>;
 
-        /// Appends to the failure log.
-        fn log(&mut self, key: Key<'_>, entry: &LogRow) -> QueryResult<()>;
+        /// Appends to the event's history.
+        fn append_history(&mut self, key: Key<'_>, row: &HistoryRow) -> QueryResult<()>;
 
-        /// The event's failure log, oldest first.
-        fn failure_log(&mut self, key: Key<'_>) -> QueryResult<Vec<LogRow>>;
+        /// The event's history, oldest first.
+        fn history(&mut self, key: Key<'_>) -> QueryResult<Vec<HistoryRow>>;
     }
 }
 
-/// Whether a database error message names contention. Only for errors Diesel reports as
-/// `Unknown` (PostgreSQL deadlocks, MySQL lock-wait timeouts, SQLite busy/locked), whose
-/// codes Diesel does not expose; messages are the servers' English defaults.
-fn message_names_contention(error: &diesel::result::Error, needles: &[&str]) -> bool {
+/// Whether a database error message contains one of `needles`. Only for the errors Diesel
+/// reports as `Unknown` (PostgreSQL deadlocks, MySQL lock-wait timeouts and lost connections,
+/// SQLite busy/locked), whose codes Diesel does not expose; messages are the servers' and
+/// client libraries' English defaults.
+fn message_contains(error: &diesel::result::Error, needles: &[&str]) -> bool {
     use diesel::result::{DatabaseErrorKind, Error};
     match error {
-        Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => true,
         Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
             needles.iter().any(|needle| info.message().contains(needle))
         }
         _ => false,
+    }
+}
+
+/// Classifies `error` from the kinds Diesel reports and, for `Unknown` errors, from the
+/// message needles each backend gives for contention and for a lost connection.
+fn classify_by_message(
+    error: &diesel::result::Error,
+    contention: &[&str],
+    lost_connection: &[&str],
+) -> sealed::ErrorClass {
+    use diesel::result::{DatabaseErrorKind, Error};
+    use sealed::ErrorClass;
+    match error {
+        Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => ErrorClass::Contention,
+        Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _)
+        | Error::BrokenTransactionManager => ErrorClass::ConnectionLost,
+        Error::RollbackErrorOnCommit { commit_error, .. } => {
+            classify_by_message(commit_error, contention, lost_connection)
+        }
+        _ if message_contains(error, contention) => ErrorClass::Contention,
+        _ if message_contains(error, lost_connection) => ErrorClass::ConnectionLost,
+        _ => ErrorClass::Other,
     }
 }
 

@@ -1,46 +1,53 @@
 //! MySQL and MariaDB (InnoDB): `INSERT .. ON DUPLICATE KEY UPDATE`, never `INSERT IGNORE`,
 //! which would also hide truncation and conversion errors.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
 
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use diesel::mysql::MysqlConnection;
 use diesel::prelude::*;
 use diesel::result::DatabaseErrorKind;
 use diesel::sql_types::BigInt;
 
-use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Recorded};
+use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql, Recorded};
 use super::Key;
 use crate::error::MigrationError;
+use crate::schema::mysql as schema;
+use crate::state::InboxState;
 
-inbox_tables!(key = Binary, time = Datetime);
-row_mappings!();
+/// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
+/// them) and times (UTC `DATETIME(6)`).
+mod codec {
+    use chrono::{DateTime, NaiveDateTime, Utc};
 
-type Time = NaiveDateTime;
-type KeyOwned = Vec<u8>;
+    pub(super) type Time = NaiveDateTime;
+    pub(super) type KeyOwned = Vec<u8>;
 
-fn ts(time: DateTime<Utc>) -> Time {
-    time.naive_utc()
+    pub(super) fn key(part: &str) -> &[u8] {
+        part.as_bytes()
+    }
+
+    pub(super) fn key_string(key: KeyOwned) -> String {
+        // Only ever written from validated `&str`s.
+        String::from_utf8(key)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    pub(super) fn time(time: DateTime<Utc>) -> Time {
+        time.naive_utc()
+    }
+
+    pub(super) fn utc(time: Time) -> DateTime<Utc> {
+        time.and_utc()
+    }
 }
 
-fn utc(time: Time) -> DateTime<Utc> {
-    time.and_utc()
-}
+row_mappings!(schema = schema, codec = codec);
 
-/// Keys are VARBINARY: bound as bytes, so no collation or charset conversion touches them.
-fn k(part: &str) -> &[u8] {
-    part.as_bytes()
-}
-
-fn key_string(key: KeyOwned) -> String {
-    // Only ever written from validated `&str`s.
-    String::from_utf8(key).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-}
-
-impl HasBackend for MysqlConnection {
+impl HasInboxSql for MysqlConnection {
     type Sql = Self;
 
-    fn backend(&mut self) -> &mut Self {
+    fn sql(&mut self) -> &mut Self {
         self
     }
 }
@@ -50,12 +57,8 @@ impl HasBackend for MysqlConnection {
 /// with or without the client's found-rows flag.
 const INSERTED: usize = 1;
 
-/// Whether the server has MariaDB's `@@in_transaction`; cleared at the first server without.
-static HAS_IN_TRANSACTION: AtomicBool = AtomicBool::new(true);
-
-impl InboxBackend for MysqlConnection {
-    const STATEMENT_ERRORS_CAN_END_TRANSACTION: bool = true;
-    const CONTENTION_ENDS_TRANSACTION: bool = true;
+impl InboxSql for MysqlConnection {
+    const FAILED_STATEMENT: FailedStatement = FailedStatement::DeadlockEndsTransaction;
 
     fn record_delivery(
         &mut self,
@@ -63,10 +66,17 @@ impl InboxBackend for MysqlConnection {
         now: DateTime<Utc>,
         payload_hash: Option<&[u8]>,
     ) -> QueryResult<Recorded> {
-        use inbox::dsl as t;
-        let now = ts(now);
-        let affected = diesel::insert_into(t::inbox)
-            .values(new_inbox_row!(key.0, key.1, now, payload_hash))
+        use schema::diesel_inbox_events::dsl as t;
+        let now = codec::time(now);
+        let affected = diesel::insert_into(t::diesel_inbox_events)
+            .values(new_inbox_row!(
+                schema,
+                codec,
+                key.0,
+                key.1,
+                now,
+                payload_hash
+            ))
             .on_conflict(diesel::dsl::DuplicatedKeys)
             .do_update()
             .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(now)))
@@ -75,11 +85,11 @@ impl InboxBackend for MysqlConnection {
             return Ok(Recorded::New);
         }
         // No RETURNING on MySQL: read the row this transaction now holds locked.
-        let row = t::inbox
-            .find((k(key.0), k(key.1)))
-            .select(existing_columns())
-            .first::<ExistingColumns>(self)?;
-        Ok(super::recorded(existing(row)))
+        let row = t::diesel_inbox_events
+            .find((codec::key(key.0), codec::key(key.1)))
+            .select(rows::existing_columns())
+            .first::<rows::ExistingColumns>(self)?;
+        Ok(super::recorded(rows::existing(row)))
     }
 
     fn record_deliveries(
@@ -88,16 +98,18 @@ impl InboxBackend for MysqlConnection {
         items: &[(&str, Option<&[u8]>)],
         now: DateTime<Utc>,
     ) -> QueryResult<Vec<Recorded>> {
-        use inbox::dsl as t;
-        let when = ts(now);
+        use schema::diesel_inbox_events::dsl as t;
+        let when = codec::time(now);
         let mut found = std::collections::HashMap::with_capacity(items.len());
         for chunk in items.chunks(super::ROWS_PER_STATEMENT) {
-            let rows: Vec<_> = chunk
+            let new_rows: Vec<_> = chunk
                 .iter()
-                .map(|&(event_id, hash)| new_inbox_row!(consumer, event_id, when, hash))
+                .map(|&(event_id, hash)| {
+                    new_inbox_row!(schema, codec, consumer, event_id, when, hash)
+                })
                 .collect();
-            diesel::insert_into(t::inbox)
-                .values(rows)
+            diesel::insert_into(t::diesel_inbox_events)
+                .values(new_rows)
                 .on_conflict(diesel::dsl::DuplicatedKeys)
                 .do_update()
                 .set((
@@ -107,14 +119,21 @@ impl InboxBackend for MysqlConnection {
                 .execute(self)?;
             // The affected-row total cannot say which rows are new, but the rows can: every
             // one is locked by this transaction now, and only a fresh insert has 1 delivery.
-            let ids: Vec<&[u8]> = chunk.iter().map(|&(event_id, _)| k(event_id)).collect();
-            let rows = t::inbox
-                .filter(t::consumer.eq(k(consumer)).and(t::event_id.eq_any(ids)))
-                .select((t::event_id, existing_columns()))
-                .load::<(KeyOwned, ExistingColumns)>(self)?;
+            let ids: Vec<&[u8]> = chunk
+                .iter()
+                .map(|&(event_id, _)| codec::key(event_id))
+                .collect();
+            let read = t::diesel_inbox_events
+                .filter(
+                    t::consumer
+                        .eq(codec::key(consumer))
+                        .and(t::event_id.eq_any(ids)),
+                )
+                .select((t::event_id, rows::existing_columns()))
+                .load::<(codec::KeyOwned, rows::ExistingColumns)>(self)?;
             found.extend(
-                rows.into_iter()
-                    .map(|(id, row)| (key_string(id), existing(row))),
+                read.into_iter()
+                    .map(|(id, row)| (codec::key_string(id), rows::existing(row))),
             );
         }
         super::in_order(items, found)
@@ -122,44 +141,53 @@ impl InboxBackend for MysqlConnection {
 
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
         // A deadlock rolls back the whole transaction; later statements then autocommit one by
-        // one and COMMIT succeeds on nothing. MariaDB's session variable tells; Oracle MySQL
-        // has none, so there the check is skipped (once told so, for the whole process).
-        if !HAS_IN_TRANSACTION.load(Ordering::Relaxed) {
-            return Ok(true);
-        }
+        // one and COMMIT succeeds on nothing. MariaDB's session variable tells. Oracle MySQL
+        // has none: there the check cannot tell, which is asked of each connection anew (one
+        // process may talk to both servers) and said in a warning once per process.
         match diesel::select(diesel::dsl::sql::<BigInt>("@@in_transaction")).get_result::<i64>(self)
         {
             Ok(in_transaction) => Ok(in_transaction == 1),
             Err(diesel::result::Error::DatabaseError(_, info))
                 if info.message().contains("Unknown system variable") =>
             {
-                HAS_IN_TRANSACTION.store(false, Ordering::Relaxed);
-                tracing::warn!("this server has no @@in_transaction (MySQL, not MariaDB): the inbox cannot tell when a deadlock the handler swallowed ended its transaction");
+                static WARNED: Once = Once::new();
+                WARNED.call_once(|| tracing::warn!("this server has no @@in_transaction (MySQL, not MariaDB): the inbox cannot tell when a deadlock the handler swallowed ended its transaction"));
                 Ok(true)
             }
             Err(error) => Err(error),
         }
     }
 
-    fn is_contention(error: &diesel::result::Error) -> bool {
+    fn classify(error: &diesel::result::Error) -> ErrorClass {
         // 1213 (deadlock) arrives as SerializationFailure from prepared statements but only as
-        // its message from simple ones (COMMIT among them); 1205 only as its message.
-        super::message_names_contention(error, &["Deadlock found", "Lock wait timeout exceeded"])
+        // its message from simple ones (COMMIT among them); 1205 (lock-wait timeout) and the
+        // client's lost-connection errors (2006, 2013, and 1927 for a killed session) only as
+        // their messages.
+        super::classify_by_message(
+            error,
+            &["Deadlock found", "Lock wait timeout exceeded"],
+            &["has gone away", "Lost connection", "Connection was killed"],
+        )
     }
 
     fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
         crate::migrations::apply(self, crate::migrations::MYSQL)
     }
 
-    fn settle(&mut self, key: Key<'_>, now: DateTime<Utc>, state: &str) -> QueryResult<bool> {
-        use inbox::dsl as t;
-        let now = ts(now);
+    fn insert_held_row(
+        &mut self,
+        key: Key<'_>,
+        now: DateTime<Utc>,
+        state: InboxState,
+    ) -> QueryResult<bool> {
+        use schema::diesel_inbox_events::dsl as t;
+        let now = codec::time(now);
         // A plain insert, as `ON CONFLICT DO NOTHING` elsewhere: a duplicate key fails this
         // statement alone (InnoDB keeps the transaction) and leaves the existing row as it is.
-        let inserted = diesel::insert_into(t::inbox)
+        let inserted = diesel::insert_into(t::diesel_inbox_events)
             .values((
-                t::consumer.eq(k(key.0)),
-                t::event_id.eq(k(key.1)),
+                t::consumer.eq(codec::key(key.0)),
+                t::event_id.eq(codec::key(key.1)),
                 t::state.eq(state),
                 t::processed_at.eq(now),
                 t::last_seen_at.eq(now),
@@ -175,8 +203,21 @@ impl InboxBackend for MysqlConnection {
         }
     }
 
-    portable_statements!(
-        failures_conflict = diesel::dsl::DuplicatedKeys,
-        lock = for_update
+    statement!(note_payload_conflict, schema, codec);
+    statement!(store_result, schema, codec);
+    statement!(
+        record_failure,
+        schema,
+        codec,
+        conflict = diesel::dsl::DuplicatedKeys
     );
+    statement!(set_inbox_state, schema, codec);
+    statement!(delete_inbox_row, schema, codec);
+    statement!(failure, schema, codec, rows, lock = for_update);
+    statement!(failures, schema, codec, rows);
+    statement!(set_failure_state, schema, codec);
+    statement!(inbox_row, schema, codec, rows);
+    statement!(inbox_rows, schema, rows);
+    statement!(append_history, schema, codec);
+    statement!(history, schema, codec, rows);
 }

@@ -2,17 +2,17 @@
 
 use diesel::r2d2::{ManageConnection, PooledConnection, R2D2Connection};
 
-use super::sealed::HasBackend;
+use super::sealed::HasInboxSql;
 use super::InboxConnection;
 
-impl<M> HasBackend for PooledConnection<M>
+impl<M> HasInboxSql for PooledConnection<M>
 where
     M: ManageConnection,
     M::Connection: InboxConnection + R2D2Connection + Send + 'static,
 {
-    type Sql = <M::Connection as HasBackend>::Sql;
+    type Sql = <M::Connection as HasInboxSql>::Sql;
 
-    fn backend(&mut self) -> &mut Self::Sql {
-        (**self).backend()
+    fn sql(&mut self) -> &mut Self::Sql {
+        (**self).sql()
     }
 }

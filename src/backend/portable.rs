@@ -1,97 +1,316 @@
-//! Statements that read the same on every backend, written once and stamped into each backend
-//! module, where the names they use are defined: `Time`, `ts`/`utc` (times), `k`/`key_string`
-//! (keys), and the tables from `inbox_tables!`.
+//! Statements that read the same on every backend, written once.
+//!
+//! A backend's `impl InboxSql` takes each one by name, `statement!(store_result, schema,
+//! codec)`: `schema` is the backend's module of [`crate::schema`], `codec` its module of key and
+//! time conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`), and `rows` its
+//! module of row mappings, made by `row_mappings!`. Nothing else is taken from the scope.
 
-/// The inbox's tables, with the key and time SQL types of the backend.
-macro_rules! inbox_tables {
-    (key = $key:ident, time = $time:ident) => {
-        diesel::table! {
-            #[sql_name = "diesel_inbox"]
-            inbox (consumer, event_id) {
-                consumer -> $key,
-                event_id -> $key,
-                state -> Text,
-                processed_at -> $time,
-                last_seen_at -> $time,
-                deliveries -> BigInt,
-                payload_hash -> Nullable<Binary>,
-                payload_conflicts -> BigInt,
-                result -> Nullable<Text>,
+/// The select lists and row conversions shared by the statements that read rows back.
+/// Expands to `mod rows`.
+macro_rules! row_mappings {
+    (schema = $schema:ident, codec = $codec:ident) => {
+        /// The select lists of the inbox's tables and their conversion into rows.
+        mod rows {
+            use super::{$codec, $schema};
+            use $crate::backend::sealed::{Existing, FailureRow, HistoryRow, InboxRow};
+            use $crate::state::{DeadLetterState, HistoryKind, InboxState};
+            use $schema::diesel_inbox_events as t;
+            use $schema::diesel_inbox_failure_log as l;
+            use $schema::diesel_inbox_failures as f;
+
+            pub(super) type ExistingColumns = (
+                $codec::Time,
+                i64,
+                InboxState,
+                Option<Vec<u8>>,
+                Option<String>,
+            );
+
+            pub(super) fn existing_columns() -> (
+                t::processed_at,
+                t::deliveries,
+                t::state,
+                t::payload_hash,
+                t::result,
+            ) {
+                (
+                    t::processed_at,
+                    t::deliveries,
+                    t::state,
+                    t::payload_hash,
+                    t::result,
+                )
             }
-        }
 
-        diesel::table! {
-            #[sql_name = "diesel_inbox_failures"]
-            failures (consumer, event_id) {
-                consumer -> $key,
-                event_id -> $key,
-                state -> Text,
-                attempts -> BigInt,
-                last_error -> Text,
-                first_failed_at -> $time,
-                last_failed_at -> $time,
-                payload -> Nullable<Binary>,
-                payload_kind -> Nullable<Text>,
-                updated_at -> $time,
+            pub(super) fn existing(row: ExistingColumns) -> Existing {
+                let (processed_at, deliveries, state, payload_hash, result) = row;
+                Existing {
+                    processed_at: $codec::utc(processed_at),
+                    deliveries,
+                    state,
+                    payload_hash,
+                    result,
+                }
             }
-        }
 
-        diesel::table! {
-            #[sql_name = "diesel_inbox_failure_log"]
-            failure_log (id) {
-                id -> BigInt,
-                consumer -> $key,
-                event_id -> $key,
-                entry -> Text,
-                attempt -> Nullable<BigInt>,
-                error -> Nullable<Text>,
-                actor -> Nullable<Text>,
-                reason -> Nullable<Text>,
-                at -> $time,
+            pub(super) type InboxColumns = (
+                $codec::KeyOwned,
+                $codec::KeyOwned,
+                InboxState,
+                $codec::Time,
+                $codec::Time,
+                i64,
+            );
+
+            pub(super) fn inbox_columns() -> (
+                t::consumer,
+                t::event_id,
+                t::state,
+                t::processed_at,
+                t::last_seen_at,
+                t::deliveries,
+            ) {
+                (
+                    t::consumer,
+                    t::event_id,
+                    t::state,
+                    t::processed_at,
+                    t::last_seen_at,
+                    t::deliveries,
+                )
+            }
+
+            pub(super) fn inbox_row(row: InboxColumns) -> InboxRow {
+                let (consumer, event_id, state, processed_at, last_seen_at, deliveries) = row;
+                InboxRow {
+                    consumer: $codec::key_string(consumer),
+                    event_id: $codec::key_string(event_id),
+                    state,
+                    processed_at: $codec::utc(processed_at),
+                    last_seen_at: $codec::utc(last_seen_at),
+                    deliveries,
+                }
+            }
+
+            pub(super) type FailureColumns = (
+                $codec::KeyOwned,
+                DeadLetterState,
+                i64,
+                String,
+                $codec::Time,
+                $codec::Time,
+                Option<Vec<u8>>,
+                Option<String>,
+                $codec::Time,
+            );
+
+            pub(super) fn failure_columns() -> (
+                f::event_id,
+                f::state,
+                f::attempts,
+                f::last_error,
+                f::first_failed_at,
+                f::last_failed_at,
+                f::payload,
+                f::payload_kind,
+                f::updated_at,
+            ) {
+                (
+                    f::event_id,
+                    f::state,
+                    f::attempts,
+                    f::last_error,
+                    f::first_failed_at,
+                    f::last_failed_at,
+                    f::payload,
+                    f::payload_kind,
+                    f::updated_at,
+                )
+            }
+
+            pub(super) fn failure_row(row: FailureColumns) -> FailureRow {
+                let (event_id, state, attempts, last_error, first, last, payload, kind, updated) =
+                    row;
+                FailureRow {
+                    event_id: $codec::key_string(event_id),
+                    state,
+                    attempts,
+                    last_error,
+                    first_failed_at: $codec::utc(first),
+                    last_failed_at: $codec::utc(last),
+                    payload,
+                    payload_kind: kind,
+                    updated_at: $codec::utc(updated),
+                }
+            }
+
+            pub(super) type HistoryColumns = (
+                HistoryKind,
+                Option<i64>,
+                Option<String>,
+                Option<String>,
+                Option<String>,
+                $codec::Time,
+            );
+
+            pub(super) fn history_columns(
+            ) -> (l::entry, l::attempt, l::error, l::actor, l::reason, l::at) {
+                (l::entry, l::attempt, l::error, l::actor, l::reason, l::at)
+            }
+
+            pub(super) fn history_row(row: HistoryColumns) -> HistoryRow {
+                let (kind, attempt, error, actor, reason, at) = row;
+                HistoryRow {
+                    kind,
+                    attempt,
+                    error,
+                    actor,
+                    reason,
+                    at: $codec::utc(at),
+                }
             }
         }
     };
 }
 
-/// The `InboxBackend` methods whose SQL is the same everywhere. `failures_conflict` is the
-/// backend's upsert target for `diesel_inbox_failures`; `lock` is `for_update` where the backend
-/// has row locks (SQLite locks the whole database for the transaction instead).
-macro_rules! portable_statements {
-    (failures_conflict = $target:expr $(, lock = $lock:ident)?) => {
+/// The values of a fresh inbox row, as every recording statement inserts it: one delivery,
+/// processed and last seen `now`, with the payload's fingerprint if any.
+macro_rules! new_inbox_row {
+    ($schema:ident, $codec:ident, $consumer:expr, $event_id:expr, $now:expr, $payload_hash:expr) => {{
+        use $schema::diesel_inbox_events as t;
+        (
+            t::consumer.eq($codec::key($consumer)),
+            t::event_id.eq($codec::key($event_id)),
+            t::processed_at.eq($now),
+            t::last_seen_at.eq($now),
+            t::deliveries.eq(1),
+            t::payload_hash.eq($payload_hash),
+        )
+    }};
+}
+
+/// One `InboxSql` method whose SQL reads the same on every backend, by name.
+macro_rules! statement {
+    // Recording deliveries where the backend has `INSERT .. ON CONFLICT .. RETURNING`
+    // (PostgreSQL, SQLite): one statement learns whether the key is new and what the row holds.
+    (record_delivery, $schema:ident, $codec:ident, $rows:ident, upsert_returning) => {
+        fn record_delivery(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            now: DateTime<Utc>,
+            payload_hash: Option<&[u8]>,
+        ) -> QueryResult<$crate::backend::sealed::Recorded> {
+            use $schema::diesel_inbox_events::dsl as t;
+            // The single-row statement has a fixed shape, so Diesel keeps it prepared.
+            let when = $codec::time(now);
+            let row = diesel::insert_into(t::diesel_inbox_events)
+                .values(new_inbox_row!($schema, $codec, key.0, key.1, when, payload_hash))
+                .on_conflict((t::consumer, t::event_id))
+                .do_update()
+                .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(when)))
+                .returning($rows::existing_columns())
+                .get_result::<$rows::ExistingColumns>(self)?;
+            Ok($crate::backend::recorded($rows::existing(row)))
+        }
+    };
+    (record_deliveries, $schema:ident, $codec:ident, $rows:ident, upsert_returning) => {
+        fn record_deliveries(
+            &mut self,
+            consumer: &str,
+            items: &[(&str, Option<&[u8]>)],
+            now: DateTime<Utc>,
+        ) -> QueryResult<Vec<$crate::backend::sealed::Recorded>> {
+            use $schema::diesel_inbox_events::dsl as t;
+            let when = $codec::time(now);
+            let mut found = std::collections::HashMap::with_capacity(items.len());
+            for chunk in items.chunks($crate::backend::ROWS_PER_STATEMENT) {
+                let rows: Vec<_> = chunk
+                    .iter()
+                    .map(|&(event_id, hash)| {
+                        new_inbox_row!($schema, $codec, consumer, event_id, when, hash)
+                    })
+                    .collect();
+                // A second inserter of the same key blocks until the first commits (then it
+                // updates: a duplicate) or rolls back (then it inserts and runs the effect).
+                let returned = diesel::insert_into(t::diesel_inbox_events)
+                    .values(rows)
+                    .on_conflict((t::consumer, t::event_id))
+                    .do_update()
+                    .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(when)))
+                    .returning((t::event_id, $rows::existing_columns()))
+                    .load::<(String, $rows::ExistingColumns)>(self)?;
+                found.extend(
+                    returned
+                        .into_iter()
+                        .map(|(id, row)| (id, $rows::existing(row))),
+                );
+            }
+            $crate::backend::in_order(items, found)
+        }
+    };
+    (insert_held_row, $schema:ident, $codec:ident, on_conflict_do_nothing) => {
+        fn insert_held_row(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            now: DateTime<Utc>,
+            state: $crate::state::InboxState,
+        ) -> QueryResult<bool> {
+            use $schema::diesel_inbox_events::dsl as t;
+            let when = $codec::time(now);
+            diesel::insert_into(t::diesel_inbox_events)
+                .values((
+                    t::consumer.eq($codec::key(key.0)),
+                    t::event_id.eq($codec::key(key.1)),
+                    t::state.eq(state),
+                    t::processed_at.eq(when),
+                    t::last_seen_at.eq(when),
+                    t::deliveries.eq(1),
+                ))
+                .on_conflict_do_nothing()
+                .execute(self)
+                .map(|inserted| inserted == 1)
+        }
+    };
+    (note_payload_conflict, $schema:ident, $codec:ident) => {
         fn note_payload_conflict(&mut self, key: $crate::backend::Key<'_>) -> QueryResult<()> {
-            use inbox::dsl as t;
-            diesel::update(t::inbox.find((k(key.0), k(key.1))))
+            use $schema::diesel_inbox_events::dsl as t;
+            diesel::update(t::diesel_inbox_events.find(($codec::key(key.0), $codec::key(key.1))))
                 .set(t::payload_conflicts.eq(t::payload_conflicts + 1))
                 .execute(self)
                 .map(drop)
         }
-
+    };
+    (store_result, $schema:ident, $codec:ident) => {
         fn store_result(&mut self, key: $crate::backend::Key<'_>, json: &str) -> QueryResult<()> {
-            use inbox::dsl as t;
-            diesel::update(t::inbox.find((k(key.0), k(key.1))))
+            use $schema::diesel_inbox_events::dsl as t;
+            diesel::update(t::diesel_inbox_events.find(($codec::key(key.0), $codec::key(key.1))))
                 .set(t::result.eq(json))
                 .execute(self)
                 .map(drop)
         }
-
+    };
+    // `conflict` is the backend's upsert target for `diesel_inbox_failures`.
+    (record_failure, $schema:ident, $codec:ident, conflict = $target:expr) => {
         fn record_failure(
             &mut self,
             key: $crate::backend::Key<'_>,
             now: DateTime<Utc>,
             error: &str,
             payload: Option<&$crate::Payload>,
-        ) -> QueryResult<(i64, String)> {
-            use failures::dsl as f;
+        ) -> QueryResult<(i64, $crate::state::DeadLetterState)> {
+            use $crate::backend::sealed::HistoryRow;
+            use $crate::state::{DeadLetterState, HistoryKind};
+            use $schema::diesel_inbox_failures::dsl as f;
             let stored = payload.map(|p| (p.to_bytes(), p.kind()));
             let (bytes, kind) = (stored.as_ref().map(|s| &s.0[..]), stored.as_ref().map(|s| s.1));
-            let when = ts(now);
+            let when = $codec::time(now);
             // The counter is bumped in the database, so concurrent failures of one event each
             // get their own attempt number.
-            diesel::insert_into(f::failures)
+            diesel::insert_into(f::diesel_inbox_failures)
                 .values((
-                    f::consumer.eq(k(key.0)),
-                    f::event_id.eq(k(key.1)),
-                    f::state.eq("retrying"),
+                    f::consumer.eq($codec::key(key.0)),
+                    f::event_id.eq($codec::key(key.1)),
+                    f::state.eq(DeadLetterState::Retrying),
                     f::attempts.eq(1),
                     f::last_error.eq(error),
                     f::first_failed_at.eq(when),
@@ -111,366 +330,166 @@ macro_rules! portable_statements {
                     f::updated_at.eq(when),
                 ))
                 .execute(self)?;
-            let (attempts, state) = f::failures
-                .find((k(key.0), k(key.1)))
+            let (attempts, state) = f::diesel_inbox_failures
+                .find(($codec::key(key.0), $codec::key(key.1)))
                 .select((f::attempts, f::state))
-                .first::<(i64, String)>(self)?;
-            self.log(key, &LogRow {
-                entry: "failed".to_owned(),
-                attempt: Some(attempts),
-                error: Some(error.to_owned()),
-                actor: None,
-                reason: None,
-                at: now,
-            })?;
+                .first::<(i64, DeadLetterState)>(self)?;
+            self.append_history(
+                key,
+                &HistoryRow {
+                    kind: HistoryKind::Failed,
+                    attempt: Some(attempts),
+                    error: Some(error.to_owned()),
+                    actor: None,
+                    reason: None,
+                    at: now,
+                },
+            )?;
             Ok((attempts, state))
         }
-
+    };
+    (set_inbox_state, $schema:ident, $codec:ident) => {
         fn set_inbox_state(
             &mut self,
             key: $crate::backend::Key<'_>,
-            from: &str,
-            to: Option<&str>,
+            from: $crate::state::InboxState,
+            to: $crate::state::InboxState,
         ) -> QueryResult<bool> {
-            use inbox::dsl as t;
-            let row = t::inbox.find((k(key.0), k(key.1))).filter(t::state.eq(from));
-            let changed = match to {
-                Some(to) => diesel::update(row).set(t::state.eq(to)).execute(self)?,
-                None => diesel::delete(row).execute(self)?,
-            };
-            Ok(changed == 1)
+            use $schema::diesel_inbox_events::dsl as t;
+            let row = t::diesel_inbox_events
+                .find(($codec::key(key.0), $codec::key(key.1)))
+                .filter(t::state.eq(from));
+            diesel::update(row)
+                .set(t::state.eq(to))
+                .execute(self)
+                .map(|changed| changed == 1)
         }
-
+    };
+    (delete_inbox_row, $schema:ident, $codec:ident) => {
+        fn delete_inbox_row(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            state: $crate::state::InboxState,
+        ) -> QueryResult<bool> {
+            use $schema::diesel_inbox_events::dsl as t;
+            let row = t::diesel_inbox_events
+                .find(($codec::key(key.0), $codec::key(key.1)))
+                .filter(t::state.eq(state));
+            diesel::delete(row).execute(self).map(|deleted| deleted == 1)
+        }
+    };
+    // `lock`: `for_update` where the backend has row locks; SQLite locks the whole database
+    // for the (immediate) transaction instead.
+    (failure, $schema:ident, $codec:ident, $rows:ident $(, lock = $lock:ident)?) => {
         fn failure(
             &mut self,
             key: $crate::backend::Key<'_>,
-        ) -> QueryResult<Option<FailureRow>> {
-            use failures::dsl as f;
-            f::failures
-                .find((k(key.0), k(key.1)))
-                .select(failure_columns())
+        ) -> QueryResult<Option<$crate::backend::sealed::FailureRow>> {
+            use $schema::diesel_inbox_failures::dsl as f;
+            f::diesel_inbox_failures
+                .find(($codec::key(key.0), $codec::key(key.1)))
+                .select($rows::failure_columns())
                 $(.$lock())?
-                .first::<FailureColumns>(self)
+                .first::<$rows::FailureColumns>(self)
                 .optional()
-                .map(|row| row.map(failure_row))
+                .map(|row| row.map($rows::failure_row))
         }
-
+    };
+    (failures, $schema:ident, $codec:ident, $rows:ident) => {
+        fn failures(
+            &mut self,
+            consumer: &str,
+            state: $crate::state::DeadLetterState,
+        ) -> QueryResult<Vec<$crate::backend::sealed::FailureRow>> {
+            use $schema::diesel_inbox_failures::dsl as f;
+            f::diesel_inbox_failures
+                .filter(f::consumer.eq($codec::key(consumer)).and(f::state.eq(state)))
+                .order((f::first_failed_at, f::event_id))
+                .select($rows::failure_columns())
+                .load::<$rows::FailureColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::failure_row).collect())
+        }
+    };
+    (set_failure_state, $schema:ident, $codec:ident) => {
+        fn set_failure_state(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            from: $crate::state::DeadLetterState,
+            to: $crate::state::DeadLetterState,
+            now: DateTime<Utc>,
+        ) -> QueryResult<bool> {
+            use $schema::diesel_inbox_failures::dsl as f;
+            let row = f::diesel_inbox_failures
+                .find(($codec::key(key.0), $codec::key(key.1)))
+                .filter(f::state.eq(from));
+            diesel::update(row)
+                .set((f::state.eq(to), f::updated_at.eq($codec::time(now))))
+                .execute(self)
+                .map(|changed| changed == 1)
+        }
+    };
+    (inbox_row, $schema:ident, $codec:ident, $rows:ident) => {
         fn inbox_row(
             &mut self,
             key: $crate::backend::Key<'_>,
         ) -> QueryResult<Option<$crate::backend::sealed::InboxRow>> {
-            use inbox::dsl as t;
-            t::inbox
-                .find((k(key.0), k(key.1)))
-                .select(inbox_columns())
-                .first::<InboxColumns>(self)
+            use $schema::diesel_inbox_events::dsl as t;
+            t::diesel_inbox_events
+                .find(($codec::key(key.0), $codec::key(key.1)))
+                .select($rows::inbox_columns())
+                .first::<$rows::InboxColumns>(self)
                 .optional()
-                .map(|row| row.map(inbox_row))
+                .map(|row| row.map($rows::inbox_row))
         }
-
-        fn inbox_rows(&mut self, limit: i64) -> QueryResult<Vec<$crate::backend::sealed::InboxRow>> {
-            use inbox::dsl as t;
-            t::inbox
+    };
+    (inbox_rows, $schema:ident, $rows:ident) => {
+        fn inbox_rows(
+            &mut self,
+            limit: i64,
+        ) -> QueryResult<Vec<$crate::backend::sealed::InboxRow>> {
+            use $schema::diesel_inbox_events::dsl as t;
+            t::diesel_inbox_events
                 .order((t::consumer, t::event_id))
                 .limit(limit)
-                .select(inbox_columns())
-                .load::<InboxColumns>(self)
-                .map(|rows| rows.into_iter().map(inbox_row).collect())
+                .select($rows::inbox_columns())
+                .load::<$rows::InboxColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::inbox_row).collect())
         }
-
-        fn failures(&mut self, consumer: &str, state: &str) -> QueryResult<Vec<FailureRow>> {
-            use failures::dsl as f;
-            f::failures
-                .filter(f::consumer.eq(k(consumer)).and(f::state.eq(state)))
-                .order((f::first_failed_at, f::event_id))
-                .select(failure_columns())
-                .load::<FailureColumns>(self)
-                .map(|rows| rows.into_iter().map(failure_row).collect())
-        }
-
-        fn set_failure_state(
+    };
+    (append_history, $schema:ident, $codec:ident) => {
+        fn append_history(
             &mut self,
             key: $crate::backend::Key<'_>,
-            from: &str,
-            to: &str,
-            now: DateTime<Utc>,
-        ) -> QueryResult<bool> {
-            use failures::dsl as f;
-            diesel::update(f::failures.find((k(key.0), k(key.1))).filter(f::state.eq(from)))
-                .set((f::state.eq(to), f::updated_at.eq(ts(now))))
-                .execute(self)
-                .map(|changed| changed == 1)
-        }
-
-        fn log(&mut self, key: $crate::backend::Key<'_>, row: &LogRow) -> QueryResult<()> {
-            use failure_log::dsl as l;
-            diesel::insert_into(l::failure_log)
+            row: &$crate::backend::sealed::HistoryRow,
+        ) -> QueryResult<()> {
+            use $schema::diesel_inbox_failure_log::dsl as l;
+            diesel::insert_into(l::diesel_inbox_failure_log)
                 .values((
-                    l::consumer.eq(k(key.0)),
-                    l::event_id.eq(k(key.1)),
-                    l::entry.eq(&row.entry),
+                    l::consumer.eq($codec::key(key.0)),
+                    l::event_id.eq($codec::key(key.1)),
+                    l::entry.eq(row.kind),
                     l::attempt.eq(row.attempt),
                     l::error.eq(row.error.as_deref()),
                     l::actor.eq(row.actor.as_deref()),
                     l::reason.eq(row.reason.as_deref()),
-                    l::at.eq(ts(row.at)),
+                    l::at.eq($codec::time(row.at)),
                 ))
                 .execute(self)
                 .map(drop)
         }
-
-        fn failure_log(&mut self, key: $crate::backend::Key<'_>) -> QueryResult<Vec<LogRow>> {
-            use failure_log::dsl as l;
-            type Columns = (String, Option<i64>, Option<String>, Option<String>, Option<String>, Time);
-            l::failure_log
-                .filter(l::consumer.eq(k(key.0)).and(l::event_id.eq(k(key.1))))
+    };
+    (history, $schema:ident, $codec:ident, $rows:ident) => {
+        fn history(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+        ) -> QueryResult<Vec<$crate::backend::sealed::HistoryRow>> {
+            use $schema::diesel_inbox_failure_log::dsl as l;
+            l::diesel_inbox_failure_log
+                .filter(l::consumer.eq($codec::key(key.0)).and(l::event_id.eq($codec::key(key.1))))
                 .order(l::id)
-                .select((l::entry, l::attempt, l::error, l::actor, l::reason, l::at))
-                .load::<Columns>(self)
-                .map(|rows| {
-                    rows.into_iter()
-                        .map(|(entry, attempt, error, actor, reason, at)| LogRow {
-                            entry,
-                            attempt,
-                            error,
-                            actor,
-                            reason,
-                            at: utc(at),
-                        })
-                        .collect()
-                })
-        }
-    };
-}
-
-/// Row mappings for `diesel_inbox` and `diesel_inbox_failures`, shared by the queries that
-/// read them back.
-macro_rules! row_mappings {
-    () => {
-        type ExistingColumns = (Time, i64, String, Option<Vec<u8>>, Option<String>);
-
-        fn existing_columns() -> (
-            inbox::processed_at,
-            inbox::deliveries,
-            inbox::state,
-            inbox::payload_hash,
-            inbox::result,
-        ) {
-            use inbox::dsl as t;
-            (
-                t::processed_at,
-                t::deliveries,
-                t::state,
-                t::payload_hash,
-                t::result,
-            )
-        }
-
-        fn existing(row: ExistingColumns) -> Existing {
-            let (processed_at, deliveries, state, payload_hash, result) = row;
-            Existing {
-                processed_at: utc(processed_at),
-                deliveries,
-                state,
-                payload_hash,
-                result,
-            }
-        }
-
-        type InboxColumns = (KeyOwned, KeyOwned, String, Time, Time, i64);
-
-        fn inbox_columns() -> (
-            inbox::consumer,
-            inbox::event_id,
-            inbox::state,
-            inbox::processed_at,
-            inbox::last_seen_at,
-            inbox::deliveries,
-        ) {
-            use inbox::dsl as t;
-            (
-                t::consumer,
-                t::event_id,
-                t::state,
-                t::processed_at,
-                t::last_seen_at,
-                t::deliveries,
-            )
-        }
-
-        fn inbox_row(row: InboxColumns) -> $crate::backend::sealed::InboxRow {
-            let (consumer, event_id, state, processed_at, last_seen_at, deliveries) = row;
-            $crate::backend::sealed::InboxRow {
-                consumer: key_string(consumer),
-                event_id: key_string(event_id),
-                state,
-                processed_at: utc(processed_at),
-                last_seen_at: utc(last_seen_at),
-                deliveries,
-            }
-        }
-
-        type FailureColumns = (
-            KeyOwned,
-            String,
-            i64,
-            String,
-            Time,
-            Time,
-            Option<Vec<u8>>,
-            Option<String>,
-            Time,
-        );
-
-        fn failure_columns() -> (
-            failures::event_id,
-            failures::state,
-            failures::attempts,
-            failures::last_error,
-            failures::first_failed_at,
-            failures::last_failed_at,
-            failures::payload,
-            failures::payload_kind,
-            failures::updated_at,
-        ) {
-            use failures::dsl as f;
-            (
-                f::event_id,
-                f::state,
-                f::attempts,
-                f::last_error,
-                f::first_failed_at,
-                f::last_failed_at,
-                f::payload,
-                f::payload_kind,
-                f::updated_at,
-            )
-        }
-
-        fn failure_row(row: FailureColumns) -> FailureRow {
-            let (
-                event_id,
-                state,
-                attempts,
-                last_error,
-                first,
-                last,
-                payload,
-                payload_kind,
-                updated,
-            ) = row;
-            FailureRow {
-                event_id: key_string(event_id),
-                state,
-                attempts,
-                last_error,
-                first_failed_at: utc(first),
-                last_failed_at: utc(last),
-                payload,
-                payload_kind,
-                updated_at: utc(updated),
-            }
-        }
-    };
-}
-
-/// The values of a fresh inbox row, as every recording statement inserts it: one delivery,
-/// processed and last seen `now`, with the payload's fingerprint if any.
-macro_rules! new_inbox_row {
-    ($consumer:expr, $event_id:expr, $now:expr, $payload_hash:expr) => {
-        (
-            inbox::consumer.eq(k($consumer)),
-            inbox::event_id.eq(k($event_id)),
-            inbox::processed_at.eq($now),
-            inbox::last_seen_at.eq($now),
-            inbox::deliveries.eq(1),
-            inbox::payload_hash.eq($payload_hash),
-        )
-    };
-}
-
-/// Recording deliveries where the backend has `INSERT .. ON CONFLICT .. RETURNING` (PostgreSQL,
-/// SQLite): one statement learns, for every key, whether it is new and what the row holds.
-#[cfg_attr(
-    not(any(feature = "postgres", feature = "sqlite")),
-    allow(unused_macros)
-)]
-macro_rules! upsert_returning {
-    () => {
-        fn record_delivery(
-            &mut self,
-            key: $crate::backend::Key<'_>,
-            now: DateTime<Utc>,
-            payload_hash: Option<&[u8]>,
-        ) -> QueryResult<Recorded> {
-            use inbox::dsl as t;
-            // The single-row statement has a fixed shape, so Diesel keeps it prepared; the
-            // multi-row one below is prepared per batch.
-            let when = ts(now);
-            let row = diesel::insert_into(t::inbox)
-                .values(new_inbox_row!(key.0, key.1, when, payload_hash))
-                .on_conflict((t::consumer, t::event_id))
-                .do_update()
-                .set((
-                    t::deliveries.eq(t::deliveries + 1),
-                    t::last_seen_at.eq(when),
-                ))
-                .returning(existing_columns())
-                .get_result::<ExistingColumns>(self)?;
-            Ok($crate::backend::recorded(existing(row)))
-        }
-
-        fn record_deliveries(
-            &mut self,
-            consumer: &str,
-            items: &[(&str, Option<&[u8]>)],
-            now: DateTime<Utc>,
-        ) -> QueryResult<Vec<Recorded>> {
-            use inbox::dsl as t;
-            let when = ts(now);
-            let mut found = std::collections::HashMap::with_capacity(items.len());
-            for chunk in items.chunks($crate::backend::ROWS_PER_STATEMENT) {
-                let rows: Vec<_> = chunk
-                    .iter()
-                    .map(|&(event_id, hash)| new_inbox_row!(consumer, event_id, when, hash))
-                    .collect();
-                // A second inserter of the same key blocks until the first commits (then it
-                // updates: a duplicate) or rolls back (then it inserts and runs the effect).
-                let returned = diesel::insert_into(t::inbox)
-                    .values(rows)
-                    .on_conflict((t::consumer, t::event_id))
-                    .do_update()
-                    .set((
-                        t::deliveries.eq(t::deliveries + 1),
-                        t::last_seen_at.eq(when),
-                    ))
-                    .returning((t::event_id, existing_columns()))
-                    .load::<(String, ExistingColumns)>(self)?;
-                found.extend(returned.into_iter().map(|(id, row)| (id, existing(row))));
-            }
-            $crate::backend::in_order(items, found)
-        }
-
-        fn settle(
-            &mut self,
-            key: $crate::backend::Key<'_>,
-            now: DateTime<Utc>,
-            state: &str,
-        ) -> QueryResult<bool> {
-            use inbox::dsl as t;
-            let when = ts(now);
-            diesel::insert_into(t::inbox)
-                .values((
-                    t::consumer.eq(key.0),
-                    t::event_id.eq(key.1),
-                    t::state.eq(state),
-                    t::processed_at.eq(when),
-                    t::last_seen_at.eq(when),
-                    t::deliveries.eq(1),
-                ))
-                .on_conflict_do_nothing()
-                .execute(self)
-                .map(|inserted| inserted == 1)
+                .select($rows::history_columns())
+                .load::<$rows::HistoryColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::history_row).collect())
         }
     };
 }

@@ -5,44 +5,49 @@ use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
 
-use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Recorded};
+use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
 use crate::error::MigrationError;
+use crate::schema::postgres as schema;
 
-inbox_tables!(key = Text, time = Timestamptz);
-row_mappings!();
+/// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
+mod codec {
+    use chrono::{DateTime, Utc};
 
-type Time = DateTime<Utc>;
-type KeyOwned = String;
+    pub(super) type Time = DateTime<Utc>;
+    pub(super) type KeyOwned = String;
 
-fn ts(time: DateTime<Utc>) -> Time {
-    time
+    pub(super) fn key(part: &str) -> &str {
+        part
+    }
+
+    pub(super) fn key_string(key: KeyOwned) -> String {
+        key
+    }
+
+    pub(super) fn time(time: DateTime<Utc>) -> Time {
+        time
+    }
+
+    pub(super) fn utc(time: Time) -> DateTime<Utc> {
+        time
+    }
 }
 
-fn utc(time: Time) -> DateTime<Utc> {
-    time
-}
+row_mappings!(schema = schema, codec = codec);
 
-fn k(part: &str) -> &str {
-    part
-}
-
-fn key_string(key: KeyOwned) -> String {
-    key
-}
-
-impl HasBackend for PgConnection {
+impl HasInboxSql for PgConnection {
     type Sql = Self;
 
-    fn backend(&mut self) -> &mut Self {
+    fn sql(&mut self) -> &mut Self {
         self
     }
 }
 
-impl InboxBackend for PgConnection {
-    const STATEMENT_ERRORS_CAN_END_TRANSACTION: bool = false;
-    const CONTENTION_ENDS_TRANSACTION: bool = false;
+impl InboxSql for PgConnection {
+    const FAILED_STATEMENT: FailedStatement = FailedStatement::AbortsTransaction;
 
-    upsert_returning!();
+    statement!(record_delivery, schema, codec, rows, upsert_returning);
+    statement!(record_deliveries, schema, codec, rows, upsert_returning);
 
     fn commit_without_waiting_for_disk(&mut self) -> QueryResult<()> {
         // One round trip saves the WAL flush at commit, which costs several.
@@ -55,17 +60,45 @@ impl InboxBackend for PgConnection {
         self.batch_execute("SELECT 1").map(|()| true)
     }
 
-    fn is_contention(error: &diesel::result::Error) -> bool {
-        // 40001 arrives as SerializationFailure; 40P01 and 55P03 only as their messages.
-        super::message_names_contention(error, &["deadlock detected", "due to lock timeout"])
+    fn classify(error: &diesel::result::Error) -> ErrorClass {
+        // 40001 arrives as SerializationFailure, a dead session as ClosedConnection; 40P01
+        // and 55P03 only as their messages, and so does a session terminated by an
+        // administrator while libpq still thinks the connection is fine.
+        super::classify_by_message(
+            error,
+            &["deadlock detected", "due to lock timeout"],
+            &[
+                "terminating connection",
+                "server closed the connection",
+                "no connection to the server",
+                "connection to server",
+            ],
+        )
     }
 
     fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
         crate::migrations::apply(self, crate::migrations::POSTGRES)
     }
 
-    portable_statements!(
-        failures_conflict = (failures::consumer, failures::event_id),
-        lock = for_update
+    statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
+    statement!(note_payload_conflict, schema, codec);
+    statement!(store_result, schema, codec);
+    statement!(
+        record_failure,
+        schema,
+        codec,
+        conflict = (
+            schema::diesel_inbox_failures::consumer,
+            schema::diesel_inbox_failures::event_id
+        )
     );
+    statement!(set_inbox_state, schema, codec);
+    statement!(delete_inbox_row, schema, codec);
+    statement!(failure, schema, codec, rows, lock = for_update);
+    statement!(failures, schema, codec, rows);
+    statement!(set_failure_state, schema, codec);
+    statement!(inbox_row, schema, codec, rows);
+    statement!(inbox_rows, schema, rows);
+    statement!(append_history, schema, codec);
+    statement!(history, schema, codec, rows);
 }

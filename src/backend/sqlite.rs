@@ -1,56 +1,60 @@
 //! SQLite, the embedded default: immediate transactions, so writers queue at `BEGIN` on the busy
 //! timeout instead of failing when a read transaction tries to upgrade.
 
+use std::sync::Once;
 use std::time::Duration;
 
-use chrono::{DateTime, NaiveDateTime, Utc};
-use diesel::connection::{AnsiTransactionManager, SimpleConnection};
+use chrono::{DateTime, Utc};
+use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::CustomizeConnection;
+use diesel::sql_types::BigInt;
 use diesel::sqlite::SqliteConnection;
 
-use super::sealed::{Existing, FailureRow, HasBackend, InboxBackend, LogRow, Recorded};
+use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
 use crate::error::MigrationError;
+use crate::schema::sqlite as schema;
 
-inbox_tables!(key = Text, time = Timestamp);
-row_mappings!();
+/// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
+mod codec {
+    use chrono::{DateTime, NaiveDateTime, Utc};
 
-type Time = NaiveDateTime;
-type KeyOwned = String;
+    pub(super) type Time = NaiveDateTime;
+    pub(super) type KeyOwned = String;
 
-fn ts(time: DateTime<Utc>) -> Time {
-    time.naive_utc()
+    pub(super) fn key(part: &str) -> &str {
+        part
+    }
+
+    pub(super) fn key_string(key: KeyOwned) -> String {
+        key
+    }
+
+    pub(super) fn time(time: DateTime<Utc>) -> Time {
+        time.naive_utc()
+    }
+
+    pub(super) fn utc(time: Time) -> DateTime<Utc> {
+        time.and_utc()
+    }
 }
 
-fn utc(time: Time) -> DateTime<Utc> {
-    time.and_utc()
-}
+row_mappings!(schema = schema, codec = codec);
 
-fn k(part: &str) -> &str {
-    part
-}
-
-fn key_string(key: KeyOwned) -> String {
-    key
-}
-
-impl HasBackend for SqliteConnection {
+impl HasInboxSql for SqliteConnection {
     type Sql = Self;
 
-    fn backend(&mut self) -> &mut Self {
+    fn sql(&mut self) -> &mut Self {
         self
     }
 }
 
-impl InboxBackend for SqliteConnection {
-    const STATEMENT_ERRORS_CAN_END_TRANSACTION: bool = true;
-    const CONTENTION_ENDS_TRANSACTION: bool = false;
+impl InboxSql for SqliteConnection {
+    const FAILED_STATEMENT: FailedStatement = FailedStatement::MayEndTransaction;
+    const BEGIN: &'static str = "BEGIN IMMEDIATE";
 
-    fn begin_top_level(&mut self) -> QueryResult<()> {
-        AnsiTransactionManager::begin_transaction_sql(self, "BEGIN IMMEDIATE")
-    }
-
-    upsert_returning!();
+    statement!(record_delivery, schema, codec, rows, upsert_returning);
+    statement!(record_deliveries, schema, codec, rows, upsert_returning);
 
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
         // Some errors (I/O, full disk, a trigger's RAISE(ROLLBACK)) make SQLite roll the whole
@@ -60,16 +64,56 @@ impl InboxBackend for SqliteConnection {
         Ok(self.batch_execute("BEGIN").is_err())
     }
 
-    fn is_contention(error: &diesel::result::Error) -> bool {
-        // SQLITE_BUSY and SQLITE_LOCKED arrive as Unknown with these messages.
-        super::message_names_contention(error, &["database is locked", "database table is locked"])
+    fn classify(error: &diesel::result::Error) -> ErrorClass {
+        // SQLITE_BUSY and SQLITE_LOCKED arrive as Unknown with these messages; an embedded
+        // database has no connection to lose.
+        super::classify_by_message(
+            error,
+            &["database is locked", "database table is locked"],
+            &[],
+        )
+    }
+
+    fn before_contention_retry(&mut self) {
+        // Without a busy timeout every concurrent writer fails at once and is retried here;
+        // say so once, rather than in every retry.
+        static WARNED: Once = Once::new();
+        let timeout = diesel::select(diesel::dsl::sql::<BigInt>(
+            "(SELECT timeout FROM pragma_busy_timeout())",
+        ))
+        .get_result::<i64>(self);
+        if timeout == Ok(0) {
+            WARNED.call_once(|| {
+                tracing::warn!("this SQLite connection has no busy timeout, so concurrent writers fail at once and the inbox retries them: apply diesel_inbox::SqliteSetup to each connection");
+            });
+        }
     }
 
     fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
         crate::migrations::apply(self, crate::migrations::SQLITE)
     }
 
-    portable_statements!(failures_conflict = (failures::consumer, failures::event_id));
+    statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
+    statement!(note_payload_conflict, schema, codec);
+    statement!(store_result, schema, codec);
+    statement!(
+        record_failure,
+        schema,
+        codec,
+        conflict = (
+            schema::diesel_inbox_failures::consumer,
+            schema::diesel_inbox_failures::event_id
+        )
+    );
+    statement!(set_inbox_state, schema, codec);
+    statement!(delete_inbox_row, schema, codec);
+    statement!(failure, schema, codec, rows);
+    statement!(failures, schema, codec, rows);
+    statement!(set_failure_state, schema, codec);
+    statement!(inbox_row, schema, codec, rows);
+    statement!(inbox_rows, schema, rows);
+    statement!(append_history, schema, codec);
+    statement!(history, schema, codec, rows);
 }
 
 /// The connection settings the inbox expects on SQLite: WAL journal and a busy timeout.

@@ -184,7 +184,7 @@ pub fn assert_dead_lettered<C: InboxConnection>(
             "expected event {event_id:?} of consumer {:?} to be dead-lettered, but the inbox row is {} and the failure record is {}",
             inbox.consumer(),
             record.map_or_else(|| "missing".to_owned(), |r| r.to_string()),
-            letter.map_or_else(|e| e.to_string(), |l| format!("{} after {} attempts (last error: {})", l.state, l.attempts, l.last_error)),
+            letter.map_or_else(|e| e.to_string(), |l| format!("{} after {} attempt{} (last error: {})", l.state, l.attempts, if l.attempts == 1 { "" } else { "s" }, l.last_error)),
         ),
     }
 }

@@ -5,8 +5,8 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
-use crate::backend::sealed::{InboxBackend, InboxRow};
-use crate::inbox::row_state;
+use crate::backend::sealed::{InboxRow, InboxSql};
+use crate::state::InboxState;
 use crate::{Error, Inbox, InboxConnection, IntoEventId};
 
 /// What the inbox table records about one event of one consumer.
@@ -17,7 +17,7 @@ use crate::{Error, Inbox, InboxConnection, IntoEventId};
 pub struct InboxRecord {
     row_consumer: String,
     row_event_id: String,
-    state: String,
+    state: InboxState,
     processed_at: DateTime<Utc>,
     last_seen_at: DateTime<Utc>,
     deliveries: u64,
@@ -49,15 +49,12 @@ impl InboxRecord {
 
     /// `true` when the event took effect; `false` when the failure policy gave up on it.
     pub fn is_processed(&self) -> bool {
-        self.state == row_state::PROCESSED
+        self.state == InboxState::Processed
     }
 
     /// `true` when the event is dead-lettered or was discarded: its effect never ran.
     pub fn is_dead_lettered(&self) -> bool {
-        matches!(
-            self.state.as_str(),
-            row_state::DEAD_LETTERED | row_state::DISCARDED
-        )
+        matches!(self.state, InboxState::DeadLettered | InboxState::Discarded)
     }
 
     /// When the event took effect, or was dead-lettered.
@@ -84,7 +81,7 @@ impl fmt::Display for InboxRecord {
             "{{ consumer: {:?}, event_id: {:?}, state: {}, processed_at: {}, last_seen_at: {}, deliveries: {} }}",
             self.row_consumer,
             self.row_event_id,
-            self.state,
+            self.state.as_str(),
             self.processed_at,
             self.last_seen_at,
             self.deliveries
@@ -124,7 +121,7 @@ pub fn inbox_record<C: InboxConnection>(
 ) -> Result<Option<InboxRecord>, Error> {
     let event_id = event_id.into_event_id()?;
     let row = conn
-        .backend()
+        .sql()
         .inbox_row((inbox.consumer(), event_id.as_str()))?;
     Ok(row.map(InboxRecord::from))
 }
@@ -135,7 +132,7 @@ pub(crate) fn first_records<C: InboxConnection>(
     limit: usize,
 ) -> QueryResult<Vec<InboxRecord>> {
     let rows = conn
-        .backend()
+        .sql()
         .inbox_rows(i64::try_from(limit).unwrap_or(i64::MAX))?;
     Ok(rows.into_iter().map(InboxRecord::from).collect())
 }

@@ -4,7 +4,7 @@ use std::panic::{self, AssertUnwindSafe};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_inbox::{DeadLetterState, Delivery, Error, Inbox, Outcome, Payload};
+use diesel_inbox::{Audit, DeadLetterState, Delivery, Error, HistoryKind, Inbox, Outcome, Payload};
 use serde::{Deserialize, Serialize};
 
 use super::{effect, HandlerError};
@@ -16,6 +16,11 @@ fn refuse<C>(_: &mut C) -> Result<(), HandlerError> {
 
 fn orders() -> Inbox {
     Inbox::new("orders").unwrap()
+}
+
+/// A transition by "ops" for `reason`.
+fn ops(reason: &str) -> Audit {
+    Audit::new("ops", reason).unwrap()
 }
 
 pub fn failures_are_counted_across_redeliveries<B: Backend>() {
@@ -31,17 +36,13 @@ pub fn failures_are_counted_across_redeliveries<B: Backend>() {
     assert_eq!(record.state, DeadLetterState::Retrying);
     assert_eq!(record.attempts, 3);
     assert_eq!(record.last_error, "handler refused");
-    let attempts: Vec<_> = record
-        .history
-        .iter()
-        .map(|h| (h.entry.as_str(), h.attempt))
-        .collect();
+    let attempts: Vec<_> = record.history.iter().map(|h| (h.kind, h.attempt)).collect();
     assert_eq!(
         attempts,
         [
-            ("failed", Some(1)),
-            ("failed", Some(2)),
-            ("failed", Some(3))
+            (HistoryKind::Failed, Some(1)),
+            (HistoryKind::Failed, Some(2)),
+            (HistoryKind::Failed, Some(3))
         ]
     );
     assert!(inbox
@@ -85,8 +86,8 @@ pub fn an_event_is_dead_lettered_at_exactly_max_attempts<B: Backend>() {
         .unwrap()
         .history;
     assert_eq!(
-        history.last().map(|h| h.entry.as_str()),
-        Some("dead_lettered")
+        history.last().map(|h| h.kind),
+        Some(HistoryKind::DeadLettered)
     );
 }
 
@@ -150,8 +151,7 @@ pub fn a_redrive_processes_once_and_a_second_redrive_is_refused<B: Backend>() {
         .redrive(
             &mut conn,
             "evt-1",
-            "ops@example.com",
-            "config fixed",
+            &Audit::new("ops@example.com", "config fixed").unwrap(),
             |tx, payload| {
                 assert_eq!(payload, delivery.payload());
                 tx.record_effect("evt-1")
@@ -165,19 +165,19 @@ pub fn a_redrive_processes_once_and_a_second_redrive_is_refused<B: Backend>() {
     assert_eq!(record.state, DeadLetterState::Redriven);
     let last = record.history.last().unwrap();
     assert_eq!(
+        (last.kind, last.actor.as_deref(), last.reason.as_deref()),
         (
-            last.entry.as_str(),
-            last.actor.as_deref(),
-            last.reason.as_deref()
-        ),
-        ("redriven", Some("ops@example.com"), Some("config fixed"))
+            HistoryKind::Redriven,
+            Some("ops@example.com"),
+            Some("config fixed")
+        )
     );
     assert!(inbox
         .process(&mut conn, &delivery, effect("evt-1"))
         .unwrap()
         .is_duplicate());
 
-    let again = dead.redrive(&mut conn, "evt-1", "ops", "again", |tx, _| {
+    let again = dead.redrive(&mut conn, "evt-1", &ops("again"), |tx, _| {
         tx.record_effect("evt-1").map_err(Error::from)
     });
     assert!(
@@ -200,19 +200,21 @@ pub fn a_failing_redrive_leaves_the_dead_letter_as_it_was<B: Backend>() {
         .process(&mut conn, "evt-1", refuse)
         .unwrap()
         .is_dead_lettered());
+    let dead = inbox.dead_letters();
+    let before = dead.show(&mut conn, "evt-1").unwrap();
+    assert_eq!(before.state, DeadLetterState::DeadLettered);
 
-    let failed = inbox
-        .dead_letters()
-        .redrive(&mut conn, "evt-1", "ops", "try", |tx, _| {
-            tx.record_effect("evt-1").unwrap();
-            Err::<(), _>(HandlerError::Refused)
-        });
+    let failed = dead.redrive(&mut conn, "evt-1", &ops("try"), |tx, _| {
+        tx.record_effect("evt-1").unwrap();
+        Err::<(), _>(HandlerError::Refused)
+    });
 
     assert_eq!(failed, Err(HandlerError::Refused));
     assert_eq!(conn.effect_count(), 0);
     assert_eq!(
-        inbox.dead_letters().show(&mut conn, "evt-1").unwrap().state,
-        DeadLetterState::DeadLettered
+        dead.show(&mut conn, "evt-1").unwrap(),
+        before,
+        "state, attempts, errors, times, payload and history as they were"
     );
     assert!(inbox
         .process(&mut conn, "evt-1", effect("evt-1"))
@@ -229,7 +231,7 @@ pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
         .is_dead_lettered());
     let dead = inbox.dead_letters();
 
-    dead.discard(&mut conn, "evt-1", "ops", "obsolete order")
+    dead.discard(&mut conn, "evt-1", &ops("obsolete order"))
         .unwrap();
 
     let later = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
@@ -237,7 +239,7 @@ pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
         matches!(later, Outcome::DeadLettered(ref d) if d.is_discarded()),
         "{later:?}"
     );
-    let redrive = dead.redrive(&mut conn, "evt-1", "ops", "oops", |tx, _| {
+    let redrive = dead.redrive(&mut conn, "evt-1", &ops("oops"), |tx, _| {
         tx.record_effect("evt-1").map_err(Error::from)
     });
     assert!(matches!(
@@ -247,7 +249,7 @@ pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
             ..
         })
     ));
-    let discard = dead.discard(&mut conn, "evt-1", "ops", "twice");
+    let discard = dead.discard(&mut conn, "evt-1", &ops("twice"));
     assert!(matches!(
         discard,
         Err(Error::InvalidTransition {
@@ -275,19 +277,19 @@ pub fn transitions_need_an_actor_a_reason_and_a_dead_letter<B: Backend>() {
     );
 
     assert!(matches!(
-        dead.discard(&mut conn, "evt-1", " ", "why"),
+        Audit::new(" ", "why"),
         Err(Error::MissingAudit("actor"))
     ));
     assert!(matches!(
-        dead.discard(&mut conn, "evt-1", "ops", ""),
+        Audit::new("ops", ""),
         Err(Error::MissingAudit("reason"))
     ));
     assert!(matches!(
-        dead.discard(&mut conn, "nope", "ops", "why"),
+        dead.discard(&mut conn, "nope", &ops("why")),
         Err(Error::DeadLetterNotFound { .. })
     ));
     assert!(matches!(
-        dead.discard(&mut conn, "evt-1", "ops", "why"),
+        dead.discard(&mut conn, "evt-1", &ops("why")),
         Err(Error::InvalidTransition {
             state: DeadLetterState::Retrying,
             ..
@@ -425,11 +427,12 @@ pub fn discarding_a_dead_letter_whose_inbox_row_was_deleted_still_holds_it_back<
         .unwrap()
         .is_dead_lettered());
     // Retention, or an operator, removed the row that held deliveries back.
-    conn.batch_execute("DELETE FROM diesel_inbox").unwrap();
+    conn.batch_execute("DELETE FROM diesel_inbox_events")
+        .unwrap();
 
     inbox
         .dead_letters()
-        .discard(&mut conn, "evt-1", "ops", "obsolete")
+        .discard(&mut conn, "evt-1", &ops("obsolete"))
         .unwrap();
 
     let later = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();

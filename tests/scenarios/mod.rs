@@ -1,7 +1,6 @@
 //! The inbox's behaviour, written once and run against every backend by `backend_tests!`.
 #![allow(unreachable_pub)]
 
-use std::collections::BTreeSet;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::thread;
@@ -9,36 +8,37 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_inbox::{
-    run_pending_migrations, with_inbox, Error, Inbox, InvalidEventId, Outcome, RetryPolicy,
-};
+use diesel_inbox::{with_inbox, Error, Inbox, InvalidEventId, Outcome, RetryPolicy};
 
-use crate::support::{concurrently, setup, transaction_depth, Backend, TestConn};
+use crate::support::{
+    concurrently, setup, transaction_depth, Backend, EffectConn, StatementLog, TestConn,
+};
 
 mod batch;
 mod failure_policy;
 mod helpers;
+mod migrations;
 pub use batch::*;
 pub use failure_policy::*;
 pub use helpers::*;
+pub use migrations::*;
 
 /// Generates one `#[test]` per scenario for the backend `$backend`.
 macro_rules! backend_tests {
     ($backend:ty) => {
-        backend_tests!($backend;
+        backend_tests!(@in scenarios, $backend;
             duplicate_delivery_runs_the_effect_once,
             duplicates_on_different_connections_run_the_effect_once,
             concurrent_overlapping_deliveries_take_effect_once_per_id,
-            concurrent_deliveries_at_serializable_isolation_take_effect_once_per_id,
             handler_error_leaves_no_effect_and_no_row_and_redelivery_processes_it,
-            handler_panic_leaves_no_trace_and_the_connection_outside_a_transaction,
+            handler_panic_leaves_no_effect_no_open_transaction_and_a_failure_record,
             handler_panic_on_a_pooled_connection_returns_it_to_the_pool_clean,
             two_consumers_each_process_the_same_event_once,
             nested_in_a_rolled_back_transaction_a_later_delivery_processes_it,
             nested_in_a_committed_transaction_the_event_stays_processed,
             invalid_ids_are_rejected_before_any_sql,
             ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct,
-            a_swallowed_statement_error_is_never_reported_as_processed,
+            a_swallowed_statement_error_is_reported_as_processed_only_if_the_transaction_survives,
             a_transaction_ended_behind_the_inbox_is_not_reported_as_processed,
             contention_that_clears_is_retried_and_never_reaches_the_caller,
             contention_outlasting_the_retries_is_reported_and_commits_nothing,
@@ -75,20 +75,25 @@ macro_rules! backend_tests {
             random_schedules_with_failures_take_effect_once_per_distinct_event,
             proptest_schedules_take_effect_once_per_distinct_event,
             run_schedule_catches_an_effect_that_outlives_a_failed_delivery,
+            diesels_harness_runs_and_reverts_all_app_migrations_beside_the_embedded_inbox,
+            installed_inbox_migrations_run_and_revert_with_the_apps_own,
+            installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing,
+            a_database_migrated_by_diesel_inbox_0_1_is_taken_over_with_its_events,
         );
     };
-    ($backend:ty; $($scenario:ident),+ $(,)?) => {
+    // One test per scenario of the test binary's module `$module`.
+    (@in $module:ident, $backend:ty; $($scenario:ident),+ $(,)?) => {
         $(
             #[test]
             fn $scenario() {
-                $crate::scenarios::$scenario::<$backend>();
+                $crate::$module::$scenario::<$backend>();
             }
         )+
     };
 }
 
-fn effect<C: TestConn>(event_id: &str) -> impl FnMut(&mut C) -> QueryResult<()> + '_ {
-    move |tx| tx.record_effect(event_id)
+pub fn effect<C: EffectConn>(event_id: &str) -> impl FnMut(&mut C) -> QueryResult<()> + '_ {
+    move |tx| tx.write_effect(event_id)
 }
 
 pub fn duplicate_delivery_runs_the_effect_once<B: Backend>() {
@@ -142,7 +147,7 @@ pub fn duplicates_on_different_connections_run_the_effect_once<B: Backend>() {
 
 /// Several threads, each on its own pooled connection, deliver overlapping ids in different
 /// orders, each id several times, all at once.
-fn deliver_concurrently<B: Backend>(configure: fn(&mut B::Conn)) {
+pub fn deliver_concurrently<B: Backend>(configure: fn(&mut B::Conn)) {
     const THREADS: usize = 6;
     const IDS: usize = 40;
     const COPIES: usize = 2;
@@ -179,12 +184,8 @@ pub fn concurrent_overlapping_deliveries_take_effect_once_per_id<B: Backend>() {
     deliver_concurrently::<B>(|_| {});
 }
 
-pub fn concurrent_deliveries_at_serializable_isolation_take_effect_once_per_id<B: Backend>() {
-    deliver_concurrently::<B>(B::serializable);
-}
-
 #[derive(Debug, PartialEq, thiserror::Error)]
-enum HandlerError {
+pub enum HandlerError {
     #[error("handler refused")]
     Refused,
     #[error(transparent)]
@@ -194,7 +195,7 @@ enum HandlerError {
 /// `diesel_inbox::Error` is not `PartialEq`; the scenarios compare its text.
 #[derive(Debug, PartialEq, thiserror::Error)]
 #[error("{0}")]
-struct DisplayedError(String);
+pub struct DisplayedError(String);
 
 impl From<Error> for HandlerError {
     fn from(e: Error) -> Self {
@@ -222,10 +223,10 @@ pub fn handler_error_leaves_no_effect_and_no_row_and_redelivery_processes_it<B: 
     assert_eq!(conn.effect_count(), 1);
 }
 
-fn panic_inside_inbox<C: TestConn>(conn: &mut C) {
+fn panic_inside_inbox<C: EffectConn>(conn: &mut C) {
     let caught = panic::catch_unwind(AssertUnwindSafe(|| {
         let _ = with_inbox(conn, "evt-1", |tx| -> QueryResult<()> {
-            tx.record_effect("evt-1").unwrap();
+            tx.write_effect("evt-1").unwrap();
             panic!("handler bug");
         });
     }));
@@ -233,13 +234,21 @@ fn panic_inside_inbox<C: TestConn>(conn: &mut C) {
     assert_eq!(message.downcast_ref::<&str>(), Some(&"handler bug"));
 }
 
-pub fn handler_panic_leaves_no_trace_and_the_connection_outside_a_transaction<B: Backend>() {
+pub fn handler_panic_leaves_no_effect_no_open_transaction_and_a_failure_record<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
 
     panic_inside_inbox(&mut conn);
 
     assert_eq!(transaction_depth(&mut conn), 0);
     assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
+    let record = Inbox::default()
+        .dead_letters()
+        .show(&mut conn, "evt-1")
+        .expect("the panic is recorded as a failed attempt");
+    assert_eq!(
+        (record.attempts, record.last_error.as_str()),
+        (1, "handler panicked: handler bug")
+    );
     assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
         .unwrap()
         .is_processed());
@@ -334,6 +343,7 @@ pub fn invalid_ids_are_rejected_before_any_sql<B: Backend>() {
         (too_long.as_str(), InvalidEventId::TooLong { len: 256 }),
         ("a\0b", InvalidEventId::ContainsNul { index: 1 }),
     ];
+    let log = StatementLog::install(&mut conn);
 
     for (id, expected) in cases {
         let mut ran = false;
@@ -346,6 +356,8 @@ pub fn invalid_ids_are_rejected_before_any_sql<B: Backend>() {
             other => panic!("{id:?} was not rejected as invalid: {other:?}"),
         }
         assert!(!ran, "the effect must not run for {id:?}");
+        let sent = log.take();
+        assert!(sent.is_empty(), "{id:?} sent {sent:?}");
     }
     assert_eq!(conn.inbox_rows(), 0);
     assert!(with_inbox(&mut conn, "x".repeat(255), effect("long"))
@@ -375,7 +387,6 @@ pub fn ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct<B: Back
         "A",
         "a",
     ];
-    assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), ids.len());
 
     for id in ids {
         let outcome = with_inbox(&mut conn, id, effect(id)).unwrap();
@@ -396,53 +407,67 @@ pub fn ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct<B: Back
     assert_eq!(conn.inbox_rows(), ids.len());
 }
 
-pub fn a_swallowed_statement_error_is_never_reported_as_processed<B: Backend>() {
+pub fn a_swallowed_statement_error_is_reported_as_processed_only_if_the_transaction_survives<
+    B: Backend,
+>() {
     let (_db, mut conn) = setup::<B>();
+    let ending = B::transaction_ending_statement(&mut conn);
+    let failing = ending.unwrap_or("INSERT INTO no_such_table VALUES (1)");
 
     let result = with_inbox(&mut conn, "evt-1", |tx| {
         tx.record_effect("evt-1")?;
-        let _ignored = tx.batch_execute("INSERT INTO no_such_table VALUES (1)");
+        let swallowed = tx.batch_execute(failing);
+        assert!(swallowed.is_err(), "{failing} must fail");
         QueryResult::Ok(())
     });
 
-    if B::FAILED_STATEMENT_ABORTS_TRANSACTION {
-        // PostgreSQL would turn COMMIT into a silent ROLLBACK; the inbox must say so.
-        match result {
-            Err(diesel::result::Error::QueryBuilderError(e)) => assert!(
-                matches!(
-                    e.downcast_ref::<Error>(),
-                    Some(Error::TransactionAborted { .. })
-                ),
-                "{e}"
+    assert_eq!(transaction_depth(&mut conn), 0);
+    if ending.is_some() {
+        // PostgreSQL would turn COMMIT into a silent ROLLBACK, and SQLite has rolled back
+        // already; the inbox must say so.
+        let error = result.expect_err("reported as processed");
+        assert!(
+            matches!(
+                Error::from_diesel(&error),
+                Some(Error::TransactionAborted { .. })
             ),
-            other => panic!("expected TransactionAborted, got {other:?}"),
-        }
+            "{error:?}"
+        );
         assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
         assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
             .unwrap()
             .is_processed());
     } else {
-        // Here only the failed statement is undone; what the database commits, the inbox reports.
+        // MySQL/MariaDB undo only the failed statement: the effect and the inbox row commit,
+        // and what the database commits, the inbox reports.
         assert_eq!(result, Ok(Outcome::Processed(())));
         assert_eq!((conn.effect_count(), conn.inbox_rows()), (1, 1));
     }
-    assert_eq!(transaction_depth(&mut conn), 0);
 }
 
 pub fn a_transaction_ended_behind_the_inbox_is_not_reported_as_processed<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::default().retry(RetryPolicy::none());
 
     // What a deadlock does on MySQL, or an I/O error on SQLite: the database rolls back the
     // whole transaction, and the handler carries on outside it.
-    let result = with_inbox(&mut conn, "evt-1", |tx| {
+    let result = inbox.process(&mut conn, "evt-1", |tx| {
         tx.batch_execute("ROLLBACK")?;
-        QueryResult::Ok(())
+        Ok::<_, Error>(())
     });
 
-    assert!(
-        result.is_err(),
-        "reported {result:?} for a transaction that was rolled back"
-    );
+    if B::DEADLOCK_ENDS_TRANSACTION {
+        // Contention: retried, and here with no retries left, reported as such.
+        assert!(
+            matches!(result, Err(Error::RetriesExhausted { attempts: 1, .. })),
+            "{result:?}"
+        );
+    } else {
+        assert!(
+            matches!(result, Err(Error::TransactionAborted { .. })),
+            "{result:?}"
+        );
+    }
     assert_eq!(transaction_depth(&mut conn), 0);
     assert_eq!(conn.inbox_rows(), 0);
     assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
@@ -488,8 +513,9 @@ pub fn contention_that_clears_is_retried_and_never_reaches_the_caller<B: Backend
     let holder = LockHolder::hold(db.connect(), "evt-1");
     B::fail_fast_on_locks(&mut conn);
 
+    // Past the first attempt's lock wait: only a retry can see the holder's commit.
     let releaser = thread::spawn(move || {
-        thread::sleep(Duration::from_millis(300));
+        thread::sleep(B::LOCK_WAIT + Duration::from_millis(500));
         holder.end(true);
     });
     let inbox = Inbox::default().retry(
@@ -539,24 +565,40 @@ pub fn contention_outlasting_the_retries_is_reported_and_commits_nothing<B: Back
 
 pub fn a_duplicate_relaxes_durability_for_its_own_transaction_only<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
-    let before = B::commit_durability(&mut conn);
+    let session_setting = B::commit_durability(&mut conn);
     assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
         .unwrap()
         .is_processed());
+    let log = StatementLog::install(&mut conn);
 
     assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
         .unwrap()
         .is_duplicate());
+
+    let sent = log.take();
+    let relaxed_at = sent.iter().position(|s| s.contains("synchronous_commit"));
+    if session_setting.is_some() {
+        // PostgreSQL: switched off inside the duplicate's transaction, before its COMMIT.
+        let relaxed_at = relaxed_at.unwrap_or_else(|| panic!("not relaxed: {sent:?}"));
+        assert_eq!(sent.first().map(String::as_str), Some("BEGIN"), "{sent:?}");
+        assert_eq!(sent.last().map(String::as_str), Some("COMMIT"), "{sent:?}");
+        assert!(relaxed_at < sent.len() - 1, "{sent:?}");
+    } else {
+        assert_eq!(
+            relaxed_at, None,
+            "this backend has no per-transaction switch: {sent:?}"
+        );
+    }
     assert_eq!(
         B::commit_durability(&mut conn),
-        before,
+        session_setting,
         "the session keeps its setting"
     );
     conn.transaction(|tx| {
         assert!(with_inbox(tx, "evt-1", effect("evt-1"))?.is_duplicate());
         assert_eq!(
             B::commit_durability(tx),
-            before,
+            session_setting,
             "the caller's transaction keeps it too"
         );
         QueryResult::Ok(())
@@ -607,36 +649,4 @@ pub fn uuid_and_string_forms_of_one_id_are_one_event<B: Backend>() {
             .unwrap()
             .is_processed()
     );
-}
-
-/// The inbox's migrations per backend: the inbox table, then failures and dead letters.
-const MIGRATIONS: usize = 2;
-
-pub fn migrations_apply_on_a_fresh_database_and_again_idempotently<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    assert_eq!(
-        run_pending_migrations(&mut conn).unwrap(),
-        0,
-        "already applied"
-    );
-
-    // A fresh database: neither the tables nor Diesel's bookkeeping.
-    conn.batch_execute(
-        "DROP TABLE diesel_inbox; DROP TABLE diesel_inbox_failures;
-         DROP TABLE diesel_inbox_failure_log; DROP TABLE __diesel_schema_migrations;",
-    )
-    .unwrap();
-    assert_eq!(run_pending_migrations(&mut conn).unwrap(), MIGRATIONS);
-    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 0);
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_processed());
-
-    // Schema applied by hand, bookkeeping missing: applying again is not an error.
-    conn.batch_execute("DROP TABLE __diesel_schema_migrations")
-        .unwrap();
-    assert_eq!(run_pending_migrations(&mut conn).unwrap(), MIGRATIONS);
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_duplicate());
 }

@@ -1,14 +1,15 @@
 //! What the scenarios need from each backend, and helpers they share.
-#![allow(dead_code, unreachable_pub)]
 
-use diesel::connection::{SimpleConnection, TransactionManager};
+use std::time::Duration;
+
+use diesel::connection::{InstrumentationEvent, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
 use diesel::r2d2::{ManageConnection, PooledConnection, R2D2Connection};
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::InboxConnection;
 
-/// One backend under test.
-pub trait Backend {
+/// One backend under test. Each test binary uses one; the others are compiled in all of them.
+pub(crate) trait Backend {
     type Conn: TestConn + R2D2Connection;
 
     /// A fresh, migrated database of this backend's own.
@@ -20,11 +21,23 @@ pub trait Backend {
     /// Does the database abort the whole transaction when one statement fails?
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool;
 
-    /// Makes lock waits on `conn` give up at once (or as soon as the server allows).
+    /// Does the inbox take a transaction that ended under the handler for a deadlock, which
+    /// is contention, rather than for an aborted transaction? MySQL/MariaDB: a deadlock is
+    /// what ends a transaction there while the session goes on.
+    const DEADLOCK_ENDS_TRANSACTION: bool;
+
+    /// How long a lock wait lasts on a connection after
+    /// [`fail_fast_on_locks`](Self::fail_fast_on_locks).
+    const LOCK_WAIT: Duration;
+
+    /// Makes lock waits on `conn` give up at once, or as soon as the server allows:
+    /// after [`LOCK_WAIT`](Self::LOCK_WAIT).
     fn fail_fast_on_locks(conn: &mut Self::Conn);
 
-    /// Runs every later transaction on `conn` at the strictest isolation level.
-    fn serializable(conn: &mut Self::Conn);
+    /// A statement that fails inside a transaction and takes the whole transaction with it
+    /// (aborted, or rolled back), after preparing on `conn` what it needs; `None` where a
+    /// failed statement only undoes itself (MySQL/MariaDB, short of a deadlock).
+    fn transaction_ending_statement(conn: &mut Self::Conn) -> Option<&'static str>;
 
     /// The connection's commit durability setting, where the backend has one per transaction.
     fn commit_durability(_conn: &mut Self::Conn) -> Option<String> {
@@ -32,47 +45,133 @@ pub trait Backend {
     }
 }
 
-fn env_or(var: &str, default: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+/// A backend with a server, whose sessions can be killed as a crash, a restart or a failover
+/// would kill them.
+#[allow(
+    dead_code,
+    reason = "tests/sqlite.rs compiles it too, and has no use for it"
+)]
+pub(crate) trait ServerBackend: Backend {
+    /// Runs every later transaction on `conn` at the strictest isolation level.
+    fn serializable(conn: &mut Self::Conn);
+
+    /// SQL that ends the session it runs in.
+    const KILL_OWN_SESSION: &'static str;
+
+    /// The server's id of `conn`'s session.
+    fn session_id(conn: &mut Self::Conn) -> i64;
+
+    /// Kills session `id` from `killer`, another connection, and waits until it is gone.
+    fn kill_session(killer: &mut Self::Conn, id: i64);
 }
 
 #[cfg(feature = "postgres")]
-pub struct Postgres;
-
-#[cfg(feature = "postgres")]
-#[derive(QueryableByName)]
-struct Setting {
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    synchronous_commit: String,
-}
+#[allow(dead_code, reason = "the other test binaries compile it too, unused")]
+pub(crate) struct Postgres;
 
 #[cfg(feature = "postgres")]
 impl Backend for Postgres {
     type Conn = PgConnection;
     const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = true;
+    const DEADLOCK_ENDS_TRANSACTION: bool = false;
+    const LOCK_WAIT: Duration = Duration::from_millis(20);
 
     fn database() -> TestDatabase<PgConnection> {
-        TestDatabase::postgres(&env_or(
-            "DIESEL_INBOX_POSTGRES_URL",
-            "postgres://root@127.0.0.1:5432/test",
-        ))
+        let url = std::env::var("DIESEL_INBOX_POSTGRES_URL");
+        TestDatabase::postgres(
+            url.as_deref()
+                .unwrap_or("postgres://root@127.0.0.1:5432/test"),
+        )
     }
 
     fn fail_fast_on_locks(conn: &mut PgConnection) {
         conn.batch_execute("SET lock_timeout = '20ms'").unwrap();
     }
 
+    fn transaction_ending_statement(_: &mut PgConnection) -> Option<&'static str> {
+        // Any failed statement aborts the transaction; COMMIT would then roll it back.
+        Some("INSERT INTO no_such_table VALUES (1)")
+    }
+
+    fn commit_durability(conn: &mut PgConnection) -> Option<String> {
+        let setting =
+            diesel::dsl::sql::<diesel::sql_types::Text>("current_setting('synchronous_commit')");
+        Some(diesel::select(setting).get_result(conn).unwrap())
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl ServerBackend for Postgres {
     fn serializable(conn: &mut PgConnection) {
         conn.batch_execute(
             "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
         )
         .unwrap();
     }
+
+    const KILL_OWN_SESSION: &'static str = "SELECT pg_terminate_backend(pg_backend_pid())";
+
+    fn session_id(conn: &mut PgConnection) -> i64 {
+        diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
+            "pg_backend_pid()",
+        ))
+        .get_result::<i32>(conn)
+        .unwrap()
+        .into()
+    }
+
+    fn kill_session(killer: &mut PgConnection, id: i64) {
+        // The second argument makes it wait (up to 5 s) until the session is gone.
+        let terminated = diesel::select(diesel::dsl::sql::<diesel::sql_types::Bool>(&format!(
+            "pg_terminate_backend({id}, 5000)"
+        )))
+        .get_result::<bool>(killer)
+        .unwrap();
+        assert!(terminated, "session {id} was not terminated");
+    }
 }
 
 #[cfg(feature = "mysql")]
-pub struct Mysql;
+#[allow(dead_code, reason = "the other test binaries compile it too, unused")]
+pub(crate) struct Mysql;
+
+#[cfg(feature = "mysql")]
+impl ServerBackend for Mysql {
+    fn serializable(conn: &mut MysqlConnection) {
+        conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+            .unwrap();
+    }
+
+    const KILL_OWN_SESSION: &'static str = "KILL CONNECTION CONNECTION_ID()";
+
+    fn session_id(conn: &mut MysqlConnection) -> i64 {
+        let id = diesel::select(diesel::dsl::sql::<
+            diesel::sql_types::Unsigned<diesel::sql_types::BigInt>,
+        >("CONNECTION_ID()"))
+        .get_result::<u64>(conn)
+        .unwrap();
+        i64::try_from(id).unwrap()
+    }
+
+    fn kill_session(killer: &mut MysqlConnection, id: i64) {
+        killer
+            .batch_execute(&format!("KILL CONNECTION {id}"))
+            .unwrap();
+        // KILL only flags the session; wait (up to 5 s) until the server has ended it.
+        let alive = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id}");
+        for _ in 0..100 {
+            let count = diesel::dsl::sql::<diesel::sql_types::BigInt>(&alive)
+                .get_result::<i64>(killer)
+                .unwrap();
+            if count == 0 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("session {id} outlived KILL CONNECTION by 5 s");
+    }
+}
 
 #[cfg(feature = "mysql")]
 impl Backend for Mysql {
@@ -80,12 +179,12 @@ impl Backend for Mysql {
     const EFFECTS_DDL: &'static str =
         "CREATE TABLE effects (event_id VARBINARY(255) NOT NULL) ENGINE = InnoDB";
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
+    const DEADLOCK_ENDS_TRANSACTION: bool = true;
+    const LOCK_WAIT: Duration = Duration::from_secs(1);
 
     fn database() -> TestDatabase<MysqlConnection> {
-        TestDatabase::mysql(&env_or(
-            "DIESEL_INBOX_MYSQL_URL",
-            "mysql://root@127.0.0.1:3306/test",
-        ))
+        let url = std::env::var("DIESEL_INBOX_MYSQL_URL");
+        TestDatabase::mysql(url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"))
     }
 
     fn fail_fast_on_locks(conn: &mut MysqlConnection) {
@@ -94,20 +193,23 @@ impl Backend for Mysql {
             .unwrap();
     }
 
-    fn serializable(conn: &mut MysqlConnection) {
-        conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
-            .unwrap();
+    fn transaction_ending_statement(_: &mut MysqlConnection) -> Option<&'static str> {
+        // A failed statement (lock-wait timeouts included, by default) undoes only itself.
+        None
     }
 }
 
 #[cfg(feature = "sqlite")]
-pub struct Sqlite;
+#[allow(dead_code, reason = "the other test binaries compile it too, unused")]
+pub(crate) struct Sqlite;
 
 #[cfg(feature = "sqlite")]
 impl Backend for Sqlite {
     type Conn = SqliteConnection;
     const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
+    const DEADLOCK_ENDS_TRANSACTION: bool = false;
+    const LOCK_WAIT: Duration = Duration::ZERO;
 
     fn database() -> TestDatabase<SqliteConnection> {
         TestDatabase::sqlite()
@@ -117,8 +219,16 @@ impl Backend for Sqlite {
         conn.batch_execute("PRAGMA busy_timeout = 0").unwrap();
     }
 
-    fn serializable(_: &mut SqliteConnection) {
-        // SQLite transactions are serializable already.
+    fn transaction_ending_statement(conn: &mut SqliteConnection) -> Option<&'static str> {
+        // What an I/O error or a full disk does, on demand: SQLite rolls the whole
+        // transaction back.
+        conn.batch_execute(
+            "CREATE TABLE doomed (x INT);
+             CREATE TRIGGER doomed_rolls_back BEFORE INSERT ON doomed
+             BEGIN SELECT RAISE(ROLLBACK, 'doomed'); END;",
+        )
+        .unwrap();
+        Some("INSERT INTO doomed VALUES (1)")
     }
 }
 
@@ -129,7 +239,7 @@ diesel::table! {
 }
 
 diesel::table! {
-    #[sql_name = "diesel_inbox"]
+    #[sql_name = "diesel_inbox_events"]
     inbox (consumer, event_id) {
         consumer -> Text,
         event_id -> Text,
@@ -139,12 +249,16 @@ diesel::table! {
 }
 
 /// A connection the scenarios can observe: the effect they count and the inbox table.
-pub trait TestConn: InboxConnection + Send + 'static {
+pub(crate) trait TestConn: InboxConnection + Send + 'static {
     /// The effect every scenario counts: one row in `effects` per run.
     fn record_effect(&mut self, event_id: &str) -> QueryResult<()>;
+    /// Rows in `effects`.
     fn effect_count(&mut self) -> usize;
+    /// Rows in the inbox table, of every consumer.
     fn inbox_rows(&mut self) -> usize;
+    /// The deliveries the inbox rows count, summed over every row.
     fn total_deliveries(&mut self) -> usize;
+    /// The payload conflicts counted on `event_id`'s row.
     fn payload_conflicts(&mut self, event_id: &str) -> usize;
 }
 
@@ -191,29 +305,26 @@ test_conn!(MysqlConnection);
 #[cfg(feature = "sqlite")]
 test_conn!(SqliteConnection);
 
-impl<M> TestConn for PooledConnection<M>
+/// A connection the scenarios' effect can be written through: any [`TestConn`], and a pooled
+/// one, which the scenarios write through but observe through plain connections.
+pub(crate) trait EffectConn: InboxConnection + Send + 'static {
+    /// [`TestConn::record_effect`].
+    fn write_effect(&mut self, event_id: &str) -> QueryResult<()>;
+}
+
+impl<C: TestConn> EffectConn for C {
+    fn write_effect(&mut self, event_id: &str) -> QueryResult<()> {
+        self.record_effect(event_id)
+    }
+}
+
+impl<M> EffectConn for PooledConnection<M>
 where
     M: ManageConnection,
     M::Connection: TestConn + R2D2Connection,
 {
-    fn record_effect(&mut self, event_id: &str) -> QueryResult<()> {
+    fn write_effect(&mut self, event_id: &str) -> QueryResult<()> {
         (**self).record_effect(event_id)
-    }
-
-    fn effect_count(&mut self) -> usize {
-        (**self).effect_count()
-    }
-
-    fn inbox_rows(&mut self) -> usize {
-        (**self).inbox_rows()
-    }
-
-    fn total_deliveries(&mut self) -> usize {
-        (**self).total_deliveries()
-    }
-
-    fn payload_conflicts(&mut self, event_id: &str) -> usize {
-        (**self).payload_conflicts(event_id)
     }
 }
 
@@ -222,7 +333,7 @@ fn count(n: QueryResult<i64>) -> usize {
 }
 
 /// A database with the effects table, and a first connection to it.
-pub fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
+pub(crate) fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
     let db = B::database();
     let mut conn = db.connect();
     conn.batch_execute(B::EFFECTS_DDL).unwrap();
@@ -231,7 +342,7 @@ pub fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
 
 /// Runs `work(thread, conn)` on `threads` threads at once, each on a pooled connection of its
 /// own, released together; returns what each returned, in thread order.
-pub fn concurrently<C, R>(
+pub(crate) fn concurrently<C, R>(
     db: &TestDatabase<C>,
     threads: usize,
     work: impl Fn(usize, &mut C) -> R + Sync,
@@ -257,7 +368,38 @@ where
     })
 }
 
-pub fn transaction_depth<C: Connection>(conn: &mut C) -> u32 {
+/// What a connection sent, in order: `BEGIN`, `COMMIT` and `ROLLBACK` for the transaction
+/// manager's events (at any depth), and each statement's SQL.
+#[derive(Clone, Default)]
+pub(crate) struct StatementLog(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl StatementLog {
+    /// Starts logging what `conn` sends from now on.
+    pub(crate) fn install<C: Connection>(conn: &mut C) -> Self {
+        let log = Self::default();
+        let entries = log.0.clone();
+        conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+            let entry = match event {
+                InstrumentationEvent::BeginTransaction { .. } => "BEGIN".to_owned(),
+                InstrumentationEvent::CommitTransaction { .. } => "COMMIT".to_owned(),
+                InstrumentationEvent::RollbackTransaction { .. } => "ROLLBACK".to_owned(),
+                InstrumentationEvent::StartQuery { query, .. } => query.to_string(),
+                _ => return,
+            };
+            entries.lock().unwrap().push(entry);
+        });
+        log
+    }
+
+    /// Takes what was logged so far, leaving the log empty.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+/// `conn`'s transaction depth as Diesel's transaction manager counts it: 0 outside a
+/// transaction.
+pub(crate) fn transaction_depth<C: Connection>(conn: &mut C) -> u32 {
     C::TransactionManager::transaction_manager_status_mut(conn)
         .transaction_depth()
         .unwrap()

@@ -1,2 +1,2 @@
 -- Drops the inbox table and every record of which events were processed.
-DROP TABLE IF EXISTS diesel_inbox;
+DROP TABLE IF EXISTS diesel_inbox_events;

@@ -1,7 +1,7 @@
 -- The inbox: one row per (consumer, event id) the consumer has settled.
 -- VARBINARY keys compare byte for byte: no collation folds case, accents or trailing spaces.
 -- Times are UTC.
-CREATE TABLE IF NOT EXISTS diesel_inbox (
+CREATE TABLE IF NOT EXISTS diesel_inbox_events (
     consumer          VARBINARY(128) NOT NULL,
     event_id          VARBINARY(255) NOT NULL,
     -- 'processed', or 'dead_lettered' / 'discarded' when the failure policy gave up on it.

@@ -1,6 +1,6 @@
 -- The inbox: one row per (consumer, event id) the consumer has settled.
 -- COLLATE "C" makes equality and ordering byte for byte, whatever the database's default collation.
-CREATE TABLE IF NOT EXISTS diesel_inbox (
+CREATE TABLE IF NOT EXISTS diesel_inbox_events (
     consumer          TEXT COLLATE "C" NOT NULL,
     event_id          TEXT COLLATE "C" NOT NULL,
     -- 'processed', or 'dead_lettered' / 'discarded' when the failure policy gave up on it.

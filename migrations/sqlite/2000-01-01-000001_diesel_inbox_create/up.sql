@@ -1,7 +1,7 @@
 -- The inbox: one row per (consumer, event id) the consumer has settled.
 -- TEXT compares with SQLite's BINARY collation (memcmp); WITHOUT ROWID clusters rows on the key.
 -- Times are UTC, as 'YYYY-MM-DD HH:MM:SS.ffffff'.
-CREATE TABLE IF NOT EXISTS diesel_inbox (
+CREATE TABLE IF NOT EXISTS diesel_inbox_events (
     consumer          TEXT NOT NULL,
     event_id          TEXT NOT NULL,
     -- 'processed', or 'dead_lettered' / 'discarded' when the failure policy gave up on it.

@@ -1,0 +1,159 @@
+//! Recording a failed attempt after its transaction rolled back, and dead-lettering the event
+//! when the failure policy gives up on it.
+
+use std::any::Any;
+use std::num::NonZeroU32;
+
+use chrono::Utc;
+use tracing::{error, warn};
+
+use crate::backend::sealed::{HistoryRow, InboxSql};
+use crate::backend::Key;
+use crate::decide;
+use crate::state::{DeadLetterState, HistoryKind, InboxState};
+use crate::transaction::{self, Scope, Subject};
+use crate::{DeadLettered, Delivery, Error, InboxConnection, RetryPolicy};
+
+/// The longest error text kept per failure, in bytes.
+const MAX_ERROR_BYTES: usize = 8 * 1024;
+
+/// The failure policy of one consumer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Policy<'a> {
+    pub(crate) consumer: &'a str,
+    pub(crate) retry: &'a RetryPolicy,
+    pub(crate) max_attempts: Option<NonZeroU32>,
+}
+
+/// Records a failed attempt at `delivery` in a transaction of its own, and dead-letters the
+/// event when that attempt reaches the limit. A failure to record is logged, not returned:
+/// the handler's error is what the caller needs.
+pub(crate) fn record<C: InboxConnection>(
+    conn: &mut C,
+    policy: Policy<'_>,
+    delivery: &Delivery,
+    error: &str,
+) -> Option<DeadLettered> {
+    let error = truncate(error, MAX_ERROR_BYTES);
+    let (consumer, event_id) = (policy.consumer, delivery.id.as_str());
+    let key = (consumer, event_id);
+    let subject = Subject {
+        consumer,
+        event_id: Some(event_id),
+    };
+    let recorded =
+        transaction::run::<_, _, Error>(conn, Scope::TopLevel, policy.retry, subject, |tx| {
+            record_attempt(tx, key, policy.max_attempts, error, delivery)
+        });
+    match recorded {
+        Ok((attempts, None)) => {
+            warn!(
+                consumer,
+                event_id,
+                attempts,
+                error,
+                "handler failed; rolled back, the event will run again on redelivery"
+            );
+            None
+        }
+        Ok((attempts, Some(dead))) => {
+            error!(
+                consumer,
+                event_id, attempts, error, "handler failed too often; event dead-lettered"
+            );
+            Some(dead)
+        }
+        Err(failure) => {
+            warn!(consumer, event_id, handler_error = error, record_error = %failure.into_error(), "handler failed, and recording the failure failed too");
+            None
+        }
+    }
+}
+
+/// The body of the recording transaction: count the attempt, and at the limit hold the event
+/// back with a dead-lettered inbox row.
+fn record_attempt<C: InboxConnection>(
+    conn: &mut C,
+    key: Key<'_>,
+    max_attempts: Option<NonZeroU32>,
+    error: &str,
+    delivery: &Delivery,
+) -> Result<(i64, Option<DeadLettered>), decide::Failure<Error>> {
+    let now = Utc::now();
+    let sql = conn.sql();
+    let (attempts, state) = sql.record_failure(key, now, error, delivery.payload.as_ref())?;
+    if !decide::dead_letters_now(attempts, state, max_attempts) {
+        return Ok((attempts, None));
+    }
+    if !sql.insert_held_row(key, now, InboxState::DeadLettered)? {
+        // Another delivery processed it meanwhile; there is nothing to give up on.
+        return Ok((attempts, None));
+    }
+    sql.set_failure_state(
+        key,
+        DeadLetterState::Retrying,
+        DeadLetterState::DeadLettered,
+        now,
+    )?;
+    sql.append_history(
+        key,
+        &HistoryRow {
+            kind: HistoryKind::DeadLettered,
+            attempt: Some(attempts),
+            error: Some(error.to_owned()),
+            actor: None,
+            reason: Some(match attempts {
+                1 => "failed once, the limit".to_owned(),
+                n => format!("failed {n} times, the limit"),
+            }),
+            at: now,
+        },
+    )?;
+    let dead = DeadLettered {
+        since: now,
+        deliveries: 1,
+        discarded: false,
+    };
+    Ok((attempts, Some(dead)))
+}
+
+/// The text recorded for a panic.
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+    let message = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a non-string payload");
+    format!("handler panicked: {message}")
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_whole_characters() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("héllo", 3), "hé");
+        assert_eq!(truncate("short", 100), "short");
+    }
+
+    #[test]
+    fn panic_messages_name_the_payload() {
+        assert_eq!(panic_message(&"boom"), "handler panicked: boom");
+        assert_eq!(
+            panic_message(&String::from("bang")),
+            "handler panicked: bang"
+        );
+        assert_eq!(panic_message(&7), "handler panicked: a non-string payload");
+    }
+}

@@ -1,0 +1,129 @@
+//! The inbox's tables as Diesel `table!`s, one module per backend, for joins and reports
+//! against them in your own queries.
+//!
+//! The backends store keys and times in different SQL types (MySQL keeps ids in `VARBINARY`
+//! so that no collation merges two of them), so each backend has its own module. The state
+//! columns are `Text`; they read as [`DeadLetterState`](crate::DeadLetterState) and
+//! [`HistoryKind`](crate::HistoryKind) as well as `String`.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_inbox::schema::sqlite::diesel_inbox_events;
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! diesel_inbox::with_inbox(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
+//!
+//! let deliveries: i64 = diesel_inbox_events::table
+//!     .filter(diesel_inbox_events::event_id.eq("evt-1"))
+//!     .select(diesel_inbox_events::deliveries)
+//!     .first(&mut conn)?;
+//! assert_eq!(deliveries, 1);
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+/// The three tables, with the backend's SQL types for keys and times.
+macro_rules! inbox_tables {
+    (key = $key:ident, time = $time:ident) => {
+        diesel::table! {
+            /// One row per `(consumer, event_id)` the consumer has settled: processed, or
+            /// held back by the failure policy.
+            diesel_inbox_events (consumer, event_id) {
+                /// The consumer name.
+                consumer -> $key,
+                /// The event id, byte for byte.
+                event_id -> $key,
+                /// `processed`, `dead_lettered` or `discarded`.
+                state -> Text,
+                /// When the event took effect (or was dead-lettered).
+                processed_at -> $time,
+                /// When the latest delivery arrived.
+                last_seen_at -> $time,
+                /// Deliveries counted: the settling one and every one since.
+                deliveries -> BigInt,
+                /// SHA-256 of the first delivery's payload, when one was given.
+                payload_hash -> Nullable<Binary>,
+                /// Deliveries that reused the id with a different payload.
+                payload_conflicts -> BigInt,
+                /// The effect's return value as JSON, when result storage is on.
+                result -> Nullable<Text>,
+            }
+        }
+
+        diesel::table! {
+            /// One row per `(consumer, event_id)` whose effect failed, counting the attempts.
+            diesel_inbox_failures (consumer, event_id) {
+                /// The consumer name.
+                consumer -> $key,
+                /// The event id.
+                event_id -> $key,
+                /// A [`DeadLetterState`](crate::DeadLetterState).
+                state -> Text,
+                /// Failed attempts.
+                attempts -> BigInt,
+                /// The last failure's error text.
+                last_error -> Text,
+                /// The first failure.
+                first_failed_at -> $time,
+                /// The last failure.
+                last_failed_at -> $time,
+                /// The payload as last delivered, byte for byte.
+                payload -> Nullable<Binary>,
+                /// `json` or `bytes`.
+                payload_kind -> Nullable<Text>,
+                /// The last state change.
+                updated_at -> $time,
+            }
+        }
+
+        diesel::table! {
+            /// Append-only history: every failed attempt and every transition, with who and why.
+            diesel_inbox_failure_log (id) {
+                /// Order of entries.
+                id -> BigInt,
+                /// The consumer name.
+                consumer -> $key,
+                /// The event id.
+                event_id -> $key,
+                /// A [`HistoryKind`](crate::HistoryKind).
+                entry -> Text,
+                /// The attempt number, for failures and dead-lettering.
+                attempt -> Nullable<BigInt>,
+                /// The error text, for failures.
+                error -> Nullable<Text>,
+                /// Who made the transition.
+                actor -> Nullable<Text>,
+                /// Why.
+                reason -> Nullable<Text>,
+                /// When.
+                at -> $time,
+            }
+        }
+
+        diesel::allow_tables_to_appear_in_same_query!(
+            diesel_inbox_events,
+            diesel_inbox_failures,
+            diesel_inbox_failure_log,
+        );
+    };
+}
+
+/// The tables on PostgreSQL: keys are `TEXT COLLATE "C"`, times `TIMESTAMPTZ`.
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    inbox_tables!(key = Text, time = Timestamptz);
+}
+
+/// The tables on SQLite: keys are `TEXT` (binary collation), times UTC `TIMESTAMP`.
+#[cfg(feature = "sqlite")]
+pub mod sqlite {
+    inbox_tables!(key = Text, time = Timestamp);
+}
+
+/// The tables on MySQL and MariaDB: keys are `VARBINARY`, times UTC `DATETIME(6)`.
+#[cfg(feature = "mysql")]
+pub mod mysql {
+    inbox_tables!(key = Binary, time = Datetime);
+}

@@ -1,0 +1,197 @@
+//! The states the inbox stores as text, as enums with one mapping to and from that text.
+//!
+//! Each enum reads and writes its column through Diesel (`FromSql`/`ToSql` for `Text`, on every
+//! backend), so the text appears only here. Text no variant maps to is an error
+//! ([`UnknownState`]), never a guess: it would come from a newer version of the crate.
+
+use std::fmt;
+use std::str::FromStr;
+
+use diesel::backend::Backend;
+use diesel::deserialize::{self, FromSql, FromSqlRow};
+use diesel::expression::AsExpression;
+use diesel::serialize::{self, Output, ToSql};
+use diesel::sql_types::Text;
+
+/// Implements the stored-text mapping of a state enum: `as_str`, `FromStr` and Diesel's
+/// `FromSql`/`ToSql` for `Text`. The variants and their texts are its explicit input.
+macro_rules! stored_as_text {
+    ($state:ident, $column:literal { $($variant:ident = $text:literal),+ $(,)? }) => {
+        impl $state {
+            /// The text stored for this state.
+            pub(crate) fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)+
+                }
+            }
+        }
+
+        impl FromStr for $state {
+            type Err = UnknownState;
+
+            fn from_str(text: &str) -> Result<Self, UnknownState> {
+                match text {
+                    $($text => Ok(Self::$variant),)+
+                    _ => Err(UnknownState {
+                        column: $column,
+                        text: text.to_owned(),
+                    }),
+                }
+            }
+        }
+
+        impl<DB> FromSql<Text, DB> for $state
+        where
+            DB: Backend,
+            String: FromSql<Text, DB>,
+        {
+            fn from_sql(bytes: DB::RawValue<'_>) -> deserialize::Result<Self> {
+                Ok(String::from_sql(bytes)?.parse()?)
+            }
+        }
+
+        impl<DB> ToSql<Text, DB> for $state
+        where
+            DB: Backend,
+            str: ToSql<Text, DB>,
+        {
+            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, DB>) -> serialize::Result {
+                self.as_str().to_sql(out)
+            }
+        }
+    };
+}
+
+/// Where an event stands in the inbox table: settled one way or the other. A delivery whose
+/// handler failed leaves no row at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
+#[diesel(sql_type = Text)]
+pub enum InboxState {
+    /// The effect ran and committed with the row.
+    Processed,
+    /// The failure policy gave up on it: deliveries skip the effect.
+    DeadLettered,
+    /// Ops discarded the dead letter: it never runs.
+    Discarded,
+}
+
+stored_as_text!(InboxState, "diesel_inbox_events.state" {
+    Processed = "processed",
+    DeadLettered = "dead_lettered",
+    Discarded = "discarded",
+});
+
+/// Where a failed event stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
+#[diesel(sql_type = Text)]
+#[non_exhaustive]
+pub enum DeadLetterState {
+    /// It has failed, fewer times than the limit: redeliveries run it again.
+    Retrying,
+    /// It failed too often: redeliveries skip it until ops redrive or discard it.
+    DeadLettered,
+    /// Ops redrove it and it was processed.
+    Redriven,
+    /// Ops discarded it: kept for the record, never run again.
+    Discarded,
+}
+
+stored_as_text!(DeadLetterState, "diesel_inbox_failures.state" {
+    Retrying = "retrying",
+    DeadLettered = "dead_lettered",
+    Redriven = "redriven",
+    Discarded = "discarded",
+});
+
+impl fmt::Display for DeadLetterState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Retrying => "retrying",
+            Self::DeadLettered => "dead-lettered",
+            Self::Redriven => "redriven",
+            Self::Discarded => "discarded",
+        })
+    }
+}
+
+/// What one line of a failed event's history records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
+#[diesel(sql_type = Text)]
+#[non_exhaustive]
+pub enum HistoryKind {
+    /// An attempt failed (the handler returned an error or panicked).
+    Failed,
+    /// The failure policy dead-lettered the event.
+    DeadLettered,
+    /// Ops redrove the dead letter and it was processed.
+    Redriven,
+    /// Ops discarded the dead letter.
+    Discarded,
+}
+
+stored_as_text!(HistoryKind, "diesel_inbox_failure_log.entry" {
+    Failed = "failed",
+    DeadLettered = "dead_lettered",
+    Redriven = "redriven",
+    Discarded = "discarded",
+});
+
+impl fmt::Display for HistoryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Failed => "failed",
+            Self::DeadLettered => "dead-lettered",
+            Self::Redriven => "redriven",
+            Self::Discarded => "discarded",
+        })
+    }
+}
+
+/// A state column held text that no state of this version maps to. It is read as an error,
+/// never guessed: the row was written by a newer version of the crate, or edited by hand.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{column} holds {text:?}, which this version of diesel-inbox does not know: upgrade the crate, or repair the row")]
+pub struct UnknownState {
+    column: &'static str,
+    text: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_reads_back_from_its_own_text() {
+        for state in [
+            InboxState::Processed,
+            InboxState::DeadLettered,
+            InboxState::Discarded,
+        ] {
+            assert_eq!(state.as_str().parse(), Ok(state));
+        }
+        for state in [
+            DeadLetterState::Retrying,
+            DeadLetterState::DeadLettered,
+            DeadLetterState::Redriven,
+            DeadLetterState::Discarded,
+        ] {
+            assert_eq!(state.as_str().parse(), Ok(state));
+        }
+        for kind in [
+            HistoryKind::Failed,
+            HistoryKind::DeadLettered,
+            HistoryKind::Redriven,
+            HistoryKind::Discarded,
+        ] {
+            assert_eq!(kind.as_str().parse(), Ok(kind));
+        }
+    }
+
+    #[test]
+    fn unknown_text_is_an_error_that_names_the_column() {
+        let error = "paused".parse::<DeadLetterState>().unwrap_err();
+        assert_eq!(error.column, "diesel_inbox_failures.state");
+        assert!(error.to_string().contains("\"paused\""));
+        assert!("Processed".parse::<InboxState>().is_err());
+    }
+}

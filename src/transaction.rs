@@ -1,0 +1,209 @@
+//! The transaction engine: every inbox operation runs here, as "begin, run user code, commit
+//! or roll back, retry contention".
+//!
+//! [`run`] opens a transaction (or a savepoint, by [`Scope`]), runs a body, and commits what it
+//! returns; anything else rolls back to where the connection was, panics included. Bodies call
+//! user code through [`call_user`], which catches panics and checks that the transaction
+//! survived, and check [`ensure_committable`] before they return. What each observation means,
+//! and whether to retry, is decided in [`crate::decide`]; this module only does the I/O.
+//!
+//! Every use of Diesel's transaction manager is here, always on the concrete connection
+//! (`InboxConnection::sql`), whose `AnsiTransactionManager` an r2d2 pooled connection shares.
+//! The inbox drives
+//! `AnsiTransactionManager` itself rather than through `Connection::transaction`, because it
+//! needs what that closure API hides: the depth before and after user code (to see a handler
+//! that committed or rolled back on its own), a rollback to an exact depth that survives a
+//! failed level, an immediate `BEGIN` on SQLite, and a retry loop around all of it.
+
+use std::panic::{self, AssertUnwindSafe};
+
+use diesel::connection::{AnsiTransactionManager, TransactionManager};
+use diesel::QueryResult;
+use tracing::{debug, warn};
+
+use crate::backend::sealed::{FailedStatement, InboxSql};
+use crate::decide::{self, Next, Observed};
+pub(crate) use crate::decide::{Failure, Scope};
+use crate::{Error, InboxConnection, RetryPolicy};
+
+/// The scope a new inbox transaction on `conn` takes: a savepoint inside the caller's open
+/// transaction, or a transaction of its own.
+pub(crate) fn scope_of<C: InboxConnection>(conn: &mut C) -> QueryResult<Scope> {
+    depth(conn).map(Scope::at_depth)
+}
+
+/// What a transaction is about, for its log lines: the consumer, and the event where there
+/// is one (a batch has many).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Subject<'a> {
+    pub(crate) consumer: &'a str,
+    pub(crate) event_id: Option<&'a str>,
+}
+
+/// Runs `body` in a transaction (or savepoint) and commits what it returns. Anything else
+/// rolls back; contention at the top level is retried under `policy`, `body` included.
+pub(crate) fn run<C, R, E>(
+    conn: &mut C,
+    scope: Scope,
+    policy: &RetryPolicy,
+    subject: Subject<'_>,
+    mut body: impl FnMut(&mut C) -> Result<R, Failure<E>>,
+) -> Result<R, Failure<E>>
+where
+    C: InboxConnection,
+{
+    let mut rng = fastrand::Rng::new();
+    let mut attempt = 1;
+    loop {
+        let failure = match run_once(conn, scope, &mut body) {
+            Ok(value) => return Ok(value),
+            Err(failure) => failure,
+        };
+        let Subject { consumer, event_id } = subject;
+        match decide::after_failure(failure, scope, attempt, policy, C::Sql::classify, &mut rng) {
+            Next::Return(Failure::Inbox(error @ Error::RetriesExhausted { .. })) => {
+                warn!(consumer, event_id, %error, "contention outlasted the retries");
+                return Err(Failure::Inbox(error));
+            }
+            Next::Return(failure) => return Err(failure),
+            Next::Retry { delay, error } => {
+                debug!(consumer, event_id, attempt, ?delay, %error, "contention; retrying the inbox transaction");
+                conn.sql().before_contention_retry();
+                std::thread::sleep(delay);
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// One attempt: begin, body, commit; or roll back to where the connection was.
+fn run_once<C, R, E>(
+    conn: &mut C,
+    scope: Scope,
+    body: &mut impl FnMut(&mut C) -> Result<R, Failure<E>>,
+) -> Result<R, Failure<E>>
+where
+    C: InboxConnection,
+{
+    let before = depth(conn)?;
+    let sql = conn.sql();
+    match scope {
+        // Diesel's own `BEGIN` is deferred; SQLite needs `BEGIN IMMEDIATE` (see `InboxSql::BEGIN`),
+        // and this is the transaction manager's one way to send another statement and still
+        // count the level.
+        Scope::TopLevel => AnsiTransactionManager::begin_transaction_sql(sql, C::Sql::BEGIN)?,
+        // Inside the caller's transaction: a savepoint, counted like any other level.
+        Scope::Savepoint => AnsiTransactionManager::begin_transaction(sql)?,
+    }
+    // A panic the body did not catch itself (a `Serialize` impl, say) must not leave the
+    // connection inside the transaction either.
+    match panic::catch_unwind(AssertUnwindSafe(|| body(conn))) {
+        Ok(Ok(value)) => commit(conn, scope).map(|()| value),
+        Ok(Err(failure)) => {
+            rollback_to(conn, before);
+            Err(failure)
+        }
+        Err(panic) => {
+            rollback_to(conn, before);
+            panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// Runs user code inside the open transaction, catching a panic so that the transaction can
+/// roll back before it goes on, and checks what the code left of the transaction (see
+/// [`decide::after_user_code`]).
+pub(crate) fn call_user<C, T, E>(
+    conn: &mut C,
+    user: impl FnOnce(&mut C) -> Result<T, E>,
+) -> Result<T, Failure<E>>
+where
+    C: InboxConnection,
+{
+    let before = depth(conn)?;
+    let result = match panic::catch_unwind(AssertUnwindSafe(|| user(conn))) {
+        Ok(result) => result,
+        Err(panic) => return Err(Failure::Panicked(panic)),
+    };
+    let failed_statement = C::Sql::FAILED_STATEMENT;
+    // A handler that ran COMMIT or ROLLBACK itself: Diesel noticed (PostgreSQL reports the
+    // transaction status with every reply), and nothing more may run here.
+    let observed = match depth(conn) {
+        Ok(after) if after != before => Observed::DepthChanged,
+        Err(error) => Observed::CheckFailed(error),
+        Ok(_) if !decide::must_check_after_user_code(result.is_ok(), failed_statement) => {
+            Observed::NotChecked
+        }
+        Ok(_) => match conn.sql().transaction_is_alive() {
+            Ok(true) => Observed::Alive,
+            Ok(false) => Observed::Ended,
+            Err(error) => Observed::CheckFailed(error),
+        },
+    };
+    decide::after_user_code(result, observed, failed_statement, C::Sql::classify)
+}
+
+/// Refuses to commit a transaction the database has already aborted: PostgreSQL keeps an
+/// aborted transaction open and turns its COMMIT into a silent rollback. Where a failed
+/// statement ends the transaction instead, [`call_user`] has checked already.
+pub(crate) fn ensure_committable<C: InboxConnection, E>(conn: &mut C) -> Result<(), Failure<E>> {
+    if C::Sql::FAILED_STATEMENT != FailedStatement::AbortsTransaction {
+        return Ok(());
+    }
+    decide::before_commit(conn.sql().transaction_is_alive(), C::Sql::classify)
+}
+
+/// Opens a savepoint inside the inbox's own transaction (a batch isolating one event).
+pub(crate) fn begin_savepoint<C: InboxConnection>(conn: &mut C) -> QueryResult<()> {
+    AnsiTransactionManager::begin_transaction(conn.sql())
+}
+
+/// Releases the innermost savepoint.
+pub(crate) fn release_savepoint<C: InboxConnection>(conn: &mut C) -> QueryResult<()> {
+    AnsiTransactionManager::commit_transaction(conn.sql())
+}
+
+/// The connection's transaction depth: 0 outside a transaction. Read from the transaction
+/// manager's status, the only place Diesel keeps it; an error means the manager is broken (a
+/// rollback failed, usually on a lost connection).
+pub(crate) fn depth<C: InboxConnection>(conn: &mut C) -> QueryResult<u32> {
+    let status = AnsiTransactionManager::transaction_manager_status_mut(conn.sql());
+    Ok(status
+        .transaction_depth()?
+        .map_or(0, std::num::NonZeroU32::get))
+}
+
+/// Commits the inbox's transaction or savepoint. If the commit fails and leaves it open (a
+/// savepoint release can), it is rolled back, so the caller's depth is restored either way.
+fn commit<C: InboxConnection, E>(conn: &mut C, scope: Scope) -> Result<(), Failure<E>> {
+    let depth = depth(conn)?;
+    let Err(error) = AnsiTransactionManager::commit_transaction(conn.sql()) else {
+        return Ok(());
+    };
+    rollback_to(conn, depth.saturating_sub(1));
+    Err(match scope {
+        Scope::TopLevel => decide::after_commit_error(error, C::Sql::classify),
+        Scope::Savepoint => Failure::Database(error),
+    })
+}
+
+/// Rolls back every transaction level above `depth`, so a failure anywhere inside leaves the
+/// connection as the inbox found it. A level that fails to roll back (a savepoint the server
+/// already dropped with the whole transaction) is logged and the next level is tried: Diesel
+/// counts it as gone, and the outer `ROLLBACK` ends whatever is left. When the connection is
+/// lost, Diesel marks its transaction manager broken and the loop stops; an r2d2 pool then
+/// discards the connection. Rollback errors are not returned: the reason the attempt failed
+/// matters more to the caller.
+pub(crate) fn rollback_to<C: InboxConnection>(conn: &mut C, depth_to_keep: u32) {
+    while let Ok(before) = depth(conn) {
+        if before <= depth_to_keep {
+            return;
+        }
+        if let Err(error) = AnsiTransactionManager::rollback_transaction(conn.sql()) {
+            warn!(%error, "rolling back the inbox transaction failed");
+        }
+        if depth(conn).map_or(true, |after| after >= before) {
+            return;
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! Applying the inbox schema beside an application's own Diesel migrations: embedded (tracked
+//! in `diesel_inbox_migrations`) or installed into the application's migrations folder.
+
+use std::fs;
+use std::path::Path;
+
+use diesel::connection::SimpleConnection;
+use diesel::migration::MigrationVersion;
+use diesel::Connection;
+use diesel_inbox::migrations::{install, sql, Dialect};
+use diesel_inbox::testing::TestDatabase;
+use diesel_inbox::{run_pending_migrations, with_inbox, Error};
+use diesel_migrations::{FileBasedMigrations, MigrationHarness};
+
+use crate::support::Backend;
+
+/// The inbox's migrations per backend: the inbox table, then failures and dead letters.
+const MIGRATIONS: usize = 2;
+
+/// The inbox's tables, and the table where `run_pending_migrations` records its versions.
+const INBOX_TABLES: [&str; 3] = [
+    "diesel_inbox_events",
+    "diesel_inbox_failures",
+    "diesel_inbox_failure_log",
+];
+const TRACKING_TABLE: &str = "diesel_inbox_migrations";
+
+/// The SQL dialect `install` writes for each backend under test.
+pub trait HasDialect {
+    const DIALECT: Dialect;
+}
+
+#[cfg(feature = "postgres")]
+impl HasDialect for crate::support::Postgres {
+    const DIALECT: Dialect = Dialect::Postgres;
+}
+
+#[cfg(feature = "sqlite")]
+impl HasDialect for crate::support::Sqlite {
+    const DIALECT: Dialect = Dialect::Sqlite;
+}
+
+#[cfg(feature = "mysql")]
+impl HasDialect for crate::support::Mysql {
+    const DIALECT: Dialect = Dialect::Mysql;
+}
+
+/// The backend's connection runs Diesel's own harness, as the Diesel CLI does.
+type Db<B> = <<B as Backend>::Conn as Connection>::Backend;
+
+/// A test database without the inbox schema: neither its tables nor its bookkeeping.
+fn database_without_inbox_schema<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
+    let db = B::database();
+    let mut conn = db.connect();
+    drop_inbox_schema(&mut conn);
+    (db, conn)
+}
+
+fn drop_inbox_schema<C: Connection>(conn: &mut C) {
+    for table in INBOX_TABLES.iter().chain([&TRACKING_TABLE]) {
+        conn.batch_execute(&format!("DROP TABLE IF EXISTS {table}"))
+            .unwrap();
+    }
+}
+
+fn table_exists<C: Connection>(conn: &mut C, table: &str) -> bool {
+    conn.batch_execute(&format!("SELECT 1 FROM {table} WHERE 1 = 0"))
+        .is_ok()
+}
+
+fn inbox_tables<C: Connection>(conn: &mut C) -> Vec<&'static str> {
+    INBOX_TABLES
+        .into_iter()
+        .filter(|table| table_exists(conn, table))
+        .collect()
+}
+
+/// An application's migrations folder with one migration of its own.
+fn app_migrations_folder() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let app = dir.path().join("2024-01-01-000000_create_app_users");
+    fs::create_dir(&app).unwrap();
+    fs::write(
+        app.join("up.sql"),
+        "CREATE TABLE app_users (id INTEGER PRIMARY KEY, name TEXT NOT NULL);",
+    )
+    .unwrap();
+    fs::write(app.join("down.sql"), "DROP TABLE app_users;").unwrap();
+    dir
+}
+
+fn folders(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn versions(applied: Vec<MigrationVersion<'_>>) -> Vec<String> {
+    applied.into_iter().map(|v| v.to_string()).collect()
+}
+
+fn deliver<C: diesel_inbox::InboxConnection>(conn: &mut C, event_id: &str) -> bool {
+    with_inbox(conn, event_id, |_tx| Ok::<_, Error>(()))
+        .unwrap()
+        .is_processed()
+}
+
+pub fn migrations_apply_on_a_fresh_database_and_again_idempotently<B: Backend>() {
+    let db = B::database();
+    let mut conn = db.connect();
+    assert_eq!(
+        run_pending_migrations(&mut conn).unwrap(),
+        0,
+        "already applied"
+    );
+
+    drop_inbox_schema(&mut conn);
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), MIGRATIONS);
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 0);
+    assert!(deliver(&mut conn, "evt-1"));
+
+    // Schema applied by hand, bookkeeping missing: applying again is not an error.
+    conn.batch_execute(&format!("DROP TABLE {TRACKING_TABLE}"))
+        .unwrap();
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), MIGRATIONS);
+    assert!(!deliver(&mut conn, "evt-1"), "the event is still recorded");
+}
+
+pub fn diesels_harness_runs_and_reverts_all_app_migrations_beside_the_embedded_inbox<B>()
+where
+    B: Backend,
+    B::Conn: MigrationHarness<Db<B>>,
+{
+    let (_db, mut conn) = database_without_inbox_schema::<B>();
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), MIGRATIONS);
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 0);
+    assert!(deliver(&mut conn, "evt-1"));
+    let folder = app_migrations_folder();
+    let app = FileBasedMigrations::from_path(folder.path()).unwrap();
+
+    // What `diesel migration run` does with the app's own folder.
+    let ran = versions(conn.run_pending_migrations(app.clone()).unwrap());
+    assert_eq!(ran, ["20240101000000"]);
+    assert!(table_exists(&mut conn, "app_users"));
+    assert_eq!(
+        versions(conn.applied_migrations().unwrap()),
+        ["20240101000000"],
+        "the inbox's versions are not in __diesel_schema_migrations"
+    );
+
+    // What `diesel migration revert --all` does: every app migration, and nothing else.
+    let reverted = versions(conn.revert_all_migrations(app.clone()).unwrap());
+    assert_eq!(reverted, ["20240101000000"]);
+    assert!(!table_exists(&mut conn, "app_users"));
+    assert_eq!(
+        inbox_tables(&mut conn),
+        INBOX_TABLES,
+        "the inbox tables stay"
+    );
+    assert!(!deliver(&mut conn, "evt-1"), "the inbox still knows evt-1");
+    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 0);
+
+    // And `diesel migration run` again.
+    assert_eq!(versions(conn.run_pending_migrations(app).unwrap()), ran);
+}
+
+pub fn installed_inbox_migrations_run_and_revert_with_the_apps_own<B>()
+where
+    B: Backend + HasDialect,
+    B::Conn: MigrationHarness<Db<B>>,
+{
+    let (_db, mut conn) = database_without_inbox_schema::<B>();
+    let folder = app_migrations_folder();
+
+    let written = install(folder.path(), B::DIALECT).unwrap();
+    let names: Vec<String> = written
+        .iter()
+        .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), MIGRATIONS);
+    assert!(names[0].ends_with("_diesel_inbox_create"), "{names:?}");
+    assert!(names[1].ends_with("_diesel_inbox_failures"), "{names:?}");
+    assert!(names[0] < names[1], "they sort in order: {names:?}");
+    assert!(written
+        .iter()
+        .all(|path| path.parent() == Some(folder.path())));
+    assert!(written
+        .iter()
+        .all(|path| path.join("up.sql").is_file() && path.join("down.sql").is_file()));
+
+    // `diesel migration run`: the app's migration and the inbox's, as one folder.
+    let app = FileBasedMigrations::from_path(folder.path()).unwrap();
+    assert_eq!(
+        conn.run_pending_migrations(app.clone()).unwrap().len(),
+        1 + MIGRATIONS
+    );
+    assert_eq!(inbox_tables(&mut conn), INBOX_TABLES);
+    assert!(
+        !table_exists(&mut conn, TRACKING_TABLE),
+        "this route leaves the bookkeeping to Diesel"
+    );
+    assert!(deliver(&mut conn, "evt-1"));
+    assert!(!deliver(&mut conn, "evt-1"));
+
+    // `diesel migration revert --all`: the inbox tables go with the rest.
+    assert_eq!(
+        conn.revert_all_migrations(app).unwrap().len(),
+        1 + MIGRATIONS
+    );
+    assert_eq!(inbox_tables(&mut conn), Vec::<&str>::new());
+    assert!(!table_exists(&mut conn, "app_users"));
+
+    // Installing again writes nothing.
+    let before = folders(folder.path());
+    assert_eq!(
+        install(folder.path(), B::DIALECT).unwrap(),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert_eq!(folders(folder.path()), before);
+}
+
+pub fn installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing<
+    B: Backend + HasDialect,
+>() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("migrations");
+    fs::write(&file, "not a folder").unwrap();
+
+    let error = install(&file, B::DIALECT).unwrap_err();
+
+    assert!(
+        matches!(&error, Error::MigrationInstall { path, .. } if *path == file),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("migrations folder"), "{error}");
+    assert_eq!(folders(dir.path()), ["migrations"]);
+    assert_eq!(fs::read_to_string(&file).unwrap(), "not a folder");
+
+    let missing = dir.path().join("no-such-folder");
+    assert!(matches!(
+        install(&missing, B::DIALECT),
+        Err(Error::MigrationInstall { path, .. }) if path == missing
+    ));
+    assert_eq!(folders(dir.path()), ["migrations"]);
+}
+
+pub fn a_database_migrated_by_diesel_inbox_0_1_is_taken_over_with_its_events<B>()
+where
+    B: Backend + HasDialect,
+    B::Conn: MigrationHarness<Db<B>>,
+{
+    let (_db, mut conn) = database_without_inbox_schema::<B>();
+    // What 0.1 left: the events table named `diesel_inbox`, and the inbox's versions in
+    // Diesel's own record, beside one of the application's.
+    for migration in sql(B::DIALECT) {
+        conn.batch_execute(&migration.up.replace("diesel_inbox_events", "diesel_inbox"))
+            .unwrap();
+    }
+    conn.batch_execute(
+        "DROP TABLE IF EXISTS __diesel_schema_migrations;
+         CREATE TABLE __diesel_schema_migrations (
+             version VARCHAR(50) PRIMARY KEY NOT NULL,
+             run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP);
+         INSERT INTO __diesel_schema_migrations (version)
+             VALUES ('20000101000001'), ('20000101000002'), ('20240101000000');
+         INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
+             VALUES ('default', 'evt-old', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP);",
+    )
+    .unwrap();
+
+    assert_eq!(
+        run_pending_migrations(&mut conn).unwrap(),
+        0,
+        "0.1 applied them all"
+    );
+
+    let again = with_inbox(&mut conn, "evt-old", |_tx| Ok::<_, Error>(())).unwrap();
+    assert_eq!(
+        again.duplicate().map(diesel_inbox::Duplicate::deliveries),
+        Some(2),
+        "{again:?}"
+    );
+    assert!(!table_exists(&mut conn, "diesel_inbox"));
+    assert_eq!(
+        versions(conn.applied_migrations().unwrap()),
+        ["20240101000000"],
+        "the application's own version stays, the inbox's moved out"
+    );
+    assert_eq!(
+        run_pending_migrations(&mut conn).unwrap(),
+        0,
+        "taken over once"
+    );
+}

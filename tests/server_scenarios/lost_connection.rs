@@ -1,0 +1,128 @@
+//! Sessions that die under the inbox: the errors must tell the truth. Run on the backends with
+//! a server (PostgreSQL, MySQL/MariaDB); an embedded SQLite has no session to lose.
+
+use diesel::connection::{Instrumentation, InstrumentationEvent, SimpleConnection};
+use diesel::prelude::*;
+use diesel_inbox::{with_inbox, Error};
+
+use crate::scenarios::{effect, HandlerError};
+use crate::support::{setup, ServerBackend, TestConn};
+
+pub(crate) fn a_handler_whose_session_dies_gets_its_own_error_back<B: ServerBackend>() {
+    let (db, mut conn) = setup::<B>();
+
+    let result = with_inbox(&mut conn, "evt-1", |tx| {
+        tx.record_effect("evt-1").unwrap();
+        let _ = tx.batch_execute(B::KILL_OWN_SESSION);
+        Err::<(), _>(HandlerError::Refused)
+    });
+
+    assert_eq!(
+        result,
+        Err(HandlerError::Refused),
+        "the handler's own error, unchanged"
+    );
+    let mut fresh = db.connect();
+    assert_eq!((fresh.effect_count(), fresh.inbox_rows()), (0, 0));
+    assert!(with_inbox(&mut fresh, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+}
+
+pub(crate) fn a_handler_returning_the_dead_sessions_diesel_error_gets_that_error_back<
+    B: ServerBackend,
+>() {
+    let (_db, mut conn) = setup::<B>();
+    let mut seen_by_handler = None;
+
+    let result = with_inbox(&mut conn, "evt-1", |tx| {
+        let killed = tx.batch_execute(B::KILL_OWN_SESSION);
+        seen_by_handler = killed.as_ref().err().map(ToString::to_string);
+        killed
+    });
+
+    let error = result.expect_err("the session is gone");
+    assert!(
+        seen_by_handler.is_some(),
+        "killing its own session failed the statement"
+    );
+    assert_eq!(Some(error.to_string()), seen_by_handler);
+    assert!(
+        Error::from_diesel(&error).is_none(),
+        "not replaced by an inbox error: {error}"
+    );
+}
+
+pub(crate) fn a_session_killed_before_commit_is_a_lost_connection_and_commits_nothing<
+    B: ServerBackend,
+>() {
+    let (db, mut conn) = setup::<B>();
+    let victim = B::session_id(&mut conn);
+    let mut killer = db.connect();
+
+    let result = with_inbox(&mut conn, "evt-1", |tx| {
+        tx.record_effect("evt-1")?;
+        B::kill_session(&mut killer, victim);
+        QueryResult::Ok(())
+    });
+
+    let error = result.expect_err("the session died before COMMIT");
+    assert!(
+        matches!(
+            Error::from_diesel(&error),
+            Some(Error::ConnectionLost { .. })
+        ),
+        "expected ConnectionLost, got {error:?}"
+    );
+    assert_eq!((killer.effect_count(), killer.inbox_rows()), (0, 0));
+    assert!(with_inbox(&mut killer, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+    assert_eq!(killer.effect_count(), 1);
+}
+
+/// Kills the session of the connection it is installed on when that connection is about to
+/// send the top-level COMMIT: the commit is then lost on the wire, as in a crash or failover.
+struct KillAtCommit<B: ServerBackend + 'static> {
+    killer: Option<B::Conn>,
+    victim: i64,
+}
+
+impl<B: ServerBackend + 'static> Instrumentation for KillAtCommit<B> {
+    fn on_connection_event(&mut self, event: InstrumentationEvent<'_>) {
+        if let InstrumentationEvent::CommitTransaction { depth, .. } = event {
+            if depth.get() == 1 {
+                if let Some(mut killer) = self.killer.take() {
+                    B::kill_session(&mut killer, self.victim);
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn a_connection_lost_at_commit_is_an_unknown_outcome_that_redelivery_settles<
+    B: ServerBackend + 'static,
+>() {
+    let (db, mut conn) = setup::<B>();
+    let victim = B::session_id(&mut conn);
+    conn.set_instrumentation(KillAtCommit::<B> {
+        killer: Some(db.connect()),
+        victim,
+    });
+
+    let result = with_inbox(&mut conn, "evt-1", effect("evt-1"));
+
+    let error = result.expect_err("the connection died during COMMIT");
+    match Error::from_diesel(&error) {
+        Some(unknown @ Error::CommitUnknown { .. }) => {
+            assert!(unknown.to_string().contains("unknown"), "{unknown}");
+        }
+        other => panic!("expected CommitUnknown, got {other:?} from {error:?}"),
+    }
+    // The session died before the server saw COMMIT: nothing applied, and the redelivery
+    // runs the effect. Had it applied, the redelivery would be a duplicate; one effect either way.
+    let mut fresh = db.connect();
+    let redelivered = with_inbox(&mut fresh, "evt-1", effect("evt-1")).unwrap();
+    assert!(redelivered.is_processed() || redelivered.is_duplicate());
+    assert_eq!(fresh.effect_count(), 1);
+}
