@@ -182,7 +182,7 @@ impl DeadLetters {
     /// # Errors
     ///
     /// The effect's error, unchanged; [`Error::InvalidTransition`] unless the event is
-    /// dead-lettered (a second redrive is refused); [`Error::DeadLetterNotFound`];
+    /// dead-lettered (a second redrive is refused); [`Error::DeadLetterNotFound`].
     pub fn redrive<C, T, E, F>(
         &self,
         conn: &mut C,
@@ -207,10 +207,7 @@ impl DeadLetters {
 
         let key = (consumer, event_id.as_str());
         let scope = transaction::scope_of(conn).map_err(Error::from)?;
-        let subject = transaction::Subject {
-            consumer,
-            event_id: Some(key.1),
-        };
+        let subject = self.inbox.subject(Some(key.1));
         let redriven = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
             let row = transition_from_dead_lettered(tx, key, Transition::Redrive)?;
             let payload = stored_payload(&row);
@@ -268,10 +265,7 @@ impl DeadLetters {
         let consumer = self.inbox.consumer();
         let key = (consumer, event_id.as_str());
         let scope = transaction::scope_of(conn)?;
-        let subject = transaction::Subject {
-            consumer,
-            event_id: Some(key.1),
-        };
+        let subject = self.inbox.subject(Some(key.1));
         transaction::run::<_, _, Error>(conn, scope, self.inbox.retry_policy(), subject, |tx| {
             transition_from_dead_lettered(tx, key, Transition::Discard)?;
             let sql = tx.sql();

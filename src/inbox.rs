@@ -223,6 +223,7 @@ impl Inbox {
         })
     }
 
+    /// [`process`](Self::process), with `encode` deciding what result to store on the row.
     fn run<C, T, E, F>(
         &self,
         conn: &mut C,
@@ -244,7 +245,7 @@ impl Inbox {
         let _entered = span.enter();
 
         let scope = transaction::scope_of(conn).map_err(Error::from)?;
-        let subject = self.subject(Some(&delivery));
+        let subject = self.subject(Some(delivery.id.as_str()));
         let delivered = transaction::run(conn, scope, &self.retry, subject, |tx| {
             self.deliver(tx, &delivery, &mut effect, &encode, scope)
         });
@@ -328,6 +329,7 @@ impl Inbox {
         panic::resume_unwind(panic)
     }
 
+    /// This consumer's failure policy, for recording a failed attempt.
     fn policy(&self) -> Policy<'_> {
         Policy {
             consumer: self.consumer.as_str(),
@@ -336,17 +338,20 @@ impl Inbox {
         }
     }
 
+    /// How this consumer retries contention.
     pub(crate) fn retry_policy(&self) -> &RetryPolicy {
         &self.retry
     }
 
-    pub(crate) fn subject<'a>(&'a self, delivery: Option<&'a Delivery>) -> Subject<'a> {
+    /// What a transaction of this consumer is about, for its log lines.
+    pub(crate) fn subject<'a>(&'a self, event_id: Option<&'a str>) -> Subject<'a> {
         Subject {
             consumer: self.consumer.as_str(),
-            event_id: delivery.map(|d| d.id.as_str()),
+            event_id,
         }
     }
 
+    /// The inbox key of `delivery` for this consumer.
     pub(crate) fn key<'a>(&'a self, delivery: &'a Delivery) -> Key<'a> {
         (self.consumer.as_str(), delivery.id.as_str())
     }
