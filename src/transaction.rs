@@ -65,6 +65,12 @@ where
                 warn!(consumer, event_id, %error, "contention outlasted the retries");
                 return Err(Failure::Inbox(error));
             }
+            Next::Return(Failure::Inbox(
+                error @ (Error::ConnectionLost { .. } | Error::CommitUnknown { .. }),
+            )) => {
+                warn!(consumer, event_id, %error, "the database connection was lost");
+                return Err(Failure::Inbox(error));
+            }
             Next::Return(failure) => return Err(failure),
             Next::Retry { delay, error } => {
                 debug!(consumer, event_id, attempt, ?delay, %error, "contention; retrying the inbox transaction");
