@@ -18,6 +18,14 @@ fn orders() -> Inbox {
     Inbox::new("orders").unwrap()
 }
 
+/// An inbox that dead-letters at the first failure, and `event_id` dead-lettered by it.
+fn dead_lettered_at_once<C: TestConn>(conn: &mut C, event_id: &str) -> Inbox {
+    let inbox = orders().max_attempts(1);
+    let outcome = inbox.process(conn, event_id, refuse).unwrap();
+    assert!(outcome.is_dead_lettered(), "{outcome:?}");
+    inbox
+}
+
 /// A transition by "ops" for `reason`.
 fn ops(reason: &str) -> Audit {
     Audit::new("ops", reason).unwrap()
@@ -195,11 +203,7 @@ pub fn a_redrive_processes_once_and_a_second_redrive_is_refused<B: Backend>() {
 
 pub fn a_failing_redrive_leaves_the_dead_letter_as_it_was<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
-    let inbox = orders().max_attempts(1);
-    assert!(inbox
-        .process(&mut conn, "evt-1", refuse)
-        .unwrap()
-        .is_dead_lettered());
+    let inbox = dead_lettered_at_once(&mut conn, "evt-1");
     let dead = inbox.dead_letters();
     let before = dead.show(&mut conn, "evt-1").unwrap();
     assert_eq!(before.state, DeadLetterState::DeadLettered);
@@ -224,11 +228,7 @@ pub fn a_failing_redrive_leaves_the_dead_letter_as_it_was<B: Backend>() {
 
 pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
-    let inbox = orders().max_attempts(1);
-    assert!(inbox
-        .process(&mut conn, "evt-1", refuse)
-        .unwrap()
-        .is_dead_lettered());
+    let inbox = dead_lettered_at_once(&mut conn, "evt-1");
     let dead = inbox.dead_letters();
 
     dead.discard(&mut conn, "evt-1", &ops("obsolete order"))
@@ -421,11 +421,7 @@ pub fn a_panicking_handler_counts_as_a_failed_attempt<B: Backend>() {
 
 pub fn discarding_a_dead_letter_whose_inbox_row_was_deleted_still_holds_it_back<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
-    let inbox = orders().max_attempts(1);
-    assert!(inbox
-        .process(&mut conn, "evt-1", refuse)
-        .unwrap()
-        .is_dead_lettered());
+    let inbox = dead_lettered_at_once(&mut conn, "evt-1");
     // Retention, or an operator, removed the row that held deliveries back.
     conn.batch_execute("DELETE FROM diesel_inbox_events")
         .unwrap();
