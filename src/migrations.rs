@@ -198,6 +198,7 @@ macro_rules! migrations_sql {
         &[
             migration_sql!($dialect, "2000-01-01-000001", "diesel_inbox_create"),
             migration_sql!($dialect, "2000-01-01-000002", "diesel_inbox_failures"),
+            migration_sql!($dialect, "2000-01-01-000003", "diesel_inbox_operations"),
         ]
     };
 }

@@ -24,7 +24,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-/// The three tables, with the backend's SQL types for keys and times.
+/// The inbox's tables, with the backend's SQL types for keys and times.
 macro_rules! inbox_tables {
     (key = $key:ident, time = $time:ident) => {
         diesel::table! {
@@ -102,10 +102,27 @@ macro_rules! inbox_tables {
             }
         }
 
+        diesel::table! {
+            /// Counts per consumer and hour of duplicate deliveries, payload conflicts,
+            /// failed attempts, dead letters and transitions: what stats over a recent window
+            /// sum.
+            diesel_inbox_counters (consumer, counter, bucket) {
+                /// The consumer name.
+                consumer -> $key,
+                /// What is counted.
+                counter -> Text,
+                /// The start of the hour (UTC) the counts fall in.
+                bucket -> $time,
+                /// How many in that hour.
+                total -> BigInt,
+            }
+        }
+
         diesel::allow_tables_to_appear_in_same_query!(
             diesel_inbox_events,
             diesel_inbox_failures,
             diesel_inbox_failure_log,
+            diesel_inbox_counters,
         );
     };
 }

@@ -94,6 +94,9 @@ pub enum DeadLetterState {
     Redriven,
     /// Ops discarded it: kept for the record, never run again.
     Discarded,
+    /// Ops released it to be published again: the next delivery runs the effect, once, with
+    /// the attempts counted afresh.
+    Released,
 }
 
 stored_as_text!(DeadLetterState, "diesel_inbox_failures.state" {
@@ -101,6 +104,7 @@ stored_as_text!(DeadLetterState, "diesel_inbox_failures.state" {
     DeadLettered = "dead_lettered",
     Redriven = "redriven",
     Discarded = "discarded",
+    Released = "released",
 });
 
 impl fmt::Display for DeadLetterState {
@@ -110,6 +114,7 @@ impl fmt::Display for DeadLetterState {
             Self::DeadLettered => "dead-lettered",
             Self::Redriven => "redriven",
             Self::Discarded => "discarded",
+            Self::Released => "released",
         })
     }
 }
@@ -127,6 +132,8 @@ pub enum HistoryKind {
     Redriven,
     /// Ops discarded the dead letter.
     Discarded,
+    /// Ops released the dead letter to be published again.
+    Released,
 }
 
 stored_as_text!(HistoryKind, "diesel_inbox_failure_log.entry" {
@@ -134,6 +141,7 @@ stored_as_text!(HistoryKind, "diesel_inbox_failure_log.entry" {
     DeadLettered = "dead_lettered",
     Redriven = "redriven",
     Discarded = "discarded",
+    Released = "released",
 });
 
 impl fmt::Display for HistoryKind {
@@ -143,9 +151,41 @@ impl fmt::Display for HistoryKind {
             Self::DeadLettered => "dead-lettered",
             Self::Redriven => "redriven",
             Self::Discarded => "discarded",
+            Self::Released => "released",
         })
     }
 }
+
+/// What the hourly counters of `diesel_inbox_counters` count: the rare events worth watching.
+/// Processed events are counted from the inbox table itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
+#[diesel(sql_type = Text)]
+pub enum Counter {
+    /// A delivery of an event already processed.
+    Duplicate,
+    /// A delivery that reused an id with another payload.
+    PayloadConflict,
+    /// A failed attempt the failure policy counted.
+    FailedAttempt,
+    /// An event dead-lettered by the failure policy.
+    DeadLettered,
+    /// A dead letter discarded by ops.
+    Discarded,
+    /// A dead letter redriven by ops.
+    Redriven,
+    /// A dead letter released by ops.
+    Released,
+}
+
+stored_as_text!(Counter, "diesel_inbox_counters.counter" {
+    Duplicate = "duplicate",
+    PayloadConflict = "payload_conflict",
+    FailedAttempt = "failed_attempt",
+    DeadLettered = "dead_lettered",
+    Discarded = "discarded",
+    Redriven = "redriven",
+    Released = "released",
+});
 
 /// A state column held text that no state of this version maps to. It is read as an error,
 /// never guessed: the row was written by a newer version of the crate, or edited by hand.
@@ -174,6 +214,7 @@ mod tests {
             DeadLetterState::DeadLettered,
             DeadLetterState::Redriven,
             DeadLetterState::Discarded,
+            DeadLetterState::Released,
         ] {
             assert_eq!(state.as_str().parse(), Ok(state));
         }
@@ -182,8 +223,20 @@ mod tests {
             HistoryKind::DeadLettered,
             HistoryKind::Redriven,
             HistoryKind::Discarded,
+            HistoryKind::Released,
         ] {
             assert_eq!(kind.as_str().parse(), Ok(kind));
+        }
+        for counter in [
+            Counter::Duplicate,
+            Counter::PayloadConflict,
+            Counter::FailedAttempt,
+            Counter::DeadLettered,
+            Counter::Discarded,
+            Counter::Redriven,
+            Counter::Released,
+        ] {
+            assert_eq!(counter.as_str().parse(), Ok(counter));
         }
     }
 

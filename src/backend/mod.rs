@@ -38,7 +38,7 @@ pub(crate) type Key<'a> = (&'a str, &'a str);
 pub(crate) mod sealed {
     use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, Utc};
     use crate::error::MigrationError;
-    use crate::state::{DeadLetterState, HistoryKind, InboxState};
+    use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
     use crate::Payload;
 
     /// A connection whose statements run on a concrete connection type: itself, or the one
@@ -251,6 +251,14 @@ pub(crate) mod sealed {
 
         /// The event's history, oldest first.
         fn history(&mut self, key: Key<'_>) -> QueryResult<Vec<HistoryRow>>;
+
+        /// Adds one to the consumer's `counter` for the hour `now` falls in.
+        fn bump_counter(
+            &mut self,
+            consumer: &str,
+            counter: Counter,
+            now: DateTime<Utc>,
+        ) -> QueryResult<()>;
     }
 }
 
@@ -297,6 +305,12 @@ pub(crate) fn recorded(existing: sealed::Existing) -> sealed::Recorded {
     } else {
         sealed::Recorded::Seen(existing)
     }
+}
+
+/// The start of the UTC hour `now` falls in: the bucket its counters go to.
+pub(crate) fn counter_bucket(now: DateTime<Utc>) -> DateTime<Utc> {
+    use chrono::{DurationRound, TimeDelta};
+    now.duration_trunc(TimeDelta::hours(1)).unwrap_or(now)
 }
 
 /// Rows per multi-row statement: far below every backend's bind-parameter limit.

@@ -220,4 +220,10 @@ impl InboxSql for MysqlConnection {
     statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
+    statement!(
+        bump_counter,
+        schema,
+        codec,
+        conflict = diesel::dsl::DuplicatedKeys
+    );
 }

@@ -492,4 +492,28 @@ macro_rules! statement {
                 .map(|rows| rows.into_iter().map($rows::history_row).collect())
         }
     };
+    // `conflict` is the backend's upsert target for `diesel_inbox_counters`.
+    (bump_counter, $schema:ident, $codec:ident, conflict = $target:expr) => {
+        fn bump_counter(
+            &mut self,
+            consumer: &str,
+            counter: $crate::state::Counter,
+            now: DateTime<Utc>,
+        ) -> QueryResult<()> {
+            use $schema::diesel_inbox_counters::dsl as c;
+            let bucket = $codec::time($crate::backend::counter_bucket(now));
+            diesel::insert_into(c::diesel_inbox_counters)
+                .values((
+                    c::consumer.eq($codec::key(consumer)),
+                    c::counter.eq(counter),
+                    c::bucket.eq(bucket),
+                    c::total.eq(1),
+                ))
+                .on_conflict($target)
+                .do_update()
+                .set(c::total.eq(c::total + 1))
+                .execute(self)
+                .map(drop)
+        }
+    };
 }

@@ -101,4 +101,14 @@ impl InboxSql for PgConnection {
     statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
+    statement!(
+        bump_counter,
+        schema,
+        codec,
+        conflict = (
+            schema::diesel_inbox_counters::consumer,
+            schema::diesel_inbox_counters::counter,
+            schema::diesel_inbox_counters::bucket
+        )
+    );
 }

@@ -114,6 +114,16 @@ impl InboxSql for SqliteConnection {
     statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
+    statement!(
+        bump_counter,
+        schema,
+        codec,
+        conflict = (
+            schema::diesel_inbox_counters::consumer,
+            schema::diesel_inbox_counters::counter,
+            schema::diesel_inbox_counters::bucket
+        )
+    );
 }
 
 /// The connection settings the inbox expects on SQLite: WAL journal and a busy timeout.

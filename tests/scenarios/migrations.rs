@@ -14,14 +14,16 @@ use diesel_migrations::{FileBasedMigrations, MigrationHarness};
 
 use crate::support::Backend;
 
-/// The inbox's migrations per backend: the inbox table, then failures and dead letters.
-const MIGRATIONS: usize = 2;
+/// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
+/// indexes and counters that retention and stats use.
+const MIGRATIONS: usize = 3;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-const INBOX_TABLES: [&str; 3] = [
+const INBOX_TABLES: [&str; 4] = [
+    "diesel_inbox_counters",
     "diesel_inbox_events",
-    "diesel_inbox_failures",
     "diesel_inbox_failure_log",
+    "diesel_inbox_failures",
 ];
 const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 

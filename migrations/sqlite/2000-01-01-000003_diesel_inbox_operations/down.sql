@@ -1,0 +1,4 @@
+-- Drops the hourly counters and the indexes retention and stats use.
+DROP TABLE IF EXISTS diesel_inbox_counters;
+DROP INDEX IF EXISTS diesel_inbox_failures_state;
+DROP INDEX IF EXISTS diesel_inbox_events_settled;
