@@ -9,7 +9,9 @@
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use diesel_inbox::{Audit, Delivery, Inbox, Outcome, Payload, SqliteSetup};
+use diesel_inbox::{
+    Audit, Delivery, FailureKind, HandlerError, Inbox, Outcome, Payload, SqliteSetup,
+};
 
 #[derive(Debug, thiserror::Error)]
 enum ShipError {
@@ -24,6 +26,29 @@ enum ShipError {
 impl From<diesel::result::Error> for ShipError {
     fn from(e: diesel::result::Error) -> Self {
         ShipError::Inbox(e.into())
+    }
+}
+
+/// What the inbox may know of the handler's error: the database error inside (contention is
+/// retried, never counted), and which failures no retry can cure. An unknown SKU is counted:
+/// the catalog may catch up; a payload without a SKU never will.
+impl HandlerError for ShipError {
+    fn diesel_error(&self) -> Option<&diesel::result::Error> {
+        self.inbox_error().and_then(HandlerError::diesel_error)
+    }
+
+    fn inbox_error(&self) -> Option<&diesel_inbox::Error> {
+        match self {
+            ShipError::Inbox(error) => Some(error),
+            ShipError::UnknownSku(_) | ShipError::BadPayload => None,
+        }
+    }
+
+    fn failure_kind(&self) -> FailureKind {
+        match self {
+            ShipError::BadPayload => FailureKind::Permanent,
+            ShipError::UnknownSku(_) | ShipError::Inbox(_) => FailureKind::Counted,
+        }
     }
 }
 

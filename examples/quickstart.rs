@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use diesel_inbox::{Inbox, Outcome, SqliteSetup};
+use diesel_inbox::{Ack, FailureKind, HandlerError, Inbox, Outcome, SqliteSetup};
 
 /// An event as the broker hands it over: an identity and a payload.
 struct Delivery {
@@ -22,21 +22,43 @@ struct Delivery {
 
 /// Why the handler failed: its own error type, with room for the inbox's.
 #[derive(Debug, thiserror::Error)]
-enum HandlerError {
+enum RewardError {
     #[error("points service briefly unavailable")]
     Transient,
     #[error(transparent)]
     Inbox(#[from] diesel_inbox::Error),
 }
 
-impl From<diesel::result::Error> for HandlerError {
+impl From<diesel::result::Error> for RewardError {
     fn from(e: diesel::result::Error) -> Self {
-        HandlerError::Inbox(e.into())
+        RewardError::Inbox(e.into())
+    }
+}
+
+/// What the inbox may know of the error: the inbox's own inside it, and that an unavailable
+/// points service is transient (redelivered, never counted toward dead-lettering).
+impl HandlerError for RewardError {
+    fn inbox_error(&self) -> Option<&diesel_inbox::Error> {
+        match self {
+            RewardError::Inbox(error) => Some(error),
+            RewardError::Transient => None,
+        }
+    }
+
+    fn diesel_error(&self) -> Option<&diesel::result::Error> {
+        self.inbox_error().and_then(HandlerError::diesel_error)
+    }
+
+    fn failure_kind(&self) -> FailureKind {
+        match self {
+            RewardError::Transient => FailureKind::Transient,
+            RewardError::Inbox(_) => FailureKind::Counted,
+        }
     }
 }
 
 /// The business effect: credit points and keep a ledger line, in the inbox's transaction.
-fn credit(conn: &mut SqliteConnection, delivery: &Delivery) -> Result<i64, HandlerError> {
+fn credit(conn: &mut SqliteConnection, delivery: &Delivery) -> Result<i64, RewardError> {
     diesel::sql_query("UPDATE accounts SET points = points + ? WHERE name = ?")
         .bind::<BigInt, _>(delivery.points)
         .bind::<Text, _>(delivery.account)
@@ -121,10 +143,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let result = inbox.process(&mut conn, delivery.event_id, |tx| {
             if delivery.event_id == "evt-3" && !failed_once {
                 failed_once = true;
-                return Err(HandlerError::Transient);
+                return Err(RewardError::Transient);
             }
             credit(tx, delivery)
         });
+        // What to tell the broker: ask the inbox, whatever the result.
+        let ack = Ack::of(&result);
         let said = match result {
             Ok(Outcome::Processed(points)) => format!("processed: {} +{points}", delivery.account),
             Ok(Outcome::Duplicate(d)) => format!(
@@ -133,9 +157,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 d.processed_at().format("%H:%M:%S%.3f")
             ),
             Ok(_) => "other outcome".to_owned(),
-            Err(e) => format!("failed: {e}; rolled back, the broker will redeliver"),
+            Err(e) => format!("failed: {e}; rolled back"),
         };
-        println!("{:<6} -> {said}", delivery.event_id);
+        println!("{:<6} -> {said} => {ack:?}", delivery.event_id);
     }
 
     let effects = diesel::sql_query("SELECT COUNT(*) AS n FROM ledger")

@@ -2,7 +2,6 @@
 //! new ones only, one commit.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::Display;
 
 use chrono::Utc;
 
@@ -10,7 +9,9 @@ use crate::backend::sealed::{InboxSql, Recorded};
 use crate::inbox::{self, Delivered};
 use crate::state::InboxState;
 use crate::transaction::{self, Failure};
-use crate::{Delivery, Error, Inbox, InboxConnection, IntoDelivery, Outcome, Payload};
+use crate::{
+    Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery, Outcome, Payload,
+};
 
 /// One delivery's place in a batch while the transaction runs.
 enum Slot<T, E> {
@@ -70,7 +71,7 @@ impl Inbox {
         I: IntoIterator,
         I::Item: IntoDelivery,
         F: FnMut(&mut C, &Delivery) -> Result<T, E>,
-        E: From<Error> + Display,
+        E: HandlerError,
     {
         let deliveries: Vec<_> = deliveries
             .into_iter()

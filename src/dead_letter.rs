@@ -7,7 +7,7 @@ use crate::backend::sealed::{FailureRow, HistoryRow, InboxSql, Recorded};
 use crate::backend::Key;
 use crate::state::{DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Failure};
-use crate::{Error, EventId, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
+use crate::{Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
 
 impl Inbox {
     /// Operations on this consumer's dead letters.
@@ -193,7 +193,7 @@ impl DeadLetters {
     where
         C: InboxConnection,
         F: FnMut(&mut C, Option<&Payload>) -> Result<T, E>,
-        E: From<Error>,
+        E: HandlerError,
     {
         let event_id = event_id.into_event_id().map_err(Error::from)?;
         let (consumer, actor) = (self.inbox.consumer(), audit.actor());

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::backend::sealed::{ErrorClass, Existing, FailedStatement};
 use crate::state::{DeadLetterState, InboxState};
-use crate::{DeadLettered, Duplicate, Error, RetryPolicy};
+use crate::{DeadLettered, Duplicate, Error, FailureKind, HandlerError, RetryPolicy};
 
 /// Where the inbox's transaction runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,16 +168,18 @@ pub(crate) enum Next<E> {
     Retry {
         /// How long to wait.
         delay: Duration,
-        /// The contention error.
-        error: diesel::result::Error,
+        /// The contention error, for the log.
+        reason: String,
     },
     /// Give the caller this.
     Return(Failure<E>),
 }
 
-/// Retries contention at the top level, under `policy`; `attempt` is the one that failed
-/// (1-based). A lost connection becomes [`Error::ConnectionLost`].
-pub(crate) fn after_failure<E>(
+/// Retries contention at the top level, under `policy`, whether the inbox's statements or the
+/// handler's met it; `attempt` is the one that failed (1-based). A lost connection in the
+/// inbox's statements becomes [`Error::ConnectionLost`]; a handler's error comes back as it is
+/// once the retries run out.
+pub(crate) fn after_failure<E: HandlerError>(
     failure: Failure<E>,
     scope: Scope,
     attempt: u32,
@@ -185,16 +187,26 @@ pub(crate) fn after_failure<E>(
     classify: fn(&diesel::result::Error) -> ErrorClass,
     rng: &mut fastrand::Rng,
 ) -> Next<E> {
-    let Failure::Database(error) = failure else {
-        return Next::Return(failure);
+    let retry_left = scope == Scope::TopLevel && attempt <= policy.retries();
+    let error = match failure {
+        Failure::Database(error) => error,
+        Failure::Handler(error)
+            if retry_left && handler_failure(&error, classify) == HandlerFailure::Contention =>
+        {
+            return Next::Retry {
+                delay: policy.delay(attempt, rng),
+                reason: error.to_string(),
+            };
+        }
+        other => return Next::Return(other),
     };
     match (classify(&error), scope) {
         (ErrorClass::ConnectionLost, _) => {
             Next::Return(Failure::Inbox(Error::ConnectionLost { source: error }))
         }
-        (ErrorClass::Contention, Scope::TopLevel) if attempt <= policy.retries() => Next::Retry {
+        (ErrorClass::Contention, Scope::TopLevel) if retry_left => Next::Retry {
             delay: policy.delay(attempt, rng),
-            error,
+            reason: error.to_string(),
         },
         (ErrorClass::Contention, Scope::TopLevel) => {
             Next::Return(Failure::Inbox(Error::RetriesExhausted {
@@ -203,6 +215,45 @@ pub(crate) fn after_failure<E>(
             }))
         }
         _ => Next::Return(Failure::Database(error)),
+    }
+}
+
+/// What the failure policy does with a handler's error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandlerFailure {
+    /// Record it as a failed attempt; dead-letter the event at `max_attempts`.
+    Counted,
+    /// Record it and dead-letter the event now: the handler said it will never pass.
+    Permanent,
+    /// Neither record nor count it: the handler said it will pass later.
+    Transient,
+    /// Contention in the handler's own statements: retried like the inbox's, never counted.
+    Contention,
+    /// The connection died under the handler: nothing committed, and nothing can be recorded
+    /// on it; not counted.
+    ConnectionLost,
+}
+
+impl HandlerFailure {
+    /// Whether the failure is recorded as a failed attempt.
+    pub(crate) fn is_recorded(self) -> bool {
+        matches!(self, Self::Counted | Self::Permanent)
+    }
+}
+
+/// Classifies a handler's error: the handler's own mark first, then the database error inside.
+pub(crate) fn handler_failure<E: HandlerError>(
+    error: &E,
+    classify: fn(&diesel::result::Error) -> ErrorClass,
+) -> HandlerFailure {
+    match error.failure_kind() {
+        FailureKind::Permanent => HandlerFailure::Permanent,
+        FailureKind::Transient => HandlerFailure::Transient,
+        FailureKind::Counted => match error.diesel_error().map(classify) {
+            Some(ErrorClass::Contention) => HandlerFailure::Contention,
+            Some(ErrorClass::ConnectionLost) => HandlerFailure::ConnectionLost,
+            Some(ErrorClass::Other) | None => HandlerFailure::Counted,
+        },
     }
 }
 
@@ -240,15 +291,18 @@ pub(crate) fn seen(existing: Existing, fingerprint: Option<&[u8; 32]>) -> Seen {
     }
 }
 
-/// Whether a failed attempt, the `attempts`-th, dead-letters its event: at the limit, and only
-/// while the event is still retrying (a concurrent failure may have dead-lettered it already).
+/// Whether a failed attempt, the `attempts`-th, dead-letters its event: at the limit, or at
+/// once for a permanent failure, and only while the event is still retrying (a concurrent
+/// failure may have dead-lettered it already).
 pub(crate) fn dead_letters_now(
     attempts: i64,
     state: DeadLetterState,
     max_attempts: Option<NonZeroU32>,
+    failure: HandlerFailure,
 ) -> bool {
     let limit = max_attempts.map_or(i64::MAX, |max| i64::from(max.get()));
-    attempts >= limit && state == DeadLetterState::Retrying
+    let gives_up = failure == HandlerFailure::Permanent || attempts >= limit;
+    gives_up && state == DeadLetterState::Retrying
 }
 
 #[cfg(test)]
@@ -313,13 +367,13 @@ mod tests {
         let policy = RetryPolicy::default();
         let mut rng = fastrand::Rng::with_seed(1);
         let failures = [
-            after_user_code::<(), &str>(
+            after_user_code::<(), Error>(
                 Ok(()),
                 Observed::CheckFailed(lost()),
                 FailedStatement::DeadlockEndsTransaction,
                 classify,
             ),
-            before_commit::<&str>(Err(lost()), classify),
+            before_commit::<Error>(Err(lost()), classify),
         ];
         for failure in failures {
             let failure = failure.expect_err("the connection is gone");
@@ -329,7 +383,7 @@ mod tests {
             ));
         }
         assert!(matches!(
-            before_commit::<&str>(Ok(false), classify),
+            before_commit::<Error>(Ok(false), classify),
             Err(Failure::Inbox(Error::TransactionAborted { source: None }))
         ));
     }
@@ -337,7 +391,7 @@ mod tests {
     #[test]
     fn a_lost_connection_at_commit_leaves_the_outcome_unknown() {
         assert!(matches!(
-            after_commit_error::<&str>(lost(), classify),
+            after_commit_error::<Error>(lost(), classify),
             Failure::Inbox(Error::CommitUnknown { .. })
         ));
     }
@@ -346,7 +400,7 @@ mod tests {
     fn contention_is_retried_at_the_top_level_only_and_until_the_policy_runs_out() {
         let policy = RetryPolicy::default().max_retries(2);
         let mut rng = fastrand::Rng::with_seed(1);
-        let contention = || Failure::<&str>::Database(rolled_back_by_deadlock());
+        let contention = || Failure::<Error>::Database(rolled_back_by_deadlock());
         let at = |attempt, scope, rng: &mut fastrand::Rng| {
             after_failure(contention(), scope, attempt, &policy, classify, rng)
         };
@@ -367,7 +421,7 @@ mod tests {
             Next::Return(Failure::Database(_))
         ));
         assert!(matches!(
-            after_failure::<&str>(
+            after_failure::<Error>(
                 Failure::Database(lost()),
                 Scope::TopLevel,
                 1,
@@ -415,9 +469,99 @@ mod tests {
     #[test]
     fn an_event_is_dead_lettered_at_the_limit_while_retrying() {
         let three = NonZeroU32::new(3);
-        assert!(!dead_letters_now(2, DeadLetterState::Retrying, three));
-        assert!(dead_letters_now(3, DeadLetterState::Retrying, three));
-        assert!(!dead_letters_now(3, DeadLetterState::DeadLettered, three));
-        assert!(!dead_letters_now(1_000, DeadLetterState::Retrying, None));
+        let counted = HandlerFailure::Counted;
+        assert!(!dead_letters_now(
+            2,
+            DeadLetterState::Retrying,
+            three,
+            counted
+        ));
+        assert!(dead_letters_now(
+            3,
+            DeadLetterState::Retrying,
+            three,
+            counted
+        ));
+        assert!(!dead_letters_now(
+            3,
+            DeadLetterState::DeadLettered,
+            three,
+            counted
+        ));
+        assert!(!dead_letters_now(
+            1_000,
+            DeadLetterState::Retrying,
+            None,
+            counted
+        ));
+    }
+
+    #[test]
+    fn a_permanent_failure_dead_letters_at_the_first_attempt_without_a_limit() {
+        let permanent = HandlerFailure::Permanent;
+        assert!(dead_letters_now(
+            1,
+            DeadLetterState::Retrying,
+            None,
+            permanent
+        ));
+        assert!(!dead_letters_now(
+            1,
+            DeadLetterState::DeadLettered,
+            None,
+            permanent
+        ));
+    }
+
+    #[test]
+    fn the_handlers_mark_wins_then_the_database_error_inside_decides() {
+        assert_eq!(
+            handler_failure(&Error::permanent("no such order"), classify),
+            HandlerFailure::Permanent
+        );
+        assert_eq!(
+            handler_failure(&Error::transient("later"), classify),
+            HandlerFailure::Transient
+        );
+        assert_eq!(
+            handler_failure(&rolled_back_by_deadlock(), classify),
+            HandlerFailure::Contention
+        );
+        assert_eq!(
+            handler_failure(&lost(), classify),
+            HandlerFailure::ConnectionLost
+        );
+        assert_eq!(
+            handler_failure(&diesel::result::Error::NotFound, classify),
+            HandlerFailure::Counted
+        );
+    }
+
+    #[test]
+    fn handler_contention_is_retried_then_returned_as_the_handlers_own_error() {
+        let policy = RetryPolicy::default().max_retries(1);
+        let mut rng = fastrand::Rng::with_seed(1);
+        let at = |attempt, scope, rng: &mut fastrand::Rng| {
+            after_failure(
+                Failure::Handler(rolled_back_by_deadlock()),
+                scope,
+                attempt,
+                &policy,
+                classify,
+                rng,
+            )
+        };
+        assert!(matches!(
+            at(1, Scope::TopLevel, &mut rng),
+            Next::Retry { .. }
+        ));
+        assert!(matches!(
+            at(2, Scope::TopLevel, &mut rng),
+            Next::Return(Failure::Handler(_))
+        ));
+        assert!(matches!(
+            at(1, Scope::Savepoint, &mut rng),
+            Next::Return(Failure::Handler(_))
+        ));
     }
 }

@@ -1,9 +1,12 @@
 //! The errors the library itself raises. The handler's own errors pass through untouched.
 
-use crate::{DeadLetterState, EventId, InvalidConsumerName, InvalidEventId};
+use crate::{DeadLetterState, EventId, FailureKind, InvalidConsumerName, InvalidEventId};
 
 /// Boxed error from the migration harness.
 pub(crate) type MigrationError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A handler's reason for a permanent or transient failure.
+type Reason = Box<dyn std::error::Error + Send + Sync>;
 
 /// What the inbox rejected or met on the database.
 ///
@@ -93,6 +96,14 @@ pub enum Error {
     /// An audit field (who or why) was empty.
     #[error("a dead-letter transition needs a non-empty {0}: say who does it and why")]
     MissingAudit(&'static str),
+    /// The handler marked its failure permanent ([`Error::permanent`]): it will fail the same
+    /// way every time, so the event is dead-lettered on this first attempt.
+    #[error("permanent failure, dead-lettered without retrying: {0}")]
+    Permanent(#[source] Reason),
+    /// The handler marked its failure transient ([`Error::transient`]): nothing is recorded or
+    /// counted, and the message should be redelivered later.
+    #[error("transient failure, not counted; redeliver the message later: {0}")]
+    Transient(#[source] Reason),
     /// Applying the inbox migrations failed.
     #[error("applying the inbox migrations failed: {0}")]
     Migration(#[source] MigrationError),
@@ -110,6 +121,48 @@ pub enum Error {
 }
 
 impl Error {
+    /// A failure that will recur on every attempt (an unknown order, a payload the handler
+    /// cannot read): returned from a handler, it dead-letters the event on this first attempt
+    /// ([`FailureKind::Permanent`]).
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{Ack, Error, Inbox, Outcome};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let orders = Inbox::new("orders")?; // no max_attempts: counted failures retry forever
+    /// let result = orders.process(&mut conn, "order-404", |_tx| {
+    ///     Err::<(), _>(Error::permanent("order 404 does not exist"))
+    /// });
+    /// assert!(matches!(result, Ok(Outcome::DeadLettered(_))));
+    /// assert_eq!(Ack::of(&result), Ack::Ack);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn permanent(reason: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Error::Permanent(reason.into())
+    }
+
+    /// A failure that will likely pass later (a downstream service is down): returned from a
+    /// handler, it is neither recorded nor counted toward `max_attempts`, and comes back to
+    /// the caller, who redelivers ([`FailureKind::Transient`]).
+    pub fn transient(reason: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Error::Transient(reason.into())
+    }
+
+    /// How the failure policy treats this error when a handler returns it:
+    /// [`Permanent`](Error::Permanent) and [`Transient`](Error::Transient) say so, the rest
+    /// are counted.
+    pub fn failure_kind(&self) -> FailureKind {
+        match self {
+            Error::Permanent(_) => FailureKind::Permanent,
+            Error::Transient(_) => FailureKind::Transient,
+            _ => FailureKind::Counted,
+        }
+    }
+
     /// The inbox's own error inside a [`diesel::result::Error`], for handlers that return
     /// [`diesel::QueryResult`]: the inbox hands its errors to them converted (see the `From`
     /// impl below), and this gets them back out. `None` for the database's own errors.

@@ -9,7 +9,7 @@ use tracing::{error, warn};
 
 use crate::backend::sealed::{HistoryRow, InboxSql};
 use crate::backend::Key;
-use crate::decide;
+use crate::decide::{self, HandlerFailure};
 use crate::state::{DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Scope, Subject};
 use crate::{DeadLettered, Delivery, Error, InboxConnection, RetryPolicy};
@@ -33,6 +33,7 @@ pub(crate) fn record<C: InboxConnection>(
     policy: Policy<'_>,
     delivery: &Delivery,
     error: &str,
+    failure: HandlerFailure,
 ) -> Option<DeadLettered> {
     let error = truncate(error, MAX_ERROR_BYTES);
     let (consumer, event_id) = (policy.consumer, delivery.id.as_str());
@@ -43,7 +44,7 @@ pub(crate) fn record<C: InboxConnection>(
     };
     let recorded =
         transaction::run::<_, _, Error>(conn, Scope::TopLevel, policy.retry, subject, |tx| {
-            record_attempt(tx, key, policy.max_attempts, error, delivery)
+            record_attempt(tx, key, policy.max_attempts, error, delivery, failure)
         });
     match recorded {
         Ok((attempts, None)) => {
@@ -78,11 +79,12 @@ fn record_attempt<C: InboxConnection>(
     max_attempts: Option<NonZeroU32>,
     error: &str,
     delivery: &Delivery,
+    failure: HandlerFailure,
 ) -> Result<(i64, Option<DeadLettered>), decide::Failure<Error>> {
     let now = Utc::now();
     let sql = conn.sql();
     let (attempts, state) = sql.record_failure(key, now, error, delivery.payload.as_ref())?;
-    if !decide::dead_letters_now(attempts, state, max_attempts) {
+    if !decide::dead_letters_now(attempts, state, max_attempts, failure) {
         return Ok((attempts, None));
     }
     if !sql.insert_held_row(key, now, InboxState::DeadLettered)? {
@@ -102,9 +104,12 @@ fn record_attempt<C: InboxConnection>(
             attempt: Some(attempts),
             error: Some(error.to_owned()),
             actor: None,
-            reason: Some(match attempts {
-                1 => "failed once, the limit".to_owned(),
-                n => format!("failed {n} times, the limit"),
+            reason: Some(match (failure, attempts) {
+                (HandlerFailure::Permanent, _) => {
+                    "the handler marked the failure permanent".to_owned()
+                }
+                (_, 1) => "failed once, the limit".to_owned(),
+                (_, n) => format!("failed {n} times, the limit"),
             }),
             at: now,
         },

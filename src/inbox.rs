@@ -1,6 +1,5 @@
 //! The inbox transaction: record the delivery, run the effect once, commit both together.
 
-use std::fmt::Display;
 use std::num::NonZeroU32;
 use std::panic;
 
@@ -15,7 +14,8 @@ use crate::decide::{self, Failure, Scope, Seen};
 use crate::failure::{self, Policy};
 use crate::transaction::{self, Subject};
 use crate::{
-    Delivery, Error, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy,
+    Delivery, Error, HandlerError, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome,
+    RetryPolicy,
 };
 
 /// Runs `effect` once per event for the default consumer ([`DEFAULT_CONSUMER`](crate::DEFAULT_CONSUMER)).
@@ -33,7 +33,7 @@ pub fn with_inbox<C, T, E, F>(
 where
     C: InboxConnection,
     F: FnMut(&mut C) -> Result<T, E>,
-    E: From<Error> + Display,
+    E: HandlerError,
 {
     Inbox::default().process(conn, delivery, effect)
 }
@@ -142,9 +142,13 @@ impl Inbox {
     ///
     /// Contention (serialization failures, deadlocks, lock timeouts, a busy SQLite) rolls back
     /// and retries the whole transaction under the [`RetryPolicy`], which is why `effect` is
-    /// `FnMut`. That covers the inbox's own statements and the commit, and the effect's
-    /// statements where the database ends the transaction for contention (a MySQL deadlock);
-    /// elsewhere contention inside the effect comes back as the effect's own error.
+    /// `FnMut`. That covers the inbox's own statements, the commit and the effect's statements,
+    /// whose Diesel error the inbox finds through [`HandlerError::diesel_error`]; contention is
+    /// never counted as a failed attempt. When the retries run out, the effect's own error
+    /// comes back, unrecorded. So does an error the effect marks transient
+    /// ([`FailureKind::Transient`](crate::FailureKind)), while one it marks permanent
+    /// dead-letters the event at once. [`Ack::of`](crate::Ack::of) says what to do with the
+    /// message, whatever the result.
     ///
     /// Given a [`Delivery`] with a payload, the payload's fingerprint is kept with the inbox
     /// row; a later delivery of the same id with another payload is refused with
@@ -175,7 +179,7 @@ impl Inbox {
     where
         C: InboxConnection,
         F: FnMut(&mut C) -> Result<T, E>,
-        E: From<Error> + Display,
+        E: HandlerError,
     {
         self.run(conn, delivery, effect, |_| Ok(None))
     }
@@ -216,7 +220,7 @@ impl Inbox {
         C: InboxConnection,
         T: Serialize,
         F: FnMut(&mut C) -> Result<T, E>,
-        E: From<Error> + Display,
+        E: HandlerError,
     {
         self.run(conn, delivery, effect, |value| {
             serde_json::to_string(value).map(Some)
@@ -234,7 +238,7 @@ impl Inbox {
     where
         C: InboxConnection,
         F: FnMut(&mut C) -> Result<T, E>,
-        E: From<Error> + Display,
+        E: HandlerError,
     {
         let delivery = delivery.into_delivery().map_err(Error::from)?;
         let span = tracing::info_span!(
@@ -296,20 +300,27 @@ impl Inbox {
         }
     }
 
-    /// After a handler error: records the failure (at the top level only: a record inside
-    /// the caller's transaction would roll back with it) and, when that dead-letters the
-    /// event, reports [`Outcome::DeadLettered`] instead of the error.
-    pub(crate) fn after_handler_error<C: InboxConnection, T, E: Display>(
+    /// After a handler error: records a counted or permanent failure (at the top level only:
+    /// a record inside the caller's transaction would roll back with it) and, when that
+    /// dead-letters the event, reports [`Outcome::DeadLettered`] instead of the error.
+    /// Transient failures, contention that outlasted the retries and a lost connection are
+    /// neither recorded nor counted.
+    pub(crate) fn after_handler_error<C: InboxConnection, T, E: HandlerError>(
         &self,
         conn: &mut C,
         delivery: &Delivery,
         error: E,
         scope: Scope,
     ) -> Result<Outcome<T>, E> {
-        if scope == Scope::TopLevel {
-            if let Some(dead) = failure::record(conn, self.policy(), delivery, &error.to_string()) {
+        let kind = decide::handler_failure(&error, C::Sql::classify);
+        if scope == Scope::TopLevel && kind.is_recorded() {
+            let message = error.to_string();
+            if let Some(dead) = failure::record(conn, self.policy(), delivery, &message, kind) {
                 return Ok(Outcome::DeadLettered(dead));
             }
+        } else if scope == Scope::TopLevel {
+            let (consumer, event_id) = self.key(delivery);
+            info!(consumer, event_id, failure = ?kind, %error, "handler failed; not counted, redeliver the event");
         }
         Err(error)
     }
@@ -324,7 +335,13 @@ impl Inbox {
     ) -> ! {
         if let (Scope::TopLevel, Some(delivery)) = (scope, delivery) {
             let message = failure::panic_message(&*panic);
-            let _ = failure::record(conn, self.policy(), delivery, &message);
+            let _ = failure::record(
+                conn,
+                self.policy(),
+                delivery,
+                &message,
+                decide::HandlerFailure::Counted,
+            );
         }
         panic::resume_unwind(panic)
     }

@@ -67,11 +67,21 @@
 //!
 //! # Errors
 //!
-//! Handlers return their own `Result<T, E>`; `E` needs `From<`[`Error`]`>`, so the handler's
-//! error comes back unchanged and the inbox's own errors travel the same way, and `Display`,
-//! so a failure can be recorded with its message.
+//! Handlers return their own `Result<T, E>` with `E: `[`HandlerError`]: `From<`[`Error`]`>`,
+//! so the handler's error comes back unchanged and the inbox's own errors travel the same way;
+//! `Display`, so a failure can be recorded with its message; and optional accessors for the
+//! Diesel error inside (contention is retried, never counted) and the inbox error inside.
 //! [`diesel::result::Error`] implements it, so handlers returning [`diesel::QueryResult`] work
-//! as they are.
+//! as they are. A handler marks a failure permanent ([`Error::permanent`]: dead-lettered at
+//! once) or transient ([`Error::transient`]: redelivered, never counted); the default counts
+//! it toward [`Inbox::max_attempts`].
+//!
+//! # What to ack
+//!
+//! [`Ack::of`]`(&result)` tells a broker loop what to do with the message, for every
+//! [`Outcome`] and every [`Error`]: [`Ack::Ack`] for processed, duplicate, dead-lettered and a
+//! recorded payload conflict; [`Ack::Redeliver`] when nothing was committed or the commit's
+//! outcome is unknown; [`Ack::Reject`] for an id that can never be valid.
 
 // Without a backend feature the crate compiles (for docs and checks) but has nothing to run.
 #![cfg_attr(
@@ -79,6 +89,7 @@
     allow(dead_code, unused_macros)
 )]
 
+mod ack;
 mod backend;
 mod batch;
 mod consumer;
@@ -87,6 +98,7 @@ mod decide;
 mod delivery;
 mod error;
 mod failure;
+mod handler_error;
 mod id;
 mod inbox;
 pub mod migrations;
@@ -98,6 +110,7 @@ mod state;
 pub mod testing;
 mod transaction;
 
+pub use ack::Ack;
 pub use backend::InboxConnection;
 #[cfg(feature = "sqlite")]
 pub use backend::SqliteSetup;
@@ -105,6 +118,7 @@ pub use consumer::{InvalidConsumerName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES};
 pub use dead_letter::{Audit, DeadLetter, DeadLetters, HistoryEntry};
 pub use delivery::{Delivery, IntoDelivery, Payload};
 pub use error::Error;
+pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox};
 pub use migrations::run_pending_migrations;

@@ -24,7 +24,7 @@ use tracing::{debug, warn};
 use crate::backend::sealed::{FailedStatement, InboxSql};
 use crate::decide::{self, Next, Observed};
 pub(crate) use crate::decide::{Failure, Scope};
-use crate::{Error, InboxConnection, RetryPolicy};
+use crate::{Error, HandlerError, InboxConnection, RetryPolicy};
 
 /// The scope a new inbox transaction on `conn` takes: a savepoint inside the caller's open
 /// transaction, or a transaction of its own.
@@ -51,6 +51,7 @@ pub(crate) fn run<C, R, E>(
 ) -> Result<R, Failure<E>>
 where
     C: InboxConnection,
+    E: HandlerError,
 {
     let mut rng = fastrand::Rng::new();
     let mut attempt = 1;
@@ -72,8 +73,15 @@ where
                 return Err(Failure::Inbox(error));
             }
             Next::Return(failure) => return Err(failure),
-            Next::Retry { delay, error } => {
-                debug!(consumer, event_id, attempt, ?delay, %error, "contention; retrying the inbox transaction");
+            Next::Retry { delay, reason } => {
+                debug!(
+                    consumer,
+                    event_id,
+                    attempt,
+                    ?delay,
+                    error = reason,
+                    "contention; retrying the inbox transaction"
+                );
                 conn.sql().before_contention_retry();
                 std::thread::sleep(delay);
                 attempt += 1;

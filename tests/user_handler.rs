@@ -22,7 +22,7 @@ use diesel_inbox::testing::{
     assert_deliveries, assert_idempotent, assert_idempotent_concurrently, assert_not_processed,
     assert_processed_once, run_schedule, Faults, InjectedFault, ScheduleOptions, TestDatabase,
 };
-use diesel_inbox::{Inbox, Outcome};
+use diesel_inbox::{HandlerError, Inbox, Outcome};
 use proptest::prelude::*;
 
 // The application: schema, event, handler. In your crate these live in `src/`.
@@ -75,6 +75,26 @@ enum WalletError {
     Database(#[from] diesel::result::Error),
     #[error(transparent)]
     Inbox(#[from] diesel_inbox::Error),
+}
+
+/// What the inbox may know of the handler's error: the database error inside, so contention
+/// is retried and never counted, and the inbox's own error, so `Ack::of` finds it. Every
+/// failure of the handler's own is counted (the default kind).
+impl HandlerError for WalletError {
+    fn diesel_error(&self) -> Option<&diesel::result::Error> {
+        match self {
+            WalletError::Database(error) => Some(error),
+            WalletError::Inbox(error) => error.diesel_error(),
+            WalletError::UnknownAccount(_) | WalletError::Unavailable => None,
+        }
+    }
+
+    fn inbox_error(&self) -> Option<&diesel_inbox::Error> {
+        match self {
+            WalletError::Inbox(error) => Some(error),
+            _ => None,
+        }
+    }
 }
 
 /// Lets [`Faults`] fail the effect with the handler's own error type. In your crate, keep this

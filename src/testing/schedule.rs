@@ -289,6 +289,15 @@ impl<E> From<Error> for Failed<E> {
     }
 }
 
+impl<E: Debug> crate::HandlerError for Failed<E> {
+    fn inbox_error(&self) -> Option<&Error> {
+        match self {
+            Self::Inbox(error) => Some(error),
+            Self::Injected | Self::Effect(_) => None,
+        }
+    }
+}
+
 /// What the run saw of one event.
 #[derive(Default)]
 struct Seen {

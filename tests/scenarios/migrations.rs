@@ -255,9 +255,9 @@ where
     B::Conn: MigrationHarness<Db<B>>,
 {
     let (_db, mut conn) = database_without_inbox_schema::<B>();
-    // What 0.1 left: the events table named `diesel_inbox`, and the inbox's versions in
-    // Diesel's own record, beside one of the application's.
-    for migration in sql(B::DIALECT) {
+    // What 0.1 left: its two migrations, the events table named `diesel_inbox`, and the
+    // inbox's versions in Diesel's own record, beside one of the application's.
+    for migration in &sql(B::DIALECT)[..2] {
         conn.batch_execute(&migration.up.replace("diesel_inbox_events", "diesel_inbox"))
             .unwrap();
     }
@@ -275,8 +275,8 @@ where
 
     assert_eq!(
         run_pending_migrations(&mut conn).unwrap(),
-        0,
-        "0.1 applied them all"
+        MIGRATIONS - 2,
+        "0.1 applied the first two; the later ones run now"
     );
 
     let again = with_inbox(&mut conn, "evt-old", |_tx| Ok::<_, Error>(())).unwrap();

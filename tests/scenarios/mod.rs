@@ -15,10 +15,12 @@ use crate::support::{
 };
 
 mod batch;
+mod failure_classes;
 mod failure_policy;
 mod helpers;
 mod migrations;
 pub use batch::*;
+pub use failure_classes::*;
 pub use failure_policy::*;
 pub use helpers::*;
 pub use migrations::*;
@@ -79,6 +81,11 @@ macro_rules! backend_tests {
             installed_inbox_migrations_run_and_revert_with_the_apps_own,
             installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing,
             a_database_migrated_by_diesel_inbox_0_1_is_taken_over_with_its_events,
+            a_handler_deadlock_with_max_attempts_1_ends_processed,
+            handler_contention_in_its_own_error_type_is_retried_and_never_counted,
+            a_permanent_failure_is_dead_lettered_at_the_first_attempt,
+            a_transient_failure_is_redelivered_and_never_counted,
+            every_delivery_result_says_what_to_ack,
         );
     };
     // One test per scenario of the test binary's module `$module`.
@@ -202,6 +209,9 @@ impl From<Error> for HandlerError {
         HandlerError::Inbox(DisplayedError(e.to_string()))
     }
 }
+
+/// Every failure counted, the default.
+impl diesel_inbox::HandlerError for HandlerError {}
 
 pub fn handler_error_leaves_no_effect_and_no_row_and_redelivery_processes_it<B: Backend>() {
     let (_db, mut conn) = setup::<B>();

@@ -3,7 +3,7 @@
 
 use diesel::connection::{Instrumentation, InstrumentationEvent, SimpleConnection};
 use diesel::prelude::*;
-use diesel_inbox::{with_inbox, Error};
+use diesel_inbox::{with_inbox, Ack, Error};
 
 use crate::scenarios::{effect, HandlerError};
 use crate::support::{setup, ServerBackend, TestConn};
@@ -41,6 +41,7 @@ pub(crate) fn a_handler_returning_the_dead_sessions_diesel_error_gets_that_error
         killed
     });
 
+    assert_eq!(Ack::of(&result), Ack::Redeliver);
     let error = result.expect_err("the session is gone");
     assert!(
         seen_by_handler.is_some(),
@@ -66,6 +67,7 @@ pub(crate) fn a_session_killed_before_commit_is_a_lost_connection_and_commits_no
         QueryResult::Ok(())
     });
 
+    assert_eq!(Ack::of(&result), Ack::Redeliver);
     let error = result.expect_err("the session died before COMMIT");
     assert!(
         matches!(
@@ -112,6 +114,7 @@ pub(crate) fn a_connection_lost_at_commit_is_an_unknown_outcome_that_redelivery_
 
     let result = with_inbox(&mut conn, "evt-1", effect("evt-1"));
 
+    assert_eq!(Ack::of(&result), Ack::Redeliver, "the outcome is unknown");
     let error = result.expect_err("the connection died during COMMIT");
     match Error::from_diesel(&error) {
         Some(unknown @ Error::CommitUnknown { .. }) => {

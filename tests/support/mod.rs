@@ -18,6 +18,10 @@ pub(crate) trait Backend {
     /// DDL for the table the scenarios' effects write to.
     const EFFECTS_DDL: &'static str;
 
+    /// Does one writer at a time hold the whole database (SQLite), rather than row locks?
+    /// Writers then queue, and two handlers cannot deadlock.
+    const SINGLE_WRITER: bool = false;
+
     /// Does the database abort the whole transaction when one statement fails?
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool;
 
@@ -207,6 +211,7 @@ pub(crate) struct Sqlite;
 impl Backend for Sqlite {
     type Conn = SqliteConnection;
     const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
+    const SINGLE_WRITER: bool = true;
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
     const DEADLOCK_ENDS_TRANSACTION: bool = false;
     const LOCK_WAIT: Duration = Duration::ZERO;

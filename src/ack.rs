@@ -1,0 +1,157 @@
+//! What a broker loop does with a message once the inbox has seen it.
+
+use crate::{Error, HandlerError, Outcome};
+
+/// What to tell the broker about the message a delivery came from.
+///
+/// Every [`Outcome`] and every [`Error`] maps to one, and [`Ack::of`] reads the whole result of
+/// [`Inbox::process`](crate::Inbox::process), so a consumer loop needs no match of its own:
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::{Ack, Delivery, Inbox};
+///
+/// /// A message as a broker client hands it over (JetStream, RabbitMQ, SQS, Kafka...).
+/// struct Message { id: String, body: serde_json::Value }
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let inbox = Inbox::new("orders")?.max_attempts(5);
+///
+/// let messages = [
+///     Message { id: "m-1".into(), body: serde_json::json!({"qty": 1}) },
+///     Message { id: "m-1".into(), body: serde_json::json!({"qty": 1}) }, // redelivered
+///     Message { id: "m-1".into(), body: serde_json::json!({"qty": 9}) }, // id reused
+/// ];
+/// for message in &messages {
+///     let delivery = Delivery::new(message.id.as_str())?.json(message.body.clone());
+///     let result = inbox.process(&mut conn, &delivery, |_tx| Ok::<_, diesel::result::Error>(()));
+///     match Ack::of(&result) {
+///         Ack::Ack => { /* message.ack() */ }
+///         Ack::Redeliver => { /* message.nack(): the broker delivers it again */ }
+///         Ack::Reject => { /* message.term(): the broker's own dead-letter path */ }
+///         _ => {}
+///     }
+///     assert_eq!(Ack::of(&result), Ack::Ack); // processed, duplicate, payload conflict
+/// }
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "an Ack says whether to ack, redeliver or reject the message"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Ack {
+    /// Done with the message: it was processed, was a duplicate, was dead-lettered (ops take
+    /// it from the inbox's dead letters), or reused an id with another payload (recorded on
+    /// the inbox row and logged; redelivering would conflict again).
+    Ack,
+    /// Let the broker deliver it again: nothing was committed (transient database trouble,
+    /// contention that outlasted the retries, a lost connection, a handler failure below the
+    /// dead-letter limit or marked transient), or the commit's outcome is unknown (a
+    /// redelivery then answers `Duplicate` if it applied).
+    Redeliver,
+    /// The message can never be processed as it is (its id is not a valid event id): hand it
+    /// to the broker's own dead-letter path (nack without requeue, `Term` on `JetStream`) rather
+    /// than redeliver it forever.
+    Reject,
+}
+
+impl Ack {
+    /// What to do with the message whose delivery came to `result`: the outcome's ack, or
+    /// the error's, with the inbox's error found inside the handler's own error type through
+    /// [`HandlerError::inbox_error`]. A handler error that carries none is
+    /// [`Redeliver`](Ack::Redeliver): it was recorded as a failed attempt (or not counted at
+    /// all), and the event runs again on redelivery.
+    pub fn of<T, E: HandlerError>(result: &Result<Outcome<T>, E>) -> Ack {
+        match result {
+            Ok(outcome) => outcome.ack(),
+            Err(error) => error.inbox_error().map_or(Ack::Redeliver, Error::ack),
+        }
+    }
+}
+
+impl<T> Outcome<T> {
+    /// What to do with the message: every outcome is [`Ack::Ack`], since each one settled the
+    /// event (processed now, processed before, or dead-lettered).
+    pub fn ack(&self) -> Ack {
+        Ack::Ack
+    }
+}
+
+impl Error {
+    /// What to do with the message a delivery that failed with this error came from.
+    ///
+    /// ```
+    /// use diesel_inbox::{Ack, Error, EventId};
+    ///
+    /// let lost = Error::ConnectionLost { source: diesel::result::Error::BrokenTransactionManager };
+    /// assert_eq!(lost.ack(), Ack::Redeliver);
+    /// let reused = Error::PayloadMismatch { event_id: EventId::new("evt-1")? };
+    /// assert_eq!(reused.ack(), Ack::Ack);
+    /// assert_eq!(Error::from(EventId::new("").unwrap_err()).ack(), Ack::Reject);
+    /// # Ok::<(), diesel_inbox::InvalidEventId>(())
+    /// ```
+    pub fn ack(&self) -> Ack {
+        match self {
+            Error::PayloadMismatch { .. } => Ack::Ack,
+            Error::InvalidEventId(_) => Ack::Reject,
+            // Nothing was committed, or the commit's outcome is unknown: the inbox answers a
+            // redelivery correctly either way.
+            Error::Database(_)
+            | Error::RetriesExhausted { .. }
+            | Error::TransactionAborted { .. }
+            | Error::ConnectionLost { .. }
+            | Error::CommitUnknown { .. }
+            | Error::Transient(_)
+            // Only when recording it failed, or inside a caller's transaction, does a
+            // permanent failure come back as an error rather than as `DeadLettered`.
+            | Error::Permanent(_)
+            // A result that does not serialize: nothing committed; a fixed handler takes it.
+            | Error::StoredResult(_)
+            // Not raised by a delivery; redelivering loses nothing.
+            | Error::InvalidConsumerName(_)
+            | Error::InvalidTransition { .. }
+            | Error::DeadLetterNotFound { .. }
+            | Error::MissingAudit(_)
+            | Error::Migration(_)
+            | Error::MigrationInstall { .. } => Ack::Redeliver,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EventId;
+
+    fn lost() -> diesel::result::Error {
+        diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::ClosedConnection,
+            Box::new("gone".to_owned()),
+        )
+    }
+
+    #[test]
+    fn inbox_errors_inside_a_query_result_ack_as_themselves() {
+        let conflict: Result<Outcome<()>, diesel::result::Error> = Err(Error::PayloadMismatch {
+            event_id: EventId::new("evt-1").unwrap(),
+        }
+        .into());
+        assert_eq!(Ack::of(&conflict), Ack::Ack);
+
+        let unknown: Result<Outcome<()>, diesel::result::Error> =
+            Err(Error::CommitUnknown { source: lost() }.into());
+        assert_eq!(Ack::of(&unknown), Ack::Redeliver);
+
+        let handlers_own: Result<Outcome<()>, diesel::result::Error> =
+            Err(diesel::result::Error::NotFound);
+        assert_eq!(Ack::of(&handlers_own), Ack::Redeliver);
+    }
+
+    #[test]
+    fn every_outcome_is_acked() {
+        let processed: Result<Outcome<u8>, Error> = Ok(Outcome::Processed(1));
+        assert_eq!(Ack::of(&processed), Ack::Ack);
+    }
+}

@@ -1,0 +1,176 @@
+//! What the inbox can learn from a handler's error: the Diesel error inside it (to tell
+//! contention and a lost connection from a real failure), the inbox's own error inside it (to
+//! tell a broker loop what to ack), and whether the handler marked it permanent or transient.
+
+use std::fmt::Display;
+
+use crate::Error;
+
+/// How the failure policy treats a handler's error.
+///
+/// ```
+/// use diesel_inbox::{Error, FailureKind, HandlerError};
+///
+/// assert_eq!(Error::permanent("unknown order 77").failure_kind(), FailureKind::Permanent);
+/// assert_eq!(Error::transient("pricing service down").failure_kind(), FailureKind::Transient);
+/// assert_eq!(diesel::result::Error::NotFound.failure_kind(), FailureKind::Counted);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The default: the attempt is recorded and counts toward
+    /// [`Inbox::max_attempts`](crate::Inbox::max_attempts); the event runs again on
+    /// redelivery until it reaches the limit and is dead-lettered.
+    Counted,
+    /// It will fail the same way every time (an unknown order, a payload the handler cannot
+    /// read): the event is dead-lettered at once, on this first attempt, whatever
+    /// `max_attempts` says.
+    Permanent,
+    /// It will likely pass later (a downstream service is down): nothing is recorded or
+    /// counted; redeliver the message.
+    Transient,
+}
+
+/// A handler's error type, as the inbox sees it.
+///
+/// Handlers return `Result<T, E>` with `E: HandlerError`. Implemented for
+/// [`diesel::result::Error`] (so handlers returning [`diesel::QueryResult`] work as they are),
+/// for the inbox's own [`Error`] and for `Box<dyn std::error::Error + Send + Sync>`. For an
+/// error type of your own, implement the two accessors that apply, so that contention raised
+/// by your statements is retried and never counted as a failed attempt, and so that
+/// [`Ack::of`](crate::Ack::of) finds the inbox's errors inside yours:
+///
+/// ```
+/// use diesel_inbox::{Error, FailureKind, HandlerError};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// enum OrderError {
+///     #[error(transparent)]
+///     Db(#[from] diesel::result::Error),
+///     #[error(transparent)]
+///     Inbox(#[from] Error),
+///     #[error("unknown order {0}")]
+///     UnknownOrder(u64),
+/// }
+///
+/// impl HandlerError for OrderError {
+///     fn diesel_error(&self) -> Option<&diesel::result::Error> {
+///         match self {
+///             OrderError::Db(error) => Some(error),
+///             _ => None,
+///         }
+///     }
+///     fn inbox_error(&self) -> Option<&Error> {
+///         match self {
+///             OrderError::Inbox(error) => Some(error),
+///             _ => None,
+///         }
+///     }
+///     fn failure_kind(&self) -> FailureKind {
+///         match self {
+///             OrderError::UnknownOrder(_) => FailureKind::Permanent,
+///             _ => FailureKind::Counted,
+///         }
+///     }
+/// }
+/// # assert_eq!(OrderError::UnknownOrder(7).failure_kind(), FailureKind::Permanent);
+/// ```
+///
+/// The defaults: no Diesel error, no inbox error, [`FailureKind::Counted`] (or the kind of the
+/// inbox error inside, for [`Error::permanent`] and [`Error::transient`]).
+pub trait HandlerError: From<Error> + Display {
+    /// The Diesel error this error carries, if any. A serialization failure, deadlock, lock
+    /// timeout or busy SQLite in it is contention: the inbox rolls back and runs the handler
+    /// again under its [`RetryPolicy`](crate::RetryPolicy), and never counts it as a failed
+    /// attempt. A lost connection is not counted either.
+    fn diesel_error(&self) -> Option<&diesel::result::Error> {
+        None
+    }
+
+    /// The inbox's own error this error carries, if any: what `From<Error>` put in.
+    fn inbox_error(&self) -> Option<&Error> {
+        None
+    }
+
+    /// How the failure policy treats this error. Defaults to the kind of the inbox error
+    /// inside, else [`FailureKind::Counted`].
+    fn failure_kind(&self) -> FailureKind {
+        self.inbox_error()
+            .map_or(FailureKind::Counted, Error::failure_kind)
+    }
+}
+
+impl HandlerError for Error {
+    fn diesel_error(&self) -> Option<&diesel::result::Error> {
+        match self {
+            Error::Database(error) => Some(error),
+            _ => None,
+        }
+    }
+
+    fn inbox_error(&self) -> Option<&Error> {
+        Some(self)
+    }
+}
+
+impl HandlerError for diesel::result::Error {
+    fn diesel_error(&self) -> Option<&diesel::result::Error> {
+        match Error::from_diesel(self) {
+            Some(inbox) => inbox.diesel_error(),
+            None => Some(self),
+        }
+    }
+
+    fn inbox_error(&self) -> Option<&Error> {
+        Error::from_diesel(self)
+    }
+}
+
+impl HandlerError for Box<dyn std::error::Error + Send + Sync> {
+    fn diesel_error(&self) -> Option<&diesel::result::Error> {
+        match self.downcast_ref::<diesel::result::Error>() {
+            Some(error) => error.diesel_error(),
+            None => self.inbox_error().and_then(Error::diesel_error),
+        }
+    }
+
+    fn inbox_error(&self) -> Option<&Error> {
+        self.downcast_ref::<Error>().or_else(|| {
+            self.downcast_ref::<diesel::result::Error>()
+                .and_then(Error::from_diesel)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deadlock() -> diesel::result::Error {
+        diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::SerializationFailure,
+            Box::new("deadlock".to_owned()),
+        )
+    }
+
+    #[test]
+    fn a_query_result_error_exposes_itself_or_the_inbox_error_it_wraps() {
+        let own = deadlock();
+        assert!(own.diesel_error().is_some());
+        assert!(own.inbox_error().is_none());
+
+        let wrapped = diesel::result::Error::from(Error::permanent("no such order"));
+        assert!(wrapped.diesel_error().is_none());
+        assert_eq!(wrapped.failure_kind(), FailureKind::Permanent);
+    }
+
+    #[test]
+    fn a_boxed_error_is_looked_into() {
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(deadlock());
+        assert!(boxed.diesel_error().is_some());
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(Error::transient("later"));
+        assert_eq!(boxed.failure_kind(), FailureKind::Transient);
+        let boxed: Box<dyn std::error::Error + Send + Sync> = "plain".into();
+        assert_eq!(boxed.failure_kind(), FailureKind::Counted);
+    }
+}

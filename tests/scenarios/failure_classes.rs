@@ -1,0 +1,227 @@
+//! Which handler failures count toward dead-lettering, which are retried or redelivered
+//! without counting, and what a broker loop acks, on every backend.
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel_inbox::{
+    Ack, DeadLetterState, Delivery, Error, FailureKind, HandlerError, HistoryKind, Inbox, Outcome,
+    RetryPolicy,
+};
+
+use super::effect;
+use crate::support::{concurrently, setup, Backend, TestConn};
+
+/// A handler's error type of its own, exposing its Diesel error through [`HandlerError`].
+#[derive(Debug, thiserror::Error)]
+pub enum OrderError {
+    #[error(transparent)]
+    Db(#[from] diesel::result::Error),
+    #[error(transparent)]
+    Inbox(#[from] Error),
+    #[error("unknown order")]
+    UnknownOrder,
+}
+
+impl HandlerError for OrderError {
+    fn diesel_error(&self) -> Option<&diesel::result::Error> {
+        match self {
+            OrderError::Db(error) => Some(error),
+            OrderError::Inbox(error) => error.diesel_error(),
+            OrderError::UnknownOrder => None,
+        }
+    }
+
+    fn inbox_error(&self) -> Option<&Error> {
+        match self {
+            OrderError::Inbox(error) => Some(error),
+            _ => None,
+        }
+    }
+
+    fn failure_kind(&self) -> FailureKind {
+        match self {
+            OrderError::UnknownOrder => FailureKind::Permanent,
+            _ => FailureKind::Counted,
+        }
+    }
+}
+
+/// Waits until `parties` have arrived, or `limit` has passed (a single-writer database lets
+/// only one handler in at a time, so the other never arrives while the first waits).
+fn meet(arrived: &AtomicUsize, parties: usize, limit: Duration) {
+    arrived.fetch_add(1, Ordering::SeqCst);
+    let deadline = Instant::now() + limit;
+    while arrived.load(Ordering::SeqCst) < parties && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn bump<C: Connection>(conn: &mut C, account: i32) -> QueryResult<()> {
+    conn.batch_execute(&format!(
+        "UPDATE accounts SET n = n + 1 WHERE id = {account}"
+    ))
+}
+
+/// Two healthy handlers with `max_attempts(1)` update two rows in opposite order, meeting in
+/// between, so a database with row locks must pick a deadlock victim. Both end processed;
+/// nothing is recorded as a failure.
+fn two_handlers_deadlock<B: Backend, E>(wrap: fn(diesel::result::Error) -> E)
+where
+    E: HandlerError + Debug + Send,
+{
+    let (db, mut conn) = setup::<B>();
+    conn.batch_execute(
+        "CREATE TABLE accounts (id INTEGER PRIMARY KEY, n INTEGER NOT NULL);
+         INSERT INTO accounts VALUES (1, 0), (2, 0);",
+    )
+    .unwrap();
+    let inbox = Inbox::new("transfers")
+        .unwrap()
+        .max_attempts(1)
+        .retry(RetryPolicy::default().max_retries(30));
+    let (arrived, runs) = (AtomicUsize::new(0), AtomicUsize::new(0));
+
+    let results = concurrently(&db, 2, |thread, tx| {
+        let (first, second) = if thread == 0 { (1, 2) } else { (2, 1) };
+        let id = format!("transfer-{thread}");
+        inbox.process(tx, id.as_str(), |tx| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            bump(tx, first).map_err(wrap)?;
+            meet(&arrived, 2, Duration::from_secs(1));
+            bump(tx, second).map_err(wrap)?;
+            tx.record_effect(&id).map_err(wrap)
+        })
+    });
+
+    for result in &results {
+        assert!(
+            matches!(result, Ok(Outcome::Processed(()))),
+            "a deadlock victim is retried, not dead-lettered: {result:?}"
+        );
+    }
+    assert_eq!(conn.effect_count(), 2);
+    assert!(inbox.dead_letters().list(&mut conn).unwrap().is_empty());
+    for thread in 0..2 {
+        let record = inbox
+            .dead_letters()
+            .show(&mut conn, format!("transfer-{thread}"));
+        assert!(
+            matches!(record, Err(Error::DeadLetterNotFound { .. })),
+            "contention is never a failed attempt: {record:?}"
+        );
+    }
+    if !B::SINGLE_WRITER {
+        assert!(
+            runs.load(Ordering::SeqCst) > 2,
+            "the scenario must deadlock where there are row locks"
+        );
+    }
+}
+
+pub fn a_handler_deadlock_with_max_attempts_1_ends_processed<B: Backend>() {
+    two_handlers_deadlock::<B, diesel::result::Error>(|error| error);
+}
+
+pub fn handler_contention_in_its_own_error_type_is_retried_and_never_counted<B: Backend>() {
+    two_handlers_deadlock::<B, OrderError>(OrderError::Db);
+}
+
+pub fn a_permanent_failure_is_dead_lettered_at_the_first_attempt<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    // No max_attempts: counted failures would be retried forever.
+    let inbox = Inbox::new("orders").unwrap();
+
+    let result = inbox.process(&mut conn, "order-404", |_tx| {
+        Err::<(), _>(OrderError::UnknownOrder)
+    });
+
+    assert!(matches!(result, Ok(Outcome::DeadLettered(_))), "{result:?}");
+    assert_eq!(Ack::of(&result), Ack::Ack);
+    let dead = inbox.dead_letters().show(&mut conn, "order-404").unwrap();
+    assert_eq!(
+        (dead.state, dead.attempts),
+        (DeadLetterState::DeadLettered, 1)
+    );
+    assert_eq!(dead.last_error, "unknown order");
+    let last = dead.history.last().unwrap();
+    assert_eq!(last.kind, HistoryKind::DeadLettered);
+    assert!(
+        last.reason.as_deref().unwrap().contains("permanent"),
+        "{last:?}"
+    );
+
+    let again = inbox.process(&mut conn, "order-404", effect("order-404"));
+    assert!(matches!(again, Ok(Outcome::DeadLettered(_))), "{again:?}");
+    assert_eq!(conn.effect_count(), 0);
+
+    let marked = inbox.process(&mut conn, "order-405", |_tx| {
+        Err::<(), _>(Error::permanent("order 405 does not exist"))
+    });
+    assert!(matches!(marked, Ok(Outcome::DeadLettered(_))), "{marked:?}");
+}
+
+pub fn a_transient_failure_is_redelivered_and_never_counted<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("pricing").unwrap().max_attempts(1);
+
+    for _ in 0..3 {
+        let result = inbox.process(&mut conn, "quote-1", |_tx| {
+            Err::<(), diesel::result::Error>(Error::transient("pricing service down").into())
+        });
+        assert_eq!(Ack::of(&result), Ack::Redeliver);
+        let error = result.expect_err("a transient failure comes back");
+        assert!(
+            matches!(Error::from_diesel(&error), Some(Error::Transient(_))),
+            "{error:?}"
+        );
+    }
+    assert!(matches!(
+        inbox.dead_letters().show(&mut conn, "quote-1"),
+        Err(Error::DeadLetterNotFound { .. })
+    ));
+
+    let result = inbox.process(&mut conn, "quote-1", effect("quote-1"));
+    assert!(matches!(result, Ok(Outcome::Processed(()))), "{result:?}");
+    assert_eq!(conn.effect_count(), 1);
+}
+
+pub fn every_delivery_result_says_what_to_ack<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("orders").unwrap().max_attempts(2);
+    let first = Delivery::new("evt-1")
+        .unwrap()
+        .json(serde_json::json!({"qty": 1}));
+    let reused = Delivery::new("evt-1")
+        .unwrap()
+        .json(serde_json::json!({"qty": 9}));
+
+    let processed = inbox.process(&mut conn, &first, effect("evt-1"));
+    assert_eq!(Ack::of(&processed), Ack::Ack);
+    let duplicate = inbox.process(&mut conn, &first, effect("evt-1"));
+    assert!(matches!(duplicate, Ok(Outcome::Duplicate(_))));
+    assert_eq!(Ack::of(&duplicate), Ack::Ack);
+
+    // A reused id is recorded and acked on every redelivery: it never loops.
+    for conflicts in 1..=2 {
+        let conflict = inbox.process(&mut conn, &reused, effect("evt-1"));
+        assert_eq!(Ack::of(&conflict), Ack::Ack, "{conflict:?}");
+        assert_eq!(conn.payload_conflicts("evt-1"), conflicts);
+    }
+    assert_eq!(conn.effect_count(), 1);
+
+    // A counted failure is redelivered until the limit, then dead-lettered and acked.
+    let failing = |_tx: &mut B::Conn| Err::<(), _>(diesel::result::Error::NotFound);
+    let attempt_1 = inbox.process(&mut conn, "evt-2", failing);
+    assert_eq!(Ack::of(&attempt_1), Ack::Redeliver);
+    let attempt_2 = inbox.process(&mut conn, "evt-2", failing);
+    assert!(matches!(attempt_2, Ok(Outcome::DeadLettered(_))));
+    assert_eq!(Ack::of(&attempt_2), Ack::Ack);
+
+    // An id that can never be valid goes to the broker's dead-letter path.
+    let invalid = inbox.process(&mut conn, "", effect(""));
+    assert_eq!(Ack::of(&invalid), Ack::Reject);
+}
