@@ -320,7 +320,11 @@ impl Inbox {
             }
         } else if scope == Scope::TopLevel {
             let (consumer, event_id) = self.key(delivery);
-            info!(consumer, event_id, failure = ?kind, %error, "handler failed; not counted, redeliver the event");
+            if kind == decide::HandlerFailure::Transient {
+                info!(consumer, event_id, %error, "handler failed transiently; not counted, redeliver the event");
+            } else {
+                warn!(consumer, event_id, failure = ?kind, %error, "handler failed on contention or a lost connection; not counted, redeliver the event");
+            }
         }
         Err(error)
     }
