@@ -241,14 +241,15 @@ pub(crate) fn seen(existing: Existing, fingerprint: Option<&[u8; 32]>) -> Seen {
 }
 
 /// Whether a failed attempt, the `attempts`-th, dead-letters its event: at the limit, and only
-/// while the event is still retrying (a concurrent failure may have dead-lettered it already).
+/// while the event is still retrying, or released by ops and failing again (a concurrent
+/// failure may have dead-lettered it already).
 pub(crate) fn dead_letters_now(
     attempts: i64,
     state: DeadLetterState,
     max_attempts: Option<NonZeroU32>,
 ) -> bool {
     let limit = max_attempts.map_or(i64::MAX, |max| i64::from(max.get()));
-    attempts >= limit && state == DeadLetterState::Retrying
+    attempts >= limit && matches!(state, DeadLetterState::Retrying | DeadLetterState::Released)
 }
 
 #[cfg(test)]
@@ -419,5 +420,8 @@ mod tests {
         assert!(dead_letters_now(3, DeadLetterState::Retrying, three));
         assert!(!dead_letters_now(3, DeadLetterState::DeadLettered, three));
         assert!(!dead_letters_now(1_000, DeadLetterState::Retrying, None));
+        assert!(dead_letters_now(3, DeadLetterState::Released, three));
+        assert!(!dead_letters_now(2, DeadLetterState::Released, three));
+        assert!(!dead_letters_now(3, DeadLetterState::Discarded, three));
     }
 }

@@ -85,6 +85,7 @@ mod consumer;
 mod dead_letter;
 mod decide;
 mod delivery;
+pub mod doctor;
 mod error;
 mod failure;
 mod id;

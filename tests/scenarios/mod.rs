@@ -18,10 +18,12 @@ mod batch;
 mod failure_policy;
 mod helpers;
 mod migrations;
+mod operations;
 pub use batch::*;
 pub use failure_policy::*;
 pub use helpers::*;
 pub use migrations::*;
+pub use operations::*;
 
 /// Generates one `#[test]` per scenario for the backend `$backend`.
 macro_rules! backend_tests {
@@ -79,6 +81,11 @@ macro_rules! backend_tests {
             installed_inbox_migrations_run_and_revert_with_the_apps_own,
             installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing,
             a_database_migrated_by_diesel_inbox_0_1_is_taken_over_with_its_events,
+            a_released_dead_letter_runs_once_on_its_next_delivery,
+            releasing_twice_or_a_retrying_event_is_an_invalid_transition,
+            a_released_event_that_fails_max_attempts_again_is_dead_lettered_again,
+            the_doctor_passes_a_healthy_database,
+            the_doctor_fails_a_database_missing_an_index_or_a_migration,
         );
     };
     // One test per scenario of the test binary's module `$module`.
