@@ -1,11 +1,11 @@
 //! Dead letters: events the failure policy gave up on, and the audited transitions out of that
-//! state (redrive, discard).
+//! state (redrive, discard, release).
 
 use chrono::{DateTime, Utc};
 
 use crate::backend::sealed::{FailureRow, HistoryRow, InboxSql, Recorded};
 use crate::backend::Key;
-use crate::state::{DeadLetterState, HistoryKind, InboxState};
+use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Failure};
 use crate::{Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
 
@@ -104,12 +104,12 @@ pub struct HistoryEntry {
     pub at: DateTime<Utc>,
 }
 
-/// A consumer's dead letters: list, show, redrive, discard. Get one from
+/// A consumer's dead letters: list, show, redrive, discard, release. Get one from
 /// [`Inbox::dead_letters`].
 ///
 /// Transitions are explicit and audited (who, why, when), never edits in place: a dead letter
 /// is redriven (run again through the normal inbox path, so it still takes effect at most
-/// once) or discarded (kept, marked, never run). A transition from the wrong state is
+/// once), discarded (kept, marked, never run) or released (its next delivery runs it as new). A transition from the wrong state is
 /// [`Error::InvalidTransition`].
 ///
 /// ```
@@ -283,13 +283,84 @@ impl DeadLetters {
         tracing::warn!(consumer, event_id, actor, reason, "dead letter discarded");
         Ok(())
     }
+
+    /// Releases a dead-lettered event to be published again, with `audit` in its history: the
+    /// inbox stops holding it back, so its next delivery (the re-published message) runs the
+    /// effect as a new event, once (its own inbox row then makes later copies duplicates).
+    /// Its attempts count from zero again, so it gets the full
+    /// [`max_attempts`](Inbox::max_attempts) once more; failing that often dead-letters it
+    /// again.
+    ///
+    /// Use it where the message broker, not the inbox, should deliver the event again (the
+    /// payload was not stored, or the consumer needs the broker's routing); [`redrive`](Self::redrive)
+    /// runs the stored payload in place instead.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{Audit, DeadLetterState, Inbox};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let inbox = Inbox::new("orders")?.max_attempts(1);
+    /// let fail = |_tx: &mut SqliteConnection| Err::<(), _>(diesel_inbox::Error::MissingAudit("demo"));
+    /// assert!(inbox.process(&mut conn, "order-9", fail)?.is_dead_lettered());
+    ///
+    /// let audit = Audit::new("ops@example.com", "re-published after the SKU fix")?;
+    /// inbox.dead_letters().release(&mut conn, "order-9", &audit)?;
+    /// assert_eq!(inbox.dead_letters().show(&mut conn, "order-9")?.state, DeadLetterState::Released);
+    ///
+    /// // The re-published message runs as new.
+    /// let ok = |_tx: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
+    /// assert!(inbox.process(&mut conn, "order-9", ok)?.is_processed());
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidTransition`] unless the event is dead-lettered (a second release is
+    /// refused); [`Error::DeadLetterNotFound`].
+    pub fn release<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+        audit: &Audit,
+    ) -> Result<(), Error> {
+        let event_id = event_id.into_event_id()?;
+        let consumer = self.inbox.consumer();
+        let key = (consumer, event_id.as_str());
+        let scope = transaction::scope_of(conn)?;
+        let subject = self.inbox.subject(Some(key.1));
+        transaction::run::<_, _, Error>(conn, scope, self.inbox.retry_policy(), subject, |tx| {
+            transition_from_dead_lettered(tx, key, Transition::Release)?;
+            let sql = tx.sql();
+            // The row that held deliveries back goes (it may be gone already: retention, by
+            // hand); the next delivery inserts its own and runs the effect.
+            sql.delete_inbox_row(key, InboxState::DeadLettered)?;
+            sql.reset_attempts(key, Utc::now())?;
+            sql.bump_counter(consumer, Counter::Released, Utc::now())?;
+            finish_transition(tx, key, Transition::Release, audit)
+        })
+        .map_err(Failure::into_error)?;
+        let (event_id, actor, reason) = (key.1, audit.actor(), audit.reason());
+        tracing::warn!(
+            consumer,
+            event_id,
+            actor,
+            reason,
+            "dead letter released: its next delivery runs the effect"
+        );
+        Ok(())
+    }
 }
 
-/// The two audited ways out of the dead-lettered state.
+/// The audited ways out of the dead-lettered state.
 #[derive(Debug, Clone, Copy)]
 enum Transition {
     Redrive,
     Discard,
+    Release,
 }
 
 impl Transition {
@@ -297,6 +368,7 @@ impl Transition {
         match self {
             Self::Redrive => DeadLetterState::Redriven,
             Self::Discard => DeadLetterState::Discarded,
+            Self::Release => DeadLetterState::Released,
         }
     }
 
@@ -304,6 +376,7 @@ impl Transition {
         match self {
             Self::Redrive => HistoryKind::Redriven,
             Self::Discard => HistoryKind::Discarded,
+            Self::Release => HistoryKind::Released,
         }
     }
 }

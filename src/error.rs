@@ -79,7 +79,7 @@ pub enum Error {
         event_id: EventId,
         /// Its current state.
         state: DeadLetterState,
-        /// The state it was to move to: redriven or discarded.
+        /// The state it was to move to: redriven, discarded or released.
         attempted: DeadLetterState,
     },
     /// No dead letter (nor failure record) exists for the event.

@@ -91,12 +91,8 @@ fn record_attempt<C: InboxConnection>(
         // Another delivery processed it meanwhile; there is nothing to give up on.
         return Ok((attempts, None));
     }
-    sql.set_failure_state(
-        key,
-        DeadLetterState::Retrying,
-        DeadLetterState::DeadLettered,
-        now,
-    )?;
+    // From retrying, or from released (ops released it and it failed as often again).
+    sql.set_failure_state(key, state, DeadLetterState::DeadLettered, now)?;
     sql.append_history(
         key,
         &HistoryRow {

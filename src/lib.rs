@@ -39,7 +39,8 @@
 //! - A handler that returns an error or panics leaves neither its effect nor an inbox row;
 //!   the next delivery runs it again. A panic rolls back before it continues unwinding. The
 //!   failure is recorded, and after [`Inbox::max_attempts`] failures the event is
-//!   dead-lettered: later deliveries skip it until ops redrive or discard it ([`DeadLetters`]).
+//!   dead-lettered: later deliveries skip it until ops redrive, discard or release it
+//!   ([`DeadLetters`]).
 //! - A [`Delivery`] with a payload is fingerprinted: the same id with a different payload is
 //!   [`Error::PayloadMismatch`], not a silent duplicate.
 //! - A handler that swallows a failed statement is not reported as processed when the database
@@ -63,7 +64,9 @@
 //! pooled connections of them. On SQLite, set up each connection with [`SqliteSetup`]. The
 //! `testing` feature adds [`testing`], helpers that prove a handler idempotent in a unit test:
 //! throwaway databases, inbox assertions, a delivery harness, fault injection and randomized
-//! delivery schedules.
+//! delivery schedules. The `cli` feature builds `diesel-inbox`, the ops tool: dead letters
+//! (list, show, export, discard, release), [`doctor`] checks and the migrations
+//! (`diesel-inbox --help`).
 //!
 //! # Errors
 //!
@@ -96,6 +99,7 @@ mod consumer;
 mod dead_letter;
 mod decide;
 mod delivery;
+pub mod doctor;
 mod error;
 mod failure;
 mod handler_error;

@@ -152,6 +152,88 @@ pub enum Dialect {
     Mysql,
 }
 
+impl Dialect {
+    /// The dialect a database URL names, as the Diesel CLI reads `DATABASE_URL`:
+    /// `postgres://` and `postgresql://` are PostgreSQL, `mysql://` and `mariadb://` are
+    /// MySQL/MariaDB, `sqlite://`, `file:` and a plain file path are SQLite. `None` for any
+    /// other scheme.
+    ///
+    /// ```
+    /// use diesel_inbox::migrations::Dialect;
+    ///
+    /// assert_eq!(Dialect::from_database_url("postgresql://app@db/orders"), Some(Dialect::Postgres));
+    /// assert_eq!(Dialect::from_database_url("mariadb://root@127.0.0.1/app"), Some(Dialect::Mysql));
+    /// assert_eq!(Dialect::from_database_url("/var/lib/app/inbox.db"), Some(Dialect::Sqlite));
+    /// assert_eq!(Dialect::from_database_url("redis://cache"), None);
+    /// ```
+    pub fn from_database_url(url: &str) -> Option<Self> {
+        let Some((scheme, _)) = url.split_once("://") else {
+            // A path, `:memory:` or a `file:` URI.
+            return Some(Self::Sqlite);
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "postgres" | "postgresql" => Some(Self::Postgres),
+            "mysql" | "mariadb" => Some(Self::Mysql),
+            "sqlite" | "file" => Some(Self::Sqlite),
+            _ => None,
+        }
+    }
+
+    /// The dialect's name, as [`FromStr`](std::str::FromStr) reads it: `postgres`, `sqlite`,
+    /// `mysql`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Postgres => "postgres",
+            Self::Sqlite => "sqlite",
+            Self::Mysql => "mysql",
+        }
+    }
+}
+
+impl std::fmt::Display for Dialect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Reads `postgres`, `sqlite` or `mysql`, in any case; `postgresql` and `mariadb` too.
+///
+/// ```
+/// use diesel_inbox::migrations::Dialect;
+///
+/// assert_eq!("PostgreSQL".parse(), Ok(Dialect::Postgres));
+/// assert_eq!("mariadb".parse(), Ok(Dialect::Mysql));
+/// assert!("oracle".parse::<Dialect>().is_err());
+/// ```
+impl std::str::FromStr for Dialect {
+    type Err = UnknownDialect;
+
+    fn from_str(name: &str) -> Result<Self, UnknownDialect> {
+        match name.to_ascii_lowercase().as_str() {
+            "postgres" | "postgresql" => Ok(Self::Postgres),
+            "sqlite" => Ok(Self::Sqlite),
+            "mysql" | "mariadb" => Ok(Self::Mysql),
+            _ => Err(UnknownDialect {
+                name: name.to_owned(),
+            }),
+        }
+    }
+}
+
+/// A dialect name that is none of `postgres`, `sqlite`, `mysql` (nor `postgresql`, `mariadb`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown SQL dialect {name:?}: use postgres, sqlite or mysql")]
+pub struct UnknownDialect {
+    name: String,
+}
+
+impl UnknownDialect {
+    /// The name that was given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// One inbox migration as SQL text: what [`install`] writes into a migration folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -202,6 +284,9 @@ macro_rules! migrations_sql {
         ]
     };
 }
+
+/// How many inbox migrations there are, in every dialect.
+pub(crate) const COUNT: usize = POSTGRES_SQL.len();
 
 const POSTGRES_SQL: &[MigrationSql] = migrations_sql!("postgres");
 const SQLITE_SQL: &[MigrationSql] = migrations_sql!("sqlite");
@@ -356,6 +441,29 @@ fn first_free_second(now: DateTime<Utc>, taken: &HashSet<String>, count: usize) 
         first += TimeDelta::seconds(1);
     }
     first
+}
+
+/// The versions of `migrations` that `diesel_inbox_migrations` does not record, oldest first.
+/// Reads only: an error when the tracking table is missing (probed in a transaction of its
+/// own, so a caller's PostgreSQL transaction is not left aborted).
+pub(crate) fn pending<C: TracksMigrations>(
+    conn: &mut C,
+    migrations: &EmbeddedMigrations,
+) -> QueryResult<Vec<String>> {
+    use diesel::migration::MigrationSource;
+    let applied: HashSet<String> = conn
+        .transaction(TracksMigrations::applied)?
+        .into_iter()
+        .collect();
+    let embedded = MigrationSource::<C::Backend>::migrations(migrations)
+        .map_err(diesel::result::Error::QueryBuilderError)?;
+    let mut versions: Vec<String> = embedded
+        .iter()
+        .map(|m| m.name().version().to_string())
+        .filter(|version| !applied.contains(version))
+        .collect();
+    versions.sort();
+    Ok(versions)
 }
 
 /// Applies `migrations` through the inbox's own harness; returns how many ran.

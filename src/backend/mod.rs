@@ -240,6 +240,10 @@ pub(crate) mod sealed {
             now: DateTime<Utc>,
         ) -> QueryResult<bool>;
 
+        /// Sets the failure row's attempts back to 0, so the event gets the full
+        /// `max_attempts` again (after a release).
+        fn reset_attempts(&mut self, key: Key<'_>, now: DateTime<Utc>) -> QueryResult<()>;
+
         /// The inbox row of `key`, if there is one.
         fn inbox_row(&mut self, key: Key<'_>) -> QueryResult<Option<InboxRow>>;
 
@@ -251,6 +255,17 @@ pub(crate) mod sealed {
 
         /// The event's history, oldest first.
         fn history(&mut self, key: Key<'_>) -> QueryResult<Vec<HistoryRow>>;
+
+        /// The versions of the inbox's embedded migrations that `diesel_inbox_migrations` does
+        /// not record; an error when that table is missing. Reads only.
+        fn pending_migrations(&mut self) -> QueryResult<Vec<String>>;
+
+        /// Whether the index `name` exists on one of the inbox's tables in the connection's
+        /// schema (database).
+        fn index_exists(&mut self, name: &str) -> QueryResult<bool>;
+
+        /// The doctor's checks of this backend's settings.
+        fn backend_checks(&mut self) -> QueryResult<Vec<crate::doctor::Check>>;
 
         /// Adds one to the consumer's `counter` for the hour `now` falls in.
         fn bump_counter(

@@ -7,10 +7,11 @@ use chrono::{DateTime, Utc};
 use diesel::mysql::MysqlConnection;
 use diesel::prelude::*;
 use diesel::result::DatabaseErrorKind;
-use diesel::sql_types::BigInt;
+use diesel::sql_types::{BigInt, Text};
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql, Recorded};
 use super::Key;
+use crate::doctor::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::mysql as schema;
 use crate::state::InboxState;
@@ -216,10 +217,52 @@ impl InboxSql for MysqlConnection {
     statement!(failure, schema, codec, rows, lock = for_update);
     statement!(failures, schema, codec, rows);
     statement!(set_failure_state, schema, codec);
+    statement!(reset_attempts, schema, codec);
     statement!(inbox_row, schema, codec, rows);
     statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
+    fn pending_migrations(&mut self) -> QueryResult<Vec<String>> {
+        crate::migrations::pending(self, &crate::migrations::MYSQL)
+    }
+
+    fn index_exists(&mut self, name: &str) -> QueryResult<bool> {
+        diesel::dsl::sql::<BigInt>(
+            "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = ",
+        )
+        .bind::<Text, _>(name)
+        .get_result::<i64>(self)
+        .map(|found| found > 0)
+    }
+
+    fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
+        // The keys must compare byte for byte: under a collation, ids differing in case,
+        // accents or trailing spaces would be one event.
+        let columns = diesel::dsl::sql::<(Text, Text)>(
+            "SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME), DATA_TYPE FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = DATABASE() \
+             AND TABLE_NAME IN ('diesel_inbox_events', 'diesel_inbox_failures', 'diesel_inbox_failure_log', 'diesel_inbox_counters') \
+             AND COLUMN_NAME IN ('consumer', 'event_id') ORDER BY 1",
+        )
+        .load::<(String, String)>(self)?;
+        let textual: Vec<String> = columns
+            .iter()
+            .filter(|(_, data_type)| !data_type.eq_ignore_ascii_case("varbinary"))
+            .map(|(column, data_type)| format!("{column} is {data_type}"))
+            .collect();
+        let detail = if columns.is_empty() {
+            "no key columns found: apply the inbox migrations".to_owned()
+        } else {
+            format!("{}: ids differing only in case, accents or trailing spaces would be one event; apply the inbox's own migrations, which make them VARBINARY", textual.join(", "))
+        };
+        Ok(vec![Check::ok_if(
+            "binary_keys",
+            !columns.is_empty() && textual.is_empty(),
+            format!("{} key columns are VARBINARY", columns.len()),
+            (CheckStatus::Fail, detail),
+        )])
+    }
+
     statement!(
         bump_counter,
         schema,

@@ -428,6 +428,19 @@ macro_rules! statement {
                 .map(|changed| changed == 1)
         }
     };
+    (reset_attempts, $schema:ident, $codec:ident) => {
+        fn reset_attempts(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            now: DateTime<Utc>,
+        ) -> QueryResult<()> {
+            use $schema::diesel_inbox_failures::dsl as f;
+            diesel::update(f::diesel_inbox_failures.find(($codec::key(key.0), $codec::key(key.1))))
+                .set((f::attempts.eq(0), f::updated_at.eq($codec::time(now))))
+                .execute(self)
+                .map(drop)
+        }
+    };
     (inbox_row, $schema:ident, $codec:ident, $rows:ident) => {
         fn inbox_row(
             &mut self,

@@ -4,8 +4,10 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text};
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
+use crate::doctor::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
 
@@ -97,10 +99,40 @@ impl InboxSql for PgConnection {
     statement!(failure, schema, codec, rows, lock = for_update);
     statement!(failures, schema, codec, rows);
     statement!(set_failure_state, schema, codec);
+    statement!(reset_attempts, schema, codec);
     statement!(inbox_row, schema, codec, rows);
     statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
+    fn pending_migrations(&mut self) -> QueryResult<Vec<String>> {
+        crate::migrations::pending(self, &crate::migrations::POSTGRES)
+    }
+
+    fn index_exists(&mut self, name: &str) -> QueryResult<bool> {
+        diesel::dsl::sql::<BigInt>(
+            "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ",
+        )
+        .bind::<Text, _>(name)
+        .get_result::<i64>(self)
+        .map(|found| found > 0)
+    }
+
+    fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
+        let encoding = diesel::select(diesel::dsl::sql::<Text>(
+            "current_setting('server_encoding')",
+        ))
+        .get_result::<String>(self)?;
+        Ok(vec![Check::ok_if(
+            "server_encoding",
+            encoding == "UTF8",
+            "UTF8",
+            (
+                CheckStatus::Fail,
+                format!("{encoding}: event ids and consumer names are Unicode text, which this encoding refuses or mangles; create the database with ENCODING 'UTF8'"),
+            ),
+        )])
+    }
+
     statement!(
         bump_counter,
         schema,

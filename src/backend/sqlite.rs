@@ -8,10 +8,11 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::CustomizeConnection;
-use diesel::sql_types::BigInt;
+use diesel::sql_types::{BigInt, Text};
 use diesel::sqlite::SqliteConnection;
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
+use crate::doctor::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
 
@@ -110,10 +111,55 @@ impl InboxSql for SqliteConnection {
     statement!(failure, schema, codec, rows);
     statement!(failures, schema, codec, rows);
     statement!(set_failure_state, schema, codec);
+    statement!(reset_attempts, schema, codec);
     statement!(inbox_row, schema, codec, rows);
     statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
+    fn pending_migrations(&mut self) -> QueryResult<Vec<String>> {
+        crate::migrations::pending(self, &crate::migrations::SQLITE)
+    }
+
+    fn index_exists(&mut self, name: &str) -> QueryResult<bool> {
+        diesel::dsl::sql::<BigInt>(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = ",
+        )
+        .bind::<Text, _>(name)
+        .get_result::<i64>(self)
+        .map(|found| found > 0)
+    }
+
+    fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
+        let journal = diesel::select(diesel::dsl::sql::<Text>(
+            "(SELECT journal_mode FROM pragma_journal_mode())",
+        ))
+        .get_result::<String>(self)?;
+        let timeout = diesel::select(diesel::dsl::sql::<BigInt>(
+            "(SELECT timeout FROM pragma_busy_timeout())",
+        ))
+        .get_result::<i64>(self)?;
+        Ok(vec![
+            Check::ok_if(
+                "journal_mode",
+                journal.eq_ignore_ascii_case("wal"),
+                "wal",
+                (
+                    CheckStatus::Warn,
+                    format!("{journal}: readers block the writer and the writer blocks readers; apply diesel_inbox::SqliteSetup (it sets WAL, which then stays on the database file)"),
+                ),
+            ),
+            Check::ok_if(
+                "busy_timeout",
+                timeout > 0,
+                format!("{timeout} ms on this connection"),
+                (
+                    CheckStatus::Warn,
+                    "0 on this connection: a second writer fails at once instead of waiting; the timeout is set per connection, so apply diesel_inbox::SqliteSetup to each of the application's connections (a tool's own connection, like this one, reports 0 unless it does so)".to_owned(),
+                ),
+            ),
+        ])
+    }
+
     statement!(
         bump_counter,
         schema,

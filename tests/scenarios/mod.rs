@@ -19,11 +19,13 @@ mod failure_classes;
 mod failure_policy;
 mod helpers;
 mod migrations;
+mod operations;
 pub use batch::*;
 pub use failure_classes::*;
 pub use failure_policy::*;
 pub use helpers::*;
 pub use migrations::*;
+pub use operations::*;
 
 /// Generates one `#[test]` per scenario for the backend `$backend`.
 macro_rules! backend_tests {
@@ -86,6 +88,11 @@ macro_rules! backend_tests {
             a_permanent_failure_is_dead_lettered_at_the_first_attempt,
             a_transient_failure_is_redelivered_and_never_counted,
             every_delivery_result_says_what_to_ack,
+            a_released_dead_letter_runs_once_on_its_next_delivery,
+            releasing_twice_or_a_retrying_event_is_an_invalid_transition,
+            a_released_event_that_fails_max_attempts_again_is_dead_lettered_again,
+            the_doctor_passes_a_healthy_database,
+            the_doctor_fails_a_database_missing_an_index_or_a_migration,
         );
     };
     // One test per scenario of the test binary's module `$module`.

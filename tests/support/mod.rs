@@ -22,6 +22,9 @@ pub(crate) trait Backend {
     /// Writers then queue, and two handlers cannot deadlock.
     const SINGLE_WRITER: bool = false;
 
+    /// Drops the inbox's index `diesel_inbox_events_settled`.
+    const DROP_SETTLED_INDEX: &'static str = "DROP INDEX diesel_inbox_events_settled";
+
     /// Does the database abort the whole transaction when one statement fails?
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool;
 
@@ -182,6 +185,8 @@ impl Backend for Mysql {
     type Conn = MysqlConnection;
     const EFFECTS_DDL: &'static str =
         "CREATE TABLE effects (event_id VARBINARY(255) NOT NULL) ENGINE = InnoDB";
+    const DROP_SETTLED_INDEX: &'static str =
+        "DROP INDEX diesel_inbox_events_settled ON diesel_inbox_events";
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
     const DEADLOCK_ENDS_TRANSACTION: bool = true;
     const LOCK_WAIT: Duration = Duration::from_secs(1);

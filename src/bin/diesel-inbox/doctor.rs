@@ -1,0 +1,30 @@
+//! `diesel-inbox doctor`.
+
+use diesel_inbox::doctor::{self, CheckStatus};
+use diesel_inbox::InboxConnection;
+use serde_json::json;
+
+use crate::output;
+use crate::{Failure, Format, Global, Outcome};
+
+/// Runs the checks, prints them, and fails (exit 3) when one failed.
+pub(crate) fn run<C: InboxConnection>(conn: &mut C, global: &Global) -> Outcome {
+    let checks = doctor::check(conn)?;
+    match global.format {
+        Format::Json => output::print_json(&json!(checks
+            .iter()
+            .map(|c| json!({"name": c.name, "status": c.status.to_string(), "detail": c.detail}))
+            .collect::<Vec<_>>())),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = checks
+                .iter()
+                .map(|c| vec![c.status.to_string(), c.name.to_owned(), c.detail.clone()])
+                .collect();
+            print!("{}", output::table(&["status", "check", "detail"], &rows));
+        }
+    }
+    if checks.iter().any(|c| c.status == CheckStatus::Fail) {
+        return Err(Failure::CheckFailed);
+    }
+    Ok(())
+}

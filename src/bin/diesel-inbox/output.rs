@@ -1,0 +1,88 @@
+//! Rendering: aligned plain columns for people, JSON for programs.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::Value;
+
+/// `rows` under `headers`, each column as wide as its widest cell, two spaces apart.
+pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| (*h).to_uppercase()).collect();
+    for line in std::iter::once(&header).chain(rows) {
+        let mut text = String::new();
+        for (i, (cell, width)) in line.iter().zip(&widths).enumerate() {
+            if i + 1 == line.len() {
+                text.push_str(cell);
+            } else {
+                let _ = write!(text, "{cell:<width$}  ");
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `key: value` lines, keys aligned.
+pub(crate) fn fields(pairs: &[(&str, String)]) -> String {
+    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+    let mut out = String::new();
+    for (key, value) in pairs {
+        let _ = writeln!(out, "{:<width$} {value}", format!("{key}:"));
+    }
+    out
+}
+
+/// Prints one JSON document.
+pub(crate) fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+/// A time as RFC 3339, in UTC, to the microsecond.
+pub(crate) fn time(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// Text cut to `max` characters for a table cell, on one line.
+pub(crate) fn cell(text: &str, max: usize) -> String {
+    let line = text.replace(['\n', '\r'], " ");
+    if line.chars().count() <= max {
+        line
+    } else {
+        let cut: String = line.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_are_aligned_to_the_widest_cell() {
+        let rows = vec![
+            vec!["evt-1".to_owned(), "3".to_owned(), "x".to_owned()],
+            vec!["e".to_owned(), "12".to_owned(), "y".to_owned()],
+        ];
+        assert_eq!(
+            table(&["id", "n", "error"], &rows),
+            "ID     N   ERROR\nevt-1  3   x\ne      12  y\n"
+        );
+    }
+
+    #[test]
+    fn long_cells_are_cut_on_one_line() {
+        assert_eq!(cell("ab\ncdef", 4), "ab …");
+        assert_eq!(cell("abc", 4), "abc");
+    }
+}

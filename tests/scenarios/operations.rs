@@ -1,0 +1,184 @@
+//! Operating the inbox: releasing dead letters to be published again, and the doctor's checks.
+
+use diesel::connection::SimpleConnection;
+use diesel_inbox::doctor::{self, CheckStatus};
+use diesel_inbox::{Audit, DeadLetterState, Error, HistoryKind, Inbox, Outcome};
+
+use super::{effect, HandlerError};
+use crate::support::{setup, Backend, TestConn};
+
+fn refuse<C>(_: &mut C) -> Result<(), HandlerError> {
+    Err(HandlerError::Refused)
+}
+
+fn ops(reason: &str) -> Audit {
+    Audit::new("ops", reason).unwrap()
+}
+
+/// An inbox that gives up after `max_attempts`, and `event_id` dead-lettered by it.
+fn dead_lettered<C: TestConn>(conn: &mut C, event_id: &str, max_attempts: u32) -> Inbox {
+    let inbox = Inbox::new("orders").unwrap().max_attempts(max_attempts);
+    for _ in 1..max_attempts {
+        assert_eq!(
+            inbox.process(conn, event_id, refuse),
+            Err(HandlerError::Refused)
+        );
+    }
+    let last = inbox.process(conn, event_id, refuse).unwrap();
+    assert!(last.is_dead_lettered(), "{last:?}");
+    inbox
+}
+
+pub fn a_released_dead_letter_runs_once_on_its_next_delivery<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = dead_lettered(&mut conn, "evt-1", 2);
+    let dead = inbox.dead_letters();
+
+    dead.release(&mut conn, "evt-1", &ops("re-published after the fix"))
+        .unwrap();
+
+    let record = dead.show(&mut conn, "evt-1").unwrap();
+    assert_eq!(record.state, DeadLetterState::Released);
+    assert_eq!(record.attempts, 0, "counted afresh");
+    let last = record.history.last().unwrap();
+    assert_eq!(
+        (last.kind, last.actor.as_deref(), last.reason.as_deref()),
+        (
+            HistoryKind::Released,
+            Some("ops"),
+            Some("re-published after the fix")
+        )
+    );
+    assert!(dead.list(&mut conn).unwrap().is_empty());
+
+    let next = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    assert_eq!(next, Outcome::Processed(()));
+    let copy = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    assert!(copy.is_duplicate(), "{copy:?}");
+    assert_eq!(conn.effect_count(), 1);
+}
+
+pub fn releasing_twice_or_a_retrying_event_is_an_invalid_transition<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = dead_lettered(&mut conn, "evt-1", 1);
+    let dead = inbox.dead_letters();
+    dead.release(&mut conn, "evt-1", &ops("first")).unwrap();
+
+    let again = dead.release(&mut conn, "evt-1", &ops("second"));
+    assert!(
+        matches!(
+            again,
+            Err(Error::InvalidTransition {
+                state: DeadLetterState::Released,
+                attempted: DeadLetterState::Released,
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    let retrying = Inbox::new("orders").unwrap().max_attempts(3);
+    assert_eq!(
+        retrying.process(&mut conn, "evt-2", refuse),
+        Err(HandlerError::Refused)
+    );
+    assert!(matches!(
+        dead.release(&mut conn, "evt-2", &ops("too early")),
+        Err(Error::InvalidTransition {
+            state: DeadLetterState::Retrying,
+            ..
+        })
+    ));
+    assert!(matches!(
+        dead.release(&mut conn, "nope", &ops("why")),
+        Err(Error::DeadLetterNotFound { .. })
+    ));
+    let history = dead.show(&mut conn, "evt-1").unwrap().history;
+    let released = history
+        .iter()
+        .filter(|h| h.kind == HistoryKind::Released)
+        .count();
+    assert_eq!(released, 1, "a refused release writes no history");
+}
+
+pub fn a_released_event_that_fails_max_attempts_again_is_dead_lettered_again<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = dead_lettered(&mut conn, "evt-1", 2);
+    let dead = inbox.dead_letters();
+    dead.release(&mut conn, "evt-1", &ops("retry upstream"))
+        .unwrap();
+
+    assert_eq!(
+        inbox.process(&mut conn, "evt-1", refuse),
+        Err(HandlerError::Refused),
+        "the first failure after the release is attempt 1 of 2"
+    );
+    assert_eq!(
+        dead.show(&mut conn, "evt-1").unwrap().state,
+        DeadLetterState::Released
+    );
+    let second = inbox.process(&mut conn, "evt-1", refuse).unwrap();
+    assert!(second.is_dead_lettered(), "{second:?}");
+
+    let record = dead.show(&mut conn, "evt-1").unwrap();
+    assert_eq!(
+        (record.state, record.attempts),
+        (DeadLetterState::DeadLettered, 2)
+    );
+    let later = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    assert!(later.is_dead_lettered(), "held back again: {later:?}");
+    assert_eq!(conn.effect_count(), 0);
+    assert_eq!(dead.list(&mut conn).unwrap().len(), 1);
+}
+
+pub fn the_doctor_passes_a_healthy_database<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    let checks = doctor::check(&mut conn).unwrap();
+
+    let names: Vec<&str> = checks.iter().map(|c| c.name).collect();
+    assert!(names.contains(&"schema"), "{names:?}");
+    assert!(
+        names.contains(&"index diesel_inbox_events_settled"),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"index diesel_inbox_failures_state"),
+        "{names:?}"
+    );
+    assert!(checks.len() > 3, "backend checks too: {names:?}");
+    for check in &checks {
+        // The test connections are set up as the inbox expects (SQLite: SqliteSetup).
+        assert_eq!(check.status, CheckStatus::Ok, "{check:?}");
+    }
+}
+
+pub fn the_doctor_fails_a_database_missing_an_index_or_a_migration<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    conn.batch_execute(B::DROP_SETTLED_INDEX).unwrap();
+
+    let checks = doctor::check(&mut conn).unwrap();
+    let status = |name: &str| checks.iter().find(|c| c.name == name).unwrap().status;
+    assert_eq!(
+        status("index diesel_inbox_events_settled"),
+        CheckStatus::Fail
+    );
+    assert_eq!(status("index diesel_inbox_failures_state"), CheckStatus::Ok);
+    assert_eq!(status("schema"), CheckStatus::Ok);
+
+    conn.batch_execute("DELETE FROM diesel_inbox_migrations WHERE version = '20000101000003'")
+        .unwrap();
+    let checks = doctor::check(&mut conn).unwrap();
+    let schema = checks.iter().find(|c| c.name == "schema").unwrap();
+    assert_eq!(schema.status, CheckStatus::Fail, "{schema:?}");
+    assert!(schema.detail.contains("20000101000003"), "{schema:?}");
+
+    conn.batch_execute("DROP TABLE diesel_inbox_migrations; DROP TABLE diesel_inbox_counters")
+        .unwrap();
+    let checks = doctor::check(&mut conn).unwrap();
+    let schema = checks.iter().find(|c| c.name == "schema").unwrap();
+    assert_eq!(schema.status, CheckStatus::Fail, "{schema:?}");
+    assert!(
+        schema.detail.contains("diesel_inbox_counters"),
+        "{schema:?}"
+    );
+}
