@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use crate::backend::sealed::{FailureRow, HistoryRow, InboxSql, Recorded};
 use crate::backend::Key;
-use crate::state::{DeadLetterState, HistoryKind, InboxState};
+use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Failure};
 use crate::{Error, EventId, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
 
@@ -300,6 +300,13 @@ impl Transition {
         }
     }
 
+    fn counter(self) -> Counter {
+        match self {
+            Self::Redrive => Counter::Redriven,
+            Self::Discard => Counter::Discarded,
+        }
+    }
+
     fn history_kind(self) -> HistoryKind {
         match self {
             Self::Redrive => HistoryKind::Redriven,
@@ -331,7 +338,8 @@ fn transition_from_dead_lettered<C: InboxConnection, E>(
     Ok(row)
 }
 
-/// Moves the failure row out of dead-lettered and writes the transition into the history.
+/// Moves the failure row out of dead-lettered, writes the transition into the history and
+/// counts it in the hourly counters.
 fn finish_transition<C: InboxConnection, E>(
     conn: &mut C,
     key: Key<'_>,
@@ -352,6 +360,7 @@ fn finish_transition<C: InboxConnection, E>(
             at: now,
         },
     )?;
+    sql.bump_counter(key.0, transition.counter(), now)?;
     Ok(())
 }
 

@@ -13,6 +13,7 @@ use crate::backend::Key;
 use crate::consumer::Consumer;
 use crate::decide::{self, Failure, Scope, Seen};
 use crate::failure::{self, Policy};
+use crate::state::Counter;
 use crate::transaction::{self, Subject};
 use crate::{
     Delivery, Error, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy,
@@ -379,7 +380,8 @@ where
 }
 
 /// What a delivery of an event seen before comes to (see [`decide::seen`]), with its log line;
-/// a payload conflict is counted on the row.
+/// a payload conflict is counted on the row, and it or a duplicate in the hourly counters, in
+/// the delivery's transaction.
 pub(crate) fn seen<C: InboxConnection, T, E>(
     conn: &mut C,
     key: Key<'_>,
@@ -390,10 +392,14 @@ pub(crate) fn seen<C: InboxConnection, T, E>(
     let outcome = match decide::seen(existing, fingerprint) {
         Seen::PayloadConflict => {
             conn.sql().note_payload_conflict(key)?;
+            conn.sql()
+                .bump_counter(consumer, Counter::PayloadConflict, Utc::now())?;
             warn!(consumer, event_id, "payload conflict: this event id was first delivered with another payload; effect skipped");
             return Ok(Delivered::PayloadConflict);
         }
         Seen::Duplicate(duplicate) => {
+            conn.sql()
+                .bump_counter(consumer, Counter::Duplicate, Utc::now())?;
             info!(consumer, event_id, deliveries = duplicate.deliveries, first_processed_at = %duplicate.processed_at, "duplicate delivery; effect skipped");
             Outcome::Duplicate(duplicate)
         }

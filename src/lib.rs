@@ -94,6 +94,7 @@ mod outcome;
 mod retry;
 pub mod schema;
 mod state;
+mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod transaction;
@@ -111,6 +112,7 @@ pub use migrations::run_pending_migrations;
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use retry::RetryPolicy;
 pub use state::{DeadLetterState, HistoryKind, UnknownState};
+pub use stats::{Counts, Stats};
 
 /// The README's examples, compiled and run as doc-tests.
 #[cfg(all(doctest, feature = "postgres", feature = "sqlite", feature = "mysql"))]
