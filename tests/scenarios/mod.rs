@@ -18,10 +18,12 @@ mod batch;
 mod failure_policy;
 mod helpers;
 mod migrations;
+mod stats;
 pub use batch::*;
 pub use failure_policy::*;
 pub use helpers::*;
 pub use migrations::*;
+pub use stats::*;
 
 /// Generates one `#[test]` per scenario for the backend `$backend`.
 macro_rules! backend_tests {
@@ -79,6 +81,9 @@ macro_rules! backend_tests {
             installed_inbox_migrations_run_and_revert_with_the_apps_own,
             installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing,
             a_database_migrated_by_diesel_inbox_0_1_is_taken_over_with_its_events,
+            stats_count_processed_duplicates_conflicts_failures_and_dead_letters,
+            recent_counts_leave_out_what_happened_before_the_window,
+            stats_all_lists_every_consumer,
         );
     };
     // One test per scenario of the test binary's module `$module`.
