@@ -10,6 +10,7 @@ use tracing::{error, warn};
 use crate::backend::sealed::{HistoryRow, InboxSql};
 use crate::backend::Key;
 use crate::decide;
+use crate::observe;
 use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Scope, Subject};
 use crate::{DeadLettered, Delivery, Error, InboxConnection, RetryPolicy};
@@ -47,6 +48,7 @@ pub(crate) fn record<C: InboxConnection>(
         });
     match recorded {
         Ok((attempts, None)) => {
+            observe::failed_attempt(consumer);
             warn!(
                 consumer,
                 event_id,
@@ -57,6 +59,8 @@ pub(crate) fn record<C: InboxConnection>(
             None
         }
         Ok((attempts, Some(dead))) => {
+            observe::failed_attempt(consumer);
+            observe::dead_lettered(consumer);
             error!(
                 consumer,
                 event_id, attempts, error, "handler failed too often; event dead-lettered"

@@ -13,6 +13,7 @@ use crate::backend::Key;
 use crate::consumer::Consumer;
 use crate::decide::{self, Failure, Scope, Seen};
 use crate::failure::{self, Policy};
+use crate::observe::{self, DeliveryOutcome};
 use crate::state::Counter;
 use crate::transaction::{self, Subject};
 use crate::{
@@ -237,6 +238,7 @@ impl Inbox {
         F: FnMut(&mut C) -> Result<T, E>,
         E: From<Error> + Display,
     {
+        let timer = observe::DeliveryTimer::start(self.consumer.as_str());
         let delivery = delivery.into_delivery().map_err(Error::from)?;
         let span = tracing::info_span!(
             "inbox",
@@ -250,7 +252,8 @@ impl Inbox {
         let delivered = transaction::run(conn, scope, &self.retry, subject, |tx| {
             self.deliver(tx, &delivery, &mut effect, &encode, scope)
         });
-        match delivered {
+        let if_err = DeliveryOutcome::if_err(&delivered);
+        let result = match delivered {
             Ok(Delivered::Outcome(outcome)) => Ok(outcome),
             Ok(Delivered::PayloadConflict) => Err(Error::PayloadMismatch {
                 event_id: delivery.id,
@@ -261,7 +264,9 @@ impl Inbox {
                 self.after_handler_panic(conn, Some(&delivery), panic, scope)
             }
             Err(failure) => Err(failure.into_error()),
-        }
+        };
+        timer.finish(DeliveryOutcome::of(&result, if_err));
+        result
     }
 
     /// The body of the inbox transaction: record the delivery, then run the effect if the

@@ -90,6 +90,7 @@ mod failure;
 mod id;
 mod inbox;
 pub mod migrations;
+mod observe;
 mod outcome;
 mod retry;
 pub mod schema;
@@ -109,6 +110,8 @@ pub use error::Error;
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox};
 pub use migrations::run_pending_migrations;
+#[cfg(feature = "metrics")]
+pub use observe::describe_metrics;
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use retry::RetryPolicy;
 pub use state::{DeadLetterState, HistoryKind, UnknownState};

@@ -74,6 +74,7 @@ where
             Next::Return(failure) => return Err(failure),
             Next::Retry { delay, error } => {
                 debug!(consumer, event_id, attempt, ?delay, %error, "contention; retrying the inbox transaction");
+                crate::observe::contention_retry(consumer);
                 conn.sql().before_contention_retry();
                 std::thread::sleep(delay);
                 attempt += 1;

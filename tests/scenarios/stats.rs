@@ -53,10 +53,10 @@ pub fn stats_count_processed_duplicates_conflicts_failures_and_dead_letters<B: B
             .is_processed());
     }
     for (id, n) in [("evt-1", 0), ("evt-2", 1)] {
-        let again = inbox.process(&mut conn, &json(id, n), effect(id));
+        let again = inbox.process(&mut conn, json(id, n), effect(id));
         assert!(again.unwrap().is_duplicate());
     }
-    let conflict = inbox.process(&mut conn, &json("evt-3", 99), |tx| {
+    let conflict = inbox.process(&mut conn, json("evt-3", 99), |tx| {
         tx.record_effect("evt-3").map_err(Error::from)
     });
     assert!(
