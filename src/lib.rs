@@ -65,6 +65,12 @@
 //! throwaway databases, inbox assertions, a delivery harness, fault injection and randomized
 //! delivery schedules.
 //!
+//! [`Inbox::stats`] and [`Stats::all`] read what each consumer processed, skipped and failed,
+//! in total and over a recent window. The `metrics` feature records deliveries, their
+//! durations, failed attempts, dead letters and contention retries through the
+//! [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the application installs
+//! (`describe_metrics` lists them).
+//!
 //! # Errors
 //!
 //! Handlers return their own `Result<T, E>`; `E` needs `From<`[`Error`]`>`, so the handler's

@@ -121,7 +121,8 @@ impl Inbox {
 
 impl Stats {
     /// The [`Stats`] of every consumer with a row in the inbox, failure or counter table,
-    /// sorted by name (byte order), each as [`Inbox::stats`] reads it.
+    /// sorted by name (byte order), each as [`Inbox::stats`] reads it. Finding the consumers
+    /// reads the distinct names of each table.
     ///
     /// # Errors
     ///
