@@ -7,6 +7,7 @@ use chrono::Utc;
 
 use crate::backend::sealed::{InboxSql, Recorded};
 use crate::inbox::{self, Delivered};
+use crate::observe::{self, DeliveryOutcome};
 use crate::state::InboxState;
 use crate::transaction::{self, Failure};
 use crate::{
@@ -19,6 +20,17 @@ enum Slot<T, E> {
     /// The effect failed: recorded as a failure once the batch has committed.
     Failed(E),
     Rejected(Error),
+}
+
+impl<T, E> Slot<T, E> {
+    /// What the slot's delivery is, for its metrics, should it end in an error.
+    fn if_err(&self) -> DeliveryOutcome {
+        match self {
+            Self::Rejected(Error::PayloadMismatch { .. }) => DeliveryOutcome::PayloadConflict,
+            Self::Failed(_) => DeliveryOutcome::Failed,
+            Self::Done(_) | Self::Rejected(_) => DeliveryOutcome::Error,
+        }
+    }
 }
 
 impl Inbox {
@@ -73,6 +85,7 @@ impl Inbox {
         F: FnMut(&mut C, &Delivery) -> Result<T, E>,
         E: HandlerError,
     {
+        let timer = observe::DeliveryTimer::start(self.consumer());
         let deliveries: Vec<_> = deliveries
             .into_iter()
             .map(IntoDelivery::into_delivery)
@@ -110,8 +123,12 @@ impl Inbox {
                 let delivery = panicked_at.and_then(|i| deliveries[i].as_ref().ok());
                 self.after_handler_panic(conn, delivery, panic, scope)
             }
-            Err(failure) => return Err(failure.into_error()),
+            Err(failure) => {
+                timer.finish_each(deliveries.iter().map(|_| DeliveryOutcome::Error));
+                return Err(failure.into_error());
+            }
         };
+        let if_err: Vec<_> = slots.iter().map(Slot::if_err).collect();
 
         let results = slots
             .into_iter()
@@ -124,7 +141,9 @@ impl Inbox {
                 }
                 (Slot::Failed(error), Err(_)) => Err(error),
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let outcomes = results.iter().zip(if_err);
+        timer.finish_each(outcomes.map(|(result, if_err)| DeliveryOutcome::of(result, if_err)));
         Ok(results)
     }
 

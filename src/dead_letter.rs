@@ -339,7 +339,6 @@ impl DeadLetters {
             // hand); the next delivery inserts its own and runs the effect.
             sql.delete_inbox_row(key, InboxState::DeadLettered)?;
             sql.reset_attempts(key, Utc::now())?;
-            sql.bump_counter(consumer, Counter::Released, Utc::now())?;
             finish_transition(tx, key, Transition::Release, audit)
         })
         .map_err(Failure::into_error)?;
@@ -369,6 +368,14 @@ impl Transition {
             Self::Redrive => DeadLetterState::Redriven,
             Self::Discard => DeadLetterState::Discarded,
             Self::Release => DeadLetterState::Released,
+        }
+    }
+
+    fn counter(self) -> Counter {
+        match self {
+            Self::Redrive => Counter::Redriven,
+            Self::Discard => Counter::Discarded,
+            Self::Release => Counter::Released,
         }
     }
 
@@ -404,7 +411,8 @@ fn transition_from_dead_lettered<C: InboxConnection, E>(
     Ok(row)
 }
 
-/// Moves the failure row out of dead-lettered and writes the transition into the history.
+/// Moves the failure row out of dead-lettered, writes the transition into the history and
+/// counts it in the hourly counters.
 fn finish_transition<C: InboxConnection, E>(
     conn: &mut C,
     key: Key<'_>,
@@ -425,6 +433,7 @@ fn finish_transition<C: InboxConnection, E>(
             at: now,
         },
     )?;
+    sql.bump_counter(key.0, transition.counter(), now)?;
     Ok(())
 }
 

@@ -4,13 +4,14 @@
 use std::any::Any;
 use std::num::NonZeroU32;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tracing::{error, warn};
 
 use crate::backend::sealed::{HistoryRow, InboxSql};
 use crate::backend::Key;
 use crate::decide::{self, HandlerFailure};
-use crate::state::{DeadLetterState, HistoryKind, InboxState};
+use crate::observe;
+use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Scope, Subject};
 use crate::{DeadLettered, Delivery, Error, InboxConnection, RetryPolicy};
 
@@ -48,6 +49,7 @@ pub(crate) fn record<C: InboxConnection>(
         });
     match recorded {
         Ok((attempts, None)) => {
+            observe::failed_attempt(consumer);
             warn!(
                 consumer,
                 event_id,
@@ -58,6 +60,8 @@ pub(crate) fn record<C: InboxConnection>(
             None
         }
         Ok((attempts, Some(dead))) => {
+            observe::failed_attempt(consumer);
+            observe::dead_lettered(consumer);
             error!(
                 consumer,
                 event_id, attempts, error, "handler failed too often; event dead-lettered"
@@ -84,12 +88,32 @@ fn record_attempt<C: InboxConnection>(
     let now = Utc::now();
     let sql = conn.sql();
     let (attempts, state) = sql.record_failure(key, now, error, delivery.payload.as_ref())?;
-    if !decide::dead_letters_now(attempts, state, max_attempts, failure) {
-        return Ok((attempts, None));
+    let dead = if decide::dead_letters_now(attempts, state, max_attempts, failure) {
+        dead_letter(sql, key, (attempts, state), error, failure, now)?
+    } else {
+        None
+    };
+    // Counted last, so the hot counter row is locked for the shortest time and always after
+    // the event's own rows, as every inbox transaction takes them.
+    sql.bump_counter(key.0, Counter::FailedAttempt, now)?;
+    if dead.is_some() {
+        sql.bump_counter(key.0, Counter::DeadLettered, now)?;
     }
+    Ok((attempts, dead))
+}
+
+/// Holds the event back with a dead-lettered inbox row and marks its failure row; `None` when
+/// another delivery processed it meanwhile and there is nothing to give up on.
+fn dead_letter<S: InboxSql>(
+    sql: &mut S,
+    key: Key<'_>,
+    (attempts, state): (i64, DeadLetterState),
+    error: &str,
+    failure: HandlerFailure,
+    now: DateTime<Utc>,
+) -> Result<Option<DeadLettered>, decide::Failure<Error>> {
     if !sql.insert_held_row(key, now, InboxState::DeadLettered)? {
-        // Another delivery processed it meanwhile; there is nothing to give up on.
-        return Ok((attempts, None));
+        return Ok(None);
     }
     // From retrying, or from released (ops released it and it failed as often again).
     sql.set_failure_state(key, state, DeadLetterState::DeadLettered, now)?;
@@ -110,12 +134,11 @@ fn record_attempt<C: InboxConnection>(
             at: now,
         },
     )?;
-    let dead = DeadLettered {
+    Ok(Some(DeadLettered {
         since: now,
         deliveries: 1,
         discarded: false,
-    };
-    Ok((attempts, Some(dead)))
+    }))
 }
 
 /// The text recorded for a panic.

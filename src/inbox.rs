@@ -12,6 +12,8 @@ use crate::backend::Key;
 use crate::consumer::Consumer;
 use crate::decide::{self, Failure, Scope, Seen};
 use crate::failure::{self, Policy};
+use crate::observe::{self, DeliveryOutcome};
+use crate::state::Counter;
 use crate::transaction::{self, Subject};
 use crate::{
     Delivery, Error, HandlerError, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome,
@@ -240,6 +242,7 @@ impl Inbox {
         F: FnMut(&mut C) -> Result<T, E>,
         E: HandlerError,
     {
+        let timer = observe::DeliveryTimer::start(self.consumer.as_str());
         let delivery = delivery.into_delivery().map_err(Error::from)?;
         let span = tracing::info_span!(
             "inbox",
@@ -253,7 +256,8 @@ impl Inbox {
         let delivered = transaction::run(conn, scope, &self.retry, subject, |tx| {
             self.deliver(tx, &delivery, &mut effect, &encode, scope)
         });
-        match delivered {
+        let if_err = DeliveryOutcome::if_err(&delivered);
+        let result = match delivered {
             Ok(Delivered::Outcome(outcome)) => Ok(outcome),
             Ok(Delivered::PayloadConflict) => Err(Error::PayloadMismatch {
                 event_id: delivery.id,
@@ -264,7 +268,9 @@ impl Inbox {
                 self.after_handler_panic(conn, Some(&delivery), panic, scope)
             }
             Err(failure) => Err(failure.into_error()),
-        }
+        };
+        timer.finish(DeliveryOutcome::of(&result, if_err));
+        result
     }
 
     /// The body of the inbox transaction: record the delivery, then run the effect if the
@@ -400,7 +406,8 @@ where
 }
 
 /// What a delivery of an event seen before comes to (see [`decide::seen`]), with its log line;
-/// a payload conflict is counted on the row.
+/// a payload conflict is counted on the row, and it or a duplicate in the hourly counters, in
+/// the delivery's transaction.
 pub(crate) fn seen<C: InboxConnection, T, E>(
     conn: &mut C,
     key: Key<'_>,
@@ -411,10 +418,14 @@ pub(crate) fn seen<C: InboxConnection, T, E>(
     let outcome = match decide::seen(existing, fingerprint) {
         Seen::PayloadConflict => {
             conn.sql().note_payload_conflict(key)?;
+            conn.sql()
+                .bump_counter(consumer, Counter::PayloadConflict, Utc::now())?;
             warn!(consumer, event_id, "payload conflict: this event id was first delivered with another payload; effect skipped");
             return Ok(Delivered::PayloadConflict);
         }
         Seen::Duplicate(duplicate) => {
+            conn.sql()
+                .bump_counter(consumer, Counter::Duplicate, Utc::now())?;
             info!(consumer, event_id, deliveries = duplicate.deliveries, first_processed_at = %duplicate.processed_at, "duplicate delivery; effect skipped");
             Outcome::Duplicate(duplicate)
         }

@@ -68,6 +68,12 @@
 //! (list, show, export, discard, release), [`doctor`] checks and the migrations
 //! (`diesel-inbox --help`).
 //!
+//! [`Inbox::stats`] and [`Stats::all`] read what each consumer processed, skipped and failed,
+//! in total and over a recent window. The `metrics` feature records deliveries, their
+//! durations, failed attempts, dead letters and contention retries through the
+//! [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the application installs
+//! (`describe_metrics` lists them).
+//!
 //! # Errors
 //!
 //! Handlers return their own `Result<T, E>` with `E: `[`HandlerError`]: `From<`[`Error`]`>`,
@@ -106,10 +112,12 @@ mod handler_error;
 mod id;
 mod inbox;
 pub mod migrations;
+mod observe;
 mod outcome;
 mod retry;
 pub mod schema;
 mod state;
+mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod transaction;
@@ -126,9 +134,12 @@ pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox};
 pub use migrations::run_pending_migrations;
+#[cfg(feature = "metrics")]
+pub use observe::describe_metrics;
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use retry::RetryPolicy;
 pub use state::{DeadLetterState, HistoryKind, UnknownState};
+pub use stats::{Counts, Stats};
 
 /// The README's examples, compiled and run as doc-tests.
 #[cfg(all(doctest, feature = "postgres", feature = "sqlite", feature = "mysql"))]

@@ -82,6 +82,7 @@ where
                     error = reason,
                     "contention; retrying the inbox transaction"
                 );
+                crate::observe::contention_retry(consumer);
                 conn.sql().before_contention_retry();
                 std::thread::sleep(delay);
                 attempt += 1;

@@ -106,6 +106,24 @@ pub(crate) mod sealed {
         pub at: DateTime<Utc>,
     }
 
+    /// What the inbox table holds for one consumer in one state.
+    #[derive(Debug)]
+    pub struct InboxTotals {
+        pub state: InboxState,
+        pub rows: i64,
+        /// `SUM(deliveries - 1)`: the deliveries after the settling one.
+        pub repeats: i64,
+        pub payload_conflicts: i64,
+    }
+
+    /// What the failure table holds for one consumer in one state.
+    #[derive(Debug)]
+    pub struct FailureTotals {
+        pub state: DeadLetterState,
+        pub rows: i64,
+        pub attempts: i64,
+    }
+
     /// What kind of failure a database error is.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum ErrorClass {
@@ -184,7 +202,8 @@ pub(crate) mod sealed {
         /// Applies the inbox's embedded migrations that are not applied yet.
         fn apply_migrations(&mut self) -> Result<usize, MigrationError>;
 
-        /// Counts a delivery that reused the id with a different payload.
+        /// Counts a delivery that reused the id with a different payload as a conflict, and
+        /// takes it off the row's deliveries, which `record_delivery` had counted it in.
         fn note_payload_conflict(&mut self, key: Key<'_>) -> QueryResult<()>;
 
         /// Stores the effect's result (JSON) on the inbox row.
@@ -274,6 +293,36 @@ pub(crate) mod sealed {
             counter: Counter,
             now: DateTime<Utc>,
         ) -> QueryResult<()>;
+
+        /// Over the consumer's inbox rows, per state: the rows, their deliveries beyond the
+        /// first, and their payload conflicts.
+        fn inbox_totals(&mut self, consumer: &str) -> QueryResult<Vec<InboxTotals>>;
+
+        /// Over the consumer's failure rows, per state: the rows and their failed attempts.
+        fn failure_totals(&mut self, consumer: &str) -> QueryResult<Vec<FailureTotals>>;
+
+        /// The consumer's inbox rows processed at or after `since`: a range scan of the
+        /// `(consumer, state, processed_at)` index.
+        fn processed_since(&mut self, consumer: &str, since: DateTime<Utc>) -> QueryResult<i64>;
+
+        /// The consumer's hourly counters summed per counter, over the buckets at or after
+        /// `since`.
+        fn counters_since(
+            &mut self,
+            consumer: &str,
+            since: DateTime<Utc>,
+        ) -> QueryResult<Vec<(Counter, i64)>>;
+
+        /// The first failure of the consumer's oldest event that still needs something: one
+        /// dead-lettered, or one retrying that no delivery has processed since.
+        fn oldest_unresolved_failure(
+            &mut self,
+            consumer: &str,
+        ) -> QueryResult<Option<DateTime<Utc>>>;
+
+        /// Every consumer with a row in the inbox, failure or counter table, each once, in
+        /// no particular order.
+        fn consumers(&mut self) -> QueryResult<Vec<String>>;
     }
 }
 

@@ -41,6 +41,16 @@ mod codec {
     pub(super) fn utc(time: Time) -> DateTime<Utc> {
         time.and_utc()
     }
+
+    /// `SUM(expr)` of an integer expression, as a `BIGINT`: MySQL sums integers as `DECIMAL`,
+    /// and casts to a 64-bit integer as `SIGNED`.
+    /// `expr` is SQL text, always a literal of the inbox's own.
+    pub(super) fn sum_i64(
+        expr: &'static str,
+    ) -> diesel::expression::SqlLiteral<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>
+    {
+        diesel::dsl::sql(&format!("CAST(SUM({expr}) AS SIGNED)"))
+    }
 }
 
 row_mappings!(schema = schema, codec = codec);
@@ -269,4 +279,10 @@ impl InboxSql for MysqlConnection {
         codec,
         conflict = diesel::dsl::DuplicatedKeys
     );
+    statement!(inbox_totals, schema, codec);
+    statement!(failure_totals, schema, codec);
+    statement!(processed_since, schema, codec);
+    statement!(counters_since, schema, codec);
+    statement!(oldest_unresolved_failure, schema, codec);
+    statement!(consumers, schema, codec);
 }

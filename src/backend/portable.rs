@@ -2,7 +2,8 @@
 //!
 //! A backend's `impl InboxSql` takes each one by name, `statement!(store_result, schema,
 //! codec)`: `schema` is the backend's module of [`crate::schema`], `codec` its module of key and
-//! time conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`), and `rows` its
+//! time conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`, and `sum_i64`, its
+//! `SUM` of an integer column as a `BIGINT`), and `rows` its
 //! module of row mappings, made by `row_mappings!`. Nothing else is taken from the scope.
 
 /// The select lists and row conversions shared by the statements that read rows back.
@@ -275,7 +276,12 @@ macro_rules! statement {
         fn note_payload_conflict(&mut self, key: $crate::backend::Key<'_>) -> QueryResult<()> {
             use $schema::diesel_inbox_events::dsl as t;
             diesel::update(t::diesel_inbox_events.find(($codec::key(key.0), $codec::key(key.1))))
-                .set(t::payload_conflicts.eq(t::payload_conflicts + 1))
+                // `record_delivery` counted it as a delivery; it is a conflict instead, so
+                // `deliveries` counts the deliveries of the first payload only.
+                .set((
+                    t::deliveries.eq(t::deliveries - 1),
+                    t::payload_conflicts.eq(t::payload_conflicts + 1),
+                ))
                 .execute(self)
                 .map(drop)
         }
@@ -503,6 +509,149 @@ macro_rules! statement {
                 .select($rows::history_columns())
                 .load::<$rows::HistoryColumns>(self)
                 .map(|rows| rows.into_iter().map($rows::history_row).collect())
+        }
+    };
+    // The statements that read stats. `$codec::sum_i64` is the backend's `SUM` of an integer
+    // column as a `BIGINT`: PostgreSQL and MySQL sum integers as `NUMERIC`.
+    (inbox_totals, $schema:ident, $codec:ident) => {
+        fn inbox_totals(
+            &mut self,
+            consumer: &str,
+        ) -> QueryResult<Vec<$crate::backend::sealed::InboxTotals>> {
+            use diesel::dsl::count_star;
+            use $crate::backend::sealed::InboxTotals;
+            use $crate::state::InboxState;
+            use $schema::diesel_inbox_events::dsl as t;
+            t::diesel_inbox_events
+                .filter(t::consumer.eq($codec::key(consumer)))
+                .group_by(t::state)
+                .select((
+                    t::state,
+                    count_star(),
+                    $codec::sum_i64("deliveries - 1"),
+                    $codec::sum_i64("payload_conflicts"),
+                ))
+                .load::<(InboxState, i64, Option<i64>, Option<i64>)>(self)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(state, rows, repeats, conflicts)| InboxTotals {
+                            state,
+                            rows,
+                            repeats: repeats.unwrap_or(0),
+                            payload_conflicts: conflicts.unwrap_or(0),
+                        })
+                        .collect()
+                })
+        }
+    };
+    (failure_totals, $schema:ident, $codec:ident) => {
+        fn failure_totals(
+            &mut self,
+            consumer: &str,
+        ) -> QueryResult<Vec<$crate::backend::sealed::FailureTotals>> {
+            use diesel::dsl::count_star;
+            use $crate::backend::sealed::FailureTotals;
+            use $crate::state::DeadLetterState;
+            use $schema::diesel_inbox_failures::dsl as f;
+            f::diesel_inbox_failures
+                .filter(f::consumer.eq($codec::key(consumer)))
+                .group_by(f::state)
+                .select((f::state, count_star(), $codec::sum_i64("attempts")))
+                .load::<(DeadLetterState, i64, Option<i64>)>(self)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(state, rows, attempts)| FailureTotals {
+                            state,
+                            rows,
+                            attempts: attempts.unwrap_or(0),
+                        })
+                        .collect()
+                })
+        }
+    };
+    (processed_since, $schema:ident, $codec:ident) => {
+        fn processed_since(&mut self, consumer: &str, since: DateTime<Utc>) -> QueryResult<i64> {
+            use $crate::state::InboxState;
+            use $schema::diesel_inbox_events::dsl as t;
+            t::diesel_inbox_events
+                .filter(t::consumer.eq($codec::key(consumer)))
+                .filter(t::state.eq(InboxState::Processed))
+                .filter(t::processed_at.ge($codec::time(since)))
+                .count()
+                .get_result(self)
+        }
+    };
+    (counters_since, $schema:ident, $codec:ident) => {
+        fn counters_since(
+            &mut self,
+            consumer: &str,
+            since: DateTime<Utc>,
+        ) -> QueryResult<Vec<($crate::state::Counter, i64)>> {
+            use $crate::state::Counter;
+            use $schema::diesel_inbox_counters::dsl as c;
+            c::diesel_inbox_counters
+                .filter(c::consumer.eq($codec::key(consumer)))
+                .filter(c::bucket.ge($codec::time(since)))
+                .group_by(c::counter)
+                .select((c::counter, $codec::sum_i64("total")))
+                .load::<(Counter, Option<i64>)>(self)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(counter, total)| (counter, total.unwrap_or(0)))
+                        .collect()
+                })
+        }
+    };
+    (oldest_unresolved_failure, $schema:ident, $codec:ident) => {
+        fn oldest_unresolved_failure(
+            &mut self,
+            consumer: &str,
+        ) -> QueryResult<Option<DateTime<Utc>>> {
+            use diesel::dsl::{exists, min, not};
+            use $crate::state::{DeadLetterState, InboxState};
+            use $schema::diesel_inbox_events::dsl as t;
+            use $schema::diesel_inbox_failures::dsl as f;
+            // A retrying failure row stays as it is when a later delivery succeeds; the
+            // processed inbox row is what says the event is resolved.
+            let processed = t::diesel_inbox_events
+                .filter(t::consumer.eq(f::consumer))
+                .filter(t::event_id.eq(f::event_id))
+                .filter(t::state.eq(InboxState::Processed));
+            let unresolved = f::state
+                .eq(DeadLetterState::DeadLettered)
+                .or(f::state
+                    .eq(DeadLetterState::Retrying)
+                    .and(not(exists(processed))));
+            f::diesel_inbox_failures
+                .filter(f::consumer.eq($codec::key(consumer)))
+                .filter(unresolved)
+                .select(min(f::first_failed_at))
+                .get_result::<Option<$codec::Time>>(self)
+                .map(|first| first.map($codec::utc))
+        }
+    };
+    (consumers, $schema:ident, $codec:ident) => {
+        fn consumers(&mut self) -> QueryResult<Vec<String>> {
+            use $schema::diesel_inbox_counters::dsl as c;
+            use $schema::diesel_inbox_events::dsl as t;
+            use $schema::diesel_inbox_failures::dsl as f;
+            let mut names = t::diesel_inbox_events
+                .select(t::consumer)
+                .distinct()
+                .load::<$codec::KeyOwned>(self)?;
+            names.extend(
+                f::diesel_inbox_failures
+                    .select(f::consumer)
+                    .distinct()
+                    .load::<$codec::KeyOwned>(self)?,
+            );
+            names.extend(
+                c::diesel_inbox_counters
+                    .select(c::consumer)
+                    .distinct()
+                    .load::<$codec::KeyOwned>(self)?,
+            );
+            Ok(names.into_iter().map($codec::key_string).collect())
         }
     };
     // `conflict` is the backend's upsert target for `diesel_inbox_counters`.

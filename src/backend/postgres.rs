@@ -33,6 +33,15 @@ mod codec {
     pub(super) fn utc(time: Time) -> DateTime<Utc> {
         time
     }
+
+    /// `SUM(expr)` of an integer expression, as a `BIGINT`: PostgreSQL sums `BIGINT`s as `NUMERIC`.
+    /// `expr` is SQL text, always a literal of the inbox's own.
+    pub(super) fn sum_i64(
+        expr: &'static str,
+    ) -> diesel::expression::SqlLiteral<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>
+    {
+        diesel::dsl::sql(&format!("CAST(SUM({expr}) AS BIGINT)"))
+    }
 }
 
 row_mappings!(schema = schema, codec = codec);
@@ -143,4 +152,10 @@ impl InboxSql for PgConnection {
             schema::diesel_inbox_counters::bucket
         )
     );
+    statement!(inbox_totals, schema, codec);
+    statement!(failure_totals, schema, codec);
+    statement!(processed_since, schema, codec);
+    statement!(counters_since, schema, codec);
+    statement!(oldest_unresolved_failure, schema, codec);
+    statement!(consumers, schema, codec);
 }

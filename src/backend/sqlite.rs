@@ -38,6 +38,16 @@ mod codec {
     pub(super) fn utc(time: Time) -> DateTime<Utc> {
         time.and_utc()
     }
+
+    /// `SUM(expr)` of an integer expression, as a `BIGINT`: SQLite sums integers as integers
+    /// already; the cast keeps one shape on every backend.
+    /// `expr` is SQL text, always a literal of the inbox's own.
+    pub(super) fn sum_i64(
+        expr: &'static str,
+    ) -> diesel::expression::SqlLiteral<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>
+    {
+        diesel::dsl::sql(&format!("CAST(SUM({expr}) AS BIGINT)"))
+    }
 }
 
 row_mappings!(schema = schema, codec = codec);
@@ -170,6 +180,12 @@ impl InboxSql for SqliteConnection {
             schema::diesel_inbox_counters::bucket
         )
     );
+    statement!(inbox_totals, schema, codec);
+    statement!(failure_totals, schema, codec);
+    statement!(processed_since, schema, codec);
+    statement!(counters_since, schema, codec);
+    statement!(oldest_unresolved_failure, schema, codec);
+    statement!(consumers, schema, codec);
 }
 
 /// The connection settings the inbox expects on SQLite: WAL journal and a busy timeout.

@@ -20,12 +20,14 @@ mod failure_policy;
 mod helpers;
 mod migrations;
 mod operations;
+mod stats;
 pub use batch::*;
 pub use failure_classes::*;
 pub use failure_policy::*;
 pub use helpers::*;
 pub use migrations::*;
 pub use operations::*;
+pub use stats::*;
 
 /// Generates one `#[test]` per scenario for the backend `$backend`.
 macro_rules! backend_tests {
@@ -93,6 +95,9 @@ macro_rules! backend_tests {
             a_released_event_that_fails_max_attempts_again_is_dead_lettered_again,
             the_doctor_passes_a_healthy_database,
             the_doctor_fails_a_database_missing_an_index_or_a_migration,
+            stats_count_processed_duplicates_conflicts_failures_and_dead_letters,
+            recent_counts_leave_out_what_happened_before_the_window,
+            stats_all_lists_every_consumer,
         );
     };
     // One test per scenario of the test binary's module `$module`.

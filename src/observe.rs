@@ -1,0 +1,277 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade, with the cargo feature
+//! `metrics`: the engine calls these functions where things happen, and whatever recorder the
+//! application installed (a Prometheus exporter, say) receives them. Without the feature each
+//! one is a no-op. The names and labels are listed on `describe_metrics`.
+#![cfg_attr(not(feature = "metrics"), allow(dead_code))]
+
+use std::time::{Duration, Instant};
+
+use crate::decide::Failure;
+use crate::inbox::Delivered;
+use crate::Outcome;
+
+/// `diesel_inbox_deliveries_total{consumer, outcome}`.
+const DELIVERIES: &str = "diesel_inbox_deliveries_total";
+/// `diesel_inbox_delivery_duration_seconds{consumer, outcome}`.
+const DELIVERY_DURATION: &str = "diesel_inbox_delivery_duration_seconds";
+/// `diesel_inbox_failed_attempts_total{consumer}`.
+const FAILED_ATTEMPTS: &str = "diesel_inbox_failed_attempts_total";
+/// `diesel_inbox_dead_lettered_total{consumer}`.
+const DEAD_LETTERED: &str = "diesel_inbox_dead_lettered_total";
+/// `diesel_inbox_contention_retries_total{consumer}`.
+const CONTENTION_RETRIES: &str = "diesel_inbox_contention_retries_total";
+/// `diesel_inbox_pruned_rows_total{consumer, table}`.
+const PRUNED_ROWS: &str = "diesel_inbox_pruned_rows_total";
+
+/// What a delivery came to, as the `outcome` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeliveryOutcome {
+    /// The effect ran and committed.
+    Processed,
+    /// Already processed: skipped.
+    Duplicate,
+    /// Dead-lettered: by this delivery's failure, or before it.
+    DeadLettered,
+    /// The id came with another payload: refused.
+    PayloadConflict,
+    /// The handler returned an error or panicked.
+    Failed,
+    /// The inbox's own error: an invalid id, the database, exhausted retries.
+    Error,
+}
+
+impl DeliveryOutcome {
+    /// The `outcome` label.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Processed => "processed",
+            Self::Duplicate => "duplicate",
+            Self::DeadLettered => "dead_lettered",
+            Self::PayloadConflict => "payload_conflict",
+            Self::Failed => "failed",
+            Self::Error => "error",
+        }
+    }
+
+    /// The outcome of a delivery that returned `result`; `if_err` says what an error was.
+    pub(crate) fn of<T, E>(result: &Result<Outcome<T>, E>, if_err: Self) -> Self {
+        match result {
+            Ok(Outcome::Processed(_)) => Self::Processed,
+            Ok(Outcome::Duplicate(_)) => Self::Duplicate,
+            Ok(Outcome::DeadLettered(_)) => Self::DeadLettered,
+            Err(_) => if_err,
+        }
+    }
+
+    /// What an error from the inbox transaction's result `delivered` will be: a payload
+    /// conflict, the handler's failure (unless the failure policy turns it into a dead
+    /// letter), or the inbox's own error.
+    pub(crate) fn if_err<T, E>(delivered: &Result<Delivered<T>, Failure<E>>) -> Self {
+        match delivered {
+            Ok(Delivered::PayloadConflict) => Self::PayloadConflict,
+            Err(Failure::Handler(_) | Failure::Panicked(_)) => Self::Failed,
+            Ok(Delivered::Outcome(_)) | Err(_) => Self::Error,
+        }
+    }
+}
+
+/// Times one delivery (or a batch of them) from its start, and records it when finished. One
+/// dropped unfinished records itself too: as [`Failed`](DeliveryOutcome::Failed) while a
+/// handler's panic unwinds, as [`Error`](DeliveryOutcome::Error) on an early return.
+#[derive(Debug)]
+pub(crate) struct DeliveryTimer<'a> {
+    consumer: &'a str,
+    started: Instant,
+    finished: bool,
+}
+
+impl<'a> DeliveryTimer<'a> {
+    /// Starts timing a delivery of `consumer`.
+    pub(crate) fn start(consumer: &'a str) -> Self {
+        Self {
+            consumer,
+            started: Instant::now(),
+            finished: false,
+        }
+    }
+
+    /// Records the delivery as `outcome`.
+    pub(crate) fn finish(self, outcome: DeliveryOutcome) {
+        self.finish_each([outcome]);
+    }
+
+    /// Records one delivery per outcome, each with the time since the start (a batch).
+    pub(crate) fn finish_each(mut self, outcomes: impl IntoIterator<Item = DeliveryOutcome>) {
+        self.finished = true;
+        let elapsed = self.started.elapsed();
+        for outcome in outcomes {
+            delivery(self.consumer, outcome, elapsed);
+        }
+    }
+}
+
+impl Drop for DeliveryTimer<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let outcome = if std::thread::panicking() {
+                DeliveryOutcome::Failed
+            } else {
+                DeliveryOutcome::Error
+            };
+            delivery(self.consumer, outcome, self.started.elapsed());
+        }
+    }
+}
+
+/// One delivery of `consumer`, its outcome and how long it took.
+fn delivery(consumer: &str, outcome: DeliveryOutcome, elapsed: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let labels = [
+            ("consumer", consumer.to_owned()),
+            ("outcome", outcome.as_str().to_owned()),
+        ];
+        metrics::counter!(DELIVERIES, &labels).increment(1);
+        metrics::histogram!(DELIVERY_DURATION, &labels).record(elapsed.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (consumer, outcome, elapsed);
+}
+
+/// A failed attempt the failure policy recorded (committed).
+pub(crate) fn failed_attempt(consumer: &str) {
+    count(FAILED_ATTEMPTS, consumer, 1);
+}
+
+/// An event the failure policy dead-lettered (committed).
+pub(crate) fn dead_lettered(consumer: &str) {
+    count(DEAD_LETTERED, consumer, 1);
+}
+
+/// A transaction of `consumer` rolled back for contention and about to run again.
+pub(crate) fn contention_retry(consumer: &str) {
+    count(CONTENTION_RETRIES, consumer, 1);
+}
+
+/// `rows` rows of `consumer` pruned from `table` by retention.
+#[allow(dead_code, reason = "retention calls it")]
+pub(crate) fn pruned(consumer: &str, table: &'static str, rows: u64) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(PRUNED_ROWS, "consumer" => consumer.to_owned(), "table" => table)
+        .increment(rows);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (consumer, table, rows);
+}
+
+/// Adds `n` to the counter `name` of `consumer`.
+fn count(name: &'static str, consumer: &str, n: u64) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(name, "consumer" => consumer.to_owned()).increment(n);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, consumer, n);
+}
+
+/// Describes the inbox's metrics to the installed recorder: call it once, after installing
+/// the recorder (an exporter shows the descriptions as `# HELP` lines). The metrics are
+/// recorded whether or not they were described.
+///
+/// | metric | type | labels |
+/// | --- | --- | --- |
+/// | `diesel_inbox_deliveries_total` | counter | `consumer`, `outcome` |
+/// | `diesel_inbox_delivery_duration_seconds` | histogram | `consumer`, `outcome` |
+/// | `diesel_inbox_failed_attempts_total` | counter | `consumer` |
+/// | `diesel_inbox_dead_lettered_total` | counter | `consumer` |
+/// | `diesel_inbox_contention_retries_total` | counter | `consumer` |
+/// | `diesel_inbox_pruned_rows_total` | counter | `consumer`, `table` |
+///
+/// `outcome` is what the delivery came to: `processed`, `duplicate`, `dead_lettered` (by
+/// this delivery's failure or before it), `payload_conflict`, `failed` (the handler returned
+/// an error or panicked) or `error` (the inbox's own: an invalid id, the database, exhausted
+/// retries). Each call of [`Inbox::process`](crate::Inbox::process) and each delivery of
+/// [`Inbox::process_batch`](crate::Inbox::process_batch) counts once; the duration runs from
+/// the call to its result (for a batch, to the batch's results). Failed attempts and dead
+/// letters count once their record commits; contention retries, each time a transaction runs
+/// again. `table` names the table retention pruned.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+///
+/// // With an exporter installed as the global recorder first, e.g.
+/// // metrics_exporter_prometheus::PrometheusBuilder::new().install()?;
+/// diesel_inbox::describe_metrics();
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// diesel_inbox::with_inbox(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
+/// // diesel_inbox_deliveries_total{consumer="default",outcome="processed"} 1
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use metrics::{describe_counter, describe_histogram, Unit};
+    describe_counter!(
+        DELIVERIES,
+        Unit::Count,
+        "Deliveries offered to the inbox, by consumer and what they came to."
+    );
+    describe_histogram!(
+        DELIVERY_DURATION,
+        Unit::Seconds,
+        "Time from a delivery's call to its result, by consumer and outcome."
+    );
+    describe_counter!(
+        FAILED_ATTEMPTS,
+        Unit::Count,
+        "Failed attempts recorded by the failure policy."
+    );
+    describe_counter!(
+        DEAD_LETTERED,
+        Unit::Count,
+        "Events dead-lettered by the failure policy."
+    );
+    describe_counter!(
+        CONTENTION_RETRIES,
+        Unit::Count,
+        "Inbox transactions rolled back for contention and run again."
+    );
+    describe_counter!(
+        PRUNED_ROWS,
+        Unit::Count,
+        "Rows removed by retention, by consumer and table."
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metric_names_follow_prometheus_conventions() {
+        for name in [
+            DELIVERIES,
+            FAILED_ATTEMPTS,
+            DEAD_LETTERED,
+            CONTENTION_RETRIES,
+            PRUNED_ROWS,
+        ] {
+            assert!(name.starts_with("diesel_inbox_") && name.ends_with("_total"));
+        }
+        assert!(DELIVERY_DURATION.ends_with("_seconds"));
+    }
+
+    #[test]
+    fn an_error_is_labelled_as_the_caller_says_and_an_outcome_as_itself() {
+        let processed: Result<Outcome<()>, ()> = Ok(Outcome::Processed(()));
+        let failed: Result<Outcome<()>, ()> = Err(());
+        assert_eq!(
+            DeliveryOutcome::of(&processed, DeliveryOutcome::Failed),
+            DeliveryOutcome::Processed
+        );
+        assert_eq!(
+            DeliveryOutcome::of(&failed, DeliveryOutcome::PayloadConflict).as_str(),
+            "payload_conflict"
+        );
+    }
+}

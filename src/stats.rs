@@ -1,0 +1,231 @@
+//! What a consumer has processed, skipped and failed: totals from the inbox's tables, and a
+//! recent window from the processed rows and the hourly counters.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use crate::backend::counter_bucket;
+use crate::backend::sealed::InboxSql;
+use crate::state::{Counter, DeadLetterState, InboxState};
+use crate::{Error, Inbox, InboxConnection};
+
+/// One consumer's stats, as [`Inbox::stats`] and [`Stats::all`] read them.
+///
+/// - [`totals`](Self::totals) are what the tables hold now: rows that retention pruned are no
+///   longer counted.
+/// - [`recent`](Self::recent) covers the window from [`recent_since`](Self::recent_since)
+///   (now − `recent`) to now: processed events from the inbox table's index, everything else
+///   from the hourly counters, counted in whole UTC hours, so it may include up to an hour
+///   more than the window.
+/// - [`oldest_unresolved_failure`](Self::oldest_unresolved_failure) says how long the
+///   oldest event that still needs something has waited.
+///
+/// Each figure is read by a statement of its own, outside any transaction: they are not one
+/// snapshot, and a delivery committing meanwhile may show in one and not in another.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use std::time::Duration;
+///
+/// use diesel::prelude::*;
+/// use diesel_inbox::{Inbox, Stats};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let billing = Inbox::new("billing")?;
+/// billing.process(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
+/// billing.process(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
+///
+/// let day = Duration::from_secs(24 * 60 * 60);
+/// let stats = billing.stats(&mut conn, day)?;
+/// assert_eq!((stats.totals.processed, stats.totals.duplicates), (1, 1));
+/// assert_eq!((stats.recent.processed, stats.recent.duplicates), (1, 1));
+/// assert_eq!(stats.oldest_unresolved_failure, None);
+///
+/// let everyone = Stats::all(&mut conn, day)?;
+/// assert_eq!(everyone.len(), 1);
+/// assert_eq!((everyone[0].consumer.as_str(), everyone[0].totals), ("billing", stats.totals));
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// The consumer name.
+    pub consumer: String,
+    /// What the tables hold now:
+    /// - `processed`: inbox rows in state processed;
+    /// - `duplicates`: deliveries of those rows after the one that processed them, summed
+    ///   (`deliveries - 1`);
+    /// - `payload_conflicts`: deliveries refused for reusing an id with another payload, over
+    ///   all inbox rows;
+    /// - `failed_attempts`: failed attempts, summed over the failure rows (an event that
+    ///   failed and then succeeded keeps its count);
+    /// - `dead_lettered`: dead letters awaiting a decision (failure rows in state
+    ///   dead-lettered), not every event ever dead-lettered;
+    /// - `discarded`: dead letters ops discarded (failure rows in state discarded).
+    pub totals: Counts,
+    /// What happened since [`recent_since`](Self::recent_since):
+    /// - `processed`: inbox rows in state processed with `processed_at` at or after it;
+    /// - every other count: the hourly counters from the start of the UTC hour it falls in,
+    ///   so up to an hour more than the window. `dead_lettered` and `discarded` count the
+    ///   events dead-lettered and discarded in the window, whatever became of them since.
+    pub recent: Counts,
+    /// The start of the recent window: now − `recent` (no earlier than 1970-01-01).
+    pub recent_since: DateTime<Utc>,
+    /// The first failure of the oldest event that still needs something: dead-lettered, or
+    /// retrying with no delivery that processed it since. `None` when there is none.
+    pub oldest_unresolved_failure: Option<DateTime<Utc>>,
+}
+
+/// Counts of what happened to a consumer's deliveries; see [`Stats`] for what each field
+/// counts in [`totals`](Stats::totals) and in [`recent`](Stats::recent).
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Events processed: the effect ran and committed.
+    pub processed: u64,
+    /// Deliveries of events already processed: the effect did not run.
+    pub duplicates: u64,
+    /// Failed attempts: the handler returned an error or panicked.
+    pub failed_attempts: u64,
+    /// Dead letters (totals: awaiting a decision; recent: dead-lettered in the window).
+    pub dead_lettered: u64,
+    /// Dead letters discarded by ops.
+    pub discarded: u64,
+    /// Deliveries that reused an id with another payload, refused.
+    pub payload_conflicts: u64,
+}
+
+impl Inbox {
+    /// This consumer's [`Stats`], with a recent window of `recent` up to now.
+    ///
+    /// Reads without a transaction of its own. The totals read every row of this consumer in
+    /// the inbox and failure tables; the recent window reads only the inbox rows processed in
+    /// it (an index range scan) and the window's hourly counters.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`], also when a state column holds text this version does not know
+    /// ([`UnknownState`](crate::UnknownState)).
+    pub fn stats<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        recent: Duration,
+    ) -> Result<Stats, Error> {
+        let since = window_start(Utc::now(), recent);
+        read(conn.sql(), self.consumer(), since)
+    }
+}
+
+impl Stats {
+    /// The [`Stats`] of every consumer with a row in the inbox, failure or counter table,
+    /// sorted by name (byte order), each as [`Inbox::stats`] reads it. Finding the consumers
+    /// reads the distinct names of each table.
+    ///
+    /// # Errors
+    ///
+    /// As [`Inbox::stats`].
+    pub fn all<C: InboxConnection>(conn: &mut C, recent: Duration) -> Result<Vec<Stats>, Error> {
+        let since = window_start(Utc::now(), recent);
+        let sql = conn.sql();
+        let mut consumers = sql.consumers()?;
+        consumers.sort_unstable();
+        consumers.dedup();
+        consumers
+            .iter()
+            .map(|consumer| read(sql, consumer, since))
+            .collect()
+    }
+}
+
+/// `now - recent`, no earlier than the Unix epoch (which every backend's time type holds).
+fn window_start(now: DateTime<Utc>, recent: Duration) -> DateTime<Utc> {
+    TimeDelta::from_std(recent)
+        .ok()
+        .and_then(|recent| now.checked_sub_signed(recent))
+        .map_or(DateTime::UNIX_EPOCH, |since| {
+            since.max(DateTime::UNIX_EPOCH)
+        })
+}
+
+/// A count read from the database as a `u64`; a negative count (a hand-edited row) reads as 0.
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// One consumer's stats, with the recent window from `since`.
+fn read<S: InboxSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Result<Stats, Error> {
+    let mut totals = Counts::default();
+    for row in sql.inbox_totals(consumer)? {
+        if row.state == InboxState::Processed {
+            totals.processed += count(row.rows);
+            totals.duplicates += count(row.repeats);
+        }
+        totals.payload_conflicts += count(row.payload_conflicts);
+    }
+    for row in sql.failure_totals(consumer)? {
+        totals.failed_attempts += count(row.attempts);
+        match row.state {
+            DeadLetterState::DeadLettered => totals.dead_lettered += count(row.rows),
+            DeadLetterState::Discarded => totals.discarded += count(row.rows),
+            _ => {}
+        }
+    }
+
+    let mut recent = Counts {
+        processed: count(sql.processed_since(consumer, since)?),
+        ..Counts::default()
+    };
+    for (counter, total) in sql.counters_since(consumer, counter_bucket(since))? {
+        let total = count(total);
+        match counter {
+            Counter::Duplicate => recent.duplicates += total,
+            Counter::PayloadConflict => recent.payload_conflicts += total,
+            Counter::FailedAttempt => recent.failed_attempts += total,
+            Counter::DeadLettered => recent.dead_lettered += total,
+            Counter::Discarded => recent.discarded += total,
+            Counter::Redriven | Counter::Released => {}
+        }
+    }
+
+    Ok(Stats {
+        consumer: consumer.to_owned(),
+        totals,
+        recent,
+        recent_since: since,
+        oldest_unresolved_failure: sql.oldest_unresolved_failure(consumer)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_starts_recent_before_now_and_never_before_the_epoch() {
+        let now = DateTime::parse_from_rfc3339("2026-03-01T10:30:00Z")
+            .unwrap()
+            .to_utc();
+        let hour = Duration::from_secs(3600);
+        assert_eq!(window_start(now, hour), now - TimeDelta::hours(1));
+        assert_eq!(window_start(now, Duration::MAX), DateTime::UNIX_EPOCH);
+        assert_eq!(
+            window_start(now, Duration::from_secs(100 * 365 * 86_400)),
+            DateTime::UNIX_EPOCH
+        );
+    }
+
+    #[test]
+    fn counters_are_read_from_the_start_of_the_hour() {
+        let since = DateTime::parse_from_rfc3339("2026-03-01T10:30:00Z")
+            .unwrap()
+            .to_utc();
+        let hour = DateTime::parse_from_rfc3339("2026-03-01T10:00:00Z")
+            .unwrap()
+            .to_utc();
+        assert_eq!(counter_bucket(since), hour);
+        assert_eq!(counter_bucket(hour), hour);
+    }
+}

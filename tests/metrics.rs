@@ -1,0 +1,167 @@
+//! The `metrics` feature: what a delivery records through the facade, read back from the
+//! debugging recorder installed for this thread only.
+
+use diesel::prelude::*;
+use diesel_inbox::{Delivery, Error, Inbox};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::MetricKind;
+
+/// A metric as the recorder holds it: kind, name, labels sorted by key.
+type Id = (MetricKind, String, Vec<(String, String)>);
+
+fn snapshot(snapshotter: &Snapshotter) -> Vec<(Id, DebugValue)> {
+    let mut metrics: Vec<_> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _unit, _description, value)| {
+            let (kind, key) = key.into_parts();
+            let mut labels: Vec<_> = key
+                .labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect();
+            labels.sort();
+            ((kind, key.name().to_owned(), labels), value)
+        })
+        .collect();
+    metrics.sort_by(|a, b| a.0.cmp(&b.0));
+    metrics
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn counter(metrics: &[(Id, DebugValue)], name: &str, pairs: &[(&str, &str)]) -> Option<u64> {
+    let id = (MetricKind::Counter, name.to_owned(), labels(pairs));
+    metrics
+        .iter()
+        .find(|(i, _)| *i == id)
+        .map(|(_, v)| match v {
+            DebugValue::Counter(n) => *n,
+            other => panic!("{name} is not a counter: {other:?}"),
+        })
+}
+
+fn histogram(metrics: &[(Id, DebugValue)], name: &str, pairs: &[(&str, &str)]) -> Vec<f64> {
+    let id = (MetricKind::Histogram, name.to_owned(), labels(pairs));
+    match metrics.iter().find(|(i, _)| *i == id) {
+        Some((_, DebugValue::Histogram(samples))) => samples.iter().map(|s| s.0).collect(),
+        other => panic!("no histogram {name}{pairs:?}: {other:?}"),
+    }
+}
+
+#[test]
+fn deliveries_are_counted_and_timed_by_consumer_and_outcome() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+    diesel_inbox::run_pending_migrations(&mut conn).unwrap();
+    let inbox = Inbox::new("metered").unwrap().max_attempts(2);
+    let ok = |_: &mut SqliteConnection| Ok::<_, Error>(());
+    let refuse = |_: &mut SqliteConnection| Err::<(), _>(Error::MissingAudit("test"));
+
+    metrics::with_local_recorder(&recorder, || {
+        diesel_inbox::describe_metrics();
+        assert!(inbox
+            .process(&mut conn, "evt-1", ok)
+            .unwrap()
+            .is_processed());
+        assert!(inbox
+            .process(&mut conn, "evt-1", ok)
+            .unwrap()
+            .is_duplicate());
+        assert!(inbox.process(&mut conn, "evt-2", refuse).is_err());
+        assert!(inbox
+            .process(&mut conn, "evt-2", refuse)
+            .unwrap()
+            .is_dead_lettered());
+        let first = Delivery::new("evt-3").unwrap().bytes(b"one".to_vec());
+        let other = Delivery::new("evt-3").unwrap().bytes(b"two".to_vec());
+        assert!(inbox.process(&mut conn, &first, ok).unwrap().is_processed());
+        assert!(inbox.process(&mut conn, &other, ok).is_err());
+        assert!(inbox.process(&mut conn, "", ok).is_err());
+        let batch = inbox.process_batch(&mut conn, ["evt-1", "evt-4"], |_, _| Ok::<_, Error>(()));
+        assert_eq!(batch.unwrap().len(), 2);
+    });
+
+    let metrics = snapshot(&snapshotter);
+    let deliveries = "diesel_inbox_deliveries_total";
+    let by_outcome = |outcome| {
+        counter(
+            &metrics,
+            deliveries,
+            &[("consumer", "metered"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(by_outcome("processed"), Some(3), "{metrics:#?}");
+    assert_eq!(by_outcome("duplicate"), Some(2));
+    assert_eq!(by_outcome("failed"), Some(1));
+    assert_eq!(by_outcome("dead_lettered"), Some(1));
+    assert_eq!(by_outcome("payload_conflict"), Some(1));
+    assert_eq!(by_outcome("error"), Some(1));
+    let consumer = [("consumer", "metered")];
+    assert_eq!(
+        counter(&metrics, "diesel_inbox_failed_attempts_total", &consumer),
+        Some(2)
+    );
+    assert_eq!(
+        counter(&metrics, "diesel_inbox_dead_lettered_total", &consumer),
+        Some(1)
+    );
+    let durations = histogram(
+        &metrics,
+        "diesel_inbox_delivery_duration_seconds",
+        &[("consumer", "metered"), ("outcome", "processed")],
+    );
+    assert_eq!(durations.len(), 3);
+    assert!(
+        durations.iter().all(|s| (0.0..60.0).contains(s)),
+        "{durations:?}"
+    );
+}
+
+#[test]
+fn contention_retries_are_counted_by_consumer() {
+    use diesel::connection::SimpleConnection;
+    use diesel_inbox::RetryPolicy;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().join("inbox.db").display().to_string();
+    let mut conn = SqliteConnection::establish(&url).unwrap();
+    diesel_inbox::run_pending_migrations(&mut conn).unwrap();
+    conn.batch_execute("PRAGMA busy_timeout = 0").unwrap();
+    // Another connection holds the write lock for the whole delivery.
+    let mut holder = SqliteConnection::establish(&url).unwrap();
+    holder.batch_execute("BEGIN IMMEDIATE").unwrap();
+    let inbox = Inbox::new("locked-out")
+        .unwrap()
+        .retry(RetryPolicy::default().max_retries(2));
+
+    metrics::with_local_recorder(&recorder, || {
+        let outcome = inbox.process(&mut conn, "evt-1", |_| Ok::<_, Error>(()));
+        assert!(
+            matches!(outcome, Err(Error::RetriesExhausted { .. })),
+            "{outcome:?}"
+        );
+    });
+    holder.batch_execute("ROLLBACK").unwrap();
+
+    let metrics = snapshot(&snapshotter);
+    let consumer = [("consumer", "locked-out")];
+    assert_eq!(
+        counter(&metrics, "diesel_inbox_contention_retries_total", &consumer),
+        Some(2),
+        "{metrics:#?}"
+    );
+    let outcome = [("consumer", "locked-out"), ("outcome", "error")];
+    assert_eq!(
+        counter(&metrics, "diesel_inbox_deliveries_total", &outcome),
+        Some(1)
+    );
+}
