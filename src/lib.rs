@@ -91,6 +91,7 @@ mod id;
 mod inbox;
 pub mod migrations;
 mod outcome;
+pub mod retention;
 mod retry;
 pub mod schema;
 mod state;
@@ -109,6 +110,7 @@ pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox};
 pub use migrations::run_pending_migrations;
 pub use outcome::{DeadLettered, Duplicate, Outcome};
+pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE};
 pub use retry::RetryPolicy;
 pub use state::{DeadLetterState, HistoryKind, UnknownState};
 

@@ -124,6 +124,13 @@ impl InboxSql for SqliteConnection {
             schema::diesel_inbox_counters::bucket
         )
     );
+
+    statement!(prune_candidates, schema, codec);
+    statement!(delete_prunable_events, schema, codec);
+    statement!(remaining_events, schema, codec);
+    statement!(delete_failures_of, schema, codec);
+    statement!(delete_counters_before, schema, codec);
+    statement!(count_prunable, schema, codec);
 }
 
 /// The connection settings the inbox expects on SQLite: WAL journal and a busy timeout.

@@ -18,10 +18,12 @@ mod batch;
 mod failure_policy;
 mod helpers;
 mod migrations;
+mod retention;
 pub use batch::*;
 pub use failure_policy::*;
 pub use helpers::*;
 pub use migrations::*;
+pub use retention::*;
 
 /// Generates one `#[test]` per scenario for the backend `$backend`.
 macro_rules! backend_tests {
@@ -79,6 +81,13 @@ macro_rules! backend_tests {
             installed_inbox_migrations_run_and_revert_with_the_apps_own,
             installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing,
             a_database_migrated_by_diesel_inbox_0_1_is_taken_over_with_its_events,
+            pruning_removes_only_processed_rows_older_than_the_window,
+            a_window_below_the_declared_redelivery_window_is_refused_and_deletes_nothing,
+            a_prune_inside_a_transaction_is_refused,
+            a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing,
+            a_prune_racing_live_deliveries_and_redeliveries_doubles_and_loses_nothing,
+            a_second_concurrent_prune_is_told_another_is_running,
+            a_large_prune_removes_every_old_row_in_bounded_batches,
         );
     };
     // One test per scenario of the test binary's module `$module`.
