@@ -89,11 +89,14 @@ pub(crate) const PRUNE_LOCK_KEY: i64 = 0x696e_6278_7072_756e;
 pub(crate) const PRUNE_LOCK_NAME: &str = "diesel_inbox.prune";
 
 /// Rows per batch unless [`Retention::batch_size`] says otherwise.
-const DEFAULT_BATCH_SIZE: u32 = 1000;
+const DEFAULT_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(1000).expect("not zero");
 
 /// The most rows one batch takes: keeps each statement's bound ids far below every backend's
 /// parameter limit, and each batch's locks short.
 pub const MAX_PRUNE_BATCH_SIZE: u32 = 10_000;
+
+/// [`MAX_PRUNE_BATCH_SIZE`], as the type batch sizes are kept in.
+const MAX_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect("not zero");
 
 /// What to prune: rows older than an age, in batches of a size, or only count them.
 ///
@@ -120,7 +123,7 @@ impl Retention {
     pub fn older_than(age: Duration) -> Self {
         Self {
             older_than: age,
-            batch_size: NonZeroU32::new(DEFAULT_BATCH_SIZE).expect("not zero"),
+            batch_size: DEFAULT_BATCH_SIZE,
             dry_run: false,
         }
     }
@@ -134,7 +137,7 @@ impl Retention {
     /// When `rows` is 0: a prune that can delete nothing is a mistake, not a setting.
     pub fn batch_size(mut self, rows: u32) -> Self {
         let rows = NonZeroU32::new(rows).expect("Retention::batch_size must be at least 1");
-        self.batch_size = rows.min(NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect("not zero"));
+        self.batch_size = rows.min(MAX_BATCH_SIZE);
         self
     }
 
@@ -336,7 +339,7 @@ impl Inbox {
                 "prune batch committed"
             );
             cursor = last;
-            if i64::try_from(batch.found).map_or(false, |found| found < limit) {
+            if i64::try_from(batch.found).is_ok_and(|found| found < limit) {
                 break;
             }
         }
