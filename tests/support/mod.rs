@@ -65,7 +65,8 @@ pub(crate) trait Backend {
     fn counters(conn: &mut Self::Conn, consumer: &str) -> usize;
 
     /// One statement that inserts `rows` processed rows of the consumer, ids `{prefix}1` to
-    /// `{prefix}{rows}`, settled and last seen at `at`.
+    /// `{prefix}{rows}`, settled and last seen a millisecond apart from `at` on, as a steady
+    /// stream of deliveries would leave them.
     fn fill_sql(consumer: &str, prefix: &str, rows: usize, at: DateTime<Utc>) -> String;
 }
 
@@ -209,7 +210,8 @@ impl Backend for Postgres {
         let at = sql_time(at);
         format!(
             "INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at) \
-             SELECT '{consumer}', '{prefix}' || g, '{at}+00', '{at}+00' FROM generate_series(1, {rows}) AS g"
+             SELECT '{consumer}', '{prefix}' || g, t, t FROM generate_series(1, {rows}) AS g, \
+             LATERAL (SELECT TIMESTAMPTZ '{at}+00' + g * INTERVAL '1 millisecond') AS s (t)"
         )
     }
 }
@@ -323,7 +325,8 @@ impl Backend for Mysql {
         let at = sql_time(at);
         format!(
             "INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at) \
-             SELECT '{consumer}', CONCAT('{prefix}', seq), '{at}', '{at}' FROM seq_1_to_{rows}"
+             SELECT '{consumer}', CONCAT('{prefix}', seq), TIMESTAMP '{at}' + INTERVAL seq * 1000 MICROSECOND, \
+             TIMESTAMP '{at}' + INTERVAL seq * 1000 MICROSECOND FROM seq_1_to_{rows}"
         )
     }
 }
@@ -369,7 +372,8 @@ impl Backend for Sqlite {
         format!(
             "WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows}) \
              INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at) \
-             SELECT '{consumer}', '{prefix}' || n, '{at}', '{at}' FROM seq"
+             SELECT '{consumer}', '{prefix}' || n, t, t FROM \
+             (SELECT n, strftime('%Y-%m-%d %H:%M:%f', '{at}', '+' || (n / 1000.0) || ' seconds') AS t FROM seq)"
         )
     }
 }
