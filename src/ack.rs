@@ -115,7 +115,10 @@ impl Error {
             | Error::DeadLetterNotFound { .. }
             | Error::MissingAudit(_)
             | Error::Migration(_)
-            | Error::MigrationInstall { .. } => Ack::Redeliver,
+            | Error::MigrationInstall { .. }
+            | Error::RetentionBelowWindow { .. }
+            | Error::PruneRunning
+            | Error::PruneInsideTransaction => Ack::Redeliver,
         }
     }
 }

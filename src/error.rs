@@ -118,6 +118,25 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// [`Inbox::prune`](crate::Inbox::prune) was asked to remove rows younger than the
+    /// consumer's declared [`redelivery_window`](crate::Inbox::redelivery_window). Nothing was
+    /// deleted.
+    #[error("refusing to prune inbox rows younger than the redelivery window: the consumer declared a redelivery window of {}, and pruning rows only {} old would let a late redelivery run the effect again; prune older rows, or declare a shorter window with Inbox::redelivery_window if redeliveries really stop sooner", crate::retention::human(*.window), crate::retention::human(*.older_than))]
+    RetentionBelowWindow {
+        /// The age asked for.
+        older_than: std::time::Duration,
+        /// The consumer's redelivery window.
+        window: std::time::Duration,
+    },
+    /// Another [`Inbox::prune`](crate::Inbox::prune) holds the prune lock (in this process or
+    /// another). Nothing was deleted; try again later.
+    #[error("another prune of the inbox is running (it holds the prune lock); nothing was deleted, try again later")]
+    PruneRunning,
+    /// [`Inbox::prune`](crate::Inbox::prune) was called inside an open transaction. It commits
+    /// each batch on its own, so that locks are held briefly; call it on a connection outside
+    /// any transaction.
+    #[error("Inbox::prune was called inside an open transaction; it commits each batch on its own to hold locks briefly, so call it outside any transaction")]
+    PruneInsideTransaction,
 }
 
 impl Error {

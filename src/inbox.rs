@@ -67,15 +67,19 @@ pub struct Inbox {
     consumer: Consumer,
     retry: RetryPolicy,
     max_attempts: Option<NonZeroU32>,
+    /// How late a redelivery may come; see [`Inbox::redelivery_window`].
+    pub(crate) redelivery_window: std::time::Duration,
 }
 
 impl Default for Inbox {
-    /// The default consumer, the default [`RetryPolicy`], no dead-lettering.
+    /// The default consumer, the default [`RetryPolicy`], no dead-lettering, a redelivery
+    /// window of 7 days.
     fn default() -> Self {
         Self {
             consumer: Consumer::default_consumer(),
             retry: RetryPolicy::default(),
             max_attempts: None,
+            redelivery_window: crate::retention::DEFAULT_REDELIVERY_WINDOW,
         }
     }
 }

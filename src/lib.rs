@@ -114,6 +114,7 @@ mod inbox;
 pub mod migrations;
 mod observe;
 mod outcome;
+pub mod retention;
 mod retry;
 pub mod schema;
 mod state;
@@ -137,6 +138,7 @@ pub use migrations::run_pending_migrations;
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
 pub use outcome::{DeadLettered, Duplicate, Outcome};
+pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE};
 pub use retry::RetryPolicy;
 pub use state::{DeadLetterState, HistoryKind, UnknownState};
 pub use stats::{Counts, Stats};

@@ -124,6 +124,23 @@ pub(crate) mod sealed {
         pub attempts: i64,
     }
 
+    /// A position in a consumer's settled rows, in `(processed_at, event_id)` order: where a
+    /// prune batch stopped, and so where the next one starts.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct PruneCursor {
+        pub processed_at: DateTime<Utc>,
+        pub event_id: String,
+    }
+
+    /// What a prune would delete now.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct PruneCounts {
+        pub events: i64,
+        pub failures: i64,
+        pub history: i64,
+        pub counters: i64,
+    }
+
     /// What kind of failure a database error is.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum ErrorClass {
@@ -323,6 +340,67 @@ pub(crate) mod sealed {
         /// Every consumer with a row in the inbox, failure or counter table, each once, in
         /// no particular order.
         fn consumers(&mut self) -> QueryResult<Vec<String>>;
+        /// Takes the session-level lock that lets one prune run at a time, without waiting:
+        /// `false` when another session holds it. SQLite has none: its writer lock already
+        /// serialises the batches.
+        fn try_prune_lock(&mut self) -> QueryResult<bool> {
+            Ok(true)
+        }
+
+        /// Releases the lock [`try_prune_lock`](Self::try_prune_lock) took.
+        fn release_prune_lock(&mut self) -> QueryResult<()> {
+            Ok(())
+        }
+
+        /// Up to `limit` of the consumer's processed rows that are prunable at `cutoff`
+        /// (`processed_at` and `last_seen_at` before it), after `after` in `(processed_at,
+        /// event_id)` order, through the `diesel_inbox_events_settled` index; locked for the
+        /// rest of the transaction where the backend has row locks (SQLite's immediate
+        /// transaction holds the whole database instead).
+        fn prune_candidates(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+            after: &PruneCursor,
+            limit: i64,
+        ) -> QueryResult<Vec<PruneCursor>>;
+
+        /// Deletes those of `event_ids` whose inbox row is still prunable at `cutoff`; returns
+        /// how many it deleted.
+        fn delete_prunable_events(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+            event_ids: &[&str],
+        ) -> QueryResult<usize>;
+
+        /// Those of `event_ids` that still have an inbox row.
+        fn remaining_events(
+            &mut self,
+            consumer: &str,
+            event_ids: &[&str],
+        ) -> QueryResult<Vec<String>>;
+
+        /// Deletes the failure rows and the history of `event_ids`; returns how many of each.
+        fn delete_failures_of(
+            &mut self,
+            consumer: &str,
+            event_ids: &[&str],
+        ) -> QueryResult<(usize, usize)>;
+
+        /// Deletes the consumer's counters of hours that start before `cutoff`.
+        fn delete_counters_before(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+        ) -> QueryResult<usize>;
+
+        /// Counts what a prune at `cutoff` would delete, locking nothing.
+        fn count_prunable(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+        ) -> QueryResult<PruneCounts>;
     }
 }
 

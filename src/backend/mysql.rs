@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use diesel::mysql::MysqlConnection;
 use diesel::prelude::*;
 use diesel::result::DatabaseErrorKind;
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql, Recorded};
 use super::Key;
@@ -285,4 +285,35 @@ impl InboxSql for MysqlConnection {
     statement!(counters_since, schema, codec);
     statement!(oldest_unresolved_failure, schema, codec);
     statement!(consumers, schema, codec);
+
+    fn try_prune_lock(&mut self) -> QueryResult<bool> {
+        // A named lock of the session, so it outlives the batches' transactions; named after
+        // the database, as PostgreSQL's advisory locks are per database, since GET_LOCK's
+        // names are server-wide; a timeout of 0, so a second runner is told at once. NULL
+        // means an error took it.
+        diesel::select(
+            diesel::dsl::sql::<Nullable<Integer>>("GET_LOCK(LEFT(CONCAT(")
+                .bind::<Text, _>(crate::retention::PRUNE_LOCK_NAME)
+                .sql(", ':', DATABASE()), 64), 0)"),
+        )
+        .get_result::<Option<i32>>(self)
+        .map(|taken| taken == Some(1))
+    }
+
+    fn release_prune_lock(&mut self) -> QueryResult<()> {
+        diesel::select(
+            diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")
+                .bind::<Text, _>(crate::retention::PRUNE_LOCK_NAME)
+                .sql(", ':', DATABASE()), 64))"),
+        )
+        .get_result::<Option<i32>>(self)
+        .map(drop)
+    }
+
+    statement!(prune_candidates, schema, codec, lock = for_update);
+    statement!(delete_prunable_events, schema, codec);
+    statement!(remaining_events, schema, codec);
+    statement!(delete_failures_of, schema, codec);
+    statement!(delete_counters_before, schema, codec);
+    statement!(count_prunable, schema, codec);
 }

@@ -678,4 +678,163 @@ macro_rules! statement {
                 .map(drop)
         }
     };
+    // `lock`: `for_update` where the backend has row locks; SQLite locks the whole database
+    // for the (immediate) transaction instead.
+    (prune_candidates, $schema:ident, $codec:ident $(, lock = $lock:ident)?) => {
+        fn prune_candidates(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+            after: &$crate::backend::sealed::PruneCursor,
+            limit: i64,
+        ) -> QueryResult<Vec<$crate::backend::sealed::PruneCursor>> {
+            use $crate::state::InboxState;
+            use $schema::diesel_inbox_events::dsl as t;
+            let (cutoff, after_at) = ($codec::time(cutoff), $codec::time(after.processed_at));
+            let after_id = $codec::key(&after.event_id);
+            // The index gives `consumer, state` and the range start on `processed_at`; the
+            // keyset condition then skips what earlier batches saw, kept or not.
+            t::diesel_inbox_events
+                .filter(t::consumer.eq($codec::key(consumer)))
+                .filter(t::state.eq(InboxState::Processed))
+                .filter(t::processed_at.ge(after_at))
+                .filter(t::processed_at.lt(cutoff))
+                .filter(t::processed_at.gt(after_at).or(t::event_id.gt(after_id)))
+                .filter(t::last_seen_at.lt(cutoff))
+                .order((t::processed_at, t::event_id))
+                .limit(limit)
+                .select((t::processed_at, t::event_id))
+                $(.$lock())?
+                .load::<($codec::Time, $codec::KeyOwned)>(self)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(at, id)| $crate::backend::sealed::PruneCursor {
+                            processed_at: $codec::utc(at),
+                            event_id: $codec::key_string(id),
+                        })
+                        .collect()
+                })
+        }
+    };
+    (delete_prunable_events, $schema:ident, $codec:ident) => {
+        fn delete_prunable_events(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+            event_ids: &[&str],
+        ) -> QueryResult<usize> {
+            use $crate::state::InboxState;
+            use $schema::diesel_inbox_events::dsl as t;
+            let cutoff = $codec::time(cutoff);
+            let ids: Vec<_> = event_ids.iter().map(|id| $codec::key(id)).collect();
+            // The conditions again: what the candidates' lock did not cover stays.
+            diesel::delete(
+                t::diesel_inbox_events
+                    .filter(t::consumer.eq($codec::key(consumer)))
+                    .filter(t::event_id.eq_any(ids))
+                    .filter(t::state.eq(InboxState::Processed))
+                    .filter(t::processed_at.lt(cutoff))
+                    .filter(t::last_seen_at.lt(cutoff)),
+            )
+            .execute(self)
+        }
+    };
+    (remaining_events, $schema:ident, $codec:ident) => {
+        fn remaining_events(
+            &mut self,
+            consumer: &str,
+            event_ids: &[&str],
+        ) -> QueryResult<Vec<String>> {
+            use $schema::diesel_inbox_events::dsl as t;
+            let ids: Vec<_> = event_ids.iter().map(|id| $codec::key(id)).collect();
+            t::diesel_inbox_events
+                .filter(t::consumer.eq($codec::key(consumer)))
+                .filter(t::event_id.eq_any(ids))
+                .select(t::event_id)
+                .load::<$codec::KeyOwned>(self)
+                .map(|ids| ids.into_iter().map($codec::key_string).collect())
+        }
+    };
+    (delete_failures_of, $schema:ident, $codec:ident) => {
+        fn delete_failures_of(
+            &mut self,
+            consumer: &str,
+            event_ids: &[&str],
+        ) -> QueryResult<(usize, usize)> {
+            use $schema::diesel_inbox_failure_log::dsl as l;
+            use $schema::diesel_inbox_failures::dsl as f;
+            let ids: Vec<_> = event_ids.iter().map(|id| $codec::key(id)).collect();
+            let failures = diesel::delete(
+                f::diesel_inbox_failures
+                    .filter(f::consumer.eq($codec::key(consumer)))
+                    .filter(f::event_id.eq_any(&ids)),
+            )
+            .execute(self)?;
+            let history = diesel::delete(
+                l::diesel_inbox_failure_log
+                    .filter(l::consumer.eq($codec::key(consumer)))
+                    .filter(l::event_id.eq_any(&ids)),
+            )
+            .execute(self)?;
+            Ok((failures, history))
+        }
+    };
+    (delete_counters_before, $schema:ident, $codec:ident) => {
+        fn delete_counters_before(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+        ) -> QueryResult<usize> {
+            use $schema::diesel_inbox_counters::dsl as c;
+            diesel::delete(
+                c::diesel_inbox_counters
+                    .filter(c::consumer.eq($codec::key(consumer)))
+                    .filter(c::bucket.lt($codec::time(cutoff))),
+            )
+            .execute(self)
+        }
+    };
+    (count_prunable, $schema:ident, $codec:ident) => {
+        fn count_prunable(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+        ) -> QueryResult<$crate::backend::sealed::PruneCounts> {
+            use $crate::state::InboxState;
+            use $schema::diesel_inbox_counters::dsl as c;
+            use $schema::diesel_inbox_events::dsl as t;
+            use $schema::diesel_inbox_failure_log::dsl as l;
+            use $schema::diesel_inbox_failures::dsl as f;
+            let (who, cutoff) = ($codec::key(consumer), $codec::time(cutoff));
+            let prunable = || {
+                t::diesel_inbox_events
+                    .filter(t::consumer.eq(who))
+                    .filter(t::state.eq(InboxState::Processed))
+                    .filter(t::processed_at.lt(cutoff))
+                    .filter(t::last_seen_at.lt(cutoff))
+            };
+            let events = prunable().count().get_result::<i64>(self)?;
+            let failures = f::diesel_inbox_failures
+                .filter(f::consumer.eq(who))
+                .filter(f::event_id.eq_any(prunable().select(t::event_id)))
+                .count()
+                .get_result::<i64>(self)?;
+            let history = l::diesel_inbox_failure_log
+                .filter(l::consumer.eq(who))
+                .filter(l::event_id.eq_any(prunable().select(t::event_id)))
+                .count()
+                .get_result::<i64>(self)?;
+            let counters = c::diesel_inbox_counters
+                .filter(c::consumer.eq(who))
+                .filter(c::bucket.lt(cutoff))
+                .count()
+                .get_result::<i64>(self)?;
+            Ok($crate::backend::sealed::PruneCounts {
+                events,
+                failures,
+                history,
+                counters,
+            })
+        }
+    };
 }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::{BigInt, Bool, Text};
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
 use crate::doctor::{Check, CheckStatus};
@@ -158,4 +158,32 @@ impl InboxSql for PgConnection {
     statement!(counters_since, schema, codec);
     statement!(oldest_unresolved_failure, schema, codec);
     statement!(consumers, schema, codec);
+
+    fn try_prune_lock(&mut self) -> QueryResult<bool> {
+        // Session-level, so it outlives the batches' transactions; `try`, so a second runner
+        // is told at once instead of queueing.
+        diesel::select(
+            diesel::dsl::sql::<Bool>("pg_try_advisory_lock(")
+                .bind::<BigInt, _>(crate::retention::PRUNE_LOCK_KEY)
+                .sql(")"),
+        )
+        .get_result(self)
+    }
+
+    fn release_prune_lock(&mut self) -> QueryResult<()> {
+        diesel::select(
+            diesel::dsl::sql::<Bool>("pg_advisory_unlock(")
+                .bind::<BigInt, _>(crate::retention::PRUNE_LOCK_KEY)
+                .sql(")"),
+        )
+        .get_result::<bool>(self)
+        .map(drop)
+    }
+
+    statement!(prune_candidates, schema, codec, lock = for_update);
+    statement!(delete_prunable_events, schema, codec);
+    statement!(remaining_events, schema, codec);
+    statement!(delete_failures_of, schema, codec);
+    statement!(delete_counters_before, schema, codec);
+    statement!(count_prunable, schema, codec);
 }

@@ -186,6 +186,13 @@ impl InboxSql for SqliteConnection {
     statement!(counters_since, schema, codec);
     statement!(oldest_unresolved_failure, schema, codec);
     statement!(consumers, schema, codec);
+
+    statement!(prune_candidates, schema, codec);
+    statement!(delete_prunable_events, schema, codec);
+    statement!(remaining_events, schema, codec);
+    statement!(delete_failures_of, schema, codec);
+    statement!(delete_counters_before, schema, codec);
+    statement!(count_prunable, schema, codec);
 }
 
 /// The connection settings the inbox expects on SQLite: WAL journal and a busy timeout.

@@ -20,6 +20,7 @@ mod failure_policy;
 mod helpers;
 mod migrations;
 mod operations;
+mod retention;
 mod stats;
 pub use batch::*;
 pub use failure_classes::*;
@@ -27,6 +28,7 @@ pub use failure_policy::*;
 pub use helpers::*;
 pub use migrations::*;
 pub use operations::*;
+pub use retention::*;
 pub use stats::*;
 
 /// Generates one `#[test]` per scenario for the backend `$backend`.
@@ -98,6 +100,13 @@ macro_rules! backend_tests {
             stats_count_processed_duplicates_conflicts_failures_and_dead_letters,
             recent_counts_leave_out_what_happened_before_the_window,
             stats_all_lists_every_consumer,
+            pruning_removes_only_processed_rows_older_than_the_window,
+            a_window_below_the_declared_redelivery_window_is_refused_and_deletes_nothing,
+            a_prune_inside_a_transaction_is_refused,
+            a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing,
+            a_prune_racing_live_deliveries_and_redeliveries_doubles_and_loses_nothing,
+            a_second_concurrent_prune_is_told_another_is_running,
+            a_large_prune_removes_every_old_row_in_bounded_batches,
         );
     };
     // One test per scenario of the test binary's module `$module`.

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use diesel::connection::{InstrumentationEvent, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
 use diesel::r2d2::{ManageConnection, PooledConnection, R2D2Connection};
@@ -50,6 +51,104 @@ pub(crate) trait Backend {
     fn commit_durability(_conn: &mut Self::Conn) -> Option<String> {
         None
     }
+
+    /// SQL that takes and that releases the prune lock on a session, as `Inbox::prune` does;
+    /// `None` where the backend has no such lock (SQLite).
+    const PRUNE_LOCK: Option<(&'static str, &'static str)>;
+
+    /// Sets `processed_at` and `last_seen_at` of the consumer's rows of `event_ids`.
+    fn backdate(
+        conn: &mut Self::Conn,
+        consumer: &str,
+        event_ids: &[&str],
+        processed_at: DateTime<Utc>,
+        last_seen_at: DateTime<Utc>,
+    );
+
+    /// Adds an hourly counter row of the consumer for the hour starting at `bucket`.
+    fn insert_counter(conn: &mut Self::Conn, consumer: &str, bucket: DateTime<Utc>);
+
+    /// The consumer's counter rows.
+    fn counters(conn: &mut Self::Conn, consumer: &str) -> usize;
+
+    /// One statement that inserts `rows` processed rows of the consumer, ids `{prefix}1` to
+    /// `{prefix}{rows}`, settled and last seen a millisecond apart from `at` on, as a steady
+    /// stream of deliveries would leave them.
+    fn fill_sql(consumer: &str, prefix: &str, rows: usize, at: DateTime<Utc>) -> String;
+}
+
+/// The retention helpers of [`Backend`], for one backend's schema module and key binding.
+macro_rules! retention_helpers {
+    ($schema:ident, $key:path, $time:path) => {
+        fn backdate(
+            conn: &mut Self::Conn,
+            consumer: &str,
+            event_ids: &[&str],
+            processed_at: DateTime<Utc>,
+            last_seen_at: DateTime<Utc>,
+        ) {
+            use diesel_inbox::schema::$schema::diesel_inbox_events as t;
+            let ids: Vec<_> = event_ids.iter().map(|id| $key(id)).collect();
+            let changed = diesel::update(
+                t::table
+                    .filter(t::consumer.eq($key(consumer)))
+                    .filter(t::event_id.eq_any(ids)),
+            )
+            .set((
+                t::processed_at.eq($time(processed_at)),
+                t::last_seen_at.eq($time(last_seen_at)),
+            ))
+            .execute(conn)
+            .unwrap();
+            assert_eq!(changed, event_ids.len(), "rows backdated");
+        }
+
+        fn insert_counter(conn: &mut Self::Conn, consumer: &str, bucket: DateTime<Utc>) {
+            use diesel_inbox::schema::$schema::diesel_inbox_counters as c;
+            diesel::insert_into(c::table)
+                .values((
+                    c::consumer.eq($key(consumer)),
+                    c::counter.eq("duplicate"),
+                    c::bucket.eq($time(bucket)),
+                    c::total.eq(1_i64),
+                ))
+                .execute(conn)
+                .unwrap();
+        }
+
+        fn counters(conn: &mut Self::Conn, consumer: &str) -> usize {
+            use diesel_inbox::schema::$schema::diesel_inbox_counters as c;
+            count(
+                c::table
+                    .filter(c::consumer.eq($key(consumer)))
+                    .count()
+                    .get_result(conn),
+            )
+        }
+    };
+}
+
+fn same_key(key: &str) -> &str {
+    key
+}
+
+#[allow(dead_code, reason = "only the MySQL test binary uses it")]
+fn key_bytes(key: &str) -> &[u8] {
+    key.as_bytes()
+}
+
+fn same_time(time: DateTime<Utc>) -> DateTime<Utc> {
+    time
+}
+
+#[allow(dead_code, reason = "only the SQLite and MySQL test binaries use it")]
+fn naive_time(time: DateTime<Utc>) -> chrono::NaiveDateTime {
+    time.naive_utc()
+}
+
+/// `at` as SQL text, to the second, UTC.
+fn sql_time(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S").to_string()
 }
 
 /// A backend with a server, whose sessions can be killed as a crash, a restart or a failover
@@ -105,6 +204,22 @@ impl Backend for Postgres {
         let setting =
             diesel::dsl::sql::<diesel::sql_types::Text>("current_setting('synchronous_commit')");
         Some(diesel::select(setting).get_result(conn).unwrap())
+    }
+
+    const PRUNE_LOCK: Option<(&'static str, &'static str)> = Some((
+        "SELECT pg_advisory_lock(7597117890842752366)",
+        "SELECT pg_advisory_unlock(7597117890842752366)",
+    ));
+
+    retention_helpers!(postgres, same_key, same_time);
+
+    fn fill_sql(consumer: &str, prefix: &str, rows: usize, at: DateTime<Utc>) -> String {
+        let at = sql_time(at);
+        format!(
+            "INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at) \
+             SELECT '{consumer}', '{prefix}' || g, t, t FROM generate_series(1, {rows}) AS g, \
+             LATERAL (SELECT TIMESTAMPTZ '{at}+00' + g * INTERVAL '1 millisecond') AS s (t)"
+        )
     }
 }
 
@@ -206,6 +321,23 @@ impl Backend for Mysql {
         // A failed statement (lock-wait timeouts included, by default) undoes only itself.
         None
     }
+
+    const PRUNE_LOCK: Option<(&'static str, &'static str)> = Some((
+        "SELECT GET_LOCK(LEFT(CONCAT('diesel_inbox.prune', ':', DATABASE()), 64), 0)",
+        "SELECT RELEASE_LOCK(LEFT(CONCAT('diesel_inbox.prune', ':', DATABASE()), 64))",
+    ));
+
+    retention_helpers!(mysql, key_bytes, naive_time);
+
+    fn fill_sql(consumer: &str, prefix: &str, rows: usize, at: DateTime<Utc>) -> String {
+        // MariaDB's sequence engine: a recursive CTE stops at max_recursive_iterations (1000).
+        let at = sql_time(at);
+        format!(
+            "INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at) \
+             SELECT '{consumer}', CONCAT('{prefix}', seq), TIMESTAMP '{at}' + INTERVAL seq * 1000 MICROSECOND, \
+             TIMESTAMP '{at}' + INTERVAL seq * 1000 MICROSECOND FROM seq_1_to_{rows}"
+        )
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -240,6 +372,20 @@ impl Backend for Sqlite {
         .unwrap();
         Some("INSERT INTO doomed VALUES (1)")
     }
+
+    const PRUNE_LOCK: Option<(&'static str, &'static str)> = None;
+
+    retention_helpers!(sqlite, same_key, naive_time);
+
+    fn fill_sql(consumer: &str, prefix: &str, rows: usize, at: DateTime<Utc>) -> String {
+        let at = sql_time(at);
+        format!(
+            "WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows}) \
+             INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at) \
+             SELECT '{consumer}', '{prefix}' || n, t, t FROM \
+             (SELECT n, strftime('%Y-%m-%d %H:%M:%f', '{at}', '+' || (n / 1000.0) || ' seconds') AS t FROM seq)"
+        )
+    }
 }
 
 diesel::table! {
@@ -258,6 +404,23 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    #[sql_name = "diesel_inbox_failures"]
+    failures (consumer, event_id) {
+        consumer -> Text,
+        event_id -> Text,
+    }
+}
+
+diesel::table! {
+    #[sql_name = "diesel_inbox_failure_log"]
+    failure_log (id) {
+        id -> BigInt,
+        consumer -> Text,
+        event_id -> Text,
+    }
+}
+
 /// A connection the scenarios can observe: the effect they count and the inbox table.
 pub(crate) trait TestConn: InboxConnection + Send + 'static {
     /// The effect every scenario counts: one row in `effects` per run.
@@ -270,6 +433,14 @@ pub(crate) trait TestConn: InboxConnection + Send + 'static {
     fn total_deliveries(&mut self) -> usize;
     /// The payload conflicts counted on `event_id`'s row.
     fn payload_conflicts(&mut self, event_id: &str) -> usize;
+    /// Whether the consumer has an inbox row for `event_id`.
+    fn has_inbox_row(&mut self, consumer: &str, event_id: &str) -> bool;
+    /// The consumer's inbox rows whose id starts with `prefix`.
+    fn inbox_rows_like(&mut self, consumer: &str, prefix: &str) -> usize;
+    /// The consumer's failure rows and history entries of `event_id`.
+    fn failure_rows(&mut self, consumer: &str, event_id: &str) -> (usize, usize);
+    /// Rows in `effects` for `event_id`.
+    fn effects_of(&mut self, event_id: &str) -> usize;
 }
 
 /// The same queries for each concrete connection type (Diesel's DSL is not generic over them).
@@ -294,6 +465,51 @@ macro_rules! test_conn {
             fn total_deliveries(&mut self) -> usize {
                 let deliveries = inbox::table.select(inbox::deliveries).load::<i64>(self);
                 deliveries.unwrap().into_iter().map(|n| count(Ok(n))).sum()
+            }
+
+            fn has_inbox_row(&mut self, consumer: &str, event_id: &str) -> bool {
+                let found = inbox::table
+                    .filter(
+                        inbox::consumer
+                            .eq(consumer)
+                            .and(inbox::event_id.eq(event_id)),
+                    )
+                    .count()
+                    .get_result(self);
+                count(found) == 1
+            }
+
+            fn inbox_rows_like(&mut self, consumer: &str, prefix: &str) -> usize {
+                count(
+                    inbox::table
+                        .filter(inbox::consumer.eq(consumer))
+                        .filter(inbox::event_id.like(format!("{prefix}%")))
+                        .count()
+                        .get_result(self),
+                )
+            }
+
+            fn failure_rows(&mut self, consumer: &str, event_id: &str) -> (usize, usize) {
+                let failures = failures::table
+                    .filter(failures::consumer.eq(consumer))
+                    .filter(failures::event_id.eq(event_id))
+                    .count()
+                    .get_result(self);
+                let history = failure_log::table
+                    .filter(failure_log::consumer.eq(consumer))
+                    .filter(failure_log::event_id.eq(event_id))
+                    .count()
+                    .get_result(self);
+                (count(failures), count(history))
+            }
+
+            fn effects_of(&mut self, event_id: &str) -> usize {
+                count(
+                    effects::table
+                        .filter(effects::event_id.eq(event_id))
+                        .count()
+                        .get_result(self),
+                )
             }
 
             fn payload_conflicts(&mut self, event_id: &str) -> usize {

@@ -1,0 +1,521 @@
+//! Retention: pruning the inbox rows of events settled long ago, so the table stays the size
+//! of the redelivery window instead of growing forever.
+//!
+//! An inbox row is what makes a redelivery a duplicate. Once no broker can deliver an event
+//! again, its row is dead weight, and [`Inbox::prune`] removes it. The one thing to size is
+//! *how late a redelivery can come*: declare it per consumer with
+//! [`Inbox::redelivery_window`] (7 days unless declared), and prune with an age at least that
+//! long ([`Retention::older_than`]); a shorter age is refused with
+//! [`Error::RetentionBelowWindow`] before any SQL runs.
+//!
+//! # Sizing the window
+//!
+//! Size it for the worst realistic outage, not the average one: the longest the consumer can
+//! be down (a weekend, a stuck deploy, a region failover), plus how long the broker keeps and
+//! redelivers unacknowledged events (its retention or redelivery period), plus a margin. An
+//! event redelivered *after* its row was pruned is new to the inbox and **its effect runs
+//! again**. Rows cost little; a double effect costs more.
+//!
+//! # What is removed, and what never is
+//!
+//! Removed, for this consumer only: inbox rows in state `processed` whose `processed_at`
+//! **and** `last_seen_at` are both older than the cutoff (a row still being redelivered is
+//! kept, however old its first delivery), the failure rows and failure history of exactly
+//! those events (they failed, then took effect: settled), and hourly counters of hours before
+//! the cutoff.
+//!
+//! Never removed: dead-lettered and discarded rows (they hold deliveries back: removing one
+//! would let the event run), and failure rows of events with no inbox row (still retrying).
+//! Other consumers' rows are untouched.
+//!
+//! # Running it
+//!
+//! Run it from a cron or ops job (the ops CLI calls it), on a connection outside any
+//! transaction. It is safe alongside live deliveries: it works in short batches, each its own
+//! transaction, which lock only the rows they delete, re-check them in the `DELETE`, and retry
+//! contention under the inbox's [`RetryPolicy`](crate::RetryPolicy). A delivery of a row being
+//! pruned waits for that batch (milliseconds), then either finds the row (a duplicate, and the
+//! row is now too recent to prune) or, if the batch deleted it first, runs as new: exactly the
+//! redelivery-after-the-window case above. [`Pruned::longest_batch`] says how long locks were
+//! held at most; lower [`Retention::batch_size`] if that is too long for your latency.
+//!
+//! One prune runs at a time: on PostgreSQL it holds the session-level advisory lock
+//! `7597117890842752366` of its database (`pg_try_advisory_lock`), on MySQL/MariaDB the named
+//! lock `diesel_inbox.prune:` followed by the database name, cut at 64 characters
+//! (`GET_LOCK`); a second one gets [`Error::PruneRunning`] at once. Both
+//! are released when the prune ends, by error too, and by the server when the session ends.
+//! SQLite needs no lock of its own: its writer lock serialises the batches, so two prunes
+//! there interleave harmlessly.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use std::time::Duration;
+//! use diesel::prelude::*;
+//! use diesel_inbox::{Inbox, Retention};
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! let day = Duration::from_secs(24 * 60 * 60);
+//! let orders = Inbox::new("orders")?.redelivery_window(3 * day);
+//! orders.process(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
+//!
+//! let would = orders.prune(&mut conn, &Retention::older_than(14 * day).dry_run(true))?;
+//! assert_eq!((would.events, would.dry_run), (0, true));
+//! let pruned = orders.prune(&mut conn, &Retention::older_than(14 * day))?;
+//! assert_eq!(pruned.events, 0, "evt-1 is a few milliseconds old");
+//! assert!(orders.prune(&mut conn, &Retention::older_than(day)).is_err(), "below the window");
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::HashSet;
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use tracing::{debug, info, warn};
+
+use crate::backend::sealed::{InboxSql, PruneCursor};
+use crate::observe;
+use crate::transaction::{self, Failure, Scope};
+use crate::{Error, Inbox, InboxConnection};
+
+/// The redelivery window of an inbox that declares none: 7 days.
+pub(crate) const DEFAULT_REDELIVERY_WINDOW: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// PostgreSQL's advisory lock key for pruning: the bytes of `inbxprun`.
+pub(crate) const PRUNE_LOCK_KEY: i64 = 0x696e_6278_7072_756e;
+
+/// MySQL/MariaDB's named lock for pruning.
+pub(crate) const PRUNE_LOCK_NAME: &str = "diesel_inbox.prune";
+
+/// Rows per batch unless [`Retention::batch_size`] says otherwise.
+const DEFAULT_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(1000).expect("not zero");
+
+/// The most rows one batch takes: keeps each statement's bound ids far below every backend's
+/// parameter limit, and each batch's locks short.
+pub const MAX_PRUNE_BATCH_SIZE: u32 = 10_000;
+
+/// [`MAX_PRUNE_BATCH_SIZE`], as the type batch sizes are kept in.
+const MAX_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect("not zero");
+
+/// What to prune: rows older than an age, in batches of a size, or only count them.
+///
+/// ```
+/// use std::time::Duration;
+/// use diesel_inbox::Retention;
+///
+/// let retention = Retention::older_than(Duration::from_secs(30 * 24 * 60 * 60))
+///     .batch_size(500)
+///     .dry_run(true);
+/// assert_eq!((retention.rows_per_batch(), retention.is_dry_run()), (500, true));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use]
+pub struct Retention {
+    older_than: Duration,
+    batch_size: NonZeroU32,
+    dry_run: bool,
+}
+
+impl Retention {
+    /// Prune rows settled and last seen more than `age` ago. It must be at least the inbox's
+    /// [`redelivery_window`](Inbox::redelivery_window). Batches of 1000 rows; not a dry run.
+    pub fn older_than(age: Duration) -> Self {
+        Self {
+            older_than: age,
+            batch_size: DEFAULT_BATCH_SIZE,
+            dry_run: false,
+        }
+    }
+
+    /// Rows deleted per batch (one short transaction each). Defaults to 1000; more than
+    /// [`MAX_PRUNE_BATCH_SIZE`] is lowered to it. Smaller batches hold locks for less time and
+    /// take more round trips.
+    ///
+    /// # Panics
+    ///
+    /// When `rows` is 0: a prune that can delete nothing is a mistake, not a setting.
+    pub fn batch_size(mut self, rows: u32) -> Self {
+        let rows = NonZeroU32::new(rows).expect("Retention::batch_size must be at least 1");
+        self.batch_size = rows.min(MAX_BATCH_SIZE);
+        self
+    }
+
+    /// Only count what would be deleted: nothing is deleted, no row is locked and no prune lock
+    /// is taken. Defaults to `false`.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// The age rows must exceed.
+    pub fn age(&self) -> Duration {
+        self.older_than
+    }
+
+    /// Rows per batch.
+    pub fn rows_per_batch(&self) -> u32 {
+        self.batch_size.get()
+    }
+
+    /// Whether this only counts.
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run
+    }
+}
+
+/// What [`Inbox::prune`] deleted (or, in a dry run, would delete).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use]
+pub struct Pruned {
+    /// Inbox rows (processed events).
+    pub events: u64,
+    /// Failure rows of those events.
+    pub failures: u64,
+    /// Failure history entries of those events.
+    pub history: u64,
+    /// Hourly counter rows.
+    pub counters: u64,
+    /// Batches that deleted inbox rows, each its own transaction (0 in a dry run).
+    pub batches: u64,
+    /// The longest transaction, the counters' one included: the longest any row stayed locked.
+    pub longest_batch: Duration,
+    /// The whole run.
+    pub elapsed: Duration,
+    /// Whether this was a dry run, which deleted nothing.
+    pub dry_run: bool,
+}
+
+impl Inbox {
+    /// The longest a broker may take to redeliver an event to this consumer: the worst
+    /// realistic outage of the consumer plus the broker's redelivery or retention period.
+    /// Defaults to 7 days. [`prune`](Self::prune) refuses to remove rows younger than this.
+    pub fn redelivery_window(mut self, window: Duration) -> Self {
+        self.redelivery_window = window;
+        self
+    }
+
+    /// Deletes this consumer's processed inbox rows settled and last seen more than
+    /// `retention`'s age ago, with their failure rows and history, and its hourly counters
+    /// older than that; in batches, each a short transaction of its own.
+    ///
+    /// A redelivery of a pruned event runs its effect again: size the age for the worst
+    /// realistic outage plus the broker's redelivery period, not the average one. Dead-lettered
+    /// and discarded rows, and failures of events still retrying, are never removed. Safe to
+    /// run alongside live deliveries; meant for a cron or ops job. See the
+    /// [module documentation](crate::retention) for what it locks and how to size it.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use std::time::Duration;
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{Inbox, Retention};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let inbox = Inbox::default();
+    /// inbox.process(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
+    ///
+    /// let month = Duration::from_secs(30 * 24 * 60 * 60);
+    /// let pruned = inbox.prune(&mut conn, &Retention::older_than(month).batch_size(500))?;
+    /// assert_eq!(pruned.events, 0);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::RetentionBelowWindow`] for an age below the
+    /// [`redelivery_window`](Self::redelivery_window), before any SQL;
+    /// [`Error::PruneInsideTransaction`] on a connection inside a transaction;
+    /// [`Error::PruneRunning`] when another prune holds the lock; [`Error::Database`] or
+    /// [`Error::RetriesExhausted`] from a batch. Batches committed before an error stay
+    /// committed: running it again continues where it stopped.
+    pub fn prune<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        retention: &Retention,
+    ) -> Result<Pruned, Error> {
+        if retention.older_than < self.redelivery_window {
+            return Err(Error::RetentionBelowWindow {
+                older_than: retention.older_than,
+                window: self.redelivery_window,
+            });
+        }
+        if transaction::depth(conn)? > 0 {
+            return Err(Error::PruneInsideTransaction);
+        }
+        let started = Instant::now();
+        let consumer = self.consumer();
+        let cutoff = cutoff(Utc::now(), retention.older_than);
+        let span = tracing::info_span!("inbox_prune", consumer, %cutoff);
+        let _entered = span.enter();
+
+        let pruned = if retention.dry_run {
+            let counts = conn.sql().count_prunable(consumer, cutoff)?;
+            Pruned {
+                events: counts.events.unsigned_abs(),
+                failures: counts.failures.unsigned_abs(),
+                history: counts.history.unsigned_abs(),
+                counters: counts.counters.unsigned_abs(),
+                batches: 0,
+                longest_batch: Duration::ZERO,
+                elapsed: started.elapsed(),
+                dry_run: true,
+            }
+        } else {
+            let mut lock = PruneLock::take(conn)?;
+            let mut pruned = self.prune_locked(lock.conn(), cutoff, retention.batch_size)?;
+            drop(lock);
+            pruned.elapsed = started.elapsed();
+            pruned
+        };
+        info!(
+            consumer,
+            %cutoff,
+            dry_run = pruned.dry_run,
+            events = pruned.events,
+            failures = pruned.failures,
+            history = pruned.history,
+            counters = pruned.counters,
+            batches = pruned.batches,
+            longest_batch = ?pruned.longest_batch,
+            elapsed = ?pruned.elapsed,
+            "inbox pruned"
+        );
+        if !pruned.dry_run {
+            observe::pruned(consumer, "diesel_inbox_events", pruned.events);
+            observe::pruned(consumer, "diesel_inbox_failures", pruned.failures);
+            observe::pruned(consumer, "diesel_inbox_failure_log", pruned.history);
+            observe::pruned(consumer, "diesel_inbox_counters", pruned.counters);
+        }
+        Ok(pruned)
+    }
+
+    /// The batches, then the counters, under the prune lock.
+    fn prune_locked<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        cutoff: DateTime<Utc>,
+        batch_size: NonZeroU32,
+    ) -> Result<Pruned, Error> {
+        let consumer = self.consumer();
+        let subject = self.subject(None);
+        let mut pruned = Pruned {
+            events: 0,
+            failures: 0,
+            history: 0,
+            counters: 0,
+            batches: 0,
+            longest_batch: Duration::ZERO,
+            elapsed: Duration::ZERO,
+            dry_run: false,
+        };
+        // Before every inbox row: processed_at is never before 1970, ids never empty.
+        let mut cursor = PruneCursor {
+            processed_at: DateTime::UNIX_EPOCH,
+            event_id: String::new(),
+        };
+        let limit = i64::from(batch_size.get());
+        // Bounded: the cursor only moves forward through rows settled before the cutoff, and
+        // rows settled from now on land after the cutoff.
+        loop {
+            let batch_started = Instant::now();
+            let batch =
+                transaction::run(conn, Scope::TopLevel, self.retry_policy(), subject, |tx| {
+                    prune_batch(tx, consumer, cutoff, &cursor, limit)
+                })
+                .map_err(Failure::into_error)?;
+            let took = batch_started.elapsed();
+            let Some(last) = batch.last else { break };
+            pruned.batches += 1;
+            pruned.events += count(batch.events);
+            pruned.failures += count(batch.failures);
+            pruned.history += count(batch.history);
+            pruned.longest_batch = pruned.longest_batch.max(took);
+            debug!(
+                consumer,
+                batch = pruned.batches,
+                found = batch.found,
+                events = batch.events,
+                failures = batch.failures,
+                history = batch.history,
+                took = ?took,
+                "prune batch committed"
+            );
+            cursor = last;
+            if i64::try_from(batch.found).is_ok_and(|found| found < limit) {
+                break;
+            }
+        }
+        let counters_started = Instant::now();
+        let counters = transaction::run::<_, _, Error>(
+            conn,
+            Scope::TopLevel,
+            self.retry_policy(),
+            subject,
+            |tx| Ok(tx.sql().delete_counters_before(consumer, cutoff)?),
+        )
+        .map_err(Failure::into_error)?;
+        pruned.counters = count(counters);
+        pruned.longest_batch = pruned.longest_batch.max(counters_started.elapsed());
+        Ok(pruned)
+    }
+}
+
+/// What one batch found and deleted.
+struct Batch {
+    /// Candidates found (and locked).
+    found: usize,
+    events: usize,
+    failures: usize,
+    history: usize,
+    /// The last candidate, where the next batch starts; `None` when there was none.
+    last: Option<PruneCursor>,
+}
+
+/// One batch, inside its transaction: lock up to `limit` candidates after `cursor`, delete
+/// them in key order re-checking the conditions, then the failures and history of exactly
+/// the events whose rows went.
+fn prune_batch<C: InboxConnection>(
+    conn: &mut C,
+    consumer: &str,
+    cutoff: DateTime<Utc>,
+    cursor: &PruneCursor,
+    limit: i64,
+) -> Result<Batch, Failure<Error>> {
+    let sql = conn.sql();
+    let candidates = sql.prune_candidates(consumer, cutoff, cursor, limit)?;
+    let Some(last) = candidates.last().cloned() else {
+        return Ok(Batch {
+            found: 0,
+            events: 0,
+            failures: 0,
+            history: 0,
+            last: None,
+        });
+    };
+    let mut ids: Vec<&str> = candidates.iter().map(|c| c.event_id.as_str()).collect();
+    ids.sort_unstable();
+    let events = sql.delete_prunable_events(consumer, cutoff, &ids)?;
+    // The candidates are locked, so the DELETE takes them all; should it not, only the events
+    // whose rows are gone lose their failures.
+    let gone = if events == ids.len() {
+        ids
+    } else {
+        let remaining: HashSet<String> =
+            sql.remaining_events(consumer, &ids)?.into_iter().collect();
+        ids.retain(|id| !remaining.contains(*id));
+        ids
+    };
+    let (failures, history) = if gone.is_empty() {
+        (0, 0)
+    } else {
+        sql.delete_failures_of(consumer, &gone)?
+    };
+    Ok(Batch {
+        found: candidates.len(),
+        events,
+        failures,
+        history,
+        last: Some(last),
+    })
+}
+
+/// The prune lock, held for as long as this lives: released on drop, on error and panic too.
+struct PruneLock<'c, C: InboxConnection> {
+    conn: &'c mut C,
+}
+
+impl<'c, C: InboxConnection> PruneLock<'c, C> {
+    /// Takes the lock, or says another prune holds it.
+    fn take(conn: &'c mut C) -> Result<Self, Error> {
+        if conn.sql().try_prune_lock()? {
+            Ok(Self { conn })
+        } else {
+            Err(Error::PruneRunning)
+        }
+    }
+
+    fn conn(&mut self) -> &mut C {
+        self.conn
+    }
+}
+
+impl<C: InboxConnection> Drop for PruneLock<'_, C> {
+    fn drop(&mut self) {
+        // A failed release (a lost connection) frees the lock anyway: the server drops a
+        // session's locks with the session.
+        if let Err(error) = self.conn.sql().release_prune_lock() {
+            warn!(%error, "releasing the prune lock failed; it is freed when the session ends");
+        }
+    }
+}
+
+/// `now - older_than`, not before 1970: no inbox row is older than that, and every backend
+/// stores it.
+fn cutoff(now: DateTime<Utc>, older_than: Duration) -> DateTime<Utc> {
+    TimeDelta::from_std(older_than)
+        .ok()
+        .and_then(|age| now.checked_sub_signed(age))
+        .map_or(DateTime::UNIX_EPOCH, |cutoff| {
+            cutoff.max(DateTime::UNIX_EPOCH)
+        })
+}
+
+fn count(rows: usize) -> u64 {
+    u64::try_from(rows).unwrap_or(u64::MAX)
+}
+
+/// A duration as people write it in an error message: whole days, hours, minutes or seconds
+/// where it is one, else as Rust prints it.
+pub(crate) fn human(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    if duration.subsec_nanos() != 0 || seconds == 0 {
+        return format!("{duration:?}");
+    }
+    let (amount, unit) = match seconds {
+        s if s % 86_400 == 0 => (s / 86_400, "day"),
+        s if s % 3_600 == 0 => (s / 3_600, "hour"),
+        s if s % 60 == 0 => (s / 60, "minute"),
+        s => (s, "second"),
+    };
+    format!("{amount} {unit}{}", if amount == 1 { "" } else { "s" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human(DEFAULT_REDELIVERY_WINDOW), "7 days");
+        assert_eq!(human(Duration::from_secs(3_600)), "1 hour");
+        assert_eq!(human(Duration::from_secs(90)), "90 seconds");
+        assert_eq!(human(Duration::from_millis(1500)), "1.5s");
+    }
+
+    #[test]
+    fn a_cutoff_before_1970_is_1970() {
+        let now = Utc::now();
+        assert_eq!(cutoff(now, Duration::MAX), DateTime::UNIX_EPOCH);
+        assert_eq!(
+            cutoff(now, Duration::from_secs(60)),
+            now - TimeDelta::seconds(60)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "at least 1")]
+    fn a_batch_size_of_zero_is_refused() {
+        let _ = Retention::older_than(Duration::ZERO).batch_size(0);
+    }
+
+    #[test]
+    fn a_huge_batch_size_is_lowered_to_the_maximum() {
+        let retention = Retention::older_than(Duration::ZERO).batch_size(u32::MAX);
+        assert_eq!(retention.rows_per_batch(), MAX_PRUNE_BATCH_SIZE);
+    }
+}

@@ -1,0 +1,393 @@
+//! Retention: pruning processed rows older than the redelivery window, on every backend.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel_inbox::{Audit, Error, Inbox, Pruned, Retention};
+
+use super::{effect, HandlerError};
+use crate::support::{setup, Backend, StatementLog, TestConn};
+
+const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+fn orders() -> Inbox {
+    Inbox::new("orders").unwrap()
+}
+
+fn refuse<C>(_: &mut C) -> Result<(), HandlerError> {
+    Err(HandlerError::Refused)
+}
+
+fn days_ago(days: i64) -> DateTime<Utc> {
+    Utc::now() - TimeDelta::days(days)
+}
+
+/// Every kind of row retention meets, for the consumer "orders" (and one of "billing"):
+/// old processed rows (one with failures behind it), a young one, old dead-lettered and
+/// discarded rows, an old row redelivered lately, a retrying event, and counters.
+fn rows_of_every_kind<B: Backend>(conn: &mut B::Conn) {
+    let inbox = orders();
+    for id in ["old-done", "young", "old-redelivered"] {
+        assert!(inbox.process(conn, id, effect(id)).unwrap().is_processed());
+    }
+    // Failed once, then took effect: its failure row and history are settled.
+    assert!(inbox.process(conn, "old-recovered", refuse).is_err());
+    assert!(inbox
+        .process(conn, "old-recovered", effect("old-recovered"))
+        .unwrap()
+        .is_processed());
+    // Failing still: no inbox row.
+    assert!(inbox.process(conn, "retrying", refuse).is_err());
+    let giving_up = orders().max_attempts(1);
+    for id in ["old-dead", "old-discarded"] {
+        assert!(giving_up
+            .process(conn, id, refuse)
+            .unwrap()
+            .is_dead_lettered());
+    }
+    inbox
+        .dead_letters()
+        .discard(
+            conn,
+            "old-discarded",
+            &Audit::new("ops", "obsolete").unwrap(),
+        )
+        .unwrap();
+    let billing = Inbox::new("billing").unwrap();
+    assert!(billing
+        .process(conn, "old-done", effect("billing"))
+        .unwrap()
+        .is_processed());
+
+    let old = days_ago(30);
+    B::backdate(
+        conn,
+        "orders",
+        &["old-done", "old-recovered", "old-dead", "old-discarded"],
+        old,
+        old,
+    );
+    B::backdate(
+        conn,
+        "orders",
+        &["old-redelivered"],
+        old,
+        days_ago(1) + TimeDelta::hours(20),
+    );
+    B::backdate(conn, "billing", &["old-done"], old, old);
+    B::insert_counter(conn, "orders", days_ago(30));
+    B::insert_counter(conn, "orders", days_ago(1));
+    B::insert_counter(conn, "billing", days_ago(30));
+}
+
+pub fn pruning_removes_only_processed_rows_older_than_the_window<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    rows_of_every_kind::<B>(&mut conn);
+    let inbox = orders();
+    assert_eq!(conn.failure_rows("orders", "old-recovered"), (1, 1));
+    assert_eq!(conn.failure_rows("orders", "retrying"), (1, 1));
+
+    let pruned = inbox
+        .prune(&mut conn, &Retention::older_than(7 * DAY))
+        .unwrap();
+
+    assert_eq!(
+        (
+            pruned.events,
+            pruned.failures,
+            pruned.history,
+            pruned.counters
+        ),
+        (2, 1, 1, 1),
+        "{pruned:?}"
+    );
+    assert!(!pruned.dry_run);
+    assert_eq!(pruned.batches, 1);
+    for gone in ["old-done", "old-recovered"] {
+        assert!(!conn.has_inbox_row("orders", gone), "{gone} kept");
+    }
+    for kept in ["young", "old-redelivered", "old-dead", "old-discarded"] {
+        assert!(conn.has_inbox_row("orders", kept), "{kept} pruned");
+    }
+    assert!(
+        conn.has_inbox_row("billing", "old-done"),
+        "another consumer's row"
+    );
+    assert_eq!(conn.failure_rows("orders", "old-recovered"), (0, 0));
+    assert_eq!(
+        conn.failure_rows("orders", "retrying"),
+        (1, 1),
+        "a retrying event keeps its failures"
+    );
+    assert_eq!(conn.failure_rows("orders", "old-dead"), (1, 2));
+    assert_eq!(
+        (
+            B::counters(&mut conn, "orders"),
+            B::counters(&mut conn, "billing")
+        ),
+        (1, 1)
+    );
+    // Dead letters still hold their deliveries back.
+    assert!(inbox
+        .process(&mut conn, "old-dead", effect("old-dead"))
+        .unwrap()
+        .is_dead_lettered());
+    assert!(inbox
+        .process(&mut conn, "young", effect("young"))
+        .unwrap()
+        .is_duplicate());
+    // The documented cost: a redelivery after the window runs the effect again.
+    assert!(inbox
+        .process(&mut conn, "old-done", effect("old-done"))
+        .unwrap()
+        .is_processed());
+    assert_eq!(conn.effects_of("old-done"), 2);
+    let again = inbox
+        .prune(&mut conn, &Retention::older_than(7 * DAY))
+        .unwrap();
+    assert_eq!((again.events, again.batches, again.counters), (0, 0, 0));
+}
+
+pub fn a_window_below_the_declared_redelivery_window_is_refused_and_deletes_nothing<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    rows_of_every_kind::<B>(&mut conn);
+    let inbox = orders().redelivery_window(14 * DAY);
+    let log = StatementLog::install(&mut conn);
+
+    let refused = inbox.prune(&mut conn, &Retention::older_than(7 * DAY));
+
+    match refused {
+        Err(ref error @ Error::RetentionBelowWindow { older_than, window }) => {
+            assert_eq!((older_than, window), (7 * DAY, 14 * DAY));
+            let message = error.to_string();
+            assert!(
+                message.contains("redelivery window of 14 days")
+                    && message.contains("run the effect again"),
+                "{message}"
+            );
+        }
+        other => panic!("expected RetentionBelowWindow, got {other:?}"),
+    }
+    let dry = inbox.prune(&mut conn, &Retention::older_than(DAY).dry_run(true));
+    assert!(
+        matches!(dry, Err(Error::RetentionBelowWindow { .. })),
+        "{dry:?}"
+    );
+    assert_eq!(
+        log.take(),
+        Vec::<String>::new(),
+        "no SQL before the refusal"
+    );
+    assert!(conn.has_inbox_row("orders", "old-done"));
+    assert_eq!(conn.inbox_rows(), 7);
+    // The default window is 7 days.
+    let below_default = orders().prune(&mut conn, &Retention::older_than(6 * DAY));
+    assert!(
+        matches!(below_default, Err(Error::RetentionBelowWindow { window, .. }) if window == 7 * DAY)
+    );
+    assert!(orders()
+        .prune(&mut conn, &Retention::older_than(14 * DAY))
+        .is_ok());
+}
+
+pub fn a_prune_inside_a_transaction_is_refused<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    rows_of_every_kind::<B>(&mut conn);
+
+    let inside = conn.transaction(|tx| {
+        let refused = orders().prune(tx, &Retention::older_than(7 * DAY));
+        assert!(
+            matches!(refused, Err(Error::PruneInsideTransaction)),
+            "{refused:?}"
+        );
+        QueryResult::Ok(())
+    });
+
+    inside.unwrap();
+    assert!(conn.has_inbox_row("orders", "old-done"));
+}
+
+pub fn a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    rows_of_every_kind::<B>(&mut conn);
+    let inbox = orders();
+    let retention = Retention::older_than(7 * DAY);
+
+    let dry = inbox.prune(&mut conn, &retention.dry_run(true)).unwrap();
+
+    assert!(dry.dry_run);
+    assert_eq!(
+        (
+            dry.events,
+            dry.failures,
+            dry.history,
+            dry.counters,
+            dry.batches
+        ),
+        (2, 1, 1, 1, 0),
+        "{dry:?}"
+    );
+    assert_eq!(conn.inbox_rows(), 7, "nothing deleted");
+    assert_eq!(conn.failure_rows("orders", "old-recovered"), (1, 1));
+    assert_eq!(B::counters(&mut conn, "orders"), 2);
+    let real = inbox.prune(&mut conn, &retention).unwrap();
+    assert_eq!(
+        (real.events, real.failures, real.history, real.counters),
+        (dry.events, dry.failures, dry.history, dry.counters)
+    );
+}
+
+/// Prefills old (pruned) and young (kept) rows in one statement each.
+fn prefill<B: Backend>(conn: &mut B::Conn, old: usize, young: usize) {
+    conn.batch_execute(&B::fill_sql("orders", "old-", old, days_ago(30)))
+        .unwrap();
+    if young > 0 {
+        conn.batch_execute(&B::fill_sql(
+            "orders",
+            "young-",
+            young,
+            Utc::now() - TimeDelta::hours(1),
+        ))
+        .unwrap();
+    }
+}
+
+pub fn a_prune_racing_live_deliveries_and_redeliveries_doubles_and_loses_nothing<B: Backend>() {
+    const OLD: usize = 2_000;
+    const YOUNG: usize = 500;
+    const NEW_PER_THREAD: usize = 150;
+    const DELIVERERS: usize = 2;
+    let (db, mut conn) = setup::<B>();
+    prefill::<B>(&mut conn, OLD, YOUNG);
+    let inbox = orders();
+    let pruning = AtomicBool::new(true);
+
+    // Thread 0 prunes; 1..=DELIVERERS deliver new ids; the last redelivers the young ones.
+    let results = crate::support::concurrently(&db, DELIVERERS + 2, |thread, conn| {
+        if thread == 0 {
+            let pruned = inbox
+                .prune(conn, &Retention::older_than(7 * DAY).batch_size(50))
+                .unwrap();
+            pruning.store(false, Ordering::SeqCst);
+            return (Some(pruned), 0, 0);
+        }
+        let (mut processed, mut duplicates) = (0, 0);
+        if thread <= DELIVERERS {
+            for i in 0..NEW_PER_THREAD {
+                let id = format!("new-{thread}-{i}");
+                let outcome = inbox.process(conn, id.as_str(), effect(&id)).unwrap();
+                processed += usize::from(outcome.is_processed());
+            }
+        } else {
+            // Round after round while the prune runs (at least one, at most 20).
+            for round in 0..20 {
+                for i in 1..=YOUNG {
+                    let id = format!("young-{i}");
+                    let outcome = inbox.process(conn, id.as_str(), effect(&id)).unwrap();
+                    duplicates += usize::from(outcome.is_duplicate());
+                }
+                if round > 0 && !pruning.load(Ordering::SeqCst) {
+                    break;
+                }
+            }
+        }
+        (None, processed, duplicates)
+    });
+
+    let pruned: Vec<Pruned> = results.iter().filter_map(|r| r.0.clone()).collect();
+    let pruned = &pruned[0];
+    let processed: usize = results.iter().map(|r| r.1).sum();
+    let duplicates: usize = results.iter().map(|r| r.2).sum();
+    assert_eq!(pruned.events, OLD as u64, "{pruned:?}");
+    assert!(pruned.batches >= (OLD / 50) as u64, "{pruned:?}");
+    assert_eq!(
+        processed,
+        DELIVERERS * NEW_PER_THREAD,
+        "every new id took effect"
+    );
+    assert!(
+        duplicates >= YOUNG && duplicates % YOUNG == 0,
+        "{duplicates}"
+    );
+    assert_eq!(
+        conn.effect_count(),
+        DELIVERERS * NEW_PER_THREAD,
+        "no effect twice, none lost"
+    );
+    for thread in 1..=DELIVERERS {
+        for i in 0..NEW_PER_THREAD {
+            let id = format!("new-{thread}-{i}");
+            assert_eq!(conn.effects_of(&id), 1, "{id}");
+        }
+    }
+    assert_eq!(conn.inbox_rows_like("orders", "young-"), YOUNG);
+    assert_eq!(
+        conn.inbox_rows_like("orders", "new-"),
+        DELIVERERS * NEW_PER_THREAD
+    );
+    assert_eq!(conn.inbox_rows_like("orders", "old-"), 0);
+    println!(
+        "racing prune: {} rows in {} batches, longest {:?}, {:?} in all, {duplicates} young redeliveries meanwhile",
+        pruned.events, pruned.batches, pruned.longest_batch, pruned.elapsed
+    );
+}
+
+pub fn a_second_concurrent_prune_is_told_another_is_running<B: Backend>() {
+    const OLD: usize = 1_000;
+    let (db, mut conn) = setup::<B>();
+    prefill::<B>(&mut conn, OLD, 0);
+    let inbox = orders();
+    let retention = Retention::older_than(7 * DAY).batch_size(10);
+
+    if let Some((lock, unlock)) = B::PRUNE_LOCK {
+        // Another session holds the lock, as a running prune would.
+        let mut holder = db.connect();
+        holder.batch_execute(lock).unwrap();
+        let refused = inbox.prune(&mut conn, &retention);
+        assert!(matches!(refused, Err(Error::PruneRunning)), "{refused:?}");
+        assert_eq!(conn.inbox_rows(), OLD, "nothing deleted");
+        let dry = inbox.prune(&mut conn, &retention.dry_run(true)).unwrap();
+        assert_eq!(dry.events, OLD as u64, "a dry run takes no lock");
+        holder.batch_execute(unlock).unwrap();
+        // Released again after a prune, by error too: a second prune on another session runs.
+        let pruned = inbox.prune(&mut conn, &retention).unwrap();
+        assert_eq!(pruned.events, OLD as u64);
+        holder.batch_execute(lock).unwrap();
+        holder.batch_execute(unlock).unwrap();
+    } else {
+        // SQLite: no lock of its own; two prunes at once interleave their batches under the
+        // writer lock, and between them delete every row once.
+        let results =
+            crate::support::concurrently(&db, 2, |_, conn| inbox.prune(conn, &retention).unwrap());
+        let total: u64 = results.iter().map(|pruned| pruned.events).sum();
+        assert_eq!(total, OLD as u64, "{results:?}");
+        assert_eq!(conn.inbox_rows(), 0);
+    }
+}
+
+pub fn a_large_prune_removes_every_old_row_in_bounded_batches<B: Backend>() {
+    let rows: usize = std::env::var("DIESEL_INBOX_PRUNE_ROWS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000);
+    let (_db, mut conn) = setup::<B>();
+    let filling = Instant::now();
+    prefill::<B>(&mut conn, rows, 10);
+    let filled = filling.elapsed();
+
+    let pruned = orders()
+        .prune(&mut conn, &Retention::older_than(7 * DAY))
+        .unwrap();
+
+    assert_eq!(pruned.events, rows as u64);
+    assert_eq!(pruned.batches, rows.div_ceil(1000) as u64);
+    assert_eq!(conn.inbox_rows_like("orders", "old-"), 0);
+    assert_eq!(conn.inbox_rows_like("orders", "young-"), 10);
+    println!(
+        "large prune: {rows} rows (filled in {filled:?}) pruned in {:?}, {} batches of 1000, longest batch {:?}",
+        pruned.elapsed, pruned.batches, pruned.longest_batch
+    );
+}
