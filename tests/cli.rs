@@ -78,6 +78,7 @@ where
 
     lists_shows_and_exports(url);
     discards_and_releases(url, &mut conn, &inbox, &order);
+    counts_then_prunes(url, &mut conn);
     doctor_passes_then_fails(url, &mut conn, drop_index);
     prints_and_installs_migrations(url);
 }
@@ -215,6 +216,47 @@ fn discards_and_releases<C: InboxConnection>(
     expect(&again, 1);
     assert!(String::from_utf8_lossy(&again.stderr).contains("released"));
     assert!(inbox.dead_letters().list(conn).unwrap().is_empty());
+}
+
+/// After the releases: evt-1 processed once and delivered twice, evt-2 discarded.
+fn counts_then_prunes<C: InboxConnection>(url: &str, conn: &mut C) {
+    let stats = json(&cli(url, &with(&["stats", "--format", "json"])));
+    assert_eq!(stats["consumer"], "orders");
+    assert_eq!(stats["totals"]["processed"], 1, "{stats}");
+    assert_eq!(stats["totals"]["duplicates"], 1, "{stats}");
+    assert_eq!(stats["totals"]["discarded"], 1, "{stats}");
+    assert_eq!(stats["recent"]["dead_lettered"], 2, "{stats}");
+    let all = json(&cli(url, &["stats", "--all", "--format", "json"]));
+    assert_eq!(all[0]["consumer"], "orders", "{all}");
+    let table = expect(&cli(url, &with(&["stats"])), 0);
+    assert!(table.contains("orders"), "{table}");
+
+    conn.batch_execute(
+        "UPDATE diesel_inbox_events SET processed_at = '2000-01-01 00:00:00', \
+         last_seen_at = '2000-01-01 00:00:00' WHERE consumer = 'orders'",
+    )
+    .unwrap();
+    let prune = with(&["prune", "--older-than", "30d"]);
+    let refused = cli(url, &prune);
+    expect(&refused, 2);
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("would prune 1 events"),
+        "{refused:?}"
+    );
+    let below = cli(url, &with(&["prune", "--older-than", "1d", "--yes"]));
+    expect(&below, 1);
+    assert!(String::from_utf8_lossy(&below.stderr).contains("redelivery window"));
+    let pruned = json(&cli(
+        url,
+        &[&prune[..], &["--yes", "--format", "json"]].concat(),
+    ));
+    assert_eq!(pruned["events"], 1, "{pruned}");
+    let stats = json(&cli(url, &with(&["stats", "--format", "json"])));
+    assert_eq!(stats["totals"]["processed"], 0, "{stats}");
+    assert_eq!(
+        stats["totals"]["discarded"], 1,
+        "a discarded event is never pruned"
+    );
 }
 
 fn doctor_passes_then_fails<C: InboxConnection>(url: &str, conn: &mut C, drop_index: &str) {

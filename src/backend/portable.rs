@@ -723,17 +723,17 @@ macro_rules! statement {
             cutoff: DateTime<Utc>,
             event_ids: &[&str],
         ) -> QueryResult<usize> {
-            use $crate::state::InboxState;
             use $schema::diesel_inbox_events::dsl as t;
             let cutoff = $codec::time(cutoff);
             let ids: Vec<_> = event_ids.iter().map(|id| $codec::key(id)).collect();
-            // The conditions again: what the candidates' lock did not cover stays.
+            // By primary key, re-checking what can change under a delivery: `last_seen_at`.
+            // `state` and `processed_at` of a processed row never change, and naming them here
+            // would tempt a planner without statistics (SQLite, MariaDB) into a range scan of
+            // the settled index, over every row left to prune, once per batch.
             diesel::delete(
                 t::diesel_inbox_events
                     .filter(t::consumer.eq($codec::key(consumer)))
                     .filter(t::event_id.eq_any(ids))
-                    .filter(t::state.eq(InboxState::Processed))
-                    .filter(t::processed_at.lt(cutoff))
                     .filter(t::last_seen_at.lt(cutoff)),
             )
             .execute(self)

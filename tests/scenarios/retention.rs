@@ -78,6 +78,9 @@ fn rows_of_every_kind<B: Backend>(conn: &mut B::Conn) {
         days_ago(1) + TimeDelta::hours(20),
     );
     B::backdate(conn, "billing", &["old-done"], old, old);
+    // Only the counters below: one old and one young hour of `orders`, one old of `billing`.
+    conn.batch_execute("DELETE FROM diesel_inbox_counters")
+        .unwrap();
     B::insert_counter(conn, "orders", days_ago(30));
     B::insert_counter(conn, "orders", days_ago(1));
     B::insert_counter(conn, "billing", days_ago(30));

@@ -8,6 +8,8 @@
 //!   dead-letters export [--output FILE]       JSON lines, one per dead letter, with payloads
 //!   dead-letters discard <ID> --reason R      mark it discarded: never runs (needs --yes)
 //!   dead-letters release <ID> --reason R      its next delivery runs it as new (needs --yes)
+//!   stats [--recent 24h] [--all]              what the consumer did, in total and recently
+//!   prune --older-than 30d [--dry-run]        remove settled events past the window (needs --yes)
 //!   doctor                                    check the schema, indexes and settings
 //!   migration print [--dialect D]             the inbox's SQL
 //!   migration install <DIR> [--dialect D]     write the inbox's migrations into DIR
@@ -36,6 +38,8 @@ mod dead_letters;
 mod doctor;
 mod migration;
 mod output;
+mod prune;
+mod stats;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -45,13 +49,16 @@ use diesel::{Connection, MysqlConnection, PgConnection, SqliteConnection};
 use diesel_inbox::migrations::Dialect;
 use diesel_inbox::Inbox;
 
-const LONG_ABOUT: &str = "Operate a diesel-inbox database: dead letters, health checks, migrations.
+const LONG_ABOUT: &str =
+    "Operate a diesel-inbox database: stats, dead letters, retention, health checks, migrations.
 
 The database URL comes from --database-url or DATABASE_URL; its scheme picks the backend \
 (postgres:// or postgresql://, mysql:// or mariadb://, sqlite:// or a file path for SQLite).
 
-Commands that change rows (dead-letters discard, dead-letters release) need --yes: without it \
-they print what they would change and exit with 2, changing nothing.
+Commands that change rows (dead-letters discard, dead-letters release, prune) need --yes: \
+without it they print what they would change and exit with 2, changing nothing.
+
+Durations read as a number and a unit: 90s, 15m, 24h, 30d, 2w.
 
 Exit codes:
   0  success
@@ -90,11 +97,15 @@ enum Format {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// What the consumer did: processed, duplicates, failures, dead letters, payload conflicts.
+    Stats(stats::StatsArgs),
     /// List, show, export, discard or release dead letters.
     DeadLetters {
         #[command(subcommand)]
         command: dead_letters::Command,
     },
+    /// Remove processed events older than the redelivery window, in short batches (needs --yes).
+    Prune(prune::PruneArgs),
     /// Check the inbox schema, its indexes and the backend's settings (exit 3 on a failure).
     Doctor,
     /// Print or install the inbox migrations.
@@ -158,15 +169,26 @@ fn run(cli: Cli) -> Outcome {
         yes: cli.yes,
     };
     let url = cli.database_url;
-    match cli.command {
-        Command::Migration { command } => migration::run(&command, url.as_deref(), &global),
+    let inbox = || {
+        Inbox::new(cli.consumer.as_str())
+            .map_err(|e| Failure::Usage(format!("error: --consumer: {e}")))
+    };
+    match &cli.command {
+        Command::Migration { command } => migration::run(command, url.as_deref(), &global),
         Command::DeadLetters { command } => {
-            let inbox = Inbox::new(cli.consumer.as_str())
-                .map_err(|e| Failure::Usage(format!("error: --consumer: {e}")))?;
+            let inbox = inbox()?;
             let mut db = Database::connect(url.as_deref())?;
-            with_connection!(db, |conn| dead_letters::run(
-                conn, &inbox, &command, &global
-            ))
+            with_connection!(db, |conn| dead_letters::run(conn, &inbox, command, &global))
+        }
+        Command::Stats(args) => {
+            let inbox = inbox()?;
+            let mut db = Database::connect(url.as_deref())?;
+            with_connection!(db, |conn| stats::run(conn, &inbox, args, &global))
+        }
+        Command::Prune(args) => {
+            let inbox = inbox()?;
+            let mut db = Database::connect(url.as_deref())?;
+            with_connection!(db, |conn| prune::run(conn, &inbox, args, &global))
         }
         Command::Doctor => {
             let mut db = Database::connect(url.as_deref())?;
@@ -222,4 +244,49 @@ fn dialect_of(url: &str) -> Result<Dialect, Failure> {
             url.split_once("://").map_or(url, |(scheme, _)| scheme)
         ))
     })
+}
+
+/// A duration as people type it: a whole number and a unit, `s`, `m`, `h`, `d` or `w`.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (amount, unit) = text.split_at(split);
+    let amount: u64 = amount
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration: write a number and a unit, e.g. 30d"))?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => {
+            return Err(format!(
+                "{text:?}: the unit must be s, m, h, d or w, e.g. 30d"
+            ))
+        }
+    };
+    amount
+        .checked_mul(seconds)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_read_as_a_number_and_a_unit() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_duration("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        for bad in ["", "d", "30", "30 d", "1.5h", "-1d", "30y"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 }

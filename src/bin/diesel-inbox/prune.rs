@@ -1,0 +1,86 @@
+//! `diesel-inbox prune`.
+
+use std::time::Duration;
+
+use clap::Args;
+use diesel_inbox::{Inbox, InboxConnection, Pruned, Retention};
+use serde_json::json;
+
+use crate::output;
+use crate::{Failure, Format, Global, Outcome};
+
+/// The `prune` options.
+#[derive(Debug, Args)]
+pub(crate) struct PruneArgs {
+    /// Prune processed events whose first and latest delivery are older than this (e.g. 30d).
+    #[arg(long, value_parser = crate::parse_duration)]
+    older_than: Duration,
+    /// The consumer's redelivery window, as the application declares it: the longest a
+    /// redelivery can take. --older-than below it is refused.
+    #[arg(long, default_value = "7d", value_parser = crate::parse_duration)]
+    redelivery_window: Duration,
+    /// Rows per batch: each batch is one short transaction.
+    #[arg(long, default_value_t = 1000)]
+    batch_size: u32,
+    /// Only count what would be pruned.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Prunes, or counts what a prune would remove; without `--yes`, a real prune only counts
+/// and exits with 2.
+pub(crate) fn run<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    args: &PruneArgs,
+    global: &Global,
+) -> Outcome {
+    if args.batch_size == 0 {
+        return Err(Failure::Usage(
+            "error: --batch-size must be at least 1".to_owned(),
+        ));
+    }
+    let inbox = inbox.clone().redelivery_window(args.redelivery_window);
+    let retention = Retention::older_than(args.older_than).batch_size(args.batch_size);
+    let dry_run = args.dry_run || !global.yes;
+    let pruned = inbox.prune(conn, &retention.dry_run(dry_run))?;
+    print(&pruned, inbox.consumer(), global);
+    if dry_run && !args.dry_run {
+        return Err(Failure::Usage(format!(
+            "would prune {} events of {}; nothing changed: rerun with --yes",
+            pruned.events,
+            inbox.consumer()
+        )));
+    }
+    Ok(())
+}
+
+fn print(pruned: &Pruned, consumer: &str, global: &Global) {
+    match global.format {
+        Format::Json => output::print_json(&json!({
+            "consumer": consumer,
+            "dry_run": pruned.dry_run,
+            "events": pruned.events,
+            "failures": pruned.failures,
+            "history": pruned.history,
+            "counters": pruned.counters,
+            "batches": pruned.batches,
+            "longest_batch_seconds": pruned.longest_batch.as_secs_f64(),
+            "elapsed_seconds": pruned.elapsed.as_secs_f64(),
+        })),
+        Format::Table => print!(
+            "{}",
+            output::fields(&[
+                ("consumer", consumer.to_owned()),
+                ("dry run", pruned.dry_run.to_string()),
+                ("events", pruned.events.to_string()),
+                ("failures", pruned.failures.to_string()),
+                ("history", pruned.history.to_string()),
+                ("counters", pruned.counters.to_string()),
+                ("batches", pruned.batches.to_string()),
+                ("longest batch", format!("{:?}", pruned.longest_batch)),
+                ("elapsed", format!("{:?}", pruned.elapsed)),
+            ])
+        ),
+    }
+}
