@@ -319,7 +319,7 @@ pub(crate) mod sealed {
         fn failure_totals(&mut self, consumer: &str) -> QueryResult<Vec<FailureTotals>>;
 
         /// The consumer's inbox rows processed at or after `since`: a range scan of the
-        /// `(consumer, state, processed_at)` index.
+        /// `(consumer, state, processed_at, event_id)` index.
         fn processed_since(&mut self, consumer: &str, since: DateTime<Utc>) -> QueryResult<i64>;
 
         /// The consumer's hourly counters summed per counter, over the buckets at or after
