@@ -64,15 +64,24 @@
 //! pooled connections of them. On SQLite, set up each connection with [`SqliteSetup`]. The
 //! `testing` feature adds [`testing`], helpers that prove a handler idempotent in a unit test:
 //! throwaway databases, inbox assertions, a delivery harness, fault injection and randomized
-//! delivery schedules. The `cli` feature builds `diesel-inbox`, the ops tool: dead letters
-//! (list, show, export, discard, release), [`doctor`] checks and the migrations
-//! (`diesel-inbox --help`).
+//! delivery schedules.
 //!
-//! [`Inbox::stats`] and [`Stats::all`] read what each consumer processed, skipped and failed,
-//! in total and over a recent window. The `metrics` feature records deliveries, their
-//! durations, failed attempts, dead letters and contention retries through the
-//! [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the application installs
-//! (`describe_metrics` lists them).
+//! # Operating it
+//!
+//! - **Retention**: [`Inbox::prune`] removes processed rows older than the consumer's
+//!   [redelivery window](Inbox::redelivery_window), in short batches, one runner at a time
+//!   ([`retention`]).
+//! - **Stats**: [`Inbox::stats`] and [`Stats::all`] read what each consumer processed, skipped
+//!   and failed, in total and over a recent window.
+//! - **Metrics**: the `metrics` feature records deliveries, their durations, failed attempts,
+//!   dead letters, contention retries and pruned rows through the
+//!   [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the application
+//!   installs (`describe_metrics` lists them).
+//! - **Health**: [`doctor::check`] says whether the schema is applied and current and the
+//!   backend set up as the inbox needs.
+//! - **The ops CLI**: the `cli` feature builds `diesel-inbox`: stats, dead letters (list,
+//!   show, export, discard, release), prune, doctor and the migrations (`diesel-inbox
+//!   --help`).
 //!
 //! # Errors
 //!
