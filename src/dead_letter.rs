@@ -261,27 +261,16 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
     ) -> Result<(), Error> {
-        let event_id = event_id.into_event_id()?;
-        let consumer = self.inbox.consumer();
-        let key = (consumer, event_id.as_str());
-        let scope = transaction::scope_of(conn)?;
-        let subject = self.inbox.subject(Some(key.1));
-        transaction::run::<_, _, Error>(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            transition_from_dead_lettered(tx, key, Transition::Discard)?;
-            let sql = tx.sql();
+        self.transition(conn, event_id, audit, Transition::Discard, |sql, key| {
             let marked =
                 sql.set_inbox_state(key, InboxState::DeadLettered, InboxState::Discarded)?;
-            // The row that holds deliveries back may have been deleted (retention, by hand):
-            // put it back, or "never run again" would not hold.
+            // The row that holds deliveries back may have been deleted (by hand): put it
+            // back, or "never run again" would not hold.
             if !marked {
                 sql.insert_held_row(key, Utc::now(), InboxState::Discarded)?;
             }
-            finish_transition(tx, key, Transition::Discard, audit)
+            Ok(())
         })
-        .map_err(Failure::into_error)?;
-        let (event_id, actor, reason) = (key.1, audit.actor(), audit.reason());
-        tracing::warn!(consumer, event_id, actor, reason, "dead letter discarded");
-        Ok(())
     }
 
     /// Releases a dead-lettered event to be published again, with `audit` in its history: the
@@ -327,29 +316,38 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
     ) -> Result<(), Error> {
+        self.transition(conn, event_id, audit, Transition::Release, |sql, key| {
+            // The row that held deliveries back goes (it may be gone already, by hand); the
+            // next delivery inserts its own and runs the effect.
+            sql.delete_inbox_row(key, InboxState::DeadLettered)?;
+            sql.reset_attempts(key, Utc::now())
+        })
+    }
+
+    /// A transition that runs no effect (discard, release), in one transaction: check that
+    /// the event is dead-lettered, `apply` it to the inbox row, record it with `audit`.
+    fn transition<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+        audit: &Audit,
+        transition: Transition,
+        mut apply: impl FnMut(&mut C::Sql, Key<'_>) -> diesel::QueryResult<()>,
+    ) -> Result<(), Error> {
         let event_id = event_id.into_event_id()?;
         let consumer = self.inbox.consumer();
         let key = (consumer, event_id.as_str());
         let scope = transaction::scope_of(conn)?;
         let subject = self.inbox.subject(Some(key.1));
         transaction::run::<_, _, Error>(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            transition_from_dead_lettered(tx, key, Transition::Release)?;
-            let sql = tx.sql();
-            // The row that held deliveries back goes (it may be gone already: retention, by
-            // hand); the next delivery inserts its own and runs the effect.
-            sql.delete_inbox_row(key, InboxState::DeadLettered)?;
-            sql.reset_attempts(key, Utc::now())?;
-            finish_transition(tx, key, Transition::Release, audit)
+            transition_from_dead_lettered(tx, key, transition)?;
+            apply(tx.sql(), key)?;
+            finish_transition(tx, key, transition, audit)
         })
         .map_err(Failure::into_error)?;
         let (event_id, actor, reason) = (key.1, audit.actor(), audit.reason());
-        tracing::warn!(
-            consumer,
-            event_id,
-            actor,
-            reason,
-            "dead letter released: its next delivery runs the effect"
-        );
+        let state = transition.to();
+        tracing::warn!(consumer, event_id, actor, reason, %state, "dead letter transition");
         Ok(())
     }
 }

@@ -236,14 +236,10 @@ impl InboxSql for MysqlConnection {
         crate::migrations::pending(self, &crate::migrations::MYSQL)
     }
 
-    fn index_exists(&mut self, name: &str) -> QueryResult<bool> {
-        diesel::dsl::sql::<BigInt>(
-            "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = ",
-        )
-        .bind::<Text, _>(name)
-        .get_result::<i64>(self)
-        .map(|found| found > 0)
-    }
+    statement!(
+        index_exists,
+        catalogue = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = "
+    );
 
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         // The keys must compare byte for byte: under a collation, ids differing in case,

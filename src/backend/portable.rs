@@ -837,4 +837,14 @@ macro_rules! statement {
             })
         }
     };
+    // `catalogue`: the backend's query counting the current database's indexes by name, the
+    // name bound last.
+    (index_exists, catalogue = $query:expr) => {
+        fn index_exists(&mut self, name: &str) -> QueryResult<bool> {
+            diesel::dsl::sql::<diesel::sql_types::BigInt>($query)
+                .bind::<diesel::sql_types::Text, _>(name)
+                .get_result::<i64>(self)
+                .map(|found| found > 0)
+        }
+    };
 }

@@ -117,14 +117,11 @@ impl InboxSql for PgConnection {
         crate::migrations::pending(self, &crate::migrations::POSTGRES)
     }
 
-    fn index_exists(&mut self, name: &str) -> QueryResult<bool> {
-        diesel::dsl::sql::<BigInt>(
-            "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ",
-        )
-        .bind::<Text, _>(name)
-        .get_result::<i64>(self)
-        .map(|found| found > 0)
-    }
+    statement!(
+        index_exists,
+        catalogue =
+            "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = "
+    );
 
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         let encoding = diesel::select(diesel::dsl::sql::<Text>(

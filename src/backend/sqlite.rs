@@ -130,14 +130,10 @@ impl InboxSql for SqliteConnection {
         crate::migrations::pending(self, &crate::migrations::SQLITE)
     }
 
-    fn index_exists(&mut self, name: &str) -> QueryResult<bool> {
-        diesel::dsl::sql::<BigInt>(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = ",
-        )
-        .bind::<Text, _>(name)
-        .get_result::<i64>(self)
-        .map(|found| found > 0)
-    }
+    statement!(
+        index_exists,
+        catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = "
+    );
 
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         let journal = diesel::select(diesel::dsl::sql::<Text>(
