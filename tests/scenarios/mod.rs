@@ -101,6 +101,7 @@ macro_rules! backend_tests {
             recent_counts_leave_out_what_happened_before_the_window,
             stats_all_lists_every_consumer,
             pruning_removes_only_processed_rows_older_than_the_window,
+            a_redriven_event_is_kept_for_the_window_after_its_redrive,
             a_window_below_the_declared_redelivery_window_is_refused_and_deletes_nothing,
             a_prune_inside_a_transaction_is_refused,
             a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing,

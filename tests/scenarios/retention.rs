@@ -9,7 +9,7 @@ use diesel::prelude::*;
 use diesel_inbox::{Audit, Error, Inbox, Pruned, Retention};
 
 use super::{effect, HandlerError};
-use crate::support::{setup, Backend, StatementLog, TestConn};
+use crate::support::{setup, Backend, EffectConn, StatementLog, TestConn};
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -152,6 +152,41 @@ pub fn pruning_removes_only_processed_rows_older_than_the_window<B: Backend>() {
         .prune(&mut conn, &Retention::older_than(7 * DAY))
         .unwrap();
     assert_eq!((again.events, again.batches, again.counters), (0, 0, 0));
+}
+
+/// The hand-written prune's double charge: an event that failed a month ago and was redriven
+/// today is as young as its redrive, and keeps its row and its history for the window.
+pub fn a_redriven_event_is_kept_for_the_window_after_its_redrive<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = orders().max_attempts(1);
+    assert!(inbox
+        .process(&mut conn, "charge-1", refuse)
+        .unwrap()
+        .is_dead_lettered());
+    B::backdate(
+        &mut conn,
+        "orders",
+        &["charge-1"],
+        days_ago(30),
+        days_ago(30),
+    );
+    let audit = Audit::new("ops", "card network back").unwrap();
+    assert!(inbox
+        .dead_letters()
+        .redrive(&mut conn, "charge-1", &audit, |tx, _| tx
+            .write_effect("charge-1"))
+        .unwrap()
+        .is_processed());
+
+    let pruned = inbox
+        .prune(&mut conn, &Retention::older_than(7 * DAY))
+        .unwrap();
+
+    assert_eq!((pruned.events, pruned.failures, pruned.history), (0, 0, 0));
+    let redelivered = inbox.process(&mut conn, "charge-1", effect("charge-1"));
+    assert!(redelivered.unwrap().is_duplicate());
+    assert_eq!(conn.effects_of("charge-1"), 1, "charged once");
+    assert_eq!(conn.failure_rows("orders", "charge-1"), (1, 3));
 }
 
 pub fn a_window_below_the_declared_redelivery_window_is_refused_and_deletes_nothing<B: Backend>() {
