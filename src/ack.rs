@@ -1,6 +1,6 @@
 //! What a broker loop does with a message once the inbox has seen it.
 
-use crate::{Error, HandlerError, Outcome};
+use crate::{Error, FailureKind, HandlerError, Outcome};
 
 /// What to tell the broker about the message a delivery came from.
 ///
@@ -51,8 +51,10 @@ pub enum Ack {
     /// dead-letter limit or marked transient), or the commit's outcome is unknown (a
     /// redelivery then answers `Duplicate` if it applied).
     Redeliver,
-    /// The message can never be processed as it is (its id is not a valid event id): hand it
-    /// to the broker's own dead-letter path (nack without requeue, `Term` on `JetStream`) rather
+    /// The message can never be processed as it is: its id is not a valid event id, or the
+    /// handler marked its failure permanent and the inbox could not dead-letter it (inside a
+    /// transaction of the caller's, where nothing is recorded). Hand it to the broker's own
+    /// dead-letter path (nack without requeue, `Term` on `JetStream`) rather
     /// than redeliver it forever.
     Reject,
 }
@@ -60,12 +62,14 @@ pub enum Ack {
 impl Ack {
     /// What to do with the message whose delivery came to `result`: the outcome's ack, or
     /// the error's, with the inbox's error found inside the handler's own error type through
-    /// [`HandlerError::inbox_error`]. A handler error that carries none is
-    /// [`Redeliver`](Ack::Redeliver): it was recorded as a failed attempt (or not counted at
-    /// all), and the event runs again on redelivery.
+    /// [`HandlerError::inbox_error`]. A handler error marked permanent is
+    /// [`Reject`](Ack::Reject) (one the inbox recorded comes back as `Ok(DeadLettered)`
+    /// instead); any other that carries no inbox error is [`Redeliver`](Ack::Redeliver): it
+    /// was recorded as a failed attempt, or not counted at all, and runs again on redelivery.
     pub fn of<T, E: HandlerError>(result: &Result<Outcome<T>, E>) -> Ack {
         match result {
             Ok(outcome) => outcome.ack(),
+            Err(error) if error.failure_kind() == FailureKind::Permanent => Ack::Reject,
             Err(error) => error.inbox_error().map_or(Ack::Redeliver, Error::ack),
         }
     }
@@ -95,7 +99,9 @@ impl Error {
     pub fn ack(&self) -> Ack {
         match self {
             Error::PayloadMismatch { .. } => Ack::Ack,
-            Error::InvalidEventId(_) => Ack::Reject,
+            // Only when recording it failed, or inside a caller's transaction, does a
+            // permanent failure come back as an error rather than as `DeadLettered`.
+            Error::InvalidEventId(_) | Error::Permanent(_) => Ack::Reject,
             // Nothing was committed, or the commit's outcome is unknown: the inbox answers a
             // redelivery correctly either way.
             Error::Database(_)
@@ -104,9 +110,6 @@ impl Error {
             | Error::ConnectionLost { .. }
             | Error::CommitUnknown { .. }
             | Error::Transient(_)
-            // Only when recording it failed, or inside a caller's transaction, does a
-            // permanent failure come back as an error rather than as `DeadLettered`.
-            | Error::Permanent(_)
             // A result that does not serialize: nothing committed; a fixed handler takes it.
             | Error::StoredResult(_)
             // Not raised by a delivery; redelivering loses nothing.

@@ -6,10 +6,10 @@ use std::collections::{HashMap, HashSet};
 use chrono::Utc;
 
 use crate::backend::sealed::{InboxSql, Recorded};
-use crate::inbox::{self, Delivered};
+use crate::inbox::{self, Delivered, Tally};
 use crate::observe::{self, DeliveryOutcome};
 use crate::state::InboxState;
-use crate::transaction::{self, Failure};
+use crate::transaction::{self, Failure, Scope};
 use crate::{
     Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery, Outcome, Payload,
 };
@@ -106,7 +106,14 @@ impl Inbox {
         let subject = self.subject(None);
         let slots = loop {
             let slots = transaction::run(conn, scope, self.retry_policy(), subject, |tx| {
-                self.deliver_batch(tx, &deliveries, &mut effect, isolate, &mut panicked_at)
+                self.deliver_batch(
+                    tx,
+                    &deliveries,
+                    &mut effect,
+                    isolate,
+                    &mut panicked_at,
+                    scope,
+                )
             });
             match slots {
                 Err(Failure::Handler(_) | Failure::Inbox(Error::TransactionAborted { .. }))
@@ -155,6 +162,7 @@ impl Inbox {
         effect: &mut F,
         isolate: bool,
         panicked_at: &mut Option<usize>,
+        scope: Scope,
     ) -> Result<Vec<Slot<T, E>>, Failure<E>>
     where
         C: InboxConnection,
@@ -192,6 +200,7 @@ impl Inbox {
             items.iter().map(|&(id, _)| id).zip(recorded).collect();
 
         let mut slots = Vec::with_capacity(deliveries.len());
+        let mut tally = Tally::default();
         for (i, delivery) in deliveries.iter().enumerate() {
             let delivery = match delivery {
                 Ok(delivery) => delivery,
@@ -211,12 +220,16 @@ impl Inbox {
             // Read only when an effect panics: then it names the event whose effect it was.
             *panicked_at = Some(i);
             let slot = match this {
-                Recorded::Seen(existing) => match inbox::seen(conn, key, fingerprint, existing)? {
-                    Delivered::Outcome(outcome) => Slot::Done(outcome),
-                    Delivered::PayloadConflict => Slot::Rejected(Error::PayloadMismatch {
-                        event_id: delivery.id.clone(),
-                    }),
-                },
+                Recorded::Seen(existing) => {
+                    let delivered = inbox::seen(conn, key, fingerprint, existing)?;
+                    tally.add(&Tally::of(&delivered));
+                    match delivered {
+                        Delivered::Outcome(outcome) => Slot::Done(outcome),
+                        Delivered::PayloadConflict => Slot::Rejected(Error::PayloadMismatch {
+                            event_id: delivery.id.clone(),
+                        }),
+                    }
+                }
                 Recorded::New if !isolate => {
                     let value = transaction::call_user(conn, |c: &mut C| effect(c, delivery))?;
                     Slot::Done(Outcome::Processed(value))
@@ -250,6 +263,9 @@ impl Inbox {
         // Once for the batch: an effect that swallowed a failed statement leaves a PostgreSQL
         // transaction aborted, which COMMIT would hide.
         transaction::ensure_committable(conn)?;
+        if scope == Scope::TopLevel {
+            tally.count(conn, self.consumer())?;
+        }
         Ok(slots)
     }
 

@@ -292,9 +292,8 @@ pub(crate) fn seen(existing: Existing, fingerprint: Option<&[u8; 32]>) -> Seen {
 }
 
 /// Whether a failed attempt, the `attempts`-th, dead-letters its event: at the limit, or at
-/// once for a permanent failure, and only while the event is still retrying, or released by
-/// ops and failing again (a concurrent
-/// failure may have dead-lettered it already).
+/// once for a permanent failure, and only while the event is still retrying (a concurrent
+/// failure may have dead-lettered it already; a released one that fails again is retrying).
 pub(crate) fn dead_letters_now(
     attempts: i64,
     state: DeadLetterState,
@@ -303,7 +302,7 @@ pub(crate) fn dead_letters_now(
 ) -> bool {
     let limit = max_attempts.map_or(i64::MAX, |max| i64::from(max.get()));
     let gives_up = failure == HandlerFailure::Permanent || attempts >= limit;
-    gives_up && matches!(state, DeadLetterState::Retrying | DeadLetterState::Released)
+    gives_up && state == DeadLetterState::Retrying
 }
 
 #[cfg(test)]
@@ -493,18 +492,6 @@ mod tests {
             1_000,
             DeadLetterState::Retrying,
             None,
-            counted
-        ));
-        assert!(dead_letters_now(
-            3,
-            DeadLetterState::Released,
-            three,
-            counted
-        ));
-        assert!(!dead_letters_now(
-            2,
-            DeadLetterState::Released,
-            three,
             counted
         ));
         assert!(!dead_letters_now(

@@ -1,6 +1,6 @@
 //! The errors the library itself raises. The handler's own errors pass through untouched.
 
-use crate::{DeadLetterState, EventId, FailureKind, InvalidConsumerName, InvalidEventId};
+use crate::{DeadLetterState, EventId, InvalidConsumerName, InvalidEventId};
 
 /// Boxed error from the migration harness.
 pub(crate) type MigrationError = Box<dyn std::error::Error + Send + Sync>;
@@ -121,7 +121,7 @@ pub enum Error {
     /// [`Inbox::prune`](crate::Inbox::prune) was asked to remove rows younger than the
     /// consumer's declared [`redelivery_window`](crate::Inbox::redelivery_window). Nothing was
     /// deleted.
-    #[error("refusing to prune inbox rows younger than the redelivery window: the consumer declared a redelivery window of {}, and pruning rows only {} old would let a late redelivery run the effect again; prune older rows, or declare a shorter window with Inbox::redelivery_window if redeliveries really stop sooner", crate::retention::human(*.window), crate::retention::human(*.older_than))]
+    #[error("refusing to prune inbox rows younger than the redelivery window: the consumer declared a redelivery window of {}, and pruning rows only {} old would let a late redelivery run the effect again; prune older rows, or declare a shorter window with Inbox::redelivery_window if redeliveries really stop sooner", crate::duration::human(*.window), crate::duration::human(*.older_than))]
     RetentionBelowWindow {
         /// The age asked for.
         older_than: std::time::Duration,
@@ -169,17 +169,6 @@ impl Error {
     /// the caller, who redelivers ([`FailureKind::Transient`]).
     pub fn transient(reason: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Error::Transient(reason.into())
-    }
-
-    /// How the failure policy treats this error when a handler returns it:
-    /// [`Permanent`](Error::Permanent) and [`Transient`](Error::Transient) say so, the rest
-    /// are counted.
-    pub fn failure_kind(&self) -> FailureKind {
-        match self {
-            Error::Permanent(_) => FailureKind::Permanent,
-            Error::Transient(_) => FailureKind::Transient,
-            _ => FailureKind::Counted,
-        }
     }
 
     /// The inbox's own error inside a [`diesel::result::Error`], for handlers that return

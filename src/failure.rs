@@ -87,7 +87,12 @@ fn record_attempt<C: InboxConnection>(
 ) -> Result<(i64, Option<DeadLettered>), decide::Failure<Error>> {
     let now = Utc::now();
     let sql = conn.sql();
-    let (attempts, state) = sql.record_failure(key, now, error, delivery.payload.as_ref())?;
+    let (attempts, mut state) = sql.record_failure(key, now, error, delivery.payload.as_ref())?;
+    if state == DeadLetterState::Released {
+        // Ops released it and it failed again: it is failing, as before it was dead-lettered.
+        sql.set_failure_state(key, state, DeadLetterState::Retrying, now)?;
+        state = DeadLetterState::Retrying;
+    }
     let dead = if decide::dead_letters_now(attempts, state, max_attempts, failure) {
         dead_letter(sql, key, (attempts, state), error, failure, now)?
     } else {
@@ -95,9 +100,9 @@ fn record_attempt<C: InboxConnection>(
     };
     // Counted last, so the hot counter row is locked for the shortest time and always after
     // the event's own rows, as every inbox transaction takes them.
-    sql.bump_counter(key.0, Counter::FailedAttempt, now)?;
+    sql.bump_counter(key.0, Counter::FailedAttempt, 1, now)?;
     if dead.is_some() {
-        sql.bump_counter(key.0, Counter::DeadLettered, now)?;
+        sql.bump_counter(key.0, Counter::DeadLettered, 1, now)?;
     }
     Ok((attempts, dead))
 }
@@ -115,7 +120,6 @@ fn dead_letter<S: InboxSql>(
     if !sql.insert_held_row(key, now, InboxState::DeadLettered)? {
         return Ok(None);
     }
-    // From retrying, or from released (ops released it and it failed as often again).
     sql.set_failure_state(key, state, DeadLetterState::DeadLettered, now)?;
     sql.append_history(
         key,

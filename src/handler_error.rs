@@ -96,7 +96,7 @@ pub trait HandlerError: From<Error> + Display {
     /// inside, else [`FailureKind::Counted`].
     fn failure_kind(&self) -> FailureKind {
         self.inbox_error()
-            .map_or(FailureKind::Counted, Error::failure_kind)
+            .map_or(FailureKind::Counted, HandlerError::failure_kind)
     }
 }
 
@@ -110,6 +110,15 @@ impl HandlerError for Error {
 
     fn inbox_error(&self) -> Option<&Error> {
         Some(self)
+    }
+
+    /// [`Error::permanent`] and [`Error::transient`] say so; the rest are counted.
+    fn failure_kind(&self) -> FailureKind {
+        match self {
+            Error::Permanent(_) => FailureKind::Permanent,
+            Error::Transient(_) => FailureKind::Transient,
+            _ => FailureKind::Counted,
+        }
     }
 }
 

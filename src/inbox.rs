@@ -19,6 +19,7 @@ use crate::{
     Delivery, Error, HandlerError, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome,
     RetryPolicy,
 };
+use diesel::QueryResult;
 
 /// Runs `effect` once per event for the default consumer ([`DEFAULT_CONSUMER`](crate::DEFAULT_CONSUMER)).
 ///
@@ -260,7 +261,13 @@ impl Inbox {
         let delivered = transaction::run(conn, scope, &self.retry, subject, |tx| {
             self.deliver(tx, &delivery, &mut effect, &encode, scope)
         });
-        let if_err = DeliveryOutcome::if_err(&delivered);
+        // What an error will be labelled: a payload conflict, the handler's failure (unless the
+        // failure policy turns it into a dead letter), or the inbox's own error.
+        let if_err = match &delivered {
+            Ok(Delivered::PayloadConflict) => DeliveryOutcome::PayloadConflict,
+            Err(Failure::Handler(_) | Failure::Panicked(_)) => DeliveryOutcome::Failed,
+            Ok(Delivered::Outcome(_)) | Err(_) => DeliveryOutcome::Error,
+        };
         let result = match delivered {
             Ok(Delivered::Outcome(outcome)) => Ok(outcome),
             Ok(Delivered::PayloadConflict) => Err(Error::PayloadMismatch {
@@ -302,10 +309,12 @@ impl Inbox {
             Recorded::Seen(existing) => {
                 // The effect will not run: what commits now is the delivery count alone.
                 // Inside a caller's transaction, the caller's writes decide durability.
+                let delivered = seen(conn, key, fingerprint.as_ref(), existing)?;
                 if scope == Scope::TopLevel {
                     conn.sql().commit_without_waiting_for_disk()?;
+                    Tally::of(&delivered).count(conn, self.consumer())?;
                 }
-                seen(conn, key, fingerprint.as_ref(), existing)
+                Ok(delivered)
             }
         }
     }
@@ -409,9 +418,58 @@ where
     Ok(value)
 }
 
+/// What deliveries add to the consumer's hourly counters: duplicates and payload conflicts.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    duplicates: i64,
+    conflicts: i64,
+}
+
+impl Tally {
+    /// What one delivery adds.
+    pub(crate) fn of<T>(delivered: &Delivered<T>) -> Self {
+        match delivered {
+            Delivered::Outcome(Outcome::Duplicate(_)) => Self {
+                duplicates: 1,
+                conflicts: 0,
+            },
+            Delivered::PayloadConflict => Self {
+                duplicates: 0,
+                conflicts: 1,
+            },
+            Delivered::Outcome(_) => Self::default(),
+        }
+    }
+
+    /// Adds another delivery's.
+    pub(crate) fn add(&mut self, other: &Self) {
+        self.duplicates += other.duplicates;
+        self.conflicts += other.conflicts;
+    }
+
+    /// Adds to the counters, as the last statements of an inbox transaction of its own (never
+    /// inside a caller's): the consumer's counter row is one for every delivery, so whoever
+    /// holds it must take no other lock after it, or two deliveries could deadlock on it.
+    pub(crate) fn count<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        consumer: &str,
+    ) -> QueryResult<()> {
+        let now = Utc::now();
+        for (counter, by) in [
+            (Counter::Duplicate, self.duplicates),
+            (Counter::PayloadConflict, self.conflicts),
+        ] {
+            if by > 0 {
+                conn.sql().bump_counter(consumer, counter, by, now)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What a delivery of an event seen before comes to (see [`decide::seen`]), with its log line;
-/// a payload conflict is counted on the row, and it or a duplicate in the hourly counters, in
-/// the delivery's transaction.
+/// a payload conflict is counted on the row.
 pub(crate) fn seen<C: InboxConnection, T, E>(
     conn: &mut C,
     key: Key<'_>,
@@ -422,14 +480,10 @@ pub(crate) fn seen<C: InboxConnection, T, E>(
     let outcome = match decide::seen(existing, fingerprint) {
         Seen::PayloadConflict => {
             conn.sql().note_payload_conflict(key)?;
-            conn.sql()
-                .bump_counter(consumer, Counter::PayloadConflict, Utc::now())?;
             warn!(consumer, event_id, "payload conflict: this event id was first delivered with another payload; effect skipped");
             return Ok(Delivered::PayloadConflict);
         }
         Seen::Duplicate(duplicate) => {
-            conn.sql()
-                .bump_counter(consumer, Counter::Duplicate, Utc::now())?;
             info!(consumer, event_id, deliveries = duplicate.deliveries, first_processed_at = %duplicate.processed_at, "duplicate delivery; effect skipped");
             Outcome::Duplicate(duplicate)
         }

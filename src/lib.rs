@@ -99,7 +99,8 @@
 //! [`Ack::of`]`(&result)` tells a broker loop what to do with the message, for every
 //! [`Outcome`] and every [`Error`]: [`Ack::Ack`] for processed, duplicate, dead-lettered and a
 //! recorded payload conflict; [`Ack::Redeliver`] when nothing was committed or the commit's
-//! outcome is unknown; [`Ack::Reject`] for an id that can never be valid.
+//! outcome is unknown; [`Ack::Reject`] for an id that can never be valid or a permanent
+//! failure the inbox could not dead-letter itself.
 
 // Without a backend feature the crate compiles (for docs and checks) but has nothing to run.
 #![cfg_attr(
@@ -110,11 +111,13 @@
 mod ack;
 mod backend;
 mod batch;
+mod check;
 mod consumer;
 mod dead_letter;
 mod decide;
 mod delivery;
 pub mod doctor;
+mod duration;
 mod error;
 mod failure;
 mod handler_error;

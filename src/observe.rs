@@ -6,8 +6,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::decide::Failure;
-use crate::inbox::Delivered;
 use crate::Outcome;
 
 /// `diesel_inbox_deliveries_total{consumer, outcome}`.
@@ -60,17 +58,6 @@ impl DeliveryOutcome {
             Ok(Outcome::Duplicate(_)) => Self::Duplicate,
             Ok(Outcome::DeadLettered(_)) => Self::DeadLettered,
             Err(_) => if_err,
-        }
-    }
-
-    /// What an error from the inbox transaction's result `delivered` will be: a payload
-    /// conflict, the handler's failure (unless the failure policy turns it into a dead
-    /// letter), or the inbox's own error.
-    pub(crate) fn if_err<T, E>(delivered: &Result<Delivered<T>, Failure<E>>) -> Self {
-        match delivered {
-            Ok(Delivered::PayloadConflict) => Self::PayloadConflict,
-            Err(Failure::Handler(_) | Failure::Panicked(_)) => Self::Failed,
-            Ok(Delivered::Outcome(_)) | Err(_) => Self::Error,
         }
     }
 }

@@ -72,22 +72,17 @@ use std::collections::HashSet;
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
 use crate::backend::sealed::{InboxSql, PruneCursor};
+use crate::duration;
 use crate::observe;
 use crate::transaction::{self, Failure, Scope};
 use crate::{Error, Inbox, InboxConnection};
 
 /// The redelivery window of an inbox that declares none: 7 days.
 pub(crate) const DEFAULT_REDELIVERY_WINDOW: Duration = Duration::from_secs(7 * 24 * 60 * 60);
-
-/// PostgreSQL's advisory lock key for pruning: the bytes of `inbxprun`.
-pub(crate) const PRUNE_LOCK_KEY: i64 = 0x696e_6278_7072_756e;
-
-/// MySQL/MariaDB's named lock for pruning.
-pub(crate) const PRUNE_LOCK_NAME: &str = "diesel_inbox.prune";
 
 /// Rows per batch unless [`Retention::batch_size`] says otherwise.
 const DEFAULT_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(1000).expect("not zero");
@@ -249,7 +244,7 @@ impl Inbox {
         }
         let started = Instant::now();
         let consumer = self.consumer();
-        let cutoff = cutoff(Utc::now(), retention.older_than);
+        let cutoff = duration::before(Utc::now(), retention.older_than);
         let span = tracing::info_span!("inbox_prune", consumer, %cutoff);
         let _entered = span.enter();
 
@@ -323,6 +318,8 @@ impl Inbox {
         // rows settled from now on land after the cutoff.
         loop {
             let batch_started = Instant::now();
+            // A batch retried for contention runs at the session's own level.
+            conn.sql().before_prune_batch()?;
             let batch =
                 transaction::run(conn, Scope::TopLevel, self.retry_policy(), subject, |tx| {
                     prune_batch(tx, consumer, cutoff, &cursor, limit)
@@ -454,58 +451,13 @@ impl<C: InboxConnection> Drop for PruneLock<'_, C> {
     }
 }
 
-/// `now - older_than`, not before 1970: no inbox row is older than that, and every backend
-/// stores it.
-fn cutoff(now: DateTime<Utc>, older_than: Duration) -> DateTime<Utc> {
-    TimeDelta::from_std(older_than)
-        .ok()
-        .and_then(|age| now.checked_sub_signed(age))
-        .map_or(DateTime::UNIX_EPOCH, |cutoff| {
-            cutoff.max(DateTime::UNIX_EPOCH)
-        })
-}
-
 fn count(rows: usize) -> u64 {
     u64::try_from(rows).unwrap_or(u64::MAX)
-}
-
-/// A duration as people write it in an error message: whole days, hours, minutes or seconds
-/// where it is one, else as Rust prints it.
-pub(crate) fn human(duration: Duration) -> String {
-    let seconds = duration.as_secs();
-    if duration.subsec_nanos() != 0 || seconds == 0 {
-        return format!("{duration:?}");
-    }
-    let (amount, unit) = match seconds {
-        s if s % 86_400 == 0 => (s / 86_400, "day"),
-        s if s % 3_600 == 0 => (s / 3_600, "hour"),
-        s if s % 60 == 0 => (s / 60, "minute"),
-        s => (s, "second"),
-    };
-    format!("{amount} {unit}{}", if amount == 1 { "" } else { "s" })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        assert_eq!(human(DEFAULT_REDELIVERY_WINDOW), "7 days");
-        assert_eq!(human(Duration::from_secs(3_600)), "1 hour");
-        assert_eq!(human(Duration::from_secs(90)), "90 seconds");
-        assert_eq!(human(Duration::from_millis(1500)), "1.5s");
-    }
-
-    #[test]
-    fn a_cutoff_before_1970_is_1970() {
-        let now = Utc::now();
-        assert_eq!(cutoff(now, Duration::MAX), DateTime::UNIX_EPOCH);
-        assert_eq!(
-            cutoff(now, Duration::from_secs(60)),
-            now - TimeDelta::seconds(60)
-        );
-    }
 
     #[test]
     #[should_panic(expected = "at least 1")]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 
 use crate::backend::counter_bucket;
 use crate::backend::sealed::InboxSql;
@@ -64,13 +64,16 @@ pub struct Stats {
     ///   failed and then succeeded keeps its count);
     /// - `dead_lettered`: dead letters awaiting a decision (failure rows in state
     ///   dead-lettered), not every event ever dead-lettered;
-    /// - `discarded`: dead letters ops discarded (failure rows in state discarded).
+    /// - `discarded`, `redriven`, `released`: dead letters ops discarded, redrove or released
+    ///   (failure rows in that state; a released event that fails again counts as retrying).
     pub totals: Counts,
     /// What happened since [`recent_since`](Self::recent_since):
     /// - `processed`: inbox rows in state processed with `processed_at` at or after it;
     /// - every other count: the hourly counters from the start of the UTC hour it falls in,
     ///   so up to an hour more than the window. `dead_lettered` and `discarded` count the
     ///   events dead-lettered and discarded in the window, whatever became of them since.
+    ///   Duplicates and payload conflicts of deliveries nested in a caller's transaction are
+    ///   not counted here (they are in `totals`).
     pub recent: Counts,
     /// The start of the recent window: now − `recent` (no earlier than 1970-01-01).
     pub recent_since: DateTime<Utc>,
@@ -96,6 +99,10 @@ pub struct Counts {
     pub discarded: u64,
     /// Deliveries that reused an id with another payload, refused.
     pub payload_conflicts: u64,
+    /// Dead letters ops redrove (run again in place, through the inbox).
+    pub redriven: u64,
+    /// Dead letters ops released to be published again.
+    pub released: u64,
 }
 
 impl Inbox {
@@ -114,7 +121,7 @@ impl Inbox {
         conn: &mut C,
         recent: Duration,
     ) -> Result<Stats, Error> {
-        let since = window_start(Utc::now(), recent);
+        let since = crate::duration::before(Utc::now(), recent);
         read(conn.sql(), self.consumer(), since)
     }
 }
@@ -128,7 +135,7 @@ impl Stats {
     ///
     /// As [`Inbox::stats`].
     pub fn all<C: InboxConnection>(conn: &mut C, recent: Duration) -> Result<Vec<Stats>, Error> {
-        let since = window_start(Utc::now(), recent);
+        let since = crate::duration::before(Utc::now(), recent);
         let sql = conn.sql();
         let mut consumers = sql.consumers()?;
         consumers.sort_unstable();
@@ -138,16 +145,6 @@ impl Stats {
             .map(|consumer| read(sql, consumer, since))
             .collect()
     }
-}
-
-/// `now - recent`, no earlier than the Unix epoch (which every backend's time type holds).
-fn window_start(now: DateTime<Utc>, recent: Duration) -> DateTime<Utc> {
-    TimeDelta::from_std(recent)
-        .ok()
-        .and_then(|recent| now.checked_sub_signed(recent))
-        .map_or(DateTime::UNIX_EPOCH, |since| {
-            since.max(DateTime::UNIX_EPOCH)
-        })
 }
 
 /// A count read from the database as a `u64`; a negative count (a hand-edited row) reads as 0.
@@ -170,7 +167,9 @@ fn read<S: InboxSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Resul
         match row.state {
             DeadLetterState::DeadLettered => totals.dead_lettered += count(row.rows),
             DeadLetterState::Discarded => totals.discarded += count(row.rows),
-            _ => {}
+            DeadLetterState::Redriven => totals.redriven += count(row.rows),
+            DeadLetterState::Released => totals.released += count(row.rows),
+            DeadLetterState::Retrying => {}
         }
     }
 
@@ -186,7 +185,8 @@ fn read<S: InboxSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Resul
             Counter::FailedAttempt => recent.failed_attempts += total,
             Counter::DeadLettered => recent.dead_lettered += total,
             Counter::Discarded => recent.discarded += total,
-            Counter::Redriven | Counter::Released => {}
+            Counter::Redriven => recent.redriven += total,
+            Counter::Released => recent.released += total,
         }
     }
 
@@ -202,20 +202,6 @@ fn read<S: InboxSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_window_starts_recent_before_now_and_never_before_the_epoch() {
-        let now = DateTime::parse_from_rfc3339("2026-03-01T10:30:00Z")
-            .unwrap()
-            .to_utc();
-        let hour = Duration::from_secs(3600);
-        assert_eq!(window_start(now, hour), now - TimeDelta::hours(1));
-        assert_eq!(window_start(now, Duration::MAX), DateTime::UNIX_EPOCH);
-        assert_eq!(
-            window_start(now, Duration::from_secs(100 * 365 * 86_400)),
-            DateTime::UNIX_EPOCH
-        );
-    }
 
     #[test]
     fn counters_are_read_from_the_start_of_the_hour() {

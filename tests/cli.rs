@@ -236,14 +236,24 @@ fn counts_then_prunes<C: InboxConnection>(url: &str, conn: &mut C) {
          last_seen_at = '2000-01-01 00:00:00' WHERE consumer = 'orders'",
     )
     .unwrap();
-    let prune = with(&["prune", "--older-than", "30d"]);
+    let prune = with(&["prune", "--older-than", "30d", "--redelivery-window", "7d"]);
     let refused = cli(url, &prune);
     expect(&refused, 2);
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("would prune 1 events"),
         "{refused:?}"
     );
-    let below = cli(url, &with(&["prune", "--older-than", "1d", "--yes"]));
+    let below = cli(
+        url,
+        &with(&[
+            "prune",
+            "--older-than",
+            "1d",
+            "--redelivery-window",
+            "7d",
+            "--yes",
+        ]),
+    );
     expect(&below, 1);
     assert!(String::from_utf8_lossy(&below.stderr).contains("redelivery window"));
     let pruned = json(&cli(

@@ -296,18 +296,22 @@ pub(crate) mod sealed {
         /// not record; an error when that table is missing. Reads only.
         fn pending_migrations(&mut self) -> QueryResult<Vec<String>>;
 
+        /// Whether the current database has a table called `name`.
+        fn table_exists(&mut self, name: &str) -> QueryResult<bool>;
+
         /// Whether the index `name` exists on one of the inbox's tables in the connection's
         /// schema (database).
         fn index_exists(&mut self, name: &str) -> QueryResult<bool>;
 
         /// The doctor's checks of this backend's settings.
-        fn backend_checks(&mut self) -> QueryResult<Vec<crate::doctor::Check>>;
+        fn backend_checks(&mut self) -> QueryResult<Vec<crate::check::Check>>;
 
-        /// Adds one to the consumer's `counter` for the hour `now` falls in.
+        /// Adds `by` to the consumer's `counter` for the hour `now` falls in.
         fn bump_counter(
             &mut self,
             consumer: &str,
             counter: Counter,
+            by: i64,
             now: DateTime<Utc>,
         ) -> QueryResult<()>;
 
@@ -345,6 +349,13 @@ pub(crate) mod sealed {
         /// serialises the batches.
         fn try_prune_lock(&mut self) -> QueryResult<bool> {
             Ok(true)
+        }
+
+        /// Called before each prune batch's transaction begins. MySQL/MariaDB run the next
+        /// transaction at READ COMMITTED, so the batch's locking read locks the rows it
+        /// deletes, not the index gaps around them, which redeliveries would wait on.
+        fn before_prune_batch(&mut self) -> QueryResult<()> {
+            Ok(())
         }
 
         /// Releases the lock [`try_prune_lock`](Self::try_prune_lock) took.

@@ -11,7 +11,7 @@ use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql, Recorded};
 use super::Key;
-use crate::doctor::{Check, CheckStatus};
+use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::mysql as schema;
 use crate::state::InboxState;
@@ -54,6 +54,9 @@ mod codec {
 }
 
 row_mappings!(schema = schema, codec = codec);
+
+/// The named lock that lets one prune run at a time (`GET_LOCK`), before the database name.
+const PRUNE_LOCK_NAME: &str = "diesel_inbox.prune";
 
 impl HasInboxSql for MysqlConnection {
     type Sql = Self;
@@ -237,6 +240,10 @@ impl InboxSql for MysqlConnection {
     }
 
     statement!(
+        table_exists,
+        catalogue = "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
+    );
+    statement!(
         index_exists,
         catalogue = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = "
     );
@@ -289,17 +296,25 @@ impl InboxSql for MysqlConnection {
         // means an error took it.
         diesel::select(
             diesel::dsl::sql::<Nullable<Integer>>("GET_LOCK(LEFT(CONCAT(")
-                .bind::<Text, _>(crate::retention::PRUNE_LOCK_NAME)
+                .bind::<Text, _>(PRUNE_LOCK_NAME)
                 .sql(", ':', DATABASE()), 64), 0)"),
         )
         .get_result::<Option<i32>>(self)
         .map(|taken| taken == Some(1))
     }
 
+    fn before_prune_batch(&mut self) -> QueryResult<()> {
+        // The next transaction only; the session's own level is left alone.
+        diesel::connection::SimpleConnection::batch_execute(
+            self,
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        )
+    }
+
     fn release_prune_lock(&mut self) -> QueryResult<()> {
         diesel::select(
             diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")
-                .bind::<Text, _>(crate::retention::PRUNE_LOCK_NAME)
+                .bind::<Text, _>(PRUNE_LOCK_NAME)
                 .sql(", ':', DATABASE()), 64))"),
         )
         .get_result::<Option<i32>>(self)

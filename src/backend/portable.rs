@@ -660,6 +660,7 @@ macro_rules! statement {
             &mut self,
             consumer: &str,
             counter: $crate::state::Counter,
+            by: i64,
             now: DateTime<Utc>,
         ) -> QueryResult<()> {
             use $schema::diesel_inbox_counters::dsl as c;
@@ -669,11 +670,11 @@ macro_rules! statement {
                     c::consumer.eq($codec::key(consumer)),
                     c::counter.eq(counter),
                     c::bucket.eq(bucket),
-                    c::total.eq(1),
+                    c::total.eq(by),
                 ))
                 .on_conflict($target)
                 .do_update()
-                .set(c::total.eq(c::total + 1))
+                .set(c::total.eq(c::total + by))
                 .execute(self)
                 .map(drop)
         }
@@ -837,10 +838,10 @@ macro_rules! statement {
             })
         }
     };
-    // `catalogue`: the backend's query counting the current database's indexes by name, the
-    // name bound last.
-    (index_exists, catalogue = $query:expr) => {
-        fn index_exists(&mut self, name: &str) -> QueryResult<bool> {
+    // `index_exists` or `table_exists`; `catalogue`: the backend's query counting the current
+    // database's indexes or tables by name, the name bound last.
+    ($method:ident, catalogue = $query:expr) => {
+        fn $method(&mut self, name: &str) -> QueryResult<bool> {
             diesel::dsl::sql::<diesel::sql_types::BigInt>($query)
                 .bind::<diesel::sql_types::Text, _>(name)
                 .get_result::<i64>(self)

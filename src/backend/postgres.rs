@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Text};
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
-use crate::doctor::{Check, CheckStatus};
+use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
 
@@ -45,6 +45,9 @@ mod codec {
 }
 
 row_mappings!(schema = schema, codec = codec);
+
+/// The advisory lock key that lets one prune run at a time: the bytes of `inbxprun`.
+const PRUNE_LOCK_KEY: i64 = 0x696e_6278_7072_756e;
 
 impl HasInboxSql for PgConnection {
     type Sql = Self;
@@ -118,6 +121,10 @@ impl InboxSql for PgConnection {
     }
 
     statement!(
+        table_exists,
+        catalogue = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = "
+    );
+    statement!(
         index_exists,
         catalogue =
             "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = "
@@ -161,7 +168,7 @@ impl InboxSql for PgConnection {
         // is told at once instead of queueing.
         diesel::select(
             diesel::dsl::sql::<Bool>("pg_try_advisory_lock(")
-                .bind::<BigInt, _>(crate::retention::PRUNE_LOCK_KEY)
+                .bind::<BigInt, _>(PRUNE_LOCK_KEY)
                 .sql(")"),
         )
         .get_result(self)
@@ -170,7 +177,7 @@ impl InboxSql for PgConnection {
     fn release_prune_lock(&mut self) -> QueryResult<()> {
         diesel::select(
             diesel::dsl::sql::<Bool>("pg_advisory_unlock(")
-                .bind::<BigInt, _>(crate::retention::PRUNE_LOCK_KEY)
+                .bind::<BigInt, _>(PRUNE_LOCK_KEY)
                 .sql(")"),
         )
         .get_result::<bool>(self)

@@ -12,7 +12,7 @@ use diesel::sql_types::{BigInt, Text};
 use diesel::sqlite::SqliteConnection;
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
-use crate::doctor::{Check, CheckStatus};
+use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
 
@@ -130,6 +130,10 @@ impl InboxSql for SqliteConnection {
         crate::migrations::pending(self, &crate::migrations::SQLITE)
     }
 
+    statement!(
+        table_exists,
+        catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = "
+    );
     statement!(
         index_exists,
         catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = "

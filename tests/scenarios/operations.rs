@@ -114,7 +114,8 @@ pub fn a_released_event_that_fails_max_attempts_again_is_dead_lettered_again<B: 
     );
     assert_eq!(
         dead.show(&mut conn, "evt-1").unwrap().state,
-        DeadLetterState::Released
+        DeadLetterState::Retrying,
+        "failing again, as before it was dead-lettered"
     );
     let second = inbox.process(&mut conn, "evt-1", refuse).unwrap();
     assert!(second.is_dead_lettered(), "{second:?}");

@@ -9,14 +9,16 @@
 //!   dead-letters discard <ID> --reason R      mark it discarded: never runs (needs --yes)
 //!   dead-letters release <ID> --reason R      its next delivery runs it as new (needs --yes)
 //!   stats [--recent 24h] [--all]              what the consumer did, in total and recently
-//!   prune --older-than 30d [--dry-run]        remove settled events past the window (needs --yes)
+//!   prune --older-than 30d --redelivery-window 7d [--dry-run]
+//!                                             remove settled events past the window (needs --yes)
 //!   doctor                                    check the schema, indexes and settings
 //!   migration print [--dialect D]             the inbox's SQL
 //!   migration install <DIR> [--dialect D]     write the inbox's migrations into DIR
 //! ```
 //!
 //! The database URL comes from `--database-url` or `DATABASE_URL`; its scheme picks the
-//! backend (`postgres://`, `mysql://` or `mariadb://`, anything else a SQLite file).
+//! backend (`postgres://` or `postgresql://`, `mysql://` or `mariadb://`, `sqlite://` or a
+//! file path without a scheme for SQLite; any other scheme is bad usage).
 //! A change to rows needs `--yes`: without it the command says what it would change and
 //! exits with 2, changing nothing.
 //!

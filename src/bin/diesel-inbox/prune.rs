@@ -15,9 +15,10 @@ pub(crate) struct PruneArgs {
     /// Prune processed events whose first and latest delivery are older than this (e.g. 30d).
     #[arg(long, value_parser = crate::parse_duration)]
     older_than: Duration,
-    /// The consumer's redelivery window, as the application declares it: the longest a
-    /// redelivery can take. --older-than below it is refused.
-    #[arg(long, default_value = "7d", value_parser = crate::parse_duration)]
+    /// The consumer's redelivery window, as the application declares it
+    /// (`Inbox::redelivery_window`): the longest a redelivery can take. Required, so that a
+    /// prune is never sized by a default; --older-than below it is refused.
+    #[arg(long, value_parser = crate::parse_duration)]
     redelivery_window: Duration,
     /// Rows per batch: each batch is one short transaction.
     #[arg(long, default_value_t = 1000)]

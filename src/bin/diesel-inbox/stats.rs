@@ -51,6 +51,8 @@ pub(crate) fn run<C: InboxConnection>(
                 "dead-lettered",
                 "discarded",
                 "payload conflicts",
+                "redriven",
+                "released",
                 "oldest unresolved failure",
             ];
             let recent = format!("since {}", output::time(stats_since(&stats)));
@@ -88,6 +90,8 @@ fn row(consumer: &str, over: &str, counts: &Counts, oldest: String) -> Vec<Strin
         counts.dead_lettered.to_string(),
         counts.discarded.to_string(),
         counts.payload_conflicts.to_string(),
+        counts.redriven.to_string(),
+        counts.released.to_string(),
         oldest,
     ]
 }
@@ -100,6 +104,8 @@ fn counts_json(counts: &Counts) -> Value {
         "dead_lettered": counts.dead_lettered,
         "discarded": counts.discarded,
         "payload_conflicts": counts.payload_conflicts,
+        "redriven": counts.redriven,
+        "released": counts.released,
     })
 }
 
