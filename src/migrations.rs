@@ -171,12 +171,10 @@ impl Dialect {
             // A path, `:memory:` or a `file:` URI.
             return Some(Self::Sqlite);
         };
-        match scheme.to_ascii_lowercase().as_str() {
-            "postgres" | "postgresql" => Some(Self::Postgres),
-            "mysql" | "mariadb" => Some(Self::Mysql),
-            "sqlite" | "file" => Some(Self::Sqlite),
-            _ => None,
+        if scheme.eq_ignore_ascii_case("file") {
+            return Some(Self::Sqlite);
         }
+        scheme.parse().ok()
     }
 
     /// The dialect's name, as [`FromStr`](std::str::FromStr) reads it: `postgres`, `sqlite`,

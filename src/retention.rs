@@ -100,10 +100,9 @@ const MAX_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect(
 /// use std::time::Duration;
 /// use diesel_inbox::Retention;
 ///
-/// let retention = Retention::older_than(Duration::from_secs(30 * 24 * 60 * 60))
-///     .batch_size(500)
-///     .dry_run(true);
-/// assert_eq!((retention.rows_per_batch(), retention.is_dry_run()), (500, true));
+/// let month = Duration::from_secs(30 * 24 * 60 * 60);
+/// let count_only = Retention::older_than(month).batch_size(500).dry_run(true);
+/// assert_ne!(count_only, Retention::older_than(month));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use]
@@ -142,21 +141,6 @@ impl Retention {
     pub fn dry_run(mut self, dry_run: bool) -> Self {
         self.dry_run = dry_run;
         self
-    }
-
-    /// The age rows must exceed.
-    pub fn age(&self) -> Duration {
-        self.older_than
-    }
-
-    /// Rows per batch.
-    pub fn rows_per_batch(&self) -> u32 {
-        self.batch_size.get()
-    }
-
-    /// Whether this only counts.
-    pub fn is_dry_run(&self) -> bool {
-        self.dry_run
     }
 }
 
@@ -468,6 +452,6 @@ mod tests {
     #[test]
     fn a_huge_batch_size_is_lowered_to_the_maximum() {
         let retention = Retention::older_than(Duration::ZERO).batch_size(u32::MAX);
-        assert_eq!(retention.rows_per_batch(), MAX_PRUNE_BATCH_SIZE);
+        assert_eq!(retention.batch_size.get(), MAX_PRUNE_BATCH_SIZE);
     }
 }
