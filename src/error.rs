@@ -142,7 +142,7 @@ pub enum Error {
 impl Error {
     /// A failure that will recur on every attempt (an unknown order, a payload the handler
     /// cannot read): returned from a handler, it dead-letters the event on this first attempt
-    /// ([`FailureKind::Permanent`]).
+    /// ([`FailureKind::Permanent`](crate::FailureKind::Permanent)).
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
@@ -166,7 +166,7 @@ impl Error {
 
     /// A failure that will likely pass later (a downstream service is down): returned from a
     /// handler, it is neither recorded nor counted toward `max_attempts`, and comes back to
-    /// the caller, who redelivers ([`FailureKind::Transient`]).
+    /// the caller, who redelivers ([`FailureKind::Transient`](crate::FailureKind::Transient)).
     pub fn transient(reason: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Error::Transient(reason.into())
     }

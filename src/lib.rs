@@ -70,7 +70,7 @@
 //!
 //! - **Retention**: [`Inbox::prune`] removes processed rows older than the consumer's
 //!   [redelivery window](Inbox::redelivery_window), in short batches, one runner at a time
-//!   ([`retention`]).
+//!   ([`Retention`]).
 //! - **Stats**: [`Inbox::stats`] and [`Stats::all`] read what each consumer processed, skipped
 //!   and failed, in total and over a recent window.
 //! - **Metrics**: the `metrics` feature records deliveries, their durations, failed attempts,
@@ -126,7 +126,7 @@ mod inbox;
 pub mod migrations;
 mod observe;
 mod outcome;
-pub mod retention;
+mod retention;
 mod retry;
 pub mod schema;
 mod state;

@@ -1,72 +1,4 @@
-//! Retention: pruning the inbox rows of events settled long ago, so the table stays the size
-//! of the redelivery window instead of growing forever.
-//!
-//! An inbox row is what makes a redelivery a duplicate. Once no broker can deliver an event
-//! again, its row is dead weight, and [`Inbox::prune`] removes it. The one thing to size is
-//! *how late a redelivery can come*: declare it per consumer with
-//! [`Inbox::redelivery_window`] (7 days unless declared), and prune with an age at least that
-//! long ([`Retention::older_than`]); a shorter age is refused with
-//! [`Error::RetentionBelowWindow`] before any SQL runs.
-//!
-//! # Sizing the window
-//!
-//! Size it for the worst realistic outage, not the average one: the longest the consumer can
-//! be down (a weekend, a stuck deploy, a region failover), plus how long the broker keeps and
-//! redelivers unacknowledged events (its retention or redelivery period), plus a margin. An
-//! event redelivered *after* its row was pruned is new to the inbox and **its effect runs
-//! again**. Rows cost little; a double effect costs more.
-//!
-//! # What is removed, and what never is
-//!
-//! Removed, for this consumer only: inbox rows in state `processed` whose `processed_at`
-//! **and** `last_seen_at` are both older than the cutoff (a row still being redelivered is
-//! kept, however old its first delivery), the failure rows and failure history of exactly
-//! those events (they failed, then took effect: settled), and hourly counters of hours before
-//! the cutoff.
-//!
-//! Never removed: dead-lettered and discarded rows (they hold deliveries back: removing one
-//! would let the event run), and failure rows of events with no inbox row (still retrying).
-//! Other consumers' rows are untouched.
-//!
-//! # Running it
-//!
-//! Run it from a cron or ops job (the ops CLI calls it), on a connection outside any
-//! transaction. It is safe alongside live deliveries: it works in short batches, each its own
-//! transaction, which lock only the rows they delete, re-check them in the `DELETE`, and retry
-//! contention under the inbox's [`RetryPolicy`](crate::RetryPolicy). A delivery of a row being
-//! pruned waits for that batch (milliseconds), then either finds the row (a duplicate, and the
-//! row is now too recent to prune) or, if the batch deleted it first, runs as new: exactly the
-//! redelivery-after-the-window case above. [`Pruned::longest_batch`] says how long locks were
-//! held at most; lower [`Retention::batch_size`] if that is too long for your latency.
-//!
-//! One prune runs at a time: on PostgreSQL it holds the session-level advisory lock
-//! `7597117890842752366` of its database (`pg_try_advisory_lock`), on MySQL/MariaDB the named
-//! lock `diesel_inbox.prune:` followed by the database name, cut at 64 characters
-//! (`GET_LOCK`); a second one gets [`Error::PruneRunning`] at once. Both
-//! are released when the prune ends, by error too, and by the server when the session ends.
-//! SQLite needs no lock of its own: its writer lock serialises the batches, so two prunes
-//! there interleave harmlessly.
-//!
-//! ```
-//! # #[cfg(feature = "sqlite")] {
-//! use std::time::Duration;
-//! use diesel::prelude::*;
-//! use diesel_inbox::{Inbox, Retention};
-//!
-//! let mut conn = SqliteConnection::establish(":memory:")?;
-//! diesel_inbox::run_pending_migrations(&mut conn)?;
-//! let day = Duration::from_secs(24 * 60 * 60);
-//! let orders = Inbox::new("orders")?.redelivery_window(3 * day);
-//! orders.process(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
-//!
-//! let would = orders.prune(&mut conn, &Retention::older_than(14 * day).dry_run(true))?;
-//! assert_eq!((would.events, would.dry_run), (0, true));
-//! let pruned = orders.prune(&mut conn, &Retention::older_than(14 * day))?;
-//! assert_eq!(pruned.events, 0, "evt-1 is a few milliseconds old");
-//! assert!(orders.prune(&mut conn, &Retention::older_than(day)).is_err(), "below the window");
-//! # }
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! Retention: pruning the inbox rows of events settled long ago (see [`Retention`]).
 
 use std::collections::HashSet;
 use std::num::NonZeroU32;
@@ -94,15 +26,74 @@ pub const MAX_PRUNE_BATCH_SIZE: u32 = 10_000;
 /// [`MAX_PRUNE_BATCH_SIZE`], as the type batch sizes are kept in.
 const MAX_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect("not zero");
 
-/// What to prune: rows older than an age, in batches of a size, or only count them.
+/// What to prune: rows older than an age, in batches of a size, or only count them. Pruning
+/// keeps the inbox table the size of the redelivery window instead of growing forever.
+///
+/// An inbox row is what makes a redelivery a duplicate. Once no broker can deliver an event
+/// again, its row is dead weight, and [`Inbox::prune`] removes it. The one thing to size is
+/// *how late a redelivery can come*: declare it per consumer with
+/// [`Inbox::redelivery_window`] (7 days unless declared), and prune with an age at least that
+/// long ([`Retention::older_than`]); a shorter age is refused with
+/// [`Error::RetentionBelowWindow`] before any SQL runs.
+///
+/// # Sizing the window
+///
+/// Size it for the worst realistic outage, not the average one: the longest the consumer can
+/// be down (a weekend, a stuck deploy, a region failover), plus how long the broker keeps and
+/// redelivers unacknowledged events (its retention or redelivery period), plus a margin. An
+/// event redelivered *after* its row was pruned is new to the inbox and **its effect runs
+/// again**. Rows cost little; a double effect costs more.
+///
+/// # What is removed, and what never is
+///
+/// Removed, for this consumer only: inbox rows in state `processed` whose `processed_at`
+/// **and** `last_seen_at` are both older than the cutoff (a row still being redelivered is
+/// kept, however old its first delivery), the failure rows and failure history of exactly
+/// those events (they failed, then took effect: settled), and hourly counters of hours before
+/// the cutoff.
+///
+/// Never removed: dead-lettered and discarded rows (they hold deliveries back: removing one
+/// would let the event run), and failure rows of events with no inbox row (still retrying).
+/// Other consumers' rows are untouched.
+///
+/// # Running it
+///
+/// Run it from a cron or ops job (the ops CLI calls it), on a connection outside any
+/// transaction. It is safe alongside live deliveries: it works in short batches, each its own
+/// transaction, which lock only the rows they delete, re-check them in the `DELETE`, and retry
+/// contention under the inbox's [`RetryPolicy`](crate::RetryPolicy). A delivery of a row being
+/// pruned waits for that batch (milliseconds), then either finds the row (a duplicate, and the
+/// row is now too recent to prune) or, if the batch deleted it first, runs as new: exactly the
+/// redelivery-after-the-window case above. [`Pruned::longest_batch`] says how long locks were
+/// held at most; lower [`Retention::batch_size`] if that is too long for your latency.
+///
+/// One prune runs at a time: on PostgreSQL it holds the session-level advisory lock
+/// `7597117890842752366` of its database (`pg_try_advisory_lock`), on MySQL/MariaDB the named
+/// lock `diesel_inbox.prune:` followed by the database name, cut at 64 characters
+/// (`GET_LOCK`); a second one gets [`Error::PruneRunning`] at once. Both
+/// are released when the prune ends, by error too, and by the server when the session ends.
+/// SQLite needs no lock of its own: its writer lock serialises the batches, so two prunes
+/// there interleave harmlessly.
 ///
 /// ```
+/// # #[cfg(feature = "sqlite")] {
 /// use std::time::Duration;
-/// use diesel_inbox::Retention;
+/// use diesel::prelude::*;
+/// use diesel_inbox::{Inbox, Retention};
 ///
-/// let month = Duration::from_secs(30 * 24 * 60 * 60);
-/// let count_only = Retention::older_than(month).batch_size(500).dry_run(true);
-/// assert_ne!(count_only, Retention::older_than(month));
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let day = Duration::from_secs(24 * 60 * 60);
+/// let orders = Inbox::new("orders")?.redelivery_window(3 * day);
+/// orders.process(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
+///
+/// let would = orders.prune(&mut conn, &Retention::older_than(14 * day).dry_run(true))?;
+/// assert_eq!((would.events, would.dry_run), (0, true));
+/// let pruned = orders.prune(&mut conn, &Retention::older_than(14 * day))?;
+/// assert_eq!(pruned.events, 0, "evt-1 is a few milliseconds old");
+/// assert!(orders.prune(&mut conn, &Retention::older_than(day)).is_err(), "below the window");
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use]
@@ -184,7 +175,7 @@ impl Inbox {
     /// realistic outage plus the broker's redelivery period, not the average one. Dead-lettered
     /// and discarded rows, and failures of events still retrying, are never removed. Safe to
     /// run alongside live deliveries; meant for a cron or ops job. See the
-    /// [module documentation](crate::retention) for what it locks and how to size it.
+    /// [`Retention`] documentation for what it locks and how to size it.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
