@@ -141,7 +141,6 @@ pub(crate) fn contention_retry(consumer: &str) {
 }
 
 /// `rows` rows of `consumer` pruned from `table` by retention.
-#[allow(dead_code, reason = "retention calls it")]
 pub(crate) fn pruned(consumer: &str, table: &'static str, rows: u64) {
     #[cfg(feature = "metrics")]
     metrics::counter!(PRUNED_ROWS, "consumer" => consumer.to_owned(), "table" => table)

@@ -136,7 +136,7 @@ impl Retention {
 }
 
 /// What [`Inbox::prune`] deleted (or, in a dry run, would delete).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 #[must_use]
 pub struct Pruned {
@@ -230,10 +230,9 @@ impl Inbox {
                 failures: counts.failures.unsigned_abs(),
                 history: counts.history.unsigned_abs(),
                 counters: counts.counters.unsigned_abs(),
-                batches: 0,
-                longest_batch: Duration::ZERO,
                 elapsed: started.elapsed(),
                 dry_run: true,
+                ..Pruned::default()
             }
         } else {
             let mut lock = PruneLock::take(conn)?;
@@ -273,16 +272,7 @@ impl Inbox {
     ) -> Result<Pruned, Error> {
         let consumer = self.consumer();
         let subject = self.subject(None);
-        let mut pruned = Pruned {
-            events: 0,
-            failures: 0,
-            history: 0,
-            counters: 0,
-            batches: 0,
-            longest_batch: Duration::ZERO,
-            elapsed: Duration::ZERO,
-            dry_run: false,
-        };
+        let mut pruned = Pruned::default();
         // Before every inbox row: processed_at is never before 1970, ids never empty.
         let mut cursor = PruneCursor {
             processed_at: DateTime::UNIX_EPOCH,

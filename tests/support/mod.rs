@@ -137,6 +137,7 @@ fn key_bytes(key: &str) -> &[u8] {
     key.as_bytes()
 }
 
+#[cfg(feature = "postgres")]
 fn same_time(time: DateTime<Utc>) -> DateTime<Utc> {
     time
 }
