@@ -151,11 +151,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ack = Ack::of(&result);
         let said = match result {
             Ok(Outcome::Processed(points)) => format!("processed: {} +{points}", delivery.account),
-            Ok(Outcome::Duplicate(d)) => format!(
-                "duplicate: skipped (delivery #{}, first processed {})",
-                d.deliveries(),
-                d.processed_at().format("%H:%M:%S%.3f")
-            ),
+            Ok(Outcome::Duplicate(d)) => match (d.deliveries(), d.processed_at()) {
+                (Some(n), Some(at)) => format!(
+                    "duplicate: skipped (delivery #{n}, first processed {})",
+                    at.format("%H:%M:%S%.3f")
+                ),
+                _ => "duplicate: skipped".to_owned(),
+            },
             Ok(_) => "other outcome".to_owned(),
             Err(e) => format!("failed: {e}; rolled back"),
         };

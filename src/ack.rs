@@ -77,7 +77,8 @@ impl Ack {
 
 impl<T> Outcome<T> {
     /// What to do with the message: every outcome is [`Ack::Ack`], since each one settled the
-    /// event (processed now, processed before, or dead-lettered).
+    /// event (processed now, processed before, or dead-lettered), a gap found on the way
+    /// included: the gap is in the ledger, and redelivering would not fill it.
     pub fn ack(&self) -> Ack {
         Ack::Ack
     }
@@ -102,6 +103,13 @@ impl Error {
             // Only when recording it failed, or inside a caller's transaction, does a
             // permanent failure come back as an error rather than as `DeadLettered`.
             Error::InvalidEventId(_) | Error::Permanent(_) => Ack::Reject,
+            // The message itself is wrong: it can never be processed as it is.
+            Error::InvalidStreamName(_)
+            | Error::BeforeFirstAvailable { .. }
+            | Error::SequenceOutOfRange(_) => Ack::Reject,
+            // A zombie leaves the message to the stream's new owner; too many open gaps wait
+            // for the missing sequences or for ops.
+            Error::Fenced { .. } | Error::TooManyOpenGaps { .. } => Ack::Redeliver,
             // Nothing was committed, or the commit's outcome is unknown: the inbox answers a
             // redelivery correctly either way.
             Error::Database(_)
@@ -121,7 +129,9 @@ impl Error {
             | Error::MigrationInstall { .. }
             | Error::RetentionBelowWindow { .. }
             | Error::PruneRunning
-            | Error::PruneInsideTransaction => Ack::Redeliver,
+            | Error::PruneInsideTransaction
+            | Error::GapNotFound { .. }
+            | Error::GapNotOpen { .. } => Ack::Redeliver,
         }
     }
 }

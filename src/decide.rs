@@ -278,11 +278,11 @@ pub(crate) fn seen(existing: Existing, fingerprint: Option<&[u8; 32]>) -> Seen {
     }
     let deliveries = existing.deliveries.unsigned_abs();
     match existing.state {
-        InboxState::Processed => Seen::Duplicate(Duplicate {
-            processed_at: existing.processed_at,
+        InboxState::Processed => Seen::Duplicate(Duplicate::event(
+            existing.processed_at,
             deliveries,
-            result: existing.result,
-        }),
+            existing.result,
+        )),
         InboxState::DeadLettered | InboxState::Discarded => Seen::DeadLettered(DeadLettered {
             since: existing.processed_at,
             deliveries,
@@ -447,7 +447,7 @@ mod tests {
     fn a_seen_row_is_a_duplicate_a_dead_letter_or_a_payload_conflict() {
         assert!(matches!(
             seen(existing(InboxState::Processed, None), Some(&[1; 32])),
-            Seen::Duplicate(d) if d.deliveries() == 3
+            Seen::Duplicate(d) if d.deliveries() == Some(3)
         ));
         assert!(matches!(
             seen(

@@ -13,6 +13,7 @@ use crate::consumer::Consumer;
 use crate::decide::{self, Failure, Scope, Seen};
 use crate::failure::{self, Policy};
 use crate::observe::{self, DeliveryOutcome};
+use crate::outcome::DuplicateOf;
 use crate::state::Counter;
 use crate::transaction::{self, Subject};
 use crate::{
@@ -58,7 +59,7 @@ where
 /// let first = rewards.process(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(10))?;
 /// let again = rewards.process(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(10))?;
 /// assert_eq!(first, Outcome::Processed(10));
-/// assert_eq!(again.duplicate().map(|d| d.deliveries()), Some(2));
+/// assert_eq!(again.duplicate().and_then(|d| d.deliveries()), Some(2));
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -441,6 +442,14 @@ impl Tally {
         }
     }
 
+    /// `n` duplicate deliveries.
+    pub(crate) fn duplicates(n: usize) -> Self {
+        Self {
+            duplicates: i64::try_from(n).unwrap_or(i64::MAX),
+            conflicts: 0,
+        }
+    }
+
     /// Adds another delivery's.
     pub(crate) fn add(&mut self, other: &Self) {
         self.duplicates += other.duplicates;
@@ -484,7 +493,14 @@ pub(crate) fn seen<C: InboxConnection, T, E>(
             return Ok(Delivered::PayloadConflict);
         }
         Seen::Duplicate(duplicate) => {
-            info!(consumer, event_id, deliveries = duplicate.deliveries, first_processed_at = %duplicate.processed_at, "duplicate delivery; effect skipped");
+            if let DuplicateOf::Event {
+                deliveries,
+                processed_at,
+                ..
+            } = &duplicate.of
+            {
+                info!(consumer, event_id, deliveries, first_processed_at = %processed_at, "duplicate delivery; effect skipped");
+            }
             Outcome::Duplicate(duplicate)
         }
         Seen::DeadLettered(dead) => {

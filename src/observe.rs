@@ -20,6 +20,10 @@ const DEAD_LETTERED: &str = "diesel_inbox_dead_lettered_total";
 const CONTENTION_RETRIES: &str = "diesel_inbox_contention_retries_total";
 /// `diesel_inbox_pruned_rows_total{consumer, table}`.
 const PRUNED_ROWS: &str = "diesel_inbox_pruned_rows_total";
+/// `diesel_inbox_gaps_total{consumer, cause}`.
+const GAPS: &str = "diesel_inbox_gaps_total";
+/// `diesel_inbox_gap_sequences_total{consumer, cause}`.
+const GAP_SEQUENCES: &str = "diesel_inbox_gap_sequences_total";
 
 /// What a delivery came to, as the `outcome` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +58,7 @@ impl DeliveryOutcome {
     /// The outcome of a delivery that returned `result`; `if_err` says what an error was.
     pub(crate) fn of<T, E>(result: &Result<Outcome<T>, E>, if_err: Self) -> Self {
         match result {
-            Ok(Outcome::Processed(_)) => Self::Processed,
+            Ok(Outcome::Processed(_) | Outcome::ProcessedAfterGap { .. }) => Self::Processed,
             Ok(Outcome::Duplicate(_)) => Self::Duplicate,
             Ok(Outcome::DeadLettered(_)) => Self::DeadLettered,
             Err(_) => if_err,
@@ -149,6 +153,17 @@ pub(crate) fn pruned(consumer: &str, table: &'static str, rows: u64) {
     let _ = (consumer, table, rows);
 }
 
+/// A gap of `sequences` missing sequences that a cursor of `consumer` found (committed).
+pub(crate) fn gap_found(consumer: &str, cause: crate::GapCause, sequences: u64) {
+    #[cfg(feature = "metrics")]
+    for (name, n) in [(GAPS, 1), (GAP_SEQUENCES, sequences)] {
+        metrics::counter!(name, "consumer" => consumer.to_owned(), "cause" => cause.as_str())
+            .increment(n);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (consumer, cause, sequences);
+}
+
 /// Adds `n` to the counter `name` of `consumer`.
 fn count(name: &'static str, consumer: &str, n: u64) {
     #[cfg(feature = "metrics")]
@@ -169,6 +184,8 @@ fn count(name: &'static str, consumer: &str, n: u64) {
 /// | `diesel_inbox_dead_lettered_total` | counter | `consumer` |
 /// | `diesel_inbox_contention_retries_total` | counter | `consumer` |
 /// | `diesel_inbox_pruned_rows_total` | counter | `consumer`, `table` |
+/// | `diesel_inbox_gaps_total` | counter | `consumer`, `cause` |
+/// | `diesel_inbox_gap_sequences_total` | counter | `consumer`, `cause` |
 ///
 /// `outcome` is what the delivery came to: `processed`, `duplicate`, `dead_lettered` (by
 /// this delivery's failure or before it), `payload_conflict`, `failed` (the handler returned
@@ -177,7 +194,11 @@ fn count(name: &'static str, consumer: &str, n: u64) {
 /// [`Inbox::process_batch`](crate::Inbox::process_batch) counts once; the duration runs from
 /// the call to its result (for a batch, to the batch's results). Failed attempts and dead
 /// letters count once their record commits; contention retries, each time a transaction runs
-/// again. `table` names the table retention pruned.
+/// again. `table` names the table retention pruned. A [`Cursor`](crate::Cursor)'s deliveries
+/// count as the inbox's do; the gaps it finds count once they commit, with their `cause`
+/// (`skipped` or `evicted`), as gaps and as missing sequences. An alert on
+/// `diesel_inbox_gaps_total{cause="evicted"}` pages when an outage outlasted the broker's
+/// retention.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -227,6 +248,16 @@ pub fn describe_metrics() {
         Unit::Count,
         "Rows removed by retention, by consumer and table."
     );
+    describe_counter!(
+        GAPS,
+        Unit::Count,
+        "Gaps (ranges of missing sequences) found by cursors, by consumer and cause."
+    );
+    describe_counter!(
+        GAP_SEQUENCES,
+        Unit::Count,
+        "Sequences missing in the gaps cursors found, by consumer and cause."
+    );
 }
 
 #[cfg(test)]
@@ -241,6 +272,8 @@ mod tests {
             DEAD_LETTERED,
             CONTENTION_RETRIES,
             PRUNED_ROWS,
+            GAPS,
+            GAP_SEQUENCES,
         ] {
             assert!(name.starts_with("diesel_inbox_") && name.ends_with("_total"));
         }

@@ -29,12 +29,20 @@ pub enum Outcome<T> {
     /// the dead-letter table: the effect did not run. Ack it; ops redrive or discard it
     /// through [`DeadLetters`](crate::DeadLetters).
     DeadLettered(DeadLettered),
+    /// A [`Cursor`](crate::Cursor) processed the sequence, and found sequences missing on the
+    /// way: they are in the gap ledger, logged at warn and counted. The effect ran.
+    ProcessedAfterGap {
+        /// The effect's value.
+        value: T,
+        /// The gaps this sequence revealed.
+        gaps: Vec<crate::Gap>,
+    },
 }
 
 impl<T> Outcome<T> {
     /// `true` when the effect ran for this delivery.
     pub fn is_processed(&self) -> bool {
-        matches!(self, Self::Processed(_))
+        matches!(self, Self::Processed(_) | Self::ProcessedAfterGap { .. })
     }
 
     /// `true` when this delivery was a duplicate.
@@ -45,7 +53,7 @@ impl<T> Outcome<T> {
     /// The effect's value, if it ran.
     pub fn processed(self) -> Option<T> {
         match self {
-            Self::Processed(value) => Some(value),
+            Self::Processed(value) | Self::ProcessedAfterGap { value, .. } => Some(value),
             Self::Duplicate(_) | Self::DeadLettered(_) => None,
         }
     }
@@ -54,7 +62,16 @@ impl<T> Outcome<T> {
     pub fn duplicate(&self) -> Option<&Duplicate> {
         match self {
             Self::Duplicate(duplicate) => Some(duplicate),
-            Self::Processed(_) | Self::DeadLettered(_) => None,
+            Self::Processed(_) | Self::DeadLettered(_) | Self::ProcessedAfterGap { .. } => None,
+        }
+    }
+
+    /// The gaps this delivery revealed: empty unless it is
+    /// [`ProcessedAfterGap`](Self::ProcessedAfterGap).
+    pub fn gaps(&self) -> &[crate::Gap] {
+        match self {
+            Self::ProcessedAfterGap { gaps, .. } => gaps,
+            _ => &[],
         }
     }
 
@@ -69,27 +86,74 @@ impl<T> Outcome<T> {
             Self::Processed(value) => Outcome::Processed(f(value)),
             Self::Duplicate(duplicate) => Outcome::Duplicate(duplicate),
             Self::DeadLettered(dead) => Outcome::DeadLettered(dead),
+            Self::ProcessedAfterGap { value, gaps } => Outcome::ProcessedAfterGap {
+                value: f(value),
+                gaps,
+            },
         }
     }
 }
 
-/// The inbox record that made a delivery a duplicate, as it stands after counting this delivery.
+/// What made a delivery a duplicate: the inbox record of its event id, as it stands after
+/// counting this delivery, or the [`Cursor`](crate::Cursor) that had settled its sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Duplicate {
-    pub(crate) processed_at: DateTime<Utc>,
-    pub(crate) deliveries: u64,
-    pub(crate) result: Option<String>,
+    pub(crate) of: DuplicateOf,
+}
+
+/// The two things a duplicate can be a duplicate of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DuplicateOf {
+    /// An event id's row.
+    Event {
+        processed_at: DateTime<Utc>,
+        deliveries: u64,
+        result: Option<String>,
+    },
+    /// A sequence a cursor had settled; it keeps no time or count per sequence.
+    Sequence { sequence: u64, watermark: Option<i64> },
 }
 
 impl Duplicate {
-    /// When the event first took effect.
-    pub fn processed_at(&self) -> DateTime<Utc> {
-        self.processed_at
+    pub(crate) fn event(processed_at: DateTime<Utc>, deliveries: u64, result: Option<String>) -> Self {
+        Self {
+            of: DuplicateOf::Event {
+                processed_at,
+                deliveries,
+                result,
+            },
+        }
     }
 
-    /// How many deliveries the record has seen, this one and the first included (so at least 2).
-    pub fn deliveries(&self) -> u64 {
-        self.deliveries
+    /// When the event first took effect; `None` for a sequence a cursor rejected, since a
+    /// cursor keeps no time per sequence.
+    pub fn processed_at(&self) -> Option<DateTime<Utc>> {
+        match &self.of {
+            DuplicateOf::Event { processed_at, .. } => Some(*processed_at),
+            DuplicateOf::Sequence { .. } => None,
+        }
+    }
+
+    /// How many deliveries the event's record has seen, this one and the first included (so
+    /// at least 2); `None` for a sequence a cursor rejected, since a cursor keeps no count
+    /// per sequence.
+    pub fn deliveries(&self) -> Option<u64> {
+        match &self.of {
+            DuplicateOf::Event { deliveries, .. } => Some(*deliveries),
+            DuplicateOf::Sequence { .. } => None,
+        }
+    }
+
+    /// For a sequence a cursor rejected: the sequence, and the cursor's watermark then (every
+    /// sequence at or below it is settled; a duplicate above it was settled out of order).
+    pub fn sequence(&self) -> Option<(u64, Option<u64>)> {
+        match &self.of {
+            DuplicateOf::Sequence {
+                sequence,
+                watermark,
+            } => Some((*sequence, watermark.and_then(|w| u64::try_from(w).ok()))),
+            DuplicateOf::Event { .. } => None,
+        }
     }
 
     /// The first run's return value, when it was processed with
@@ -101,7 +165,10 @@ impl Duplicate {
     /// [`Error::StoredResult`](crate::Error::StoredResult) when the stored JSON does not
     /// deserialize into `T`.
     pub fn stored_result<T: DeserializeOwned>(&self) -> Result<Option<T>, crate::Error> {
-        self.result
+        let DuplicateOf::Event { result, .. } = &self.of else {
+            return Ok(None);
+        };
+        result
             .as_deref()
             .map(serde_json::from_str)
             .transpose()

@@ -118,11 +118,77 @@ macro_rules! inbox_tables {
             }
         }
 
+        diesel::table! {
+            /// One row per `(consumer, stream)` read with a sequence cursor: its watermark and
+            /// the epoch that fences it.
+            diesel_inbox_cursors (consumer, stream) {
+                /// The consumer name.
+                consumer -> $key,
+                /// The stream (partition, subject, chain) the sequences number.
+                stream -> $key,
+                /// Every sequence at or below it is settled; `NULL` before the first.
+                watermark -> Nullable<BigInt>,
+                /// The highest sequence settled; above the watermark while a gap is open.
+                high -> Nullable<BigInt>,
+                /// The fencing epoch: bumped by every acquire.
+                epoch -> BigInt,
+                /// Who acquired the current epoch.
+                owner -> Nullable<Text>,
+                /// The last change.
+                updated_at -> $time,
+            }
+        }
+
+        diesel::table! {
+            /// The gap ledger: every range of sequences a cursor skipped, its cause and fate.
+            diesel_inbox_gaps (id) {
+                /// The gap's number, for ops to resolve it by.
+                id -> BigInt,
+                /// The consumer name.
+                consumer -> $key,
+                /// The stream.
+                stream -> $key,
+                /// The first missing sequence.
+                first_sequence -> BigInt,
+                /// The last missing sequence.
+                last_sequence -> BigInt,
+                /// A [`GapCause`](crate::GapCause).
+                cause -> Text,
+                /// A [`GapState`](crate::GapState).
+                state -> Text,
+                /// When the cursor found it.
+                detected_at -> $time,
+                /// When it was filled or resolved.
+                closed_at -> Nullable<$time>,
+                /// Who resolved it.
+                resolved_by -> Nullable<Text>,
+                /// Why.
+                resolution -> Nullable<Text>,
+            }
+        }
+
+        diesel::table! {
+            /// The sequence each id row of a cursor consumer was settled at.
+            diesel_inbox_event_sequences (consumer, stream, sequence) {
+                /// The consumer name.
+                consumer -> $key,
+                /// The stream.
+                stream -> $key,
+                /// The sequence.
+                sequence -> BigInt,
+                /// The event id settled at it.
+                event_id -> $key,
+            }
+        }
+
         diesel::allow_tables_to_appear_in_same_query!(
             diesel_inbox_events,
             diesel_inbox_failures,
             diesel_inbox_failure_log,
             diesel_inbox_counters,
+            diesel_inbox_cursors,
+            diesel_inbox_gaps,
+            diesel_inbox_event_sequences,
         );
     };
 }

@@ -35,10 +35,13 @@ impl<C: Connection + sealed::HasInboxSql> InboxConnection for C {}
 /// `(consumer, event_id)`: the inbox's key in every table.
 pub(crate) type Key<'a> = (&'a str, &'a str);
 
+/// `(consumer, stream)`: a sequence cursor's key.
+pub(crate) type StreamKey<'a> = (&'a str, &'a str);
+
 pub(crate) mod sealed {
-    use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, Utc};
+    use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
     use crate::error::MigrationError;
-    use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
+    use crate::state::{Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState};
     use crate::Payload;
 
     /// A connection whose statements run on a concrete connection type: itself, or the one
@@ -139,6 +142,31 @@ pub(crate) mod sealed {
         pub failures: i64,
         pub history: i64,
         pub counters: i64,
+    }
+
+    /// A row of `diesel_inbox_cursors`.
+    #[derive(Debug)]
+    pub struct CursorRow {
+        pub watermark: Option<i64>,
+        pub high: Option<i64>,
+        pub epoch: i64,
+        pub owner: Option<String>,
+        pub updated_at: DateTime<Utc>,
+    }
+
+    /// A row of `diesel_inbox_gaps`.
+    #[derive(Debug)]
+    pub struct GapRow {
+        pub id: i64,
+        pub stream: String,
+        pub first: i64,
+        pub last: i64,
+        pub cause: GapCause,
+        pub state: GapState,
+        pub detected_at: DateTime<Utc>,
+        pub closed_at: Option<DateTime<Utc>>,
+        pub resolved_by: Option<String>,
+        pub resolution: Option<String>,
     }
 
     /// What kind of failure a database error is.
@@ -412,6 +440,104 @@ pub(crate) mod sealed {
             consumer: &str,
             cutoff: DateTime<Utc>,
         ) -> QueryResult<PruneCounts>;
+
+        /// Moves the cursor to `sequence` if it is the next one, no gap is open and `epoch`
+        /// is the cursor's: the in-order fast path. `false` when any of that does not hold.
+        fn advance_cursor(
+            &mut self,
+            key: StreamKey<'_>,
+            sequence: i64,
+            epoch: i64,
+            now: DateTime<Utc>,
+        ) -> QueryResult<bool>;
+
+        /// The cursor row, locked for the rest of the transaction where the backend has row
+        /// locks (SQLite's immediate transaction holds the whole database instead).
+        fn cursor(&mut self, key: StreamKey<'_>) -> QueryResult<Option<CursorRow>>;
+
+        /// Every cursor of the consumer, by stream name.
+        fn cursors(&mut self, consumer: &str) -> QueryResult<Vec<(String, CursorRow)>>;
+
+        /// Inserts a cursor row with no sequence yet, unless one exists.
+        fn insert_cursor(&mut self, key: StreamKey<'_>, now: DateTime<Utc>) -> QueryResult<()>;
+
+        /// Writes the cursor's watermark and highest sequence.
+        fn save_cursor(
+            &mut self,
+            key: StreamKey<'_>,
+            watermark: Option<i64>,
+            high: Option<i64>,
+            now: DateTime<Utc>,
+        ) -> QueryResult<()>;
+
+        /// Adds one to the cursor's epoch and names its owner.
+        fn bump_epoch(
+            &mut self,
+            key: StreamKey<'_>,
+            owner: &str,
+            now: DateTime<Utc>,
+        ) -> QueryResult<()>;
+
+        /// The consumer's gaps, of one stream and in one state where given, by stream and
+        /// first sequence.
+        fn gaps(
+            &mut self,
+            consumer: &str,
+            stream: Option<&str>,
+            state: Option<GapState>,
+        ) -> QueryResult<Vec<GapRow>>;
+
+        /// The consumer and stream of the gap `id`, if there is one.
+        fn gap_by_id(&mut self, id: i64) -> QueryResult<Option<(String, String)>>;
+
+        /// Inserts an open gap of `sequences`, found at `detected_at`; returns its id.
+        fn insert_gap(
+            &mut self,
+            key: StreamKey<'_>,
+            sequences: (i64, i64),
+            cause: GapCause,
+            detected_at: DateTime<Utc>,
+        ) -> QueryResult<i64>;
+
+        /// Writes an open gap's range and cause.
+        fn update_gap(&mut self, id: i64, sequences: (i64, i64), cause: GapCause)
+            -> QueryResult<()>;
+
+        /// Closes the open gap `id` (filled, or resolved by `audit`); `false` when it was not
+        /// open.
+        fn close_gap(
+            &mut self,
+            id: i64,
+            state: GapState,
+            audit: Option<&crate::Audit>,
+            now: DateTime<Utc>,
+        ) -> QueryResult<bool>;
+
+        /// Records the sequence an event id was settled at.
+        fn insert_event_sequence(
+            &mut self,
+            key: StreamKey<'_>,
+            sequence: i64,
+            event_id: &str,
+        ) -> QueryResult<()>;
+
+        /// Up to `limit` of the stream's `(sequence, event id)` pairs at or below `up_to`, in
+        /// sequence order.
+        fn sequenced_events(
+            &mut self,
+            key: StreamKey<'_>,
+            up_to: i64,
+            limit: i64,
+        ) -> QueryResult<Vec<(i64, String)>>;
+
+        /// Deletes the processed inbox rows of `event_ids` and the stream's sequence records
+        /// at or below `up_to`; returns how many inbox rows it deleted.
+        fn delete_sequenced_events(
+            &mut self,
+            key: StreamKey<'_>,
+            up_to: i64,
+            event_ids: &[&str],
+        ) -> QueryResult<usize>;
     }
 }
 

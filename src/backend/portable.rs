@@ -190,6 +190,22 @@ macro_rules! new_inbox_row {
     }};
 }
 
+/// The values of a new gap ledger row: open, as the cursor found it.
+macro_rules! new_gap_row {
+    ($schema:ident, $codec:ident, $key:expr, $sequences:expr, $cause:expr, $detected_at:expr) => {{
+        use $schema::diesel_inbox_gaps as g;
+        (
+            g::consumer.eq($codec::key($key.0)),
+            g::stream.eq($codec::key($key.1)),
+            g::first_sequence.eq($sequences.0),
+            g::last_sequence.eq($sequences.1),
+            g::cause.eq($cause),
+            g::state.eq($crate::state::GapState::Open),
+            g::detected_at.eq($codec::time($detected_at)),
+        )
+    }};
+}
+
 /// One `InboxSql` method whose SQL reads the same on every backend, by name.
 macro_rules! statement {
     // Recording deliveries where the backend has `INSERT .. ON CONFLICT .. RETURNING`
@@ -836,6 +852,358 @@ macro_rules! statement {
                 history,
                 counters,
             })
+        }
+    };
+    // Sequence cursors. `advance_cursor` is the in-order fast path: one update, which finds
+    // the row only when the sequence is the next one, no gap is open and the epoch matches.
+    (advance_cursor, $schema:ident, $codec:ident) => {
+        fn advance_cursor(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+            sequence: i64,
+            epoch: i64,
+            now: DateTime<Utc>,
+        ) -> QueryResult<bool> {
+            use $schema::diesel_inbox_cursors::dsl as c;
+            let row = c::diesel_inbox_cursors
+                .find(($codec::key(key.0), $codec::key(key.1)))
+                .filter(c::high.eq(sequence - 1))
+                .filter(c::watermark.eq(sequence - 1))
+                .filter(c::epoch.eq(epoch));
+            diesel::update(row)
+                .set((
+                    c::watermark.eq(sequence),
+                    c::high.eq(sequence),
+                    c::updated_at.eq($codec::time(now)),
+                ))
+                .execute(self)
+                .map(|changed| changed == 1)
+        }
+    };
+    // `lock`: `for_update` where the backend has row locks; SQLite's immediate transaction
+    // holds the whole database instead.
+    (cursor, $schema:ident, $codec:ident $(, lock = $lock:ident)?) => {
+        fn cursor(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+        ) -> QueryResult<Option<$crate::backend::sealed::CursorRow>> {
+            use $schema::diesel_inbox_cursors::dsl as c;
+            c::diesel_inbox_cursors
+                .find(($codec::key(key.0), $codec::key(key.1)))
+                .select((c::watermark, c::high, c::epoch, c::owner, c::updated_at))
+                $(.$lock())?
+                .first::<(Option<i64>, Option<i64>, i64, Option<String>, $codec::Time)>(self)
+                .optional()
+                .map(|row| {
+                    row.map(|(watermark, high, epoch, owner, updated_at)| {
+                        $crate::backend::sealed::CursorRow {
+                            watermark,
+                            high,
+                            epoch,
+                            owner,
+                            updated_at: $codec::utc(updated_at),
+                        }
+                    })
+                })
+        }
+    };
+    (cursors, $schema:ident, $codec:ident) => {
+        fn cursors(
+            &mut self,
+            consumer: &str,
+        ) -> QueryResult<Vec<(String, $crate::backend::sealed::CursorRow)>> {
+            use $schema::diesel_inbox_cursors::dsl as c;
+            c::diesel_inbox_cursors
+                .filter(c::consumer.eq($codec::key(consumer)))
+                .order(c::stream)
+                .select((c::stream, c::watermark, c::high, c::epoch, c::owner, c::updated_at))
+                .load::<($codec::KeyOwned, Option<i64>, Option<i64>, i64, Option<String>, $codec::Time)>(self)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(stream, watermark, high, epoch, owner, updated_at)| {
+                            (
+                                $codec::key_string(stream),
+                                $crate::backend::sealed::CursorRow {
+                                    watermark,
+                                    high,
+                                    epoch,
+                                    owner,
+                                    updated_at: $codec::utc(updated_at),
+                                },
+                            )
+                        })
+                        .collect()
+                })
+        }
+    };
+    // `insert`: `insert_into` with `on_conflict_do_nothing` (PostgreSQL, SQLite), or
+    // `insert_or_ignore_into` (MySQL).
+    (insert_cursor, $schema:ident, $codec:ident, $insert:ident $(, $on_conflict:ident)?) => {
+        fn insert_cursor(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+            now: DateTime<Utc>,
+        ) -> QueryResult<()> {
+            use $schema::diesel_inbox_cursors::dsl as c;
+            diesel::$insert(c::diesel_inbox_cursors)
+                .values((
+                    c::consumer.eq($codec::key(key.0)),
+                    c::stream.eq($codec::key(key.1)),
+                    c::updated_at.eq($codec::time(now)),
+                ))
+                $(.$on_conflict())?
+                .execute(self)
+                .map(drop)
+        }
+    };
+    (save_cursor, $schema:ident, $codec:ident) => {
+        fn save_cursor(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+            watermark: Option<i64>,
+            high: Option<i64>,
+            now: DateTime<Utc>,
+        ) -> QueryResult<()> {
+            use $schema::diesel_inbox_cursors::dsl as c;
+            diesel::update(c::diesel_inbox_cursors.find(($codec::key(key.0), $codec::key(key.1))))
+                .set((
+                    c::watermark.eq(watermark),
+                    c::high.eq(high),
+                    c::updated_at.eq($codec::time(now)),
+                ))
+                .execute(self)
+                .map(drop)
+        }
+    };
+    (bump_epoch, $schema:ident, $codec:ident) => {
+        fn bump_epoch(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+            owner: &str,
+            now: DateTime<Utc>,
+        ) -> QueryResult<()> {
+            use $schema::diesel_inbox_cursors::dsl as c;
+            diesel::update(c::diesel_inbox_cursors.find(($codec::key(key.0), $codec::key(key.1))))
+                .set((
+                    c::epoch.eq(c::epoch + 1),
+                    c::owner.eq(owner),
+                    c::updated_at.eq($codec::time(now)),
+                ))
+                .execute(self)
+                .map(drop)
+        }
+    };
+    (gaps, $schema:ident, $codec:ident) => {
+        fn gaps(
+            &mut self,
+            consumer: &str,
+            stream: Option<&str>,
+            state: Option<$crate::state::GapState>,
+        ) -> QueryResult<Vec<$crate::backend::sealed::GapRow>> {
+            use $schema::diesel_inbox_gaps::dsl as g;
+            let mut query = g::diesel_inbox_gaps
+                .filter(g::consumer.eq($codec::key(consumer)))
+                .into_boxed();
+            if let Some(stream) = stream {
+                query = query.filter(g::stream.eq($codec::key(stream)));
+            }
+            if let Some(state) = state {
+                query = query.filter(g::state.eq(state));
+            }
+            query
+                .order((g::stream, g::first_sequence, g::id))
+                .select((
+                    g::id,
+                    g::stream,
+                    g::first_sequence,
+                    g::last_sequence,
+                    g::cause,
+                    g::state,
+                    g::detected_at,
+                    g::closed_at,
+                    g::resolved_by,
+                    g::resolution,
+                ))
+                .load::<(
+                    i64,
+                    $codec::KeyOwned,
+                    i64,
+                    i64,
+                    $crate::state::GapCause,
+                    $crate::state::GapState,
+                    $codec::Time,
+                    Option<$codec::Time>,
+                    Option<String>,
+                    Option<String>,
+                )>(self)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(id, stream, first, last, cause, state, detected, closed, by, why)| {
+                            $crate::backend::sealed::GapRow {
+                                id,
+                                stream: $codec::key_string(stream),
+                                first,
+                                last,
+                                cause,
+                                state,
+                                detected_at: $codec::utc(detected),
+                                closed_at: closed.map($codec::utc),
+                                resolved_by: by,
+                                resolution: why,
+                            }
+                        })
+                        .collect()
+                })
+        }
+    };
+    // `returning`: how the backend learns the new row's id.
+    (insert_gap, $schema:ident, $codec:ident, returning) => {
+        fn insert_gap(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+            sequences: (i64, i64),
+            cause: $crate::state::GapCause,
+            detected_at: DateTime<Utc>,
+        ) -> QueryResult<i64> {
+            use $schema::diesel_inbox_gaps::dsl as g;
+            diesel::insert_into(g::diesel_inbox_gaps)
+                .values(new_gap_row!($schema, $codec, key, sequences, cause, detected_at))
+                .returning(g::id)
+                .get_result(self)
+        }
+    };
+    (insert_gap, $schema:ident, $codec:ident, last_insert_id) => {
+        fn insert_gap(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+            sequences: (i64, i64),
+            cause: $crate::state::GapCause,
+            detected_at: DateTime<Utc>,
+        ) -> QueryResult<i64> {
+            use $schema::diesel_inbox_gaps::dsl as g;
+            diesel::insert_into(g::diesel_inbox_gaps)
+                .values(new_gap_row!($schema, $codec, key, sequences, cause, detected_at))
+                .execute(self)?;
+            diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                "CAST(LAST_INSERT_ID() AS SIGNED)",
+            ))
+            .get_result(self)
+        }
+    };
+    (update_gap, $schema:ident, $codec:ident) => {
+        fn update_gap(
+            &mut self,
+            id: i64,
+            sequences: (i64, i64),
+            cause: $crate::state::GapCause,
+        ) -> QueryResult<()> {
+            use $schema::diesel_inbox_gaps::dsl as g;
+            diesel::update(g::diesel_inbox_gaps.find(id))
+                .set((
+                    g::first_sequence.eq(sequences.0),
+                    g::last_sequence.eq(sequences.1),
+                    g::cause.eq(cause),
+                ))
+                .execute(self)
+                .map(drop)
+        }
+    };
+    (close_gap, $schema:ident, $codec:ident) => {
+        fn close_gap(
+            &mut self,
+            id: i64,
+            state: $crate::state::GapState,
+            audit: Option<&$crate::Audit>,
+            now: DateTime<Utc>,
+        ) -> QueryResult<bool> {
+            use $crate::state::GapState;
+            use $schema::diesel_inbox_gaps::dsl as g;
+            diesel::update(g::diesel_inbox_gaps.find(id).filter(g::state.eq(GapState::Open)))
+                .set((
+                    g::state.eq(state),
+                    g::closed_at.eq(Some($codec::time(now))),
+                    g::resolved_by.eq(audit.map($crate::Audit::actor)),
+                    g::resolution.eq(audit.map($crate::Audit::reason)),
+                ))
+                .execute(self)
+                .map(|changed| changed == 1)
+        }
+    };
+    (gap_by_id, $schema:ident, $codec:ident) => {
+        fn gap_by_id(&mut self, id: i64) -> QueryResult<Option<(String, String)>> {
+            use $schema::diesel_inbox_gaps::dsl as g;
+            g::diesel_inbox_gaps
+                .find(id)
+                .select((g::consumer, g::stream))
+                .first::<($codec::KeyOwned, $codec::KeyOwned)>(self)
+                .optional()
+                .map(|row| row.map(|(c, s)| ($codec::key_string(c), $codec::key_string(s))))
+        }
+    };
+    (insert_event_sequence, $schema:ident, $codec:ident) => {
+        fn insert_event_sequence(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+            sequence: i64,
+            event_id: &str,
+        ) -> QueryResult<()> {
+            use $schema::diesel_inbox_event_sequences::dsl as q;
+            diesel::insert_into(q::diesel_inbox_event_sequences)
+                .values((
+                    q::consumer.eq($codec::key(key.0)),
+                    q::stream.eq($codec::key(key.1)),
+                    q::sequence.eq(sequence),
+                    q::event_id.eq($codec::key(event_id)),
+                ))
+                .execute(self)
+                .map(drop)
+        }
+    };
+    (sequenced_events, $schema:ident, $codec:ident) => {
+        fn sequenced_events(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+            up_to: i64,
+            limit: i64,
+        ) -> QueryResult<Vec<(i64, String)>> {
+            use $schema::diesel_inbox_event_sequences::dsl as q;
+            q::diesel_inbox_event_sequences
+                .filter(q::consumer.eq($codec::key(key.0)))
+                .filter(q::stream.eq($codec::key(key.1)))
+                .filter(q::sequence.le(up_to))
+                .order(q::sequence)
+                .limit(limit)
+                .select((q::sequence, q::event_id))
+                .load::<(i64, $codec::KeyOwned)>(self)
+                .map(|rows| rows.into_iter().map(|(s, id)| (s, $codec::key_string(id))).collect())
+        }
+    };
+    (delete_sequenced_events, $schema:ident, $codec:ident) => {
+        fn delete_sequenced_events(
+            &mut self,
+            key: $crate::backend::StreamKey<'_>,
+            up_to: i64,
+            event_ids: &[&str],
+        ) -> QueryResult<usize> {
+            use $crate::state::InboxState;
+            use $schema::diesel_inbox_event_sequences::dsl as q;
+            use $schema::diesel_inbox_events::dsl as t;
+            let ids: Vec<_> = event_ids.iter().map(|id| $codec::key(id)).collect();
+            let events = diesel::delete(
+                t::diesel_inbox_events
+                    .filter(t::consumer.eq($codec::key(key.0)))
+                    .filter(t::event_id.eq_any(ids))
+                    .filter(t::state.eq(InboxState::Processed)),
+            )
+            .execute(self)?;
+            diesel::delete(
+                q::diesel_inbox_event_sequences
+                    .filter(q::consumer.eq($codec::key(key.0)))
+                    .filter(q::stream.eq($codec::key(key.1)))
+                    .filter(q::sequence.le(up_to)),
+            )
+            .execute(self)?;
+            Ok(events)
         }
     };
     // `index_exists` or `table_exists`; `catalogue`: the backend's query counting the current

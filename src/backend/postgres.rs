@@ -190,4 +190,18 @@ impl InboxSql for PgConnection {
     statement!(delete_failures_of, schema, codec);
     statement!(delete_counters_before, schema, codec);
     statement!(count_prunable, schema, codec);
+    statement!(advance_cursor, schema, codec);
+    statement!(cursor, schema, codec, lock = for_update);
+    statement!(cursors, schema, codec);
+    statement!(insert_cursor, schema, codec, insert_into, on_conflict_do_nothing);
+    statement!(save_cursor, schema, codec);
+    statement!(bump_epoch, schema, codec);
+    statement!(gaps, schema, codec);
+    statement!(gap_by_id, schema, codec);
+    statement!(insert_gap, schema, codec, returning);
+    statement!(update_gap, schema, codec);
+    statement!(close_gap, schema, codec);
+    statement!(insert_event_sequence, schema, codec);
+    statement!(sequenced_events, schema, codec);
+    statement!(delete_sequenced_events, schema, codec);
 }

@@ -30,13 +30,13 @@ pub fn a_batch_runs_new_ids_once_and_reports_duplicates_in_order<B: Backend>() {
     assert_eq!(
         outcomes[1]
             .duplicate()
-            .map(diesel_inbox::Duplicate::deliveries),
+            .and_then(diesel_inbox::Duplicate::deliveries),
         Some(2)
     );
     assert_eq!(
         outcomes[3]
             .duplicate()
-            .map(diesel_inbox::Duplicate::deliveries),
+            .and_then(diesel_inbox::Duplicate::deliveries),
         Some(2)
     );
     assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));

@@ -281,7 +281,7 @@ where
 
     let again = with_inbox(&mut conn, "evt-old", |_tx| Ok::<_, Error>(())).unwrap();
     assert_eq!(
-        again.duplicate().map(diesel_inbox::Duplicate::deliveries),
+        again.duplicate().and_then(diesel_inbox::Duplicate::deliveries),
         Some(2),
         "{again:?}"
     );

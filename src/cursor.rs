@@ -1,0 +1,939 @@
+//! Sequence cursors: exactly-once over an ordered stream with one row per stream, a gap
+//! ledger and fencing. The arithmetic is in [`crate::watermark`]; this module does the I/O.
+
+use std::fmt;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use tracing::{info, warn};
+
+use crate::backend::sealed::{InboxSql, Recorded};
+use crate::backend::StreamKey;
+use crate::inbox::{self, Delivered, Tally};
+use crate::observe::{self, DeliveryOutcome};
+use crate::outcome::DuplicateOf;
+use crate::state::GapState;
+use crate::transaction::{self, Failure, Scope};
+use crate::watermark::{Change, OpenGap, Refusal, Stream, Verdict};
+use crate::{Delivery, Duplicate, Error, Gap, Gaps, HandlerError, Inbox, InboxConnection, Outcome};
+
+/// The longest stream name, in bytes.
+pub const MAX_STREAM_BYTES: usize = 255;
+
+/// How many gaps that may still fill a cursor keeps open by default; see
+/// [`Cursor::max_open_gaps`].
+pub const DEFAULT_MAX_OPEN_GAPS: usize = 1000;
+
+/// A consumer's position in one ordered stream (a Kafka partition, a JetStream stream, a
+/// chain, a log): exactly-once processing keyed by the stream's sequence numbers, with one
+/// row per stream instead of one per event.
+///
+/// Each [`process`](Self::process) commits the effect and the cursor's advance in one
+/// transaction on the caller's connection:
+///
+/// - a sequence already settled is [`Outcome::Duplicate`], and the effect does not run;
+/// - the next sequence is [`Outcome::Processed`]: one update of the cursor row;
+/// - a sequence further ahead is processed too, and the skipped range goes into the gap ledger
+///   as [`GapCause::Skipped`](crate::GapCause::Skipped): [`Outcome::ProcessedAfterGap`], a
+///   warn-level log line and the `diesel_inbox_gaps_total` metric. The watermark stays below
+///   the gap until its sequences arrive (each one late arrival is processed, once, and fills
+///   its place) or ops [resolve](Gaps::resolve) it.
+///
+/// **Out of order** (a nack, parallel workers): any sequence inside an open gap is processed
+/// and fills it, so the policy is bounded by the number of gaps, not by how far apart
+/// sequences are: at most [`max_open_gaps`](Self::max_open_gaps) gaps that may still fill.
+/// Past that a sequence that would open one more is refused with [`Error::TooManyOpenGaps`]
+/// and nothing commits; sequences that fill a gap are still accepted.
+///
+/// **Retention**: given the broker's first available sequence
+/// ([`Sequenced::first_available`]), a cursor behind it records the missing range as
+/// [`GapCause::Evicted`](crate::GapCause::Evicted), never a silent reset, and moves on.
+///
+/// **Fencing**: [`acquire`](Self::acquire) makes an instance the stream's owner with a new
+/// epoch; a cursor writing with an older one (a zombie after a rebalance) fails with
+/// [`Error::Fenced`] and commits nothing, the effect included. Once a stream has been
+/// acquired, a cursor without an epoch is fenced too.
+///
+/// **Failures**: the effect's error comes back unchanged and nothing commits, so the sequence
+/// is redelivered: an ordered stream waits for its poison message. Give the sequence its
+/// event id ([`Sequenced::event`]) to have failures counted and dead-lettered by the
+/// [`Inbox`]'s policy instead; a dead-lettered sequence is settled, and the stream moves on.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::{Inbox, Outcome, Resume};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let orders = Inbox::new("projector")?.cursor("orders-0")?;
+/// let apply = |_tx: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
+///
+/// assert!(orders.process(&mut conn, 1, apply)?.is_processed());
+/// assert!(orders.process(&mut conn, 1, apply)?.is_duplicate());
+/// // 2 and 3 went missing: processed, and recorded as a gap.
+/// let outcome = orders.process(&mut conn, 4, apply)?;
+/// assert_eq!(outcome.gaps()[0].sequences(), 2..=3);
+/// // 3 arrives late: processed once, and the gap shrinks to 2.
+/// assert!(orders.process(&mut conn, 3, apply)?.is_processed());
+/// assert_eq!(orders.gaps().open(&mut conn)?[0].sequences(), 2..=2);
+/// // Seek the broker to the first sequence not settled.
+/// assert_eq!(orders.resume(&mut conn)?, Resume::At(2));
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Cursor {
+    inbox: Inbox,
+    stream: StreamName,
+    epoch: Option<u64>,
+    max_open_gaps: usize,
+}
+
+impl Inbox {
+    /// A cursor of this consumer over the stream called `stream`: 1 to 255 bytes of UTF-8
+    /// without control characters (`orders-3`, `ORDERS`, `eth:mainnet`). It shares the
+    /// consumer's name, retry policy and failure policy.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidStreamName`] for any other name.
+    pub fn cursor(&self, stream: &str) -> Result<Cursor, InvalidStreamName> {
+        Ok(Cursor {
+            inbox: self.clone(),
+            stream: StreamName::new(stream)?,
+            epoch: None,
+            max_open_gaps: DEFAULT_MAX_OPEN_GAPS,
+        })
+    }
+}
+
+/// One delivery to a [`Cursor`]: its sequence, and what else the caller knows.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Sequenced {
+    sequence: u64,
+    first_available: Option<u64>,
+    event: Option<Delivery>,
+}
+
+impl Sequenced {
+    /// The delivery of `sequence`.
+    pub fn new(sequence: u64) -> Self {
+        Self {
+            sequence,
+            first_available: None,
+            event: None,
+        }
+    }
+
+    /// The broker's first available sequence (JetStream's `first_seq` in the stream info,
+    /// Kafka's log start offset). A cursor behind it records the range it can never receive
+    /// as an evicted gap and moves past it.
+    pub fn first_available(mut self, sequence: u64) -> Self {
+        self.first_available = Some(sequence);
+        self
+    }
+
+    /// The event's id (and payload): the inbox then also keeps the id, as
+    /// [`Inbox::process`] does, so that the same event republished under another sequence
+    /// is a duplicate too, and failures are counted and dead-lettered by the inbox's policy.
+    /// [`Cursor::prune_events`] removes those id rows once the watermark has passed them.
+    pub fn event(mut self, delivery: Delivery) -> Self {
+        self.event = Some(delivery);
+        self
+    }
+}
+
+impl From<u64> for Sequenced {
+    fn from(sequence: u64) -> Self {
+        Self::new(sequence)
+    }
+}
+
+/// Where to seek the broker when a consumer starts: [`Cursor::resume`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Resume {
+    /// No sequence settled yet: start where the application starts a new consumer (JetStream
+    /// `DeliverPolicy::All` or `New`; Kafka `auto.offset.reset`).
+    Fresh,
+    /// Start at this sequence, the first one not settled: JetStream
+    /// `DeliverPolicy::ByStartSequence { start_sequence }`; Kafka
+    /// `consumer.seek(topic, partition, Offset::Offset(n), timeout)` (or the offset set on
+    /// the assignment). Sequences after it that were already settled come again as duplicates.
+    At(u64),
+}
+
+/// Ownership of a stream: the epoch [`Cursor::acquire`] handed out, and where to resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub struct Lease {
+    epoch: u64,
+    resume: Resume,
+}
+
+impl Lease {
+    /// The epoch to write with: pass it to [`Cursor::epoch`].
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Where to seek the broker.
+    pub fn resume(&self) -> Resume {
+        self.resume
+    }
+}
+
+/// What a cursor's transaction came to, before it commits.
+struct Advanced<T> {
+    delivered: Delivered<T>,
+    /// Gaps this transaction found: logged and counted once it commits.
+    gaps: Vec<Gap>,
+}
+
+impl Cursor {
+    /// Writes with `epoch`, from [`Lease::epoch`]: a write after another instance acquired
+    /// the stream fails with [`Error::Fenced`]. Defaults to none, which only works on a stream
+    /// nobody acquired.
+    pub fn epoch(mut self, epoch: u64) -> Self {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// How many gaps that may still fill (cause `Skipped`) the stream may have open before a
+    /// sequence that would open another is refused with [`Error::TooManyOpenGaps`]. Each is
+    /// one ledger row, read whenever a sequence arrives out of order. Defaults to
+    /// [`DEFAULT_MAX_OPEN_GAPS`].
+    ///
+    /// # Panics
+    ///
+    /// When `gaps` is 0.
+    pub fn max_open_gaps(mut self, gaps: usize) -> Self {
+        assert!(gaps > 0, "max_open_gaps must be at least 1");
+        self.max_open_gaps = gaps;
+        self
+    }
+
+    /// The consumer name.
+    pub fn consumer(&self) -> &str {
+        self.inbox.consumer()
+    }
+
+    /// The stream name.
+    pub fn stream(&self) -> &str {
+        self.stream.as_str()
+    }
+
+    /// This stream's gap ledger.
+    pub fn gaps(&self) -> Gaps {
+        Gaps::new(self.inbox.consumer(), Some(self.stream()))
+    }
+
+    /// Runs `effect` if and only if the sequence is not settled yet, in one transaction with
+    /// the cursor's advance; see [`Cursor`] for what each sequence comes to. Contention is
+    /// retried as for [`Inbox::process`], and inside a caller's transaction it runs as a
+    /// savepoint.
+    ///
+    /// # Errors
+    ///
+    /// The effect's own error, unchanged; or the inbox's [`Error`] converted into `E`:
+    /// [`Error::Fenced`], [`Error::TooManyOpenGaps`], [`Error::BeforeFirstAvailable`],
+    /// [`Error::SequenceOutOfRange`], and those of [`Inbox::process`]. Nothing commits on any
+    /// of them. [`Ack::of`](crate::Ack::of) says what to do with the message.
+    pub fn process<C, T, E, F>(
+        &self,
+        conn: &mut C,
+        delivery: impl Into<Sequenced>,
+        mut effect: F,
+    ) -> Result<Outcome<T>, E>
+    where
+        C: InboxConnection,
+        F: FnMut(&mut C) -> Result<T, E>,
+        E: HandlerError,
+    {
+        let delivery = delivery.into();
+        let timer = observe::DeliveryTimer::start(self.consumer());
+        let span = tracing::info_span!(
+            "cursor",
+            consumer = self.consumer(),
+            stream = self.stream(),
+            sequence = delivery.sequence
+        );
+        let _entered = span.enter();
+        let result = self.run(conn, &delivery, &mut effect);
+        let if_err = match &result {
+            Err(Failure::Handler(_) | Failure::Panicked(_)) => DeliveryOutcome::Failed,
+            Ok(_) | Err(_) => DeliveryOutcome::Error,
+        };
+        let result = match result {
+            Ok(outcome) => Ok(outcome),
+            Err(Failure::Handler(error)) => self.after_handler_error(conn, &delivery, error),
+            Err(Failure::Panicked(panic)) => {
+                let scope = scope_or_savepoint(conn);
+                self.inbox
+                    .after_handler_panic(conn, delivery.event.as_ref(), panic, scope)
+            }
+            Err(failure) => Err(failure.into_error()),
+        };
+        timer.finish(DeliveryOutcome::of(&result, if_err));
+        result
+    }
+
+    /// Offers a run of sequences in one transaction that locks and writes the cursor once:
+    /// `effect` runs for each one not settled yet, in the order given. Returns one outcome per
+    /// sequence, in order. An error (the effect's, or a refusal) rolls back the whole run.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::Inbox;
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let blocks = Inbox::new("indexer")?.cursor("eth:mainnet")?;
+    ///
+    /// let run = [(100, "a"), (101, "b"), (101, "b"), (102, "c")];
+    /// let outcomes = blocks.process_batch(&mut conn, &run, |_tx, height, block| {
+    ///     Ok::<_, diesel_inbox::Error>(format!("{height}:{block}"))
+    /// })?;
+    /// assert_eq!(outcomes.iter().filter(|o| o.is_processed()).count(), 3);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`process`](Self::process).
+    pub fn process_batch<C, M, T, E, F>(
+        &self,
+        conn: &mut C,
+        items: &[(u64, M)],
+        mut effect: F,
+    ) -> Result<Vec<Outcome<T>>, E>
+    where
+        C: InboxConnection,
+        F: FnMut(&mut C, u64, &M) -> Result<T, E>,
+        E: HandlerError,
+    {
+        let sequences = items
+            .iter()
+            .map(|(sequence, _)| stored(*sequence))
+            .collect::<Result<Vec<_>, _>>()?;
+        let scope = transaction::scope_of(conn).map_err(Error::from)?;
+        let subject = self.inbox.subject(None);
+        let run = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
+            let now = Utc::now();
+            let mut stream = self.load(tx, now)?;
+            let (mut outcomes, mut gaps) = (Vec::with_capacity(items.len()), Vec::new());
+            for ((sequence, message), &stored) in items.iter().zip(&sequences) {
+                let (verdict, found) = self.offer(tx, &mut stream, stored, None, now)?;
+                let outcome = match verdict {
+                    Verdict::Duplicate => self.duplicate(*sequence, &stream),
+                    Verdict::New { .. } => {
+                        let value = transaction::call_user(tx, |tx| effect(tx, *sequence, message))?;
+                        processed(value, found.clone())
+                    }
+                };
+                gaps.extend(found);
+                outcomes.push(outcome);
+            }
+            transaction::ensure_committable(tx)?;
+            self.save(tx, &stream, now)?;
+            if scope == Scope::TopLevel {
+                let duplicates = outcomes.iter().filter(|o| o.is_duplicate()).count();
+                Tally::duplicates(duplicates).count(tx, self.consumer())?;
+            }
+            Ok((outcomes, gaps))
+        });
+        match run {
+            Ok((outcomes, gaps)) => {
+                self.report(&gaps);
+                Ok(outcomes)
+            }
+            Err(Failure::Handler(error)) => Err(error),
+            Err(Failure::Panicked(panic)) => std::panic::resume_unwind(panic),
+            Err(failure) => Err(failure.into_error()),
+        }
+    }
+
+    /// Makes the caller the stream's owner: adds one to its epoch, so that every cursor
+    /// writing with an older one is fenced from now on, and says where to resume. Call it
+    /// when a partition is assigned to this instance, then write with
+    /// [`epoch(lease.epoch())`](Self::epoch).
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{Error, Inbox};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let stream = Inbox::new("projector")?.cursor("orders-0")?;
+    /// let apply = |_tx: &mut SqliteConnection| Ok::<_, Error>(());
+    ///
+    /// let old = stream.clone().epoch(stream.acquire(&mut conn, "worker-a")?.epoch());
+    /// let new = stream.clone().epoch(stream.acquire(&mut conn, "worker-b")?.epoch());
+    /// assert!(new.process(&mut conn, 1, apply)?.is_processed());
+    /// assert!(matches!(old.process(&mut conn, 2, apply), Err(Error::Fenced { .. })));
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`] and the other database errors of [`Inbox::process`].
+    pub fn acquire<C: InboxConnection>(&self, conn: &mut C, owner: &str) -> Result<Lease, Error> {
+        let scope = transaction::scope_of(conn)?;
+        let subject = self.inbox.subject(None);
+        let lease = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
+            let now = Utc::now();
+            let sql = tx.sql();
+            sql.insert_cursor(self.key(), now)?;
+            sql.bump_epoch(self.key(), owner, now)?;
+            let row = sql.cursor(self.key())?.ok_or(diesel::result::Error::NotFound)?;
+            Ok::<_, Failure<Error>>(Lease {
+                epoch: row.epoch.unsigned_abs(),
+                resume: resume_at(row.watermark),
+            })
+        })
+        .map_err(Failure::into_error)?;
+        info!(
+            consumer = self.consumer(),
+            stream = self.stream(),
+            owner,
+            epoch = lease.epoch,
+            "stream acquired"
+        );
+        Ok(lease)
+    }
+
+    /// Where to seek the broker: the first sequence not settled, so that the sequences of
+    /// gaps that may still fill come again, and those already settled after them come as
+    /// duplicates.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn resume<C: InboxConnection>(&self, conn: &mut C) -> Result<Resume, Error> {
+        Ok(resume_at(
+            conn.sql().cursor(self.key())?.and_then(|row| row.watermark),
+        ))
+    }
+
+    /// Where the cursor stands, if it has a row: its watermark, highest sequence and epoch.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn position<C: InboxConnection>(&self, conn: &mut C) -> Result<Option<Position>, Error> {
+        let row = conn.sql().cursor(self.key())?;
+        Ok(row.map(|row| Position::from_row(self.stream().to_owned(), row)))
+    }
+
+    /// Every cursor of `inbox`'s consumer, by stream name.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn all<C: InboxConnection>(conn: &mut C, inbox: &Inbox) -> Result<Vec<Position>, Error> {
+        let rows = conn.sql().cursors(inbox.consumer())?;
+        Ok(rows
+            .into_iter()
+            .map(|(stream, row)| Position::from_row(stream, row))
+            .collect())
+    }
+
+    /// Removes the consumer's processed id rows (kept by [`Sequenced::event`]) whose sequence
+    /// is at or below the watermark, in batches of `batch_size`, each in a short transaction of
+    /// its own: redeliveries of those sequences are duplicates by the cursor, whatever the
+    /// clock says. Dead-lettered and discarded rows stay. Returns how many rows it removed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PruneInsideTransaction`] inside an open transaction; [`Error::Database`].
+    ///
+    /// # Panics
+    ///
+    /// When `batch_size` is 0.
+    pub fn prune_events<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        batch_size: usize,
+    ) -> Result<u64, Error> {
+        assert!(batch_size > 0, "batch_size must be at least 1");
+        if transaction::scope_of(conn)? != Scope::TopLevel {
+            return Err(Error::PruneInsideTransaction);
+        }
+        let Some(watermark) = conn.sql().cursor(self.key())?.and_then(|row| row.watermark)
+        else {
+            return Ok(0);
+        };
+        let limit = i64::try_from(batch_size).unwrap_or(i64::MAX);
+        let mut removed = 0;
+        loop {
+            let subject = self.inbox.subject(None);
+            let (deleted, more) =
+                transaction::run(conn, Scope::TopLevel, self.inbox.retry_policy(), subject, |tx| {
+                    let batch = tx.sql().sequenced_events(self.key(), watermark, limit)?;
+                    let Some(&(last, _)) = batch.last() else {
+                        return Ok::<_, Failure<Error>>((0, false));
+                    };
+                    let ids: Vec<&str> = batch.iter().map(|(_, id)| id.as_str()).collect();
+                    let deleted = tx.sql().delete_sequenced_events(self.key(), last, &ids)?;
+                    tx.sql().delete_failures_of(self.consumer(), &ids)?;
+                    Ok((deleted, batch.len() == batch_size))
+                })
+                .map_err(Failure::into_error)?;
+            removed += deleted as u64;
+            if !more {
+                return Ok(removed);
+            }
+        }
+    }
+
+    /// The transaction, retried under contention; failures come back for `process` to handle.
+    fn run<C, T, E, F>(
+        &self,
+        conn: &mut C,
+        delivery: &Sequenced,
+        effect: &mut F,
+    ) -> Result<Outcome<T>, Failure<E>>
+    where
+        C: InboxConnection,
+        F: FnMut(&mut C) -> Result<T, E>,
+        E: HandlerError,
+    {
+        let sequence = stored(delivery.sequence).map_err(Failure::Inbox)?;
+        let first_available = delivery
+            .first_available
+            .map(stored)
+            .transpose()
+            .map_err(Failure::Inbox)?;
+        let scope = transaction::scope_of(conn)?;
+        let event_id = delivery.event.as_ref().map(|event| event.id.as_str());
+        let subject = self.inbox.subject(event_id);
+        let advanced = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
+            self.advance(tx, delivery, sequence, first_available, effect, scope)
+        })?;
+        self.report(&advanced.gaps);
+        match advanced.delivered {
+            Delivered::Outcome(outcome) => Ok(outcome),
+            Delivered::PayloadConflict => match &delivery.event {
+                Some(event) => Err(Failure::Inbox(Error::PayloadMismatch {
+                    event_id: event.id.clone(),
+                })),
+                None => unreachable!("only an event id can conflict"),
+            },
+        }
+    }
+
+    /// The body of the cursor's transaction.
+    fn advance<C, T, E, F>(
+        &self,
+        conn: &mut C,
+        delivery: &Sequenced,
+        sequence: i64,
+        first_available: Option<i64>,
+        effect: &mut F,
+        scope: Scope,
+    ) -> Result<Advanced<T>, Failure<E>>
+    where
+        C: InboxConnection,
+        F: FnMut(&mut C) -> Result<T, E>,
+    {
+        let now = Utc::now();
+        let epoch = self.epoch.map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX));
+        // The next sequence of a stream with no gap, from the owner: one update.
+        if first_available.is_none()
+            && conn.sql().advance_cursor(self.key(), sequence, epoch, now)?
+        {
+            let delivered = self.settle(conn, delivery, sequence, effect, Vec::new(), now)?;
+            return Ok(Advanced {
+                delivered,
+                gaps: Vec::new(),
+            });
+        }
+        let mut stream = self.load(conn, now)?;
+        let (verdict, gaps) = self.offer(conn, &mut stream, sequence, first_available, now)?;
+        self.save(conn, &stream, now)?;
+        let delivered = match verdict {
+            Verdict::New { .. } => self.settle(conn, delivery, sequence, effect, gaps.clone(), now)?,
+            Verdict::Duplicate => {
+                let duplicate = Delivered::Outcome(self.duplicate(delivery.sequence, &stream));
+                if scope == Scope::TopLevel {
+                    Tally::of(&duplicate).count(conn, self.consumer())?;
+                }
+                duplicate
+            }
+        };
+        Ok(Advanced { delivered, gaps })
+    }
+
+    /// Runs the effect of a sequence the cursor took in; with an event id, through the inbox
+    /// row too, which may find the event settled under another sequence.
+    fn settle<C, T, E, F>(
+        &self,
+        conn: &mut C,
+        delivery: &Sequenced,
+        sequence: i64,
+        effect: &mut F,
+        gaps: Vec<Gap>,
+        now: DateTime<Utc>,
+    ) -> Result<Delivered<T>, Failure<E>>
+    where
+        C: InboxConnection,
+        F: FnMut(&mut C) -> Result<T, E>,
+    {
+        let value = match &delivery.event {
+            None => {
+                let value = transaction::call_user(conn, effect)?;
+                transaction::ensure_committable(conn)?;
+                value
+            }
+            Some(event) => {
+                let key = self.inbox.key(event);
+                let fingerprint = event.payload.as_ref().map(crate::Payload::fingerprint);
+                let fingerprint_ref = fingerprint.as_ref().map(|f| &f[..]);
+                match conn.sql().record_delivery(key, now, fingerprint_ref)? {
+                    Recorded::Seen(existing) => {
+                        return inbox::seen(conn, key, fingerprint.as_ref(), existing);
+                    }
+                    Recorded::New => {
+                        let value = inbox::run_effect(conn, key, effect, &|_: &T| Ok(None))?;
+                        conn.sql()
+                            .insert_event_sequence(self.key(), sequence, key.1)?;
+                        value
+                    }
+                }
+            }
+        };
+        Ok(Delivered::Outcome(processed(value, gaps)))
+    }
+
+    /// Reads the stream under the cursor row's lock, creating the row if it is missing, and
+    /// refuses a writer from another epoch.
+    fn load<C: InboxConnection, E>(
+        &self,
+        conn: &mut C,
+        now: DateTime<Utc>,
+    ) -> Result<Stream, Failure<E>> {
+        let sql = conn.sql();
+        let row = match sql.cursor(self.key())? {
+            Some(row) => row,
+            None => {
+                sql.insert_cursor(self.key(), now)?;
+                sql.cursor(self.key())?.ok_or(diesel::result::Error::NotFound)?
+            }
+        };
+        let epoch = self.epoch.map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX));
+        if row.epoch != epoch {
+            return Err(Failure::Inbox(Error::Fenced {
+                stream: self.stream().to_owned(),
+                epoch: self.epoch,
+                current: row.epoch.unsigned_abs(),
+            }));
+        }
+        let open = sql
+            .gaps(self.consumer(), Some(self.stream()), Some(GapState::Open))?
+            .into_iter()
+            .map(|gap| OpenGap {
+                id: Some(gap.id),
+                first: gap.first,
+                last: gap.last,
+                cause: gap.cause,
+                detected_at: gap.detected_at,
+            })
+            .collect();
+        Ok(Stream::new(row.high, open))
+    }
+
+    /// Offers one sequence to the loaded stream and writes the ledger changes; returns the
+    /// verdict and the gaps it found.
+    fn offer<C: InboxConnection, E>(
+        &self,
+        conn: &mut C,
+        stream: &mut Stream,
+        sequence: i64,
+        first_available: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<(Verdict, Vec<Gap>), Failure<E>> {
+        let mut changes = Vec::new();
+        let verdict = stream
+            .offer(sequence, first_available, self.max_open_gaps, now, &mut changes)
+            .map_err(|refusal| Failure::Inbox(self.refused(refusal, sequence)))?;
+        let mut found = Vec::new();
+        for change in changes {
+            match change {
+                Change::Insert { gap, detected } => {
+                    let sequences = (gap.first, gap.last);
+                    let id = conn
+                        .sql()
+                        .insert_gap(self.key(), sequences, gap.cause, gap.detected_at)?;
+                    stream.inserted(gap.first, id);
+                    if detected {
+                        found.push(Gap::found(id, self.stream(), &gap));
+                    }
+                }
+                Change::Update(gap) => {
+                    let id = gap.id.ok_or(diesel::result::Error::NotFound)?;
+                    conn.sql().update_gap(id, (gap.first, gap.last), gap.cause)?;
+                }
+                Change::Filled { id } => {
+                    conn.sql().close_gap(id, GapState::Filled, None, now)?;
+                }
+            }
+        }
+        Ok((verdict, found))
+    }
+
+    /// Writes the stream's watermark and highest sequence.
+    fn save<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        stream: &Stream,
+        now: DateTime<Utc>,
+    ) -> diesel::QueryResult<()> {
+        conn.sql()
+            .save_cursor(self.key(), stream.watermark(), stream.high(), now)
+    }
+
+    /// After the effect failed: with an event id, the inbox's failure policy records it; a
+    /// dead-lettered event is then settled, so the cursor moves past its sequence.
+    fn after_handler_error<C, T, E>(
+        &self,
+        conn: &mut C,
+        delivery: &Sequenced,
+        error: E,
+    ) -> Result<Outcome<T>, E>
+    where
+        C: InboxConnection,
+        E: HandlerError,
+    {
+        let Some(event) = &delivery.event else {
+            return Err(error);
+        };
+        let scope = scope_or_savepoint(conn);
+        let outcome = self.inbox.after_handler_error(conn, event, error, scope)?;
+        if scope == Scope::TopLevel {
+            // The inbox row now holds the event back, so this run skips the effect and
+            // advances the cursor.
+            let settle = |_: &mut C| -> Result<T, E> { Err(Error::DeadLetterNotFound { event_id: event.id.clone() }.into()) };
+            let _settled = self
+                .run(conn, delivery, &mut { settle })
+                .map_err(Failure::into_error)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Logs and counts the gaps a committed transaction found.
+    fn report(&self, gaps: &[Gap]) {
+        for gap in gaps {
+            warn!(
+                consumer = self.consumer(),
+                stream = self.stream(),
+                gap = gap.id(),
+                first = gap.first(),
+                last = gap.last(),
+                cause = %gap.cause(),
+                "gap in the stream: sequences missing; see diesel-inbox gaps"
+            );
+            observe::gap_found(self.consumer(), gap.cause(), gap.len());
+        }
+    }
+
+    /// A duplicate of a sequence the stream had settled.
+    fn duplicate<T>(&self, sequence: u64, stream: &Stream) -> Outcome<T> {
+        Outcome::Duplicate(Duplicate {
+            of: DuplicateOf::Sequence {
+                sequence,
+                watermark: stream.watermark(),
+            },
+        })
+    }
+
+    fn refused(&self, refusal: Refusal, sequence: i64) -> Error {
+        let stream = self.stream().to_owned();
+        match refusal {
+            Refusal::BeforeFirstAvailable { first_available } => Error::BeforeFirstAvailable {
+                stream,
+                sequence: sequence.unsigned_abs(),
+                first_available: first_available.unsigned_abs(),
+            },
+            Refusal::TooManyOpenGaps { open } => Error::TooManyOpenGaps { stream, open },
+        }
+    }
+
+    fn key(&self) -> StreamKey<'_> {
+        (self.consumer(), self.stream())
+    }
+}
+
+/// Where a cursor stands: [`Cursor::position`], [`Cursor::all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    stream: String,
+    watermark: Option<i64>,
+    high: Option<i64>,
+    epoch: u64,
+    owner: Option<String>,
+    updated_at: DateTime<Utc>,
+}
+
+impl Position {
+    fn from_row(stream: String, row: crate::backend::sealed::CursorRow) -> Self {
+        Self {
+            stream,
+            watermark: row.watermark,
+            high: row.high,
+            epoch: row.epoch.unsigned_abs(),
+            owner: row.owner,
+            updated_at: row.updated_at,
+        }
+    }
+
+    /// The stream.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// Every sequence at or below it is settled (or evicted); `None` before the first
+    /// sequence. Below zero when a stream starting at 0 has its first sequence in a gap.
+    pub fn watermark(&self) -> Option<i64> {
+        self.watermark
+    }
+
+    /// The highest sequence settled.
+    pub fn high(&self) -> Option<i64> {
+        self.high
+    }
+
+    /// Where to seek the broker.
+    pub fn resume(&self) -> Resume {
+        resume_at(self.watermark)
+    }
+
+    /// The fencing epoch; 0 when nobody acquired the stream.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Who acquired the current epoch.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// When the cursor last changed.
+    pub fn updated_at(&self) -> DateTime<Utc> {
+        self.updated_at
+    }
+}
+
+/// Why a stream name was rejected by [`Inbox::cursor`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidStreamName {
+    /// The name is empty.
+    #[error("the stream name is empty: name the stream or partition, e.g. \"orders-3\"")]
+    Empty,
+    /// The name is longer than [`MAX_STREAM_BYTES`] bytes.
+    #[error("the stream name is {len} bytes long, more than the {MAX_STREAM_BYTES} allowed: use a shorter name")]
+    TooLong {
+        /// The name's length in bytes.
+        len: usize,
+    },
+    /// The name has a control character.
+    #[error("the stream name has a control character at byte {index}: use printable text")]
+    ControlCharacter {
+        /// Its byte offset.
+        index: usize,
+    },
+}
+
+/// A validated stream name; cheap to clone.
+#[derive(Clone, PartialEq, Eq)]
+struct StreamName(Arc<str>);
+
+impl StreamName {
+    fn new(name: &str) -> Result<Self, InvalidStreamName> {
+        if name.is_empty() {
+            return Err(InvalidStreamName::Empty);
+        }
+        if name.len() > MAX_STREAM_BYTES {
+            return Err(InvalidStreamName::TooLong { len: name.len() });
+        }
+        if let Some((index, _)) = name.char_indices().find(|(_, c)| c.is_control()) {
+            return Err(InvalidStreamName::ControlCharacter { index });
+        }
+        Ok(Self(name.into()))
+    }
+
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for StreamName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// A sequence as stored: `BIGINT`.
+fn stored(sequence: u64) -> Result<i64, Error> {
+    i64::try_from(sequence).map_err(|_| Error::SequenceOutOfRange(sequence))
+}
+
+fn resume_at(watermark: Option<i64>) -> Resume {
+    watermark.map_or(Resume::Fresh, |watermark| {
+        Resume::At(u64::try_from(watermark + 1).unwrap_or(0))
+    })
+}
+
+fn processed<T>(value: T, gaps: Vec<Gap>) -> Outcome<T> {
+    if gaps.is_empty() {
+        Outcome::Processed(value)
+    } else {
+        Outcome::ProcessedAfterGap { value, gaps }
+    }
+}
+
+/// The scope the connection is in now that the cursor's own transaction is over.
+fn scope_or_savepoint<C: InboxConnection>(conn: &mut C) -> Scope {
+    transaction::scope_of(conn).unwrap_or(Scope::Savepoint)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_names_are_printable_text_of_at_most_255_bytes() {
+        for name in ["orders-3", "ORDERS", "eth:mainnet", "kafka/topic/0", "café"] {
+            assert_eq!(StreamName::new(name).unwrap().as_str(), name);
+        }
+        assert_eq!(StreamName::new(""), Err(InvalidStreamName::Empty));
+        assert_eq!(
+            StreamName::new(&"a".repeat(256)),
+            Err(InvalidStreamName::TooLong { len: 256 })
+        );
+        assert_eq!(
+            StreamName::new("a\nb"),
+            Err(InvalidStreamName::ControlCharacter { index: 1 })
+        );
+    }
+
+    #[test]
+    fn a_cursor_resumes_at_the_first_sequence_not_settled() {
+        assert_eq!(resume_at(None), Resume::Fresh);
+        assert_eq!(resume_at(Some(-1)), Resume::At(0));
+        assert_eq!(resume_at(Some(41)), Resume::At(42));
+    }
+
+    #[test]
+    fn sequences_above_i64_max_are_refused() {
+        assert_eq!(stored(7).unwrap(), 7);
+        assert!(matches!(stored(u64::MAX), Err(Error::SequenceOutOfRange(u64::MAX))));
+    }
+}

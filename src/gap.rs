@@ -1,0 +1,282 @@
+//! The gap ledger: every range of sequences a cursor skipped, why, and what became of it.
+
+use std::ops::RangeInclusive;
+
+use chrono::{DateTime, Utc};
+use tracing::info;
+
+use crate::backend::sealed::{GapRow, InboxSql};
+use crate::state::{GapCause, GapState};
+use crate::transaction::{self, Failure};
+use crate::watermark::{OpenGap, Stream};
+use crate::{Audit, Error, Inbox, InboxConnection, RetryPolicy};
+
+/// One range of missing sequences in a stream, as the ledger keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gap {
+    id: i64,
+    stream: String,
+    first: i64,
+    last: i64,
+    cause: GapCause,
+    state: GapState,
+    detected_at: DateTime<Utc>,
+    closed_at: Option<DateTime<Utc>>,
+    resolution: Option<Audit>,
+}
+
+impl Gap {
+    /// A gap a cursor has just written.
+    pub(crate) fn found(id: i64, stream: &str, gap: &OpenGap) -> Self {
+        Self {
+            id,
+            stream: stream.to_owned(),
+            first: gap.first,
+            last: gap.last,
+            cause: gap.cause,
+            state: GapState::Open,
+            detected_at: gap.detected_at,
+            closed_at: None,
+            resolution: None,
+        }
+    }
+
+    fn from_row(row: GapRow) -> Self {
+        let resolution = match (row.resolved_by, row.resolution) {
+            (Some(actor), Some(reason)) => Audit::new(actor, reason).ok(),
+            _ => None,
+        };
+        Self {
+            id: row.id,
+            stream: row.stream,
+            first: row.first,
+            last: row.last,
+            cause: row.cause,
+            state: row.state,
+            detected_at: row.detected_at,
+            closed_at: row.closed_at,
+            resolution,
+        }
+    }
+
+    /// The gap's number, to resolve it by.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// The stream.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The first missing sequence.
+    pub fn first(&self) -> i64 {
+        self.first
+    }
+
+    /// The last missing sequence.
+    pub fn last(&self) -> i64 {
+        self.last
+    }
+
+    /// The missing sequences. A gap that late arrivals filled in the middle is two rows: the
+    /// part below the arrival keeps this id, the part above gets a new one.
+    pub fn sequences(&self) -> RangeInclusive<i64> {
+        self.first..=self.last
+    }
+
+    /// How many sequences are missing.
+    pub fn len(&self) -> u64 {
+        (self.last - self.first).unsigned_abs() + 1
+    }
+
+    /// Never: a gap holds at least one sequence.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Why the sequences are missing.
+    pub fn cause(&self) -> GapCause {
+        self.cause
+    }
+
+    /// Whether they still are.
+    pub fn state(&self) -> GapState {
+        self.state
+    }
+
+    /// When the cursor found the gap.
+    pub fn detected_at(&self) -> DateTime<Utc> {
+        self.detected_at
+    }
+
+    /// When it was filled or resolved.
+    pub fn closed_at(&self) -> Option<DateTime<Utc>> {
+        self.closed_at
+    }
+
+    /// Who resolved it, and why.
+    pub fn resolution(&self) -> Option<&Audit> {
+        self.resolution.as_ref()
+    }
+}
+
+/// A consumer's gap ledger, of every stream or of one: [`Inbox::gaps`], [`Cursor::gaps`](crate::Cursor::gaps).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::{Audit, GapState, Inbox, Resume};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let inbox = Inbox::new("projector")?;
+/// let cursor = inbox.cursor("orders-0")?;
+/// let apply = |_tx: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
+/// cursor.process(&mut conn, 1, apply)?;
+/// cursor.process(&mut conn, 5, apply)?; // 2..=4 missing
+///
+/// let gap = &inbox.gaps().open(&mut conn)?[0];
+/// assert_eq!(cursor.resume(&mut conn)?, Resume::At(2));
+/// let audit = Audit::new("ops@example.com", "2..=4 were test messages, deleted upstream")?;
+/// let resolved = inbox.gaps().resolve(&mut conn, gap.id(), &audit)?;
+/// assert_eq!(resolved.state(), GapState::Resolved);
+/// assert_eq!(cursor.resume(&mut conn)?, Resume::At(6));
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Gaps {
+    consumer: String,
+    stream: Option<String>,
+}
+
+impl Inbox {
+    /// The gap ledger of this consumer's cursors, every stream.
+    pub fn gaps(&self) -> Gaps {
+        Gaps::new(self.consumer(), None)
+    }
+}
+
+impl Gaps {
+    pub(crate) fn new(consumer: &str, stream: Option<&str>) -> Self {
+        Self {
+            consumer: consumer.to_owned(),
+            stream: stream.map(str::to_owned),
+        }
+    }
+
+    /// The open gaps, by stream and first sequence.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn open<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<Gap>, Error> {
+        self.read(conn, Some(GapState::Open))
+    }
+
+    /// Every gap, open or closed, by stream and first sequence.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn list<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<Gap>, Error> {
+        self.read(conn, None)
+    }
+
+    /// Resolves the open gap `id`: its sequences are given up (or were recovered some other
+    /// way), `audit` says who decided and why, and the watermark moves past it. A late
+    /// arrival of one of its sequences is a duplicate from then on. Returns the gap as it
+    /// now stands.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::GapNotFound`] when this consumer (and stream) has no gap `id`;
+    /// [`Error::GapNotOpen`] when it is filled or resolved already; [`Error::Database`].
+    pub fn resolve<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<Gap, Error> {
+        let scope = transaction::scope_of(conn)?;
+        let subject = transaction::Subject {
+            consumer: &self.consumer,
+            event_id: None,
+        };
+        let gap = transaction::run(conn, scope, &RetryPolicy::default(), subject, |tx| {
+            self.resolve_in(tx, id, audit)
+        })
+        .map_err(Failure::into_error)?;
+        info!(
+            consumer = self.consumer,
+            stream = gap.stream(),
+            gap = id,
+            actor = audit.actor(),
+            reason = audit.reason(),
+            "gap resolved"
+        );
+        Ok(gap)
+    }
+
+    fn resolve_in<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<Gap, Failure<Error>> {
+        let not_found = || Failure::Inbox(Error::GapNotFound { id });
+        let (consumer, stream) = conn.sql().gap_by_id(id)?.ok_or_else(not_found)?;
+        if consumer != self.consumer || self.stream.as_ref().is_some_and(|s| *s != stream) {
+            return Err(not_found());
+        }
+        let key = (consumer.as_str(), stream.as_str());
+        // The cursor row's lock orders this with the stream's deliveries.
+        let high = conn.sql().cursor(key)?.and_then(|row| row.high);
+        let gaps = conn.sql().gaps(&consumer, Some(&stream), None)?;
+        let find = |gaps: &[GapRow]| gaps.iter().position(|gap| gap.id == id);
+        let index = find(&gaps).ok_or_else(not_found)?;
+        if gaps[index].state != GapState::Open {
+            return Err(Failure::Inbox(Error::GapNotOpen {
+                id,
+                state: gaps[index].state,
+            }));
+        }
+        let open = gaps
+            .iter()
+            .filter(|gap| gap.state == GapState::Open)
+            .map(|gap| OpenGap {
+                id: Some(gap.id),
+                first: gap.first,
+                last: gap.last,
+                cause: gap.cause,
+                detected_at: gap.detected_at,
+            })
+            .collect();
+        let mut ledger = Stream::new(high, open);
+        ledger.resolve(id);
+        let now = Utc::now();
+        conn.sql()
+            .close_gap(id, GapState::Resolved, Some(audit), now)?;
+        conn.sql()
+            .save_cursor(key, ledger.watermark(), ledger.high(), now)?;
+        let row = conn
+            .sql()
+            .gaps(&consumer, Some(&stream), Some(GapState::Resolved))?
+            .into_iter()
+            .find(|gap| gap.id == id)
+            .ok_or_else(not_found)?;
+        Ok(Gap::from_row(row))
+    }
+
+    fn read<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        state: Option<GapState>,
+    ) -> Result<Vec<Gap>, Error> {
+        let rows = conn
+            .sql()
+            .gaps(&self.consumer, self.stream.as_deref(), state)?;
+        Ok(rows.into_iter().map(Gap::from_row).collect())
+    }
+}
