@@ -332,7 +332,8 @@ impl Cursor {
                 let outcome = match verdict {
                     Verdict::Duplicate => self.duplicate(*sequence, &stream),
                     Verdict::New { .. } => {
-                        let value = transaction::call_user(tx, |tx| effect(tx, *sequence, message))?;
+                        let value =
+                            transaction::call_user(tx, |tx| effect(tx, *sequence, message))?;
                         processed(value, found.clone())
                     }
                 };
@@ -392,7 +393,9 @@ impl Cursor {
             let sql = tx.sql();
             sql.insert_cursor(self.key(), now)?;
             sql.bump_epoch(self.key(), owner, now)?;
-            let row = sql.cursor(self.key())?.ok_or(diesel::result::Error::NotFound)?;
+            let row = sql
+                .cursor(self.key())?
+                .ok_or(diesel::result::Error::NotFound)?;
             Ok::<_, Failure<Error>>(Lease {
                 epoch: row.epoch.unsigned_abs(),
                 resume: resume_at(row.watermark),
@@ -466,16 +469,19 @@ impl Cursor {
         if transaction::scope_of(conn)? != Scope::TopLevel {
             return Err(Error::PruneInsideTransaction);
         }
-        let Some(watermark) = conn.sql().cursor(self.key())?.and_then(|row| row.watermark)
-        else {
+        let Some(watermark) = conn.sql().cursor(self.key())?.and_then(|row| row.watermark) else {
             return Ok(0);
         };
         let limit = i64::try_from(batch_size).unwrap_or(i64::MAX);
         let mut removed = 0;
         loop {
             let subject = self.inbox.subject(None);
-            let (deleted, more) =
-                transaction::run(conn, Scope::TopLevel, self.inbox.retry_policy(), subject, |tx| {
+            let (deleted, more) = transaction::run(
+                conn,
+                Scope::TopLevel,
+                self.inbox.retry_policy(),
+                subject,
+                |tx| {
                     let batch = tx.sql().sequenced_events(self.key(), watermark, limit)?;
                     let Some(&(last, _)) = batch.last() else {
                         return Ok::<_, Failure<Error>>((0, false));
@@ -484,8 +490,9 @@ impl Cursor {
                     let deleted = tx.sql().delete_sequenced_events(self.key(), last, &ids)?;
                     tx.sql().delete_failures_of(self.consumer(), &ids)?;
                     Ok((deleted, batch.len() == batch_size))
-                })
-                .map_err(Failure::into_error)?;
+                },
+            )
+            .map_err(Failure::into_error)?;
             removed += deleted as u64;
             if !more {
                 return Ok(removed);
@@ -544,10 +551,14 @@ impl Cursor {
         F: FnMut(&mut C) -> Result<T, E>,
     {
         let now = Utc::now();
-        let epoch = self.epoch.map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX));
+        let epoch = self
+            .epoch
+            .map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX));
         // The next sequence of a stream with no gap, from the owner: one update.
         if first_available.is_none()
-            && conn.sql().advance_cursor(self.key(), sequence, epoch, now)?
+            && conn
+                .sql()
+                .advance_cursor(self.key(), sequence, epoch, now)?
         {
             let delivered = self.settle(conn, delivery, sequence, effect, Vec::new(), now)?;
             return Ok(Advanced {
@@ -559,7 +570,9 @@ impl Cursor {
         let (verdict, gaps) = self.offer(conn, &mut stream, sequence, first_available, now)?;
         self.save(conn, &stream, now)?;
         let delivered = match verdict {
-            Verdict::New { .. } => self.settle(conn, delivery, sequence, effect, gaps.clone(), now)?,
+            Verdict::New { .. } => {
+                self.settle(conn, delivery, sequence, effect, gaps.clone(), now)?
+            }
             Verdict::Duplicate => {
                 let duplicate = Delivered::Outcome(self.duplicate(delivery.sequence, &stream));
                 if scope == Scope::TopLevel {
@@ -624,10 +637,13 @@ impl Cursor {
             Some(row) => row,
             None => {
                 sql.insert_cursor(self.key(), now)?;
-                sql.cursor(self.key())?.ok_or(diesel::result::Error::NotFound)?
+                sql.cursor(self.key())?
+                    .ok_or(diesel::result::Error::NotFound)?
             }
         };
-        let epoch = self.epoch.map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX));
+        let epoch = self
+            .epoch
+            .map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX));
         if row.epoch != epoch {
             return Err(Failure::Inbox(Error::Fenced {
                 stream: self.stream().to_owned(),
@@ -661,16 +677,22 @@ impl Cursor {
     ) -> Result<(Verdict, Vec<Gap>), Failure<E>> {
         let mut changes = Vec::new();
         let verdict = stream
-            .offer(sequence, first_available, self.max_open_gaps, now, &mut changes)
+            .offer(
+                sequence,
+                first_available,
+                self.max_open_gaps,
+                now,
+                &mut changes,
+            )
             .map_err(|refusal| Failure::Inbox(self.refused(refusal, sequence)))?;
         let mut found = Vec::new();
         for change in changes {
             match change {
                 Change::Insert { gap, detected } => {
                     let sequences = (gap.first, gap.last);
-                    let id = conn
-                        .sql()
-                        .insert_gap(self.key(), sequences, gap.cause, gap.detected_at)?;
+                    let id =
+                        conn.sql()
+                            .insert_gap(self.key(), sequences, gap.cause, gap.detected_at)?;
                     stream.inserted(gap.first, id);
                     if detected {
                         found.push(Gap::found(id, self.stream(), &gap));
@@ -678,7 +700,8 @@ impl Cursor {
                 }
                 Change::Update(gap) => {
                     let id = gap.id.ok_or(diesel::result::Error::NotFound)?;
-                    conn.sql().update_gap(id, (gap.first, gap.last), gap.cause)?;
+                    conn.sql()
+                        .update_gap(id, (gap.first, gap.last), gap.cause)?;
                 }
                 Change::Filled { id } => {
                     conn.sql().close_gap(id, GapState::Filled, None, now)?;
@@ -719,7 +742,12 @@ impl Cursor {
         if scope == Scope::TopLevel {
             // The inbox row now holds the event back, so this run skips the effect and
             // advances the cursor.
-            let settle = |_: &mut C| -> Result<T, E> { Err(Error::DeadLetterNotFound { event_id: event.id.clone() }.into()) };
+            let settle = |_: &mut C| -> Result<T, E> {
+                Err(Error::DeadLetterNotFound {
+                    event_id: event.id.clone(),
+                }
+                .into())
+            };
             let _settled = self
                 .run(conn, delivery, &mut { settle })
                 .map_err(Failure::into_error)?;
@@ -934,6 +962,9 @@ mod tests {
     #[test]
     fn sequences_above_i64_max_are_refused() {
         assert_eq!(stored(7).unwrap(), 7);
-        assert!(matches!(stored(u64::MAX), Err(Error::SequenceOutOfRange(u64::MAX))));
+        assert!(matches!(
+            stored(u64::MAX),
+            Err(Error::SequenceOutOfRange(u64::MAX))
+        ));
     }
 }

@@ -25,8 +25,9 @@ use crate::backend::sealed::InboxSql;
 pub use crate::check::{Check, CheckStatus};
 use crate::{Error, InboxConnection};
 
-/// The indexes the inbox's operations read through (migration 000003), and their checks' names.
-const INDEXES: [(&str, &str); 2] = [
+/// The indexes the inbox's operations read through (migrations 000003 and 000004), and their
+/// checks' names.
+const INDEXES: [(&str, &str); 3] = [
     (
         "diesel_inbox_events_settled",
         "index diesel_inbox_events_settled",
@@ -35,17 +36,21 @@ const INDEXES: [(&str, &str); 2] = [
         "diesel_inbox_failures_state",
         "index diesel_inbox_failures_state",
     ),
+    ("diesel_inbox_gaps_open", "index diesel_inbox_gaps_open"),
 ];
 
 /// Where `run_pending_migrations` records the inbox's versions.
 const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 
 /// The inbox's tables.
-const TABLES: [&str; 4] = [
+const TABLES: [&str; 7] = [
     "diesel_inbox_events",
     "diesel_inbox_failures",
     "diesel_inbox_failure_log",
     "diesel_inbox_counters",
+    "diesel_inbox_cursors",
+    "diesel_inbox_gaps",
+    "diesel_inbox_event_sequences",
 ];
 
 /// Checks `conn`'s database: every inbox migration applied, the inbox's indexes present, and

@@ -1,6 +1,8 @@
 //! The errors the library itself raises. The handler's own errors pass through untouched.
 
-use crate::{DeadLetterState, EventId, GapState, InvalidConsumerName, InvalidEventId, InvalidStreamName};
+use crate::{
+    DeadLetterState, EventId, GapState, InvalidConsumerName, InvalidEventId, InvalidStreamName,
+};
 
 /// Boxed error from the migration harness.
 pub(crate) type MigrationError = Box<dyn std::error::Error + Send + Sync>;

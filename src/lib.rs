@@ -57,6 +57,16 @@
 //! Not guaranteed: effects outside the database (emails, HTTP calls, messages to other
 //! systems) happen again whenever the transaction rolls back and the event is redelivered.
 //!
+//! # Ordered streams
+//!
+//! Where the broker numbers messages (Kafka offsets, JetStream stream sequences, block
+//! heights), a [`Cursor`] dedupes with one row per stream: a sequence at or below the
+//! watermark is [`Outcome::Duplicate`], the next one costs one update, and a jump is processed
+//! and recorded in the gap ledger ([`Gaps`], [`Outcome::ProcessedAfterGap`]). Late arrivals
+//! fill gaps; the broker's first available sequence turns a cursor behind it into an evicted
+//! gap, never a silent reset. [`Cursor::acquire`] fences zombies with an epoch, and
+//! [`Cursor::resume`] says where to seek the broker.
+//!
 //! # Backends
 //!
 //! Cargo features `postgres`, `sqlite` and `mysql` (MySQL and MariaDB) enable
@@ -80,8 +90,8 @@
 //! - **Health**: [`doctor::check`] says whether the schema is applied and current and the
 //!   backend set up as the inbox needs.
 //! - **The ops CLI**: the `cli` feature builds `diesel-inbox`: stats, dead letters (list,
-//!   show, export, discard, release), prune, doctor and the migrations (`diesel-inbox
-//!   --help`).
+//!   show, export, discard, release), gaps (list, resolve), prune, doctor and the migrations
+//!   (`diesel-inbox --help`).
 //!
 //! # Errors
 //!

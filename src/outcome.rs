@@ -111,11 +111,18 @@ pub(crate) enum DuplicateOf {
         result: Option<String>,
     },
     /// A sequence a cursor had settled; it keeps no time or count per sequence.
-    Sequence { sequence: u64, watermark: Option<i64> },
+    Sequence {
+        sequence: u64,
+        watermark: Option<i64>,
+    },
 }
 
 impl Duplicate {
-    pub(crate) fn event(processed_at: DateTime<Utc>, deliveries: u64, result: Option<String>) -> Self {
+    pub(crate) fn event(
+        processed_at: DateTime<Utc>,
+        deliveries: u64,
+        result: Option<String>,
+    ) -> Self {
         Self {
             of: DuplicateOf::Event {
                 processed_at,

@@ -192,7 +192,13 @@ impl Stream {
         }
         let high = self.high.unwrap_or(first_available - 1);
         if high < first_available - 1 {
-            self.open_gap(high + 1, first_available - 1, GapCause::Evicted, now, changes);
+            self.open_gap(
+                high + 1,
+                first_available - 1,
+                GapCause::Evicted,
+                now,
+                changes,
+            );
             self.high = Some(first_available - 1);
         }
     }
@@ -210,8 +216,16 @@ impl Stream {
             return;
         }
         let lower = OpenGap {
-            first: if sequence == gap.first { sequence + 1 } else { gap.first },
-            last: if sequence == gap.first { gap.last } else { sequence - 1 },
+            first: if sequence == gap.first {
+                sequence + 1
+            } else {
+                gap.first
+            },
+            last: if sequence == gap.first {
+                gap.last
+            } else {
+                sequence - 1
+            },
             ..gap.clone()
         };
         self.open[index] = lower.clone();
@@ -317,7 +331,10 @@ mod tests {
         let mut stream = Stream::new(None, Vec::new());
         assert_eq!(offer(&mut stream, 7), NEW);
         assert_eq!(offer(&mut stream, 8), NEW);
-        assert_eq!((offer(&mut stream, 8), offer(&mut stream, 3)), (Verdict::Duplicate, Verdict::Duplicate));
+        assert_eq!(
+            (offer(&mut stream, 8), offer(&mut stream, 3)),
+            (Verdict::Duplicate, Verdict::Duplicate)
+        );
         assert_eq!((stream.watermark(), stream.high()), (Some(8), Some(8)));
     }
 
@@ -328,7 +345,10 @@ mod tests {
         assert_eq!(ranges(&stream), [(5, 8, GapCause::Skipped)]);
         assert_eq!(stream.watermark(), Some(4));
         assert_eq!(offer(&mut stream, 6), FILLED);
-        assert_eq!(ranges(&stream), [(5, 5, GapCause::Skipped), (7, 8, GapCause::Skipped)]);
+        assert_eq!(
+            ranges(&stream),
+            [(5, 5, GapCause::Skipped), (7, 8, GapCause::Skipped)]
+        );
         assert_eq!(offer(&mut stream, 6), Verdict::Duplicate);
         for sequence in [5, 8, 7] {
             assert_eq!(offer(&mut stream, sequence), FILLED);
@@ -347,16 +367,32 @@ mod tests {
         };
         let mut stream = Stream::new(Some(10), vec![gap.clone()]);
         let mut changes = Vec::new();
-        stream.offer(7, None, BOUND, Utc::now(), &mut changes).unwrap();
-        let [Change::Update(lower), Change::Insert { gap: upper, detected: false }] = &changes[..] else {
+        stream
+            .offer(7, None, BOUND, Utc::now(), &mut changes)
+            .unwrap();
+        let [Change::Update(lower), Change::Insert {
+            gap: upper,
+            detected: false,
+        }] = &changes[..]
+        else {
             panic!("{changes:?}");
         };
         assert_eq!((lower.id, lower.first, lower.last), (Some(1), 5, 6));
-        assert_eq!((upper.id, upper.first, upper.last, upper.detected_at), (None, 8, 9, gap.detected_at));
+        assert_eq!(
+            (upper.id, upper.first, upper.last, upper.detected_at),
+            (None, 8, 9, gap.detected_at)
+        );
         let mut changes = Vec::new();
-        stream.offer(5, None, BOUND, Utc::now(), &mut changes).unwrap();
-        stream.offer(6, None, BOUND, Utc::now(), &mut changes).unwrap();
-        assert!(matches!(&changes[..], [Change::Update(_), Change::Filled { id: 1 }]), "{changes:?}");
+        stream
+            .offer(5, None, BOUND, Utc::now(), &mut changes)
+            .unwrap();
+        stream
+            .offer(6, None, BOUND, Utc::now(), &mut changes)
+            .unwrap();
+        assert!(
+            matches!(&changes[..], [Change::Update(_), Change::Filled { id: 1 }]),
+            "{changes:?}"
+        );
     }
 
     #[test]
@@ -406,14 +442,19 @@ mod tests {
         let mut stream = Stream::new(Some(0), Vec::new());
         let mut changes = Vec::new();
         for i in 1..=3 {
-            stream.offer(i * 2, None, 3, Utc::now(), &mut changes).unwrap();
+            stream
+                .offer(i * 2, None, 3, Utc::now(), &mut changes)
+                .unwrap();
         }
         assert_eq!(
             stream.offer(8, None, 3, Utc::now(), &mut changes),
             Err(Refusal::TooManyOpenGaps { open: 3 })
         );
         // Filling needs no new gap, so it is always accepted.
-        assert_eq!(stream.offer(3, None, 3, Utc::now(), &mut changes), Ok(FILLED));
+        assert_eq!(
+            stream.offer(3, None, 3, Utc::now(), &mut changes),
+            Ok(FILLED)
+        );
     }
 
     #[test]

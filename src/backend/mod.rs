@@ -500,8 +500,12 @@ pub(crate) mod sealed {
         ) -> QueryResult<i64>;
 
         /// Writes an open gap's range and cause.
-        fn update_gap(&mut self, id: i64, sequences: (i64, i64), cause: GapCause)
-            -> QueryResult<()>;
+        fn update_gap(
+            &mut self,
+            id: i64,
+            sequences: (i64, i64),
+            cause: GapCause,
+        ) -> QueryResult<()>;
 
         /// Closes the open gap `id` (filled, or resolved by `audit`); `false` when it was not
         /// open.

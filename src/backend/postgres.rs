@@ -193,7 +193,13 @@ impl InboxSql for PgConnection {
     statement!(advance_cursor, schema, codec);
     statement!(cursor, schema, codec, lock = for_update);
     statement!(cursors, schema, codec);
-    statement!(insert_cursor, schema, codec, insert_into, on_conflict_do_nothing);
+    statement!(
+        insert_cursor,
+        schema,
+        codec,
+        insert_into,
+        on_conflict_do_nothing
+    );
     statement!(save_cursor, schema, codec);
     statement!(bump_epoch, schema, codec);
     statement!(gaps, schema, codec);

@@ -16,14 +16,17 @@ use crate::support::Backend;
 
 /// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
 /// indexes and counters that retention and stats use.
-const MIGRATIONS: usize = 3;
+const MIGRATIONS: usize = 4;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-const INBOX_TABLES: [&str; 4] = [
+const INBOX_TABLES: [&str; 7] = [
     "diesel_inbox_counters",
+    "diesel_inbox_cursors",
+    "diesel_inbox_event_sequences",
     "diesel_inbox_events",
     "diesel_inbox_failure_log",
     "diesel_inbox_failures",
+    "diesel_inbox_gaps",
 ];
 const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 
@@ -281,7 +284,9 @@ where
 
     let again = with_inbox(&mut conn, "evt-old", |_tx| Ok::<_, Error>(())).unwrap();
     assert_eq!(
-        again.duplicate().and_then(diesel_inbox::Duplicate::deliveries),
+        again
+            .duplicate()
+            .and_then(diesel_inbox::Duplicate::deliveries),
         Some(2),
         "{again:?}"
     );

@@ -142,10 +142,15 @@ pub fn duplicate_delivery_runs_the_effect_once<B: Backend>() {
         .duplicate()
         .expect("third delivery is a duplicate")
         .clone();
-    assert_eq!((second.deliveries(), third.deliveries()), (Some(2), Some(3)));
+    assert_eq!(
+        (second.deliveries(), third.deliveries()),
+        (Some(2), Some(3))
+    );
     assert_eq!(second.processed_at(), third.processed_at());
     let skew = chrono::Duration::seconds(5);
-    let processed_at = second.processed_at().expect("an event id's record keeps its time");
+    let processed_at = second
+        .processed_at()
+        .expect("an event id's record keeps its time");
     assert!(processed_at >= before - skew && processed_at <= chrono::Utc::now() + skew);
     assert_eq!(conn.effect_count(), 1);
     assert_eq!(conn.inbox_rows(), 1);
@@ -166,7 +171,9 @@ pub fn duplicates_on_different_connections_run_the_effect_once<B: Backend>() {
     let third = with_inbox(&mut pooled, "evt-1", effect("evt-1")).unwrap();
 
     assert_eq!(
-        third.duplicate().and_then(diesel_inbox::Duplicate::deliveries),
+        third
+            .duplicate()
+            .and_then(diesel_inbox::Duplicate::deliveries),
         Some(3)
     );
     assert_eq!(first.effect_count(), 1);
