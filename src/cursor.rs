@@ -551,36 +551,34 @@ impl Cursor {
         F: FnMut(&mut C) -> Result<T, E>,
     {
         let now = Utc::now();
-        let epoch = self
-            .epoch
-            .map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX));
         // The next sequence of a stream with no gap, from the owner: one update.
-        if first_available.is_none()
+        let fast = first_available.is_none()
             && conn
                 .sql()
-                .advance_cursor(self.key(), sequence, epoch, now)?
-        {
+                .advance_cursor(self.key(), sequence, self.stored_epoch(), now)?;
+        let (delivered, gaps) = if fast {
             let delivered = self.settle(conn, delivery, sequence, effect, Vec::new(), now)?;
-            return Ok(Advanced {
-                delivered,
-                gaps: Vec::new(),
-            });
-        }
-        let mut stream = self.load(conn, now)?;
-        let (verdict, gaps) = self.offer(conn, &mut stream, sequence, first_available, now)?;
-        self.save(conn, &stream, now)?;
-        let delivered = match verdict {
-            Verdict::New { .. } => {
-                self.settle(conn, delivery, sequence, effect, gaps.clone(), now)?
+            (delivered, Vec::new())
+        } else {
+            let mut stream = self.load(conn, now)?;
+            let before = (stream.watermark(), stream.high());
+            let (verdict, gaps) = self.offer(conn, &mut stream, sequence, first_available, now)?;
+            if (stream.watermark(), stream.high()) != before {
+                self.save(conn, &stream, now)?;
             }
-            Verdict::Duplicate => {
-                let duplicate = Delivered::Outcome(self.duplicate(delivery.sequence, &stream));
-                if scope == Scope::TopLevel {
-                    Tally::of(&duplicate).count(conn, self.consumer())?;
+            let delivered = match verdict {
+                Verdict::New { .. } => {
+                    self.settle(conn, delivery, sequence, effect, gaps.clone(), now)?
                 }
-                duplicate
-            }
+                Verdict::Duplicate => {
+                    Delivered::Outcome(self.duplicate(delivery.sequence, &stream))
+                }
+            };
+            (delivered, gaps)
         };
+        if scope == Scope::TopLevel {
+            Tally::of(&delivered).count(conn, self.consumer())?;
+        }
         Ok(Advanced { delivered, gaps })
     }
 
@@ -641,9 +639,7 @@ impl Cursor {
                     .ok_or(diesel::result::Error::NotFound)?
             }
         };
-        let epoch = self
-            .epoch
-            .map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX));
+        let epoch = self.stored_epoch();
         if row.epoch != epoch {
             return Err(Failure::Inbox(Error::Fenced {
                 stream: self.stream().to_owned(),
@@ -654,13 +650,7 @@ impl Cursor {
         let open = sql
             .gaps(self.consumer(), Some(self.stream()), Some(GapState::Open))?
             .into_iter()
-            .map(|gap| OpenGap {
-                id: Some(gap.id),
-                first: gap.first,
-                last: gap.last,
-                cause: gap.cause,
-                detected_at: gap.detected_at,
-            })
+            .map(OpenGap::from)
             .collect();
         Ok(Stream::new(row.high, open))
     }
@@ -791,6 +781,12 @@ impl Cursor {
             },
             Refusal::TooManyOpenGaps { open } => Error::TooManyOpenGaps { stream, open },
         }
+    }
+
+    /// The epoch as stored: 0 for a cursor without one.
+    fn stored_epoch(&self) -> i64 {
+        self.epoch
+            .map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX))
     }
 
     fn key(&self) -> StreamKey<'_> {

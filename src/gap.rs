@@ -226,47 +226,37 @@ impl Gaps {
         audit: &Audit,
     ) -> Result<Gap, Failure<Error>> {
         let not_found = || Failure::Inbox(Error::GapNotFound { id });
-        let (consumer, stream) = conn.sql().gap_by_id(id)?.ok_or_else(not_found)?;
+        let (consumer, stream, state) = conn.sql().gap_by_id(id)?.ok_or_else(not_found)?;
         if consumer != self.consumer || self.stream.as_ref().is_some_and(|s| *s != stream) {
             return Err(not_found());
+        }
+        if state != GapState::Open {
+            return Err(Failure::Inbox(Error::GapNotOpen { id, state }));
         }
         let key = (consumer.as_str(), stream.as_str());
         // The cursor row's lock orders this with the stream's deliveries.
         let high = conn.sql().cursor(key)?.and_then(|row| row.high);
-        let gaps = conn.sql().gaps(&consumer, Some(&stream), None)?;
-        let find = |gaps: &[GapRow]| gaps.iter().position(|gap| gap.id == id);
-        let index = find(&gaps).ok_or_else(not_found)?;
-        if gaps[index].state != GapState::Open {
-            return Err(Failure::Inbox(Error::GapNotOpen {
-                id,
-                state: gaps[index].state,
-            }));
-        }
-        let open = gaps
-            .iter()
-            .filter(|gap| gap.state == GapState::Open)
-            .map(|gap| OpenGap {
-                id: Some(gap.id),
-                first: gap.first,
-                last: gap.last,
-                cause: gap.cause,
-                detected_at: gap.detected_at,
-            })
-            .collect();
-        let mut ledger = Stream::new(high, open);
+        let open = conn
+            .sql()
+            .gaps(&consumer, Some(&stream), Some(GapState::Open))?;
+        let Some(row) = open.iter().find(|gap| gap.id == id).cloned() else {
+            // A delivery filled it between the two reads.
+            let state = conn.sql().gap_by_id(id)?.map_or(GapState::Filled, |g| g.2);
+            return Err(Failure::Inbox(Error::GapNotOpen { id, state }));
+        };
+        let mut ledger = Stream::new(high, open.into_iter().map(OpenGap::from).collect());
         ledger.resolve(id);
         let now = Utc::now();
         conn.sql()
             .close_gap(id, GapState::Resolved, Some(audit), now)?;
         conn.sql()
             .save_cursor(key, ledger.watermark(), ledger.high(), now)?;
-        let row = conn
-            .sql()
-            .gaps(&consumer, Some(&stream), Some(GapState::Resolved))?
-            .into_iter()
-            .find(|gap| gap.id == id)
-            .ok_or_else(not_found)?;
-        Ok(Gap::from_row(row))
+        Ok(Gap {
+            state: GapState::Resolved,
+            closed_at: Some(now),
+            resolution: Some(audit.clone()),
+            ..Gap::from_row(row)
+        })
     }
 
     fn read<C: InboxConnection>(

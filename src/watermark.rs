@@ -10,6 +10,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::backend::sealed::GapRow;
 use crate::state::GapCause;
 
 /// A gap that is open: its sequences are missing.
@@ -21,6 +22,18 @@ pub(crate) struct OpenGap {
     pub(crate) last: i64,
     pub(crate) cause: GapCause,
     pub(crate) detected_at: DateTime<Utc>,
+}
+
+impl From<GapRow> for OpenGap {
+    fn from(row: GapRow) -> Self {
+        Self {
+            id: Some(row.id),
+            first: row.first,
+            last: row.last,
+            cause: row.cause,
+            detected_at: row.detected_at,
+        }
+    }
 }
 
 impl OpenGap {

@@ -155,7 +155,7 @@ pub(crate) mod sealed {
     }
 
     /// A row of `diesel_inbox_gaps`.
-    #[derive(Debug)]
+    #[derive(Debug, Clone)]
     pub struct GapRow {
         pub id: i64,
         pub stream: String,
@@ -487,8 +487,8 @@ pub(crate) mod sealed {
             state: Option<GapState>,
         ) -> QueryResult<Vec<GapRow>>;
 
-        /// The consumer and stream of the gap `id`, if there is one.
-        fn gap_by_id(&mut self, id: i64) -> QueryResult<Option<(String, String)>>;
+        /// The consumer, stream and state of the gap `id`, if there is one.
+        fn gap_by_id(&mut self, id: i64) -> QueryResult<Option<(String, String, GapState)>>;
 
         /// Inserts an open gap of `sequences`, found at `detected_at`; returns its id.
         fn insert_gap(

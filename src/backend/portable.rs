@@ -1130,14 +1130,19 @@ macro_rules! statement {
         }
     };
     (gap_by_id, $schema:ident, $codec:ident) => {
-        fn gap_by_id(&mut self, id: i64) -> QueryResult<Option<(String, String)>> {
+        fn gap_by_id(
+            &mut self,
+            id: i64,
+        ) -> QueryResult<Option<(String, String, $crate::state::GapState)>> {
             use $schema::diesel_inbox_gaps::dsl as g;
             g::diesel_inbox_gaps
                 .find(id)
-                .select((g::consumer, g::stream))
-                .first::<($codec::KeyOwned, $codec::KeyOwned)>(self)
+                .select((g::consumer, g::stream, g::state))
+                .first::<($codec::KeyOwned, $codec::KeyOwned, $crate::state::GapState)>(self)
                 .optional()
-                .map(|row| row.map(|(c, s)| ($codec::key_string(c), $codec::key_string(s))))
+                .map(|row| {
+                    row.map(|(c, s, state)| ($codec::key_string(c), $codec::key_string(s), state))
+                })
         }
     };
     (insert_event_sequence, $schema:ident, $codec:ident) => {
