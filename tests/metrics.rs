@@ -165,3 +165,41 @@ fn contention_retries_are_counted_by_consumer() {
         Some(1)
     );
 }
+
+#[test]
+fn gaps_are_counted_by_cause_once_committed_as_gaps_and_as_missing_sequences() {
+    use diesel_inbox::Sequenced;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+    diesel_inbox::run_pending_migrations(&mut conn).unwrap();
+    let cursor = Inbox::new("sequenced").unwrap().cursor("orders-0").unwrap();
+    let ok = |_: &mut SqliteConnection| Ok::<_, Error>(());
+    let fail = |_: &mut SqliteConnection| Err::<(), _>(Error::transient("not now"));
+
+    metrics::with_local_recorder(&recorder, || {
+        assert!(cursor.process(&mut conn, 1, ok).unwrap().is_processed());
+        // 2..=4 skipped; 5..=9 behind the broker's first available sequence, 10.
+        assert_eq!(cursor.process(&mut conn, 5, ok).unwrap().gaps().len(), 1);
+        let evicted = Sequenced::new(10).first_available(10);
+        assert_eq!(cursor.process(&mut conn, evicted, ok).unwrap().gaps().len(), 1);
+        // A gap found by a transaction that rolls back is not counted.
+        assert!(cursor.process(&mut conn, 20, fail).is_err());
+    });
+
+    let metrics = snapshot(&snapshotter);
+    let by = |name, cause| counter(&metrics, name, &[("cause", cause), ("consumer", "sequenced")]);
+    assert_eq!(
+        (by("diesel_inbox_gaps_total", "skipped"), by("diesel_inbox_gaps_total", "evicted")),
+        (Some(1), Some(1)),
+        "{metrics:#?}"
+    );
+    assert_eq!(
+        (
+            by("diesel_inbox_gap_sequences_total", "skipped"),
+            by("diesel_inbox_gap_sequences_total", "evicted")
+        ),
+        (Some(3), Some(4))
+    );
+}
