@@ -183,15 +183,27 @@ fn gaps_are_counted_by_cause_once_committed_as_gaps_and_as_missing_sequences() {
         // 2..=4 skipped; 5..=9 behind the broker's first available sequence, 10.
         assert_eq!(cursor.process(&mut conn, 5, ok).unwrap().gaps().len(), 1);
         let evicted = Sequenced::new(10).first_available(10);
-        assert_eq!(cursor.process(&mut conn, evicted, ok).unwrap().gaps().len(), 1);
+        assert_eq!(
+            cursor.process(&mut conn, evicted, ok).unwrap().gaps().len(),
+            1
+        );
         // A gap found by a transaction that rolls back is not counted.
         assert!(cursor.process(&mut conn, 20, fail).is_err());
     });
 
     let metrics = snapshot(&snapshotter);
-    let by = |name, cause| counter(&metrics, name, &[("cause", cause), ("consumer", "sequenced")]);
+    let by = |name, cause| {
+        counter(
+            &metrics,
+            name,
+            &[("cause", cause), ("consumer", "sequenced")],
+        )
+    };
     assert_eq!(
-        (by("diesel_inbox_gaps_total", "skipped"), by("diesel_inbox_gaps_total", "evicted")),
+        (
+            by("diesel_inbox_gaps_total", "skipped"),
+            by("diesel_inbox_gaps_total", "evicted")
+        ),
         (Some(1), Some(1)),
         "{metrics:#?}"
     );

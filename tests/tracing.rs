@@ -1,5 +1,5 @@
 //! The inbox's traces: a span per call with its consumer and event id, and an event per
-//! outcome at the level the README promises.
+//! outcome at the level the README promises; a cursor's gaps at warn.
 //!
 //! A test binary of its own: `tracing` caches per call site whether anyone listens, and tests
 //! of other binaries' kinds, running without a subscriber on other threads, would race that
@@ -132,6 +132,10 @@ fn at_warn_level_failures_still_name_their_consumer_and_event_and_retries_stay_q
             );
         }
         conn.batch_execute("ROLLBACK").unwrap();
+        let cursor = inbox.cursor("orders-0").unwrap();
+        let ok = |_: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
+        assert!(cursor.process(&mut conn, 1, ok).unwrap().is_processed());
+        assert_eq!(cursor.process(&mut conn, 4, ok).unwrap().gaps().len(), 1);
     });
 
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
@@ -156,6 +160,13 @@ fn at_warn_level_failures_still_name_their_consumer_and_event_and_retries_stay_q
             );
         }
     }
+    let gap = lines("gap in the stream");
+    assert!(
+        matches!(&gap[..], [line] if line.contains(r#"consumer="billing""#)
+            && line.contains(r#"stream="orders-0""#)
+            && line.contains("first=2 last=3 cause=skipped")),
+        "one gap line, with its stream and range:\n{log}"
+    );
     assert_eq!(
         lines("SqliteSetup").len(),
         1,
