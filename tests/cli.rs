@@ -1,13 +1,15 @@
 //! The `diesel-inbox` binary end to end, on each backend: dead letters made through the
-//! library, then listed, shown, exported, discarded and released through the CLI; the doctor;
-//! the migrations.
+//! library, then listed, shown, exported, discarded and released through the CLI; a cursor's gaps
+//! listed and resolved; the doctor; the migrations.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 use diesel::r2d2::R2D2Connection;
 use diesel_inbox::testing::TestDatabase;
-use diesel_inbox::{Delivery, Error, Inbox, InboxConnection, Payload};
+use diesel_inbox::{
+    Audit, Cursor, Delivery, Error, GapState, Inbox, InboxConnection, Payload, Resume, Sequenced,
+};
 use serde_json::Value;
 
 /// Runs the binary on `url` with `args`; `DATABASE_URL` and `USER` cleared, so only what the test
@@ -44,6 +46,14 @@ fn expect(output: &Output, expected: i32) -> String {
     stdout(output)
 }
 
+/// Asserts the exit code and that stderr says `says`.
+#[track_caller]
+fn fails(output: &Output, expected: i32, says: &str) {
+    expect(output, expected);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(says), "{says:?} not in stderr:\n{stderr}");
+}
+
 fn json(output: &Output) -> Value {
     serde_json::from_str(&expect(output, 0)).expect("valid JSON")
 }
@@ -58,8 +68,10 @@ fn refuse<C>(_: &mut C) -> Result<(), Error> {
 }
 
 /// The scenario, once for every backend: `drop_index` drops `diesel_inbox_events_settled`.
-fn the_cli_operates_dead_letters_doctor_and_migrations<C>(db: &TestDatabase<C>, drop_index: &str)
-where
+fn the_cli_operates_dead_letters_gaps_doctor_and_migrations<C>(
+    db: &TestDatabase<C>,
+    drop_index: &str,
+) where
     C: InboxConnection + R2D2Connection + Send + 'static,
 {
     let url = db.url();
@@ -79,6 +91,7 @@ where
     lists_shows_and_exports(url);
     discards_and_releases(url, &mut conn, &inbox, &order);
     counts_then_prunes(url, &mut conn);
+    lists_and_resolves_gaps(url, &mut conn);
     doctor_passes_then_fails(url, &mut conn, drop_index);
     prints_and_installs_migrations(url);
 }
@@ -269,6 +282,140 @@ fn counts_then_prunes<C: InboxConnection>(url: &str, conn: &mut C) {
     );
 }
 
+/// A skipped gap (2..4 of `orders-0`) and an evicted one (2..9 of `orders-1`), made by cursors.
+fn lists_and_resolves_gaps<C: InboxConnection>(url: &str, conn: &mut C) {
+    let inbox = Inbox::new("orders").unwrap();
+    let (skipping, evicted) = (
+        inbox.cursor("orders-0").unwrap(),
+        inbox.cursor("orders-1").unwrap(),
+    );
+    let apply = |_tx: &mut C| Ok::<_, Error>(());
+    let found: Vec<usize> = [
+        (&skipping, Sequenced::new(1)),
+        (&skipping, Sequenced::new(5)),
+        (&evicted, Sequenced::new(1)),
+        (&evicted, Sequenced::new(10).first_available(10)),
+    ]
+    .into_iter()
+    .map(|(cursor, delivery)| cursor.process(conn, delivery, apply).unwrap().gaps().len())
+    .collect();
+    assert_eq!(found, [0, 1, 0, 1]);
+    let id = skipping.gaps().open(conn).unwrap()[0].id();
+
+    lists_gaps(url, id);
+    resolves_a_gap(url, conn, &skipping, id);
+}
+
+/// The listing: the cursors, then the open gaps.
+fn lists_gaps(url: &str, id: i64) {
+    let listed = json(&cli(url, &with(&["gaps", "--format", "json"])));
+    assert_eq!(listed["consumer"], "orders");
+    let cursor = &listed["cursors"][0];
+    assert_eq!(
+        (
+            &cursor["stream"],
+            &cursor["watermark"],
+            &cursor["high"],
+            &cursor["resume_at"]
+        ),
+        (
+            &Value::from("orders-0"),
+            &Value::from(1),
+            &Value::from(5),
+            &Value::from(2)
+        ),
+        "{listed}"
+    );
+    assert_eq!(listed["cursors"][1]["resume_at"], 11, "{listed}");
+    let gap = &listed["gaps"][0];
+    assert_eq!(gap["id"], id, "{listed}");
+    assert_eq!(
+        (&gap["first"], &gap["last"], &gap["missing"]),
+        (&Value::from(2), &Value::from(4), &Value::from(3)),
+        "{listed}"
+    );
+    assert_eq!(
+        (&gap["cause"], &gap["state"]),
+        (&Value::from("skipped"), &Value::from("open"))
+    );
+    assert_eq!(listed["gaps"][1]["cause"], "evicted", "{listed}");
+    let table = expect(&cli(url, &with(&["gaps"])), 0);
+    assert!(table.starts_with("STREAM"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&format!("{id} ")) && l.contains("2..4")),
+        "{table}"
+    );
+    let one = json(&cli(
+        url,
+        &with(&["gaps", "--stream", "orders-1", "--format", "json"]),
+    ));
+    assert_eq!(one["cursors"].as_array().unwrap().len(), 1, "{one}");
+    assert_eq!(one["gaps"][0]["first"], 2, "{one}");
+    assert_eq!(one["gaps"][0]["last"], 9, "{one}");
+    let other = json(&cli(url, &["gaps", "--format", "json"]));
+    assert_eq!(
+        other["gaps"],
+        serde_json::json!([]),
+        "the default consumer has none"
+    );
+}
+
+/// Resolving: refused without --yes or a reason, changing nothing; done with both, once.
+fn resolves_a_gap<C: InboxConnection>(url: &str, conn: &mut C, cursor: &Cursor, id: i64) {
+    let id_arg = id.to_string();
+    let resolve = with(&[
+        "gaps",
+        "resolve",
+        &id_arg,
+        "--actor",
+        "ops",
+        "--reason",
+        "deleted upstream",
+    ]);
+    fails(&cli(url, &resolve), 2, "--yes");
+    let blank = [
+        "gaps", "resolve", &id_arg, "--actor", "ops", "--reason", " ", "--yes",
+    ];
+    fails(&cli(url, &with(&blank)), 2, "non-empty reason");
+    assert_eq!(cursor.resume(conn).unwrap(), Resume::At(2));
+    let resolved = json(&cli(
+        url,
+        &[&resolve[..], &["--yes", "--format", "json"]].concat(),
+    ));
+    assert_eq!(resolved["gap"]["state"], "resolved", "{resolved}");
+    assert_eq!(resolved["gap"]["resolved_by"], "ops");
+    assert_eq!(resolved["gap"]["resolution"], "deleted upstream");
+    assert_eq!(resolved["cursor"]["resume_at"], 6, "{resolved}");
+    assert_eq!(cursor.resume(conn).unwrap(), Resume::At(6));
+    let closed = &cursor.gaps().list(conn).unwrap()[0];
+    assert_eq!(closed.state(), GapState::Resolved);
+    assert_eq!(closed.resolution().map(Audit::actor), Some("ops"));
+
+    // a closed or unknown gap is an error; the listing keeps the resolved one under --all
+    let again = cli(url, &[&resolve[..], &["--yes"]].concat());
+    fails(&again, 1, &format!("gap {id} is resolved"));
+    let unknown = (id + 1000).to_string();
+    let missing = [
+        "gaps", "resolve", &unknown, "--actor", "ops", "--reason", "x", "--yes",
+    ];
+    fails(&cli(url, &with(&missing)), 1, &format!("no gap {unknown}"));
+    let open = json(&cli(
+        url,
+        &with(&["gaps", "--stream", "orders-0", "--format", "json"]),
+    ));
+    assert_eq!(open["gaps"], serde_json::json!([]), "{open}");
+    let all = json(&cli(url, &with(&["gaps", "--all", "--format", "json"])));
+    assert_eq!(all["gaps"][0]["state"], "resolved", "{all}");
+    assert!(all["gaps"][0]["closed_at"].is_string(), "{all}");
+    let table = expect(&cli(url, &with(&["gaps", "--all"])), 0);
+    assert!(
+        table.contains("RESOLVED BY") && table.contains("deleted upstream"),
+        "{table}"
+    );
+}
+
 fn doctor_passes_then_fails<C: InboxConnection>(url: &str, conn: &mut C, drop_index: &str) {
     // doctor: healthy (SQLite warns of the tool's own connection's busy timeout), then not
     let checks = json(&cli(url, &["doctor", "--format", "json"]));
@@ -311,7 +458,7 @@ fn prints_and_installs_migrations(url: &str) {
 #[test]
 fn the_cli_on_sqlite() {
     let db = TestDatabase::sqlite();
-    the_cli_operates_dead_letters_doctor_and_migrations(
+    the_cli_operates_dead_letters_gaps_doctor_and_migrations(
         &db,
         "DROP INDEX diesel_inbox_events_settled",
     );
@@ -324,7 +471,7 @@ fn the_cli_on_postgres() {
         url.as_deref()
             .unwrap_or("postgres://root@127.0.0.1:5432/test"),
     );
-    the_cli_operates_dead_letters_doctor_and_migrations(
+    the_cli_operates_dead_letters_gaps_doctor_and_migrations(
         &db,
         "DROP INDEX diesel_inbox_events_settled",
     );
@@ -334,7 +481,7 @@ fn the_cli_on_postgres() {
 fn the_cli_on_mysql() {
     let url = std::env::var("DIESEL_INBOX_MYSQL_URL");
     let db = TestDatabase::mysql(url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"));
-    the_cli_operates_dead_letters_doctor_and_migrations(
+    the_cli_operates_dead_letters_gaps_doctor_and_migrations(
         &db,
         "DROP INDEX diesel_inbox_events_settled ON diesel_inbox_events",
     );

@@ -5,12 +5,12 @@ use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
 use base64::Engine as _;
-use clap::{Args, Subcommand};
-use diesel_inbox::{Audit, DeadLetter, DeadLetterState, Inbox, InboxConnection, Payload};
+use clap::Subcommand;
+use diesel_inbox::{DeadLetter, DeadLetterState, Inbox, InboxConnection, Payload};
 use serde_json::{json, Value};
 
 use crate::output;
-use crate::{Failure, Format, Global, Outcome};
+use crate::{AuditArgs, Failure, Format, Global, Outcome};
 
 /// The `dead-letters` subcommands.
 #[derive(Debug, Subcommand)]
@@ -51,17 +51,6 @@ pub(crate) enum Command {
         #[command(flatten)]
         audit: AuditArgs,
     },
-}
-
-/// Who makes a transition and why, kept in the dead letter's history.
-#[derive(Debug, Args)]
-pub(crate) struct AuditArgs {
-    /// Who makes the change (default: $USER).
-    #[arg(long, env = "USER")]
-    actor: String,
-    /// Why (required).
-    #[arg(long)]
-    reason: String,
 }
 
 pub(crate) fn run<C: InboxConnection>(
@@ -174,8 +163,7 @@ fn transition<C: InboxConnection>(
     global: &Global,
     change: Change,
 ) -> Outcome {
-    let audit = Audit::new(audit.actor.as_str(), audit.reason.as_str())
-        .map_err(|e| Failure::Usage(format!("error: {e}")))?;
+    let audit = audit.audit()?;
     let dead = inbox.dead_letters();
     let letter = dead.show(conn, id)?;
     if letter.state != DeadLetterState::DeadLettered {

@@ -9,6 +9,8 @@
 //!   dead-letters discard <ID> --reason R      mark it discarded: never runs (needs --yes)
 //!   dead-letters release <ID> --reason R      its next delivery runs it as new (needs --yes)
 //!   stats [--recent 24h] [--all]              what the consumer did, in total and recently
+//!   gaps [--stream S] [--all]                 where each sequence cursor stands, and its open gaps
+//!   gaps resolve <ID> --reason R              give up an open gap's sequences (needs --yes)
 //!   prune --older-than 30d --redelivery-window 7d [--dry-run]
 //!                                             remove settled events past the window (needs --yes)
 //!   doctor                                    check the schema, indexes and settings
@@ -38,6 +40,7 @@ macro_rules! with_connection {
 
 mod dead_letters;
 mod doctor;
+mod gaps;
 mod migration;
 mod output;
 mod prune;
@@ -49,22 +52,24 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use diesel::{Connection, MysqlConnection, PgConnection, SqliteConnection};
 use diesel_inbox::migrations::Dialect;
-use diesel_inbox::Inbox;
+use diesel_inbox::{Audit, Inbox};
 
 const LONG_ABOUT: &str =
-    "Operate a diesel-inbox database: stats, dead letters, retention, health checks, migrations.
+    "Operate a diesel-inbox database: stats, dead letters, sequence gaps, retention, health checks, \
+migrations.
 
 The database URL comes from --database-url or DATABASE_URL; its scheme picks the backend \
 (postgres:// or postgresql://, mysql:// or mariadb://, sqlite:// or a file path for SQLite).
 
-Commands that change rows (dead-letters discard, dead-letters release, prune) need --yes: \
+Commands that change rows (dead-letters discard, dead-letters release, gaps resolve, prune) \
+need --yes: \
 without it they print what they would change and exit with 2, changing nothing.
 
 Durations read as a number and a unit: 90s, 15m, 24h, 30d, 2w.
 
 Exit codes:
   0  success
-  1  error: database, dead letter not found, invalid transition (message on stderr)
+  1  error: database, dead letter or gap not found, invalid transition (message on stderr)
   2  bad usage, or a change without --yes
   3  doctor found a failing check";
 
@@ -106,6 +111,16 @@ enum Command {
         #[command(subcommand)]
         command: dead_letters::Command,
     },
+    /// Where each sequence cursor stands and the gaps in its streams; resolve a gap given up on.
+    ///
+    /// Lists each of the consumer's streams: its watermark (every sequence at or below it is
+    /// settled), the highest sequence settled, the sequence to resume the broker at ("fresh"
+    /// before the first), the fencing epoch and its owner. Then the open gaps: id (to resolve
+    /// by), stream, first..last, how many sequences are missing, cause (skipped: may still
+    /// arrive; evicted: behind the broker's retention, never will), state, when detected.
+    /// With --all also the filled and resolved ones, with when they closed, who resolved them
+    /// and why. As JSON, an object with consumer, cursors and gaps. Exits 0 whatever it finds.
+    Gaps(gaps::GapsArgs),
     /// Remove processed events older than the redelivery window, in short batches (needs --yes).
     Prune(prune::PruneArgs),
     /// Check the inbox schema, its indexes and the backend's settings (exit 3 on a failure).
@@ -122,6 +137,26 @@ enum Command {
 struct Global {
     format: Format,
     yes: bool,
+}
+
+/// Who makes an audited transition and why: kept in the dead letter's history, or the gap
+/// ledger.
+#[derive(Debug, clap::Args)]
+struct AuditArgs {
+    /// Who makes the change (default: $USER).
+    #[arg(long, env = "USER")]
+    actor: String,
+    /// Why (required).
+    #[arg(long)]
+    reason: String,
+}
+
+impl AuditArgs {
+    /// The audit; bad usage when the actor or the reason is blank.
+    fn audit(&self) -> Result<Audit, Failure> {
+        Audit::new(self.actor.as_str(), self.reason.as_str())
+            .map_err(|e| Failure::Usage(format!("error: {e}")))
+    }
 }
 
 /// Why a command did not succeed, and its exit code.
@@ -181,6 +216,11 @@ fn run(cli: Cli) -> Outcome {
             let inbox = inbox()?;
             let mut db = Database::connect(url.as_deref())?;
             with_connection!(db, |conn| dead_letters::run(conn, &inbox, command, &global))
+        }
+        Command::Gaps(args) => {
+            let inbox = inbox()?;
+            let mut db = Database::connect(url.as_deref())?;
+            with_connection!(db, |conn| gaps::run(conn, &inbox, args, &global))
         }
         Command::Stats(args) => {
             let inbox = inbox()?;

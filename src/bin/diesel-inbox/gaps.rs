@@ -1,0 +1,267 @@
+//! `diesel-inbox gaps` and `diesel-inbox gaps resolve`.
+
+use clap::{Args, Subcommand};
+use diesel_inbox::{Audit, Cursor, Error, Gap, GapState, Inbox, InboxConnection, Position, Resume};
+use serde_json::{json, Value};
+
+use crate::output;
+use crate::{AuditArgs, Failure, Format, Global, Outcome};
+
+/// The `gaps` listing options, or the `resolve` subcommand.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct GapsArgs {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Only this stream.
+    #[arg(long)]
+    stream: Option<String>,
+    /// Closed gaps too (filled by late arrivals, or resolved), not only the open ones.
+    #[arg(long)]
+    all: bool,
+}
+
+/// The `gaps` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Give up an open gap's sequences (needs --yes): the ledger keeps who and why, and the
+    /// stream's watermark moves past them, so their late arrivals are duplicates.
+    ///
+    /// Prints the gap as it now stands and where its stream resumes; as JSON, an object with
+    /// consumer, gap and cursor, shaped as in the listing. A gap that is filled or resolved
+    /// already, or that the consumer does not have, is an error (exit 1).
+    Resolve {
+        /// The gap's id, from the listing.
+        id: i64,
+        #[command(flatten)]
+        audit: AuditArgs,
+    },
+}
+
+pub(crate) fn run<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    args: &GapsArgs,
+    global: &Global,
+) -> Outcome {
+    match &args.command {
+        None => list(conn, inbox, args, global),
+        Some(Command::Resolve { id, audit }) => resolve(conn, inbox, *id, audit, global),
+    }
+}
+
+/// Prints where each stream's cursor stands, then its gaps.
+fn list<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    args: &GapsArgs,
+    global: &Global,
+) -> Outcome {
+    let (ledger, positions) = match &args.stream {
+        Some(stream) => {
+            let cursor = inbox
+                .cursor(stream)
+                .map_err(|e| Failure::Usage(format!("error: --stream: {e}")))?;
+            (cursor.gaps(), cursor.position(conn)?.into_iter().collect())
+        }
+        None => (inbox.gaps(), Cursor::all(conn, inbox)?),
+    };
+    let gaps = if args.all {
+        ledger.list(conn)?
+    } else {
+        ledger.open(conn)?
+    };
+    match global.format {
+        Format::Json => output::print_json(&json!({
+            "consumer": inbox.consumer(),
+            "cursors": positions.iter().map(position_json).collect::<Vec<_>>(),
+            "gaps": gaps.iter().map(gap_json).collect::<Vec<_>>(),
+        })),
+        Format::Table => {
+            let rows: Vec<Vec<String>> = positions
+                .iter()
+                .map(|p| {
+                    vec![
+                        p.stream().to_owned(),
+                        or_dash(p.watermark()),
+                        or_dash(p.high()),
+                        resume_at(p.resume()).map_or_else(|| "fresh".to_owned(), |n| n.to_string()),
+                        p.epoch().to_string(),
+                        or_dash(p.owner()),
+                        output::time(p.updated_at()),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                output::table(
+                    &[
+                        "stream",
+                        "watermark",
+                        "high",
+                        "resume at",
+                        "epoch",
+                        "owner",
+                        "updated"
+                    ],
+                    &rows
+                )
+            );
+            println!();
+            let mut headers = vec![
+                "gap",
+                "stream",
+                "first..last",
+                "missing",
+                "cause",
+                "state",
+                "detected",
+            ];
+            if args.all {
+                headers.extend(["closed", "resolved by", "resolution"]);
+            }
+            let rows: Vec<Vec<String>> = gaps
+                .iter()
+                .map(|g| {
+                    let mut row = vec![
+                        g.id().to_string(),
+                        g.stream().to_owned(),
+                        format!("{}..{}", g.first(), g.last()),
+                        g.len().to_string(),
+                        g.cause().to_string(),
+                        g.state().to_string(),
+                        output::time(g.detected_at()),
+                    ];
+                    if args.all {
+                        row.extend([
+                            or_dash(g.closed_at().map(output::time)),
+                            or_dash(g.resolution().map(Audit::actor)),
+                            output::cell(g.resolution().map_or("", |a| a.reason()), 60),
+                        ]);
+                    }
+                    row
+                })
+                .collect();
+            print!("{}", output::table(&headers, &rows));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the gap is open, then with `--yes` resolves it; without, says what it would do.
+fn resolve<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    id: i64,
+    audit: &AuditArgs,
+    global: &Global,
+) -> Outcome {
+    let audit = audit.audit()?;
+    let ledger = inbox.gaps();
+    let gap = ledger
+        .list(conn)?
+        .into_iter()
+        .find(|g| g.id() == id)
+        .ok_or_else(|| {
+            Failure::Error(format!(
+                "no gap {id} for consumer {:?}; list them with `diesel-inbox --consumer {} gaps --all`",
+                inbox.consumer(),
+                inbox.consumer()
+            ))
+        })?;
+    if gap.state() != GapState::Open {
+        return Err(Error::GapNotOpen {
+            id,
+            state: gap.state(),
+        }
+        .into());
+    }
+    if !global.yes {
+        return Err(Failure::Usage(format!(
+            "would resolve gap {id} of consumer {:?} (stream {:?}, sequences {}..{}, {}) as {:?} because {:?}; nothing changed: rerun with --yes to do it",
+            inbox.consumer(),
+            gap.stream(),
+            gap.first(),
+            gap.last(),
+            gap.cause(),
+            audit.actor(),
+            audit.reason(),
+        )));
+    }
+    let gap = ledger.resolve(conn, id, &audit)?;
+    let position = inbox
+        .cursor(gap.stream())
+        .map_err(Error::from)?
+        .position(conn)?;
+    match global.format {
+        Format::Json => output::print_json(&json!({
+            "consumer": inbox.consumer(),
+            "gap": gap_json(&gap),
+            "cursor": position.as_ref().map(position_json),
+        })),
+        Format::Table => {
+            let resume = position
+                .as_ref()
+                .and_then(|p| resume_at(p.resume()))
+                .map_or_else(|| "fresh".to_owned(), |n| n.to_string());
+            print!(
+                "{}",
+                output::fields(&[
+                    ("consumer", inbox.consumer().to_owned()),
+                    ("gap", gap.id().to_string()),
+                    ("stream", gap.stream().to_owned()),
+                    ("first..last", format!("{}..{}", gap.first(), gap.last())),
+                    ("missing", gap.len().to_string()),
+                    ("cause", gap.cause().to_string()),
+                    ("state", gap.state().to_string()),
+                    ("detected", output::time(gap.detected_at())),
+                    ("closed", or_dash(gap.closed_at().map(output::time))),
+                    ("resolved by", or_dash(gap.resolution().map(Audit::actor))),
+                    ("resolution", or_dash(gap.resolution().map(Audit::reason))),
+                    ("resume at", resume),
+                ])
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The sequence to seek the broker to; `None` for a fresh start.
+fn resume_at(resume: Resume) -> Option<u64> {
+    match resume {
+        Resume::At(sequence) => Some(sequence),
+        _ => None,
+    }
+}
+
+fn or_dash(value: Option<impl ToString>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn position_json(position: &Position) -> Value {
+    json!({
+        "stream": position.stream(),
+        "watermark": position.watermark(),
+        "high": position.high(),
+        "resume_at": resume_at(position.resume()),
+        "epoch": position.epoch(),
+        "owner": position.owner(),
+        "updated_at": output::time(position.updated_at()),
+    })
+}
+
+fn gap_json(gap: &Gap) -> Value {
+    json!({
+        "id": gap.id(),
+        "stream": gap.stream(),
+        "first": gap.first(),
+        "last": gap.last(),
+        "missing": gap.len(),
+        "cause": gap.cause().to_string(),
+        "state": gap.state().to_string(),
+        "detected_at": output::time(gap.detected_at()),
+        "closed_at": gap.closed_at().map(output::time),
+        "resolved_by": gap.resolution().map(Audit::actor),
+        "resolution": gap.resolution().map(Audit::reason),
+    })
+}
