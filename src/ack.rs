@@ -100,16 +100,14 @@ impl Error {
     pub fn ack(&self) -> Ack {
         match self {
             Error::PayloadMismatch { .. } => Ack::Ack,
-            // Only when recording it failed, or inside a caller's transaction, does a
-            // permanent failure come back as an error rather than as `DeadLettered`.
-            Error::InvalidEventId(_) | Error::Permanent(_) => Ack::Reject,
-            // The message itself is wrong: it can never be processed as it is.
-            Error::InvalidStreamName(_)
+            // A message that can never be processed as it is; and a permanent failure, which
+            // comes back as an error rather than as `DeadLettered` only when recording it
+            // failed, or inside a caller's transaction.
+            Error::InvalidEventId(_)
+            | Error::Permanent(_)
+            | Error::InvalidStreamName(_)
             | Error::BeforeFirstAvailable { .. }
             | Error::SequenceOutOfRange(_) => Ack::Reject,
-            // A zombie leaves the message to the stream's new owner; too many open gaps wait
-            // for the missing sequences or for ops.
-            Error::Fenced { .. } | Error::TooManyOpenGaps { .. } => Ack::Redeliver,
             // Nothing was committed, or the commit's outcome is unknown: the inbox answers a
             // redelivery correctly either way.
             Error::Database(_)
@@ -118,6 +116,10 @@ impl Error {
             | Error::ConnectionLost { .. }
             | Error::CommitUnknown { .. }
             | Error::Transient(_)
+            // A zombie leaves the message to the stream's new owner; too many open gaps wait
+            // for the missing sequences or for ops.
+            | Error::Fenced { .. }
+            | Error::TooManyOpenGaps { .. }
             // A result that does not serialize: nothing committed; a fixed handler takes it.
             | Error::StoredResult(_)
             // Not raised by a delivery; redelivering loses nothing.

@@ -330,7 +330,7 @@ impl Cursor {
             for ((sequence, message), &stored) in items.iter().zip(&sequences) {
                 let (verdict, found) = self.offer(tx, &mut stream, stored, None, now)?;
                 let outcome = match verdict {
-                    Verdict::Duplicate => self.duplicate(*sequence, &stream),
+                    Verdict::Duplicate => Self::duplicate(*sequence, &stream),
                     Verdict::New { .. } => {
                         let value =
                             transaction::call_user(tx, |tx| effect(tx, *sequence, message))?;
@@ -571,7 +571,7 @@ impl Cursor {
                     self.settle(conn, delivery, sequence, effect, gaps.clone(), now)?
                 }
                 Verdict::Duplicate => {
-                    Delivered::Outcome(self.duplicate(delivery.sequence, &stream))
+                    Delivered::Outcome(Self::duplicate(delivery.sequence, &stream))
                 }
             };
             (delivered, gaps)
@@ -631,13 +631,12 @@ impl Cursor {
         now: DateTime<Utc>,
     ) -> Result<Stream, Failure<E>> {
         let sql = conn.sql();
-        let row = match sql.cursor(self.key())? {
-            Some(row) => row,
-            None => {
-                sql.insert_cursor(self.key(), now)?;
-                sql.cursor(self.key())?
-                    .ok_or(diesel::result::Error::NotFound)?
-            }
+        let row = if let Some(row) = sql.cursor(self.key())? {
+            row
+        } else {
+            sql.insert_cursor(self.key(), now)?;
+            sql.cursor(self.key())?
+                .ok_or(diesel::result::Error::NotFound)?
         };
         let epoch = self.stored_epoch();
         if row.epoch != epoch {
@@ -762,7 +761,7 @@ impl Cursor {
     }
 
     /// A duplicate of a sequence the stream had settled.
-    fn duplicate<T>(&self, sequence: u64, stream: &Stream) -> Outcome<T> {
+    fn duplicate<T>(sequence: u64, stream: &Stream) -> Outcome<T> {
         Outcome::Duplicate(Duplicate {
             of: DuplicateOf::Sequence {
                 sequence,

@@ -188,7 +188,7 @@ impl Stream {
                 ..gap.clone()
             };
             self.open[index - 1] = evicted.clone();
-            self.record_update(evicted, gap.first, changes);
+            Self::record_update(evicted, gap.first, changes);
             if gap.last >= first_available {
                 let rest = OpenGap {
                     id: None,
@@ -242,7 +242,7 @@ impl Stream {
             ..gap.clone()
         };
         self.open[index] = lower.clone();
-        self.record_update(lower, gap.first, changes);
+        Self::record_update(lower, gap.first, changes);
         if sequence > gap.first && sequence < gap.last {
             let upper = OpenGap {
                 id: None,
@@ -259,7 +259,7 @@ impl Stream {
 
     /// An update of a gap that was `first` before; a gap not written yet is changed in its
     /// pending insert instead.
-    fn record_update(&self, gap: OpenGap, first: i64, changes: &mut Vec<Change>) {
+    fn record_update(gap: OpenGap, first: i64, changes: &mut Vec<Change>) {
         if gap.id.is_some() {
             changes.push(Change::Update(gap));
             return;
