@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use tracing::{info, warn};
 
 use crate::backend::sealed::{InboxSql, Recorded};
@@ -324,7 +324,7 @@ impl Cursor {
         let scope = transaction::scope_of(conn).map_err(Error::from)?;
         let subject = self.inbox.subject(None);
         let run = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            let now = Utc::now();
+            let now = now();
             let mut stream = self.load(tx, now)?;
             let (mut outcomes, mut gaps) = (Vec::with_capacity(items.len()), Vec::new());
             for ((sequence, message), &stored) in items.iter().zip(&sequences) {
@@ -388,7 +388,7 @@ impl Cursor {
         let scope = transaction::scope_of(conn)?;
         let subject = self.inbox.subject(None);
         let lease = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            let now = Utc::now();
+            let now = now();
             let sql = tx.sql();
             sql.insert_cursor(self.key(), now)?;
             sql.bump_epoch(self.key(), owner, now)?;
@@ -543,7 +543,7 @@ impl Cursor {
         C: InboxConnection,
         F: FnMut(&mut C) -> Result<T, E>,
     {
-        let now = Utc::now();
+        let now = now();
         let epoch = self.epoch.map_or(0, |epoch| i64::try_from(epoch).unwrap_or(i64::MAX));
         // The next sequence of a stream with no gap, from the owner: one update.
         if first_available.is_none()
@@ -889,6 +889,12 @@ fn resume_at(watermark: Option<i64>) -> Resume {
     watermark.map_or(Resume::Fresh, |watermark| {
         Resume::At(u64::try_from(watermark + 1).unwrap_or(0))
     })
+}
+
+/// The time now, to the microsecond as every backend stores it: a gap an outcome reports is
+/// then equal to the same gap read back from the ledger.
+fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
 }
 
 fn processed<T>(value: T, gaps: Vec<Gap>) -> Outcome<T> {
