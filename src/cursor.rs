@@ -9,6 +9,7 @@ use tracing::{info, warn};
 
 use crate::backend::sealed::{InboxSql, Recorded};
 use crate::backend::StreamKey;
+use crate::duration::now;
 use crate::inbox::{self, Delivered, Tally};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
@@ -324,7 +325,7 @@ impl Cursor {
         let scope = transaction::scope_of(conn).map_err(Error::from)?;
         let subject = self.inbox.subject(None);
         let run = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            let now = Utc::now();
+            let now = now();
             let mut stream = self.load(tx, now)?;
             let (mut outcomes, mut gaps) = (Vec::with_capacity(items.len()), Vec::new());
             for ((sequence, message), &stored) in items.iter().zip(&sequences) {
@@ -389,7 +390,7 @@ impl Cursor {
         let scope = transaction::scope_of(conn)?;
         let subject = self.inbox.subject(None);
         let lease = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            let now = Utc::now();
+            let now = now();
             let sql = tx.sql();
             sql.insert_cursor(self.key(), now)?;
             sql.bump_epoch(self.key(), owner, now)?;
@@ -550,7 +551,7 @@ impl Cursor {
         C: InboxConnection,
         F: FnMut(&mut C) -> Result<T, E>,
     {
-        let now = Utc::now();
+        let now = now();
         // The next sequence of a stream with no gap, from the owner: one update.
         let fast = first_available.is_none()
             && conn

@@ -1,9 +1,15 @@
-//! Durations as the inbox uses them: where a window that reaches back one starts, and how one
-//! reads in a message.
+//! Times and durations as the inbox uses them: the time now as the backends store it, where a
+//! window that reaches back one starts, and how one reads in a message.
 
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, SubsecRound, TimeDelta, Utc};
+
+/// The time now, to the microsecond as every backend stores it: a value the inbox returns is
+/// then equal to the same value read back (a gap's `detected_at`, say).
+pub(crate) fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
 
 /// `now - duration`, never before 1970: no inbox row is older, and every backend's time type
 /// holds it.

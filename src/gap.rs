@@ -246,7 +246,7 @@ impl Gaps {
         };
         let mut ledger = Stream::new(high, open.into_iter().map(OpenGap::from).collect());
         ledger.resolve(id);
-        let now = Utc::now();
+        let now = crate::duration::now();
         conn.sql()
             .close_gap(id, GapState::Resolved, Some(audit), now)?;
         conn.sql()

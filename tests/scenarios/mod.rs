@@ -15,6 +15,7 @@ use crate::support::{
 };
 
 mod batch;
+mod cursor;
 mod failure_classes;
 mod failure_policy;
 mod helpers;
@@ -23,6 +24,7 @@ mod operations;
 mod retention;
 mod stats;
 pub use batch::*;
+pub use cursor::*;
 pub use failure_classes::*;
 pub use failure_policy::*;
 pub use helpers::*;
@@ -108,6 +110,19 @@ macro_rules! backend_tests {
             a_prune_racing_live_deliveries_and_redeliveries_doubles_and_loses_nothing,
             a_second_concurrent_prune_is_told_another_is_running,
             a_large_prune_removes_every_old_row_in_bounded_batches,
+            a_sequence_at_or_below_the_watermark_is_a_duplicate_and_its_effect_does_not_run,
+            a_late_arrival_into_a_gap_is_processed_once_and_fills_it,
+            a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_resolve,
+            a_zombie_instance_is_fenced_and_commits_nothing_not_even_its_effect,
+            two_instances_racing_on_one_stream_take_effect_once_per_sequence,
+            a_sequence_redelivered_after_a_crash_between_commit_and_ack_is_a_duplicate,
+            a_sequence_redelivered_after_a_crash_inside_its_transaction_is_processed_once,
+            proptest_delivery_orders_take_effect_once_and_leave_open_exactly_the_missing_sequences,
+            a_batch_with_a_duplicate_and_a_jump_updates_the_cursor_once_and_reports_in_order,
+            an_effect_error_in_a_batch_rolls_the_whole_run_back,
+            past_max_open_gaps_a_new_gap_is_refused_and_a_filling_sequence_accepted,
+            an_event_id_republished_under_a_new_sequence_is_a_duplicate_and_the_cursor_prunes_id_rows,
+            a_dead_lettered_sequence_moves_the_cursor_past_it,
         );
     };
     // One test per scenario of the test binary's module `$module`.

@@ -16,6 +16,12 @@ pub(crate) trait Backend {
     /// A fresh, migrated database of this backend's own.
     fn database() -> TestDatabase<Self::Conn>;
 
+    /// A connection to the database at `url`, set up as [`TestDatabase::connect`] sets one up:
+    /// for a process that did not create the database, such as a test's child process.
+    fn connect_to(url: &str) -> Self::Conn {
+        Self::Conn::establish(url).unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+    }
+
     /// DDL for the table the scenarios' effects write to.
     const EFFECTS_DDL: &'static str;
 
@@ -358,6 +364,15 @@ impl Backend for Sqlite {
         TestDatabase::sqlite()
     }
 
+    fn connect_to(url: &str) -> SqliteConnection {
+        let mut conn =
+            SqliteConnection::establish(url).unwrap_or_else(|e| panic!("cannot open {url}: {e}"));
+        diesel_inbox::SqliteSetup::default()
+            .apply(&mut conn)
+            .unwrap();
+        conn
+    }
+
     fn fail_fast_on_locks(conn: &mut SqliteConnection) {
         conn.batch_execute("PRAGMA busy_timeout = 0").unwrap();
     }
@@ -631,4 +646,69 @@ pub(crate) fn transaction_depth<C: Connection>(conn: &mut C) -> u32 {
         .transaction_depth()
         .unwrap()
         .map_or(0, std::num::NonZeroU32::get)
+}
+
+/// A copy of this test binary running one of its own tests, `test`, with `var` set in its
+/// environment: a process of the test's own, to kill as a crash would.
+pub(crate) struct ChildTest {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl ChildTest {
+    /// Starts it.
+    pub(crate) fn spawn(test: &str, var: (&str, &str)) -> Self {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(var.0, var.1)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// Waits until it prints a line ending with `marker` (the test harness may have started
+    /// the line); panics, killing it, when it exits first or has not printed it within `within`.
+    pub(crate) fn wait_for(&mut self, marker: &str, within: Duration) {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.ends_with(marker) => return,
+                Ok(_) => {}
+                Err(e) => {
+                    panic!("the child test did not print {marker:?} ({e}): it failed or hung");
+                }
+            }
+        }
+    }
+
+    /// Kills it, by its pid, and waits until it is gone.
+    pub(crate) fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for ChildTest {
+    /// A test that fails before killing its child kills it on the way out.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }

@@ -1,0 +1,763 @@
+//! Sequence cursors: duplicates by watermark, the gap ledger, eviction, fencing, crashes,
+//! batches and the bound on open gaps, on every backend.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::ops::RangeInclusive;
+use std::thread;
+use std::time::Duration;
+
+use diesel_inbox::testing::TestDatabase;
+use diesel_inbox::{
+    Ack, Audit, Cursor, Delivery, Duplicate, Error, Gap, GapCause, GapState, Inbox, Outcome,
+    Resume, Sequenced,
+};
+use proptest::test_runner::{Config, TestRunner};
+
+use super::HandlerError;
+use crate::support::{concurrently, setup, Backend, ChildTest, StatementLog, TestConn};
+
+/// The environment variable that makes a crash scenario its own child: the database URL.
+const CRASH_CHILD: &str = "DIESEL_INBOX_CURSOR_CRASH_CHILD";
+
+/// How long a crash scenario waits for its child to reach the point where it is killed.
+const CHILD_STARTS_WITHIN: Duration = Duration::from_secs(60);
+
+fn orders() -> Cursor {
+    Inbox::new("projector").unwrap().cursor("orders-0").unwrap()
+}
+
+/// The row the effect of sequence `n` writes to `effects`.
+fn label(cursor: &Cursor, n: u64) -> String {
+    format!("{}:{n}", cursor.stream())
+}
+
+/// The effect of sequence `n`: one row in `effects`.
+fn effect_of<C: TestConn>(cursor: &Cursor, n: u64) -> impl FnMut(&mut C) -> Result<(), Error> {
+    let label = label(cursor, n);
+    move |tx| tx.record_effect(&label).map_err(Error::from)
+}
+
+/// Delivers sequence `n` with its effect.
+fn deliver<C: TestConn>(conn: &mut C, cursor: &Cursor, n: u64) -> Result<Outcome<()>, Error> {
+    cursor.process(conn, n, effect_of(cursor, n))
+}
+
+/// How many times the effect of sequence `n` took effect.
+fn effects<C: TestConn>(conn: &mut C, cursor: &Cursor, n: u64) -> usize {
+    conn.effects_of(&label(cursor, n))
+}
+
+/// Sequence `n` of the event `id`.
+fn with_id(n: u64, id: &str) -> Sequenced {
+    Sequenced::new(n).event(Delivery::new(id).unwrap())
+}
+
+fn ranges(gaps: &[Gap]) -> Vec<RangeInclusive<i64>> {
+    gaps.iter().map(Gap::sequences).collect()
+}
+
+/// The ranges of the stream's open gaps, in order.
+fn open<C: TestConn>(conn: &mut C, cursor: &Cursor) -> Vec<RangeInclusive<i64>> {
+    ranges(&cursor.gaps().open(conn).unwrap())
+}
+
+/// `(watermark, high)` of the stream.
+fn position<C: TestConn>(conn: &mut C, cursor: &Cursor) -> (Option<i64>, Option<i64>) {
+    let position = cursor
+        .position(conn)
+        .unwrap()
+        .expect("the cursor has a row");
+    (position.watermark(), position.high())
+}
+
+/// The sequence and the watermark of a duplicate by the cursor.
+fn duplicate_sequence<T>(outcome: &Outcome<T>) -> Option<(u64, Option<u64>)> {
+    outcome.duplicate().and_then(Duplicate::sequence)
+}
+
+/// What an outcome came to, to compare runs of them.
+fn summary<T: Debug>(outcome: &Outcome<T>) -> String {
+    match outcome {
+        Outcome::Processed(_) => "processed".to_owned(),
+        Outcome::ProcessedAfterGap { gaps, .. } => format!("processed after {:?}", ranges(gaps)),
+        Outcome::Duplicate(_) => "duplicate".to_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+pub fn a_sequence_at_or_below_the_watermark_is_a_duplicate_and_its_effect_does_not_run<
+    B: Backend,
+>() {
+    let (_db, mut conn) = setup::<B>();
+    let cursor = orders();
+    for n in 1..=3 {
+        assert_eq!(
+            deliver(&mut conn, &cursor, n).unwrap(),
+            Outcome::Processed(())
+        );
+    }
+
+    for n in [3, 1, 2, 3] {
+        let outcome = deliver(&mut conn, &cursor, n).unwrap();
+        let duplicate = outcome
+            .duplicate()
+            .unwrap_or_else(|| panic!("{n}: {outcome:?}"));
+        assert_eq!(duplicate.sequence(), Some((n, Some(3))));
+        assert_eq!(
+            (duplicate.deliveries(), duplicate.processed_at()),
+            (None, None)
+        );
+    }
+
+    assert_eq!(conn.effect_count(), 3, "no duplicate ran its effect");
+    assert_eq!(
+        deliver(&mut conn, &cursor, 4).unwrap(),
+        Outcome::Processed(())
+    );
+    assert_eq!(position(&mut conn, &cursor), (Some(4), Some(4)));
+    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(5));
+    for n in 1..=4 {
+        assert_eq!(effects(&mut conn, &cursor, n), 1, "sequence {n}");
+    }
+}
+
+pub fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let cursor = orders();
+    for n in 1..=2 {
+        assert!(deliver(&mut conn, &cursor, n).unwrap().is_processed());
+    }
+
+    let jump = deliver(&mut conn, &cursor, 8);
+    assert_eq!(Ack::of(&jump), Ack::Ack, "the gap is in the ledger");
+    let Ok(Outcome::ProcessedAfterGap { gaps, .. }) = jump else {
+        panic!("a jump is processed after a gap: {jump:?}");
+    };
+    assert_eq!(ranges(&gaps), [3..=7]);
+    let gap = &gaps[0];
+    assert_eq!(
+        (gap.stream(), gap.cause(), gap.state(), gap.len()),
+        ("orders-0", GapCause::Skipped, GapState::Open, 5)
+    );
+    let ledger = cursor.gaps().open(&mut conn).unwrap();
+    assert_eq!(ledger, gaps, "the ledger holds what the outcome said");
+    assert_eq!(position(&mut conn, &cursor), (Some(2), Some(8)));
+    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(3));
+
+    // In the middle: the gap splits, the lower part keeping its id.
+    assert_eq!(
+        deliver(&mut conn, &cursor, 5).unwrap(),
+        Outcome::Processed(())
+    );
+    let split = cursor.gaps().open(&mut conn).unwrap();
+    assert_eq!(ranges(&split), [3..=4, 6..=7]);
+    assert_eq!(split[0].id(), gap.id());
+    assert_ne!(split[1].id(), gap.id());
+    let again = deliver(&mut conn, &cursor, 5).unwrap();
+    assert_eq!(
+        duplicate_sequence(&again),
+        Some((5, Some(2))),
+        "settled out of order, above the watermark"
+    );
+    // At the edges: the gaps shrink.
+    assert!(deliver(&mut conn, &cursor, 3).unwrap().is_processed());
+    assert!(deliver(&mut conn, &cursor, 7).unwrap().is_processed());
+    assert_eq!(open(&mut conn, &cursor), [4..=4, 6..=6]);
+    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(4));
+    // Empty: filled.
+    assert!(deliver(&mut conn, &cursor, 4).unwrap().is_processed());
+    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(6));
+    assert!(deliver(&mut conn, &cursor, 6).unwrap().is_processed());
+
+    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
+    let closed = cursor.gaps().list(&mut conn).unwrap();
+    assert_eq!(closed.len(), 2, "{closed:?}");
+    for gap in &closed {
+        assert_eq!(gap.state(), GapState::Filled, "{gap:?}");
+        assert!(
+            gap.closed_at().is_some() && gap.resolution().is_none(),
+            "{gap:?}"
+        );
+    }
+    assert_eq!(position(&mut conn, &cursor), (Some(8), Some(8)));
+    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(9));
+    for n in 1..=8 {
+        assert!(deliver(&mut conn, &cursor, n).unwrap().is_duplicate());
+        assert_eq!(effects(&mut conn, &cursor, n), 1, "sequence {n}");
+    }
+}
+
+pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_resolve<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("projector").unwrap();
+    let cursor = inbox.cursor("orders-0").unwrap();
+    for n in 1..=10 {
+        assert!(deliver(&mut conn, &cursor, n).unwrap().is_processed());
+    }
+
+    // The consumer was down while retention evicted 11..=49.
+    let resumed = cursor
+        .process(
+            &mut conn,
+            Sequenced::new(50).first_available(50),
+            effect_of(&cursor, 50),
+        )
+        .unwrap();
+
+    assert_eq!(ranges(resumed.gaps()), [11..=49]);
+    let evicted = resumed.gaps()[0].clone();
+    assert_eq!(
+        (evicted.cause(), evicted.state()),
+        (GapCause::Evicted, GapState::Open)
+    );
+    assert_eq!(
+        cursor.gaps().open(&mut conn).unwrap(),
+        std::slice::from_ref(&evicted)
+    );
+    assert_eq!(
+        position(&mut conn, &cursor),
+        (Some(50), Some(50)),
+        "evicted sequences never come: the watermark moves past them"
+    );
+    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(51));
+    let below = cursor.process(
+        &mut conn,
+        Sequenced::new(20).first_available(50),
+        effect_of(&cursor, 20),
+    );
+    assert_eq!(Ack::of(&below), Ack::Reject);
+    assert!(
+        matches!(
+            below,
+            Err(Error::BeforeFirstAvailable {
+                sequence: 20,
+                first_available: 50,
+                ..
+            })
+        ),
+        "{below:?}"
+    );
+    assert_eq!(
+        deliver(&mut conn, &cursor, 51).unwrap(),
+        Outcome::Processed(())
+    );
+
+    let audit = Audit::new(
+        "ops@example.com",
+        "outage outlasted retention; replayed from S3",
+    )
+    .unwrap();
+    let resolved = inbox
+        .gaps()
+        .resolve(&mut conn, evicted.id(), &audit)
+        .unwrap();
+
+    assert_eq!(
+        (resolved.id(), resolved.sequences(), resolved.state()),
+        (evicted.id(), 11..=49, GapState::Resolved)
+    );
+    assert_eq!(resolved.resolution(), Some(&audit));
+    assert!(resolved.closed_at().is_some());
+    assert_eq!(
+        cursor.gaps().list(&mut conn).unwrap(),
+        std::slice::from_ref(&resolved)
+    );
+    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
+    let twice = inbox.gaps().resolve(&mut conn, evicted.id(), &audit);
+    assert!(
+        matches!(twice, Err(Error::GapNotOpen { id, state: GapState::Resolved }) if id == evicted.id()),
+        "{twice:?}"
+    );
+    let unknown = evicted.id() + 1000;
+    let missing = inbox.gaps().resolve(&mut conn, unknown, &audit);
+    assert!(
+        matches!(missing, Err(Error::GapNotFound { id }) if id == unknown),
+        "{missing:?}"
+    );
+    let elsewhere = Inbox::new("billing")
+        .unwrap()
+        .gaps()
+        .resolve(&mut conn, evicted.id(), &audit);
+    assert!(
+        matches!(elsewhere, Err(Error::GapNotFound { .. })),
+        "another consumer's gap: {elsewhere:?}"
+    );
+    assert!(deliver(&mut conn, &cursor, 30).unwrap().is_duplicate());
+    assert_eq!(effects(&mut conn, &cursor, 30), 0);
+    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(52));
+}
+
+pub fn a_zombie_instance_is_fenced_and_commits_nothing_not_even_its_effect<B: Backend>() {
+    let (db, mut a) = setup::<B>();
+    let mut b = db.connect();
+    let stream = orders();
+
+    let lease_a = stream.acquire(&mut a, "instance-a").unwrap();
+    assert_eq!((lease_a.epoch(), lease_a.resume()), (1, Resume::Fresh));
+    let as_a = stream.clone().epoch(lease_a.epoch());
+    assert!(deliver(&mut a, &as_a, 1).unwrap().is_processed());
+    // A rebalance: B takes the stream over while A carries on.
+    let lease_b = stream.acquire(&mut b, "instance-b").unwrap();
+    assert_eq!((lease_b.epoch(), lease_b.resume()), (2, Resume::At(2)));
+    let as_b = stream.clone().epoch(lease_b.epoch());
+
+    let zombie = deliver(&mut a, &as_a, 2);
+
+    assert_eq!(Ack::of(&zombie), Ack::Redeliver);
+    assert!(
+        matches!(
+            zombie,
+            Err(Error::Fenced {
+                epoch: Some(1),
+                current: 2,
+                ..
+            })
+        ),
+        "{zombie:?}"
+    );
+    assert_eq!(
+        effects(&mut b, &stream, 2),
+        0,
+        "the zombie's effect committed"
+    );
+    assert_eq!(position(&mut b, &stream), (Some(1), Some(1)));
+    let no_epoch = deliver(&mut b, &stream, 2);
+    assert!(
+        matches!(no_epoch, Err(Error::Fenced { epoch: None, .. })),
+        "{no_epoch:?}"
+    );
+    assert!(
+        matches!(deliver(&mut a, &as_a, 1), Err(Error::Fenced { .. })),
+        "even a duplicate"
+    );
+    assert_eq!(deliver(&mut b, &as_b, 2).unwrap(), Outcome::Processed(()));
+    assert_eq!(effects(&mut a, &stream, 2), 1);
+    let now = stream.position(&mut a).unwrap().unwrap();
+    assert_eq!(
+        (now.epoch(), now.owner(), now.watermark()),
+        (2, Some("instance-b"), Some(2))
+    );
+}
+
+pub fn two_instances_racing_on_one_stream_take_effect_once_per_sequence<B: Backend>() {
+    const LAST: u64 = 40;
+    const ATTEMPTS: usize = 20;
+    let (db, mut conn) = setup::<B>();
+    let stream = orders();
+    // Split brain: both instances write with the epoch they both believe is theirs.
+    let cursor = stream
+        .clone()
+        .epoch(stream.acquire(&mut conn, "both").unwrap().epoch());
+    // A fresh cursor starts at the first sequence it sees.
+    assert!(deliver(&mut conn, &cursor, 1).unwrap().is_processed());
+
+    let processed = concurrently(&db, 2, |instance, conn| {
+        let mut order: Vec<u64> = (2..=LAST).collect();
+        fastrand::Rng::with_seed(instance as u64).shuffle(&mut order);
+        let mut processed = Vec::new();
+        for n in order {
+            let mut attempts = 0;
+            let outcome = loop {
+                attempts += 1;
+                match deliver(conn, &cursor, n) {
+                    Ok(outcome) => break outcome,
+                    Err(e) if e.ack() == Ack::Redeliver && attempts < ATTEMPTS => {}
+                    Err(e) => panic!("sequence {n}, attempt {attempts}: {e}"),
+                }
+            };
+            if outcome.is_processed() {
+                processed.push(n);
+            }
+        }
+        processed
+    });
+
+    let mut processed: Vec<u64> = processed.into_iter().flatten().collect();
+    processed.sort_unstable();
+    assert_eq!(
+        processed,
+        (2..=LAST).collect::<Vec<_>>(),
+        "each sequence processed once"
+    );
+    for n in 1..=LAST {
+        assert_eq!(effects(&mut conn, &cursor, n), 1, "sequence {n}");
+    }
+    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
+    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(LAST + 1));
+}
+
+/// In the child process of a crash scenario: a connection to its parent's database.
+fn as_crash_child<B: Backend>() -> Option<B::Conn> {
+    std::env::var(CRASH_CHILD)
+        .ok()
+        .map(|url| B::connect_to(&url))
+}
+
+/// The child's last words: `marker`, then it waits to be killed.
+fn await_the_kill(marker: &str) {
+    println!("{marker}");
+    thread::sleep(2 * CHILD_STARTS_WITHIN);
+}
+
+/// The parent of a crash scenario: with sequence 1 processed, runs the scenario `test` in a
+/// child process until it prints `marker`, and kills it there.
+fn crash_a_child<B: Backend>(test: &str, marker: &str) -> (TestDatabase<B::Conn>, B::Conn) {
+    let (db, mut conn) = setup::<B>();
+    assert!(deliver(&mut conn, &orders(), 1).unwrap().is_processed());
+    let mut child = ChildTest::spawn(test, (CRASH_CHILD, db.url()));
+    child.wait_for(marker, CHILD_STARTS_WITHIN);
+    child.kill();
+    (db, conn)
+}
+
+pub fn a_sequence_redelivered_after_a_crash_between_commit_and_ack_is_a_duplicate<B: Backend>() {
+    const COMMITTED: &str = "sequence 2 committed, not acked";
+    let cursor = orders();
+    if let Some(mut conn) = as_crash_child::<B>() {
+        assert!(deliver(&mut conn, &cursor, 2).unwrap().is_processed());
+        await_the_kill(COMMITTED);
+        return;
+    }
+
+    let (_db, mut conn) = crash_a_child::<B>(
+        "a_sequence_redelivered_after_a_crash_between_commit_and_ack_is_a_duplicate",
+        COMMITTED,
+    );
+
+    let redelivered = deliver(&mut conn, &cursor, 2).unwrap();
+    assert!(redelivered.is_duplicate(), "{redelivered:?}");
+    assert_eq!(effects(&mut conn, &cursor, 2), 1);
+    assert_eq!(
+        deliver(&mut conn, &cursor, 3).unwrap(),
+        Outcome::Processed(())
+    );
+}
+
+pub fn a_sequence_redelivered_after_a_crash_inside_its_transaction_is_processed_once<B: Backend>() {
+    const EFFECT_WRITTEN: &str = "sequence 2's effect written, not committed";
+    let cursor = orders();
+    if let Some(mut conn) = as_crash_child::<B>() {
+        let label = label(&cursor, 2);
+        let _ = cursor.process(&mut conn, 2, |tx| {
+            tx.record_effect(&label)?;
+            await_the_kill(EFFECT_WRITTEN);
+            Ok::<_, Error>(())
+        });
+        return;
+    }
+
+    let (_db, mut conn) = crash_a_child::<B>(
+        "a_sequence_redelivered_after_a_crash_inside_its_transaction_is_processed_once",
+        EFFECT_WRITTEN,
+    );
+
+    assert_eq!(
+        deliver(&mut conn, &cursor, 2).unwrap(),
+        Outcome::Processed(())
+    );
+    assert_eq!(effects(&mut conn, &cursor, 2), 1);
+    assert_eq!(position(&mut conn, &cursor), (Some(2), Some(2)));
+}
+
+/// The model: a fresh cursor starts at the first sequence delivered; every sequence from there
+/// on takes effect on its first delivery; the open gaps are what is missing below the highest.
+#[derive(Default)]
+struct Model {
+    start: Option<u64>,
+    settled: BTreeSet<u64>,
+}
+
+impl Model {
+    /// What delivering `n` should come to.
+    fn deliver(&mut self, n: u64) -> String {
+        let start = *self.start.get_or_insert(n);
+        let high = self.settled.last().copied();
+        if n < start || !self.settled.insert(n) {
+            return "duplicate".to_owned();
+        }
+        match high {
+            Some(high) if n > high + 1 => {
+                let gap = i64::try_from(high + 1).unwrap()..=i64::try_from(n - 1).unwrap();
+                format!("processed after {:?}", [gap])
+            }
+            _ => "processed".to_owned(),
+        }
+    }
+
+    fn missing(&self) -> BTreeSet<u64> {
+        match (self.start, self.settled.last()) {
+            (Some(start), Some(&high)) => (start..=high)
+                .filter(|n| !self.settled.contains(n))
+                .collect(),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    fn resume(&self) -> Resume {
+        let next = self.settled.last().map(|high| high + 1);
+        self.missing()
+            .first()
+            .copied()
+            .or(next)
+            .map_or(Resume::Fresh, Resume::At)
+    }
+}
+
+pub fn proptest_delivery_orders_take_effect_once_and_leave_open_exactly_the_missing_sequences<
+    B: Backend,
+>() {
+    let (_db, conn) = setup::<B>();
+    let conn = RefCell::new(conn);
+    let cases = Cell::new(0_u32);
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        max_shrink_iters: 256,
+        ..Config::default()
+    });
+    let deliveries = proptest::collection::vec(1_u64..=12, 1..=24);
+
+    runner
+        .run(&deliveries, |deliveries| {
+            cases.set(cases.get() + 1);
+            let cursor = Inbox::new("projector")
+                .unwrap()
+                .cursor(&format!("case-{}", cases.get()))
+                .unwrap();
+            let conn = &mut *conn.borrow_mut();
+            let mut model = Model::default();
+            for &n in &deliveries {
+                let outcome = deliver(conn, &cursor, n).unwrap();
+                proptest::prop_assert_eq!(summary(&outcome), model.deliver(n), "sequence {}", n);
+                let open: BTreeSet<u64> = cursor
+                    .gaps()
+                    .open(conn)
+                    .unwrap()
+                    .iter()
+                    .flat_map(Gap::sequences)
+                    .map(|n| u64::try_from(n).unwrap())
+                    .collect();
+                proptest::prop_assert_eq!(open, model.missing(), "after {}", n);
+                proptest::prop_assert_eq!(cursor.resume(conn).unwrap(), model.resume());
+            }
+            for n in 1..=12 {
+                let expected = usize::from(model.settled.contains(&n));
+                proptest::prop_assert_eq!(effects(conn, &cursor, n), expected, "sequence {}", n);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+pub fn a_batch_with_a_duplicate_and_a_jump_updates_the_cursor_once_and_reports_in_order<
+    B: Backend,
+>() {
+    let (_db, mut conn) = setup::<B>();
+    let cursor = orders();
+    assert!(deliver(&mut conn, &cursor, 1).unwrap().is_processed());
+    let log = StatementLog::install(&mut conn);
+
+    let run = [(2, "b"), (3, "c"), (2, "b"), (6, "f"), (4, "d"), (6, "f")];
+    let outcomes = cursor
+        .process_batch(&mut conn, &run, |tx, n, _| {
+            tx.record_effect(&label(&cursor, n)).map_err(Error::from)
+        })
+        .unwrap();
+
+    let cursor_updates = log
+        .take()
+        .into_iter()
+        .filter(|sql| sql.starts_with("UPDATE") && sql.contains("diesel_inbox_cursors"))
+        .count();
+    assert_eq!(
+        cursor_updates, 1,
+        "one update of the cursor row for the run"
+    );
+    let outcomes: Vec<String> = outcomes.iter().map(summary).collect();
+    assert_eq!(
+        outcomes,
+        [
+            "processed",
+            "processed",
+            "duplicate",
+            "processed after [4..=5]",
+            "processed",
+            "duplicate"
+        ]
+    );
+    for n in 1..=6 {
+        assert_eq!(
+            effects(&mut conn, &cursor, n),
+            usize::from(n != 5),
+            "sequence {n}"
+        );
+    }
+    assert_eq!(open(&mut conn, &cursor), [5..=5]);
+    assert_eq!(position(&mut conn, &cursor), (Some(4), Some(6)));
+}
+
+pub fn an_effect_error_in_a_batch_rolls_the_whole_run_back<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let cursor = orders();
+    assert!(deliver(&mut conn, &cursor, 1).unwrap().is_processed());
+    let run = [(2, ()), (4, ()), (3, ())];
+
+    let failed = cursor.process_batch(&mut conn, &run, |tx, n, ()| {
+        tx.record_effect(&label(&cursor, n)).unwrap();
+        if n == 3 {
+            return Err(HandlerError::Refused);
+        }
+        Ok(())
+    });
+
+    assert_eq!(failed, Err(HandlerError::Refused));
+    for n in 2..=4 {
+        assert_eq!(effects(&mut conn, &cursor, n), 0, "sequence {n}");
+    }
+    assert_eq!(position(&mut conn, &cursor), (Some(1), Some(1)));
+    assert!(
+        cursor.gaps().list(&mut conn).unwrap().is_empty(),
+        "the gap rolled back too"
+    );
+    let outcomes = cursor
+        .process_batch(&mut conn, &run, |tx, n, ()| {
+            tx.record_effect(&label(&cursor, n)).map_err(Error::from)
+        })
+        .unwrap();
+    let outcomes: Vec<String> = outcomes.iter().map(summary).collect();
+    assert_eq!(
+        outcomes,
+        ["processed", "processed after [3..=3]", "processed"]
+    );
+    assert_eq!(position(&mut conn, &cursor), (Some(4), Some(4)));
+}
+
+pub fn past_max_open_gaps_a_new_gap_is_refused_and_a_filling_sequence_accepted<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let cursor = orders().max_open_gaps(2);
+    for n in [1, 3, 5] {
+        assert!(deliver(&mut conn, &cursor, n).unwrap().is_processed());
+    }
+    assert_eq!(open(&mut conn, &cursor), [2..=2, 4..=4]);
+
+    let third = deliver(&mut conn, &cursor, 7);
+
+    assert_eq!(Ack::of(&third), Ack::Redeliver);
+    assert!(
+        matches!(third, Err(Error::TooManyOpenGaps { open: 2, .. })),
+        "{third:?}"
+    );
+    assert_eq!(effects(&mut conn, &cursor, 7), 0);
+    assert_eq!(position(&mut conn, &cursor), (Some(1), Some(5)));
+    assert_eq!(open(&mut conn, &cursor), [2..=2, 4..=4]);
+    // The next sequence opens no gap, and a late one closes one.
+    assert_eq!(
+        deliver(&mut conn, &cursor, 6).unwrap(),
+        Outcome::Processed(())
+    );
+    assert_eq!(
+        deliver(&mut conn, &cursor, 2).unwrap(),
+        Outcome::Processed(())
+    );
+    assert_eq!(open(&mut conn, &cursor), [4..=4]);
+    let after = deliver(&mut conn, &cursor, 8).unwrap();
+    assert_eq!(summary(&after), "processed after [7..=7]");
+    assert_eq!(position(&mut conn, &cursor), (Some(3), Some(8)));
+}
+
+pub fn an_event_id_republished_under_a_new_sequence_is_a_duplicate_and_the_cursor_prunes_id_rows<
+    B: Backend,
+>() {
+    let (_db, mut conn) = setup::<B>();
+    let cursor = orders();
+    let send = |conn: &mut B::Conn, n: u64, id: &str| {
+        cursor
+            .process(conn, with_id(n, id), effect_of(&cursor, n))
+            .unwrap()
+    };
+
+    assert!(send(&mut conn, 1, "evt-a").is_processed());
+    assert!(conn.has_inbox_row("projector", "evt-a"));
+    let republished = send(&mut conn, 2, "evt-a");
+    assert_eq!(
+        republished.duplicate().and_then(Duplicate::deliveries),
+        Some(2),
+        "a duplicate by its id: {republished:?}"
+    );
+    assert_eq!(effects(&mut conn, &cursor, 2), 0);
+    assert_eq!(position(&mut conn, &cursor), (Some(2), Some(2)));
+    assert!(send(&mut conn, 3, "evt-c").is_processed());
+    assert!(send(&mut conn, 4, "evt-d").is_processed());
+    assert_eq!(
+        summary(&send(&mut conn, 6, "evt-f")),
+        "processed after [5..=5]"
+    );
+
+    assert_eq!(cursor.prune_events(&mut conn, 2).unwrap(), 3);
+
+    for pruned in ["evt-a", "evt-c", "evt-d"] {
+        assert!(!conn.has_inbox_row("projector", pruned), "{pruned} kept");
+    }
+    assert!(
+        conn.has_inbox_row("projector", "evt-f"),
+        "above the watermark"
+    );
+    let again = send(&mut conn, 3, "evt-c");
+    assert_eq!(
+        duplicate_sequence(&again),
+        Some((3, Some(4))),
+        "a duplicate by the cursor now: {again:?}"
+    );
+    assert!(send(&mut conn, 5, "evt-e").is_processed());
+    assert_eq!(cursor.prune_events(&mut conn, 2).unwrap(), 2);
+    assert_eq!(conn.inbox_rows_like("projector", "evt-"), 0);
+    for n in [1, 3, 4, 5, 6] {
+        assert_eq!(effects(&mut conn, &cursor, n), 1, "sequence {n}");
+    }
+}
+
+pub fn a_dead_lettered_sequence_moves_the_cursor_past_it<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("projector").unwrap().max_attempts(1);
+    let cursor = inbox.cursor("orders-0").unwrap();
+    let failing = |tx: &mut B::Conn| {
+        tx.record_effect(&label(&cursor, 2)).unwrap();
+        Err::<(), _>(HandlerError::Refused)
+    };
+    assert!(cursor
+        .process(&mut conn, with_id(1, "evt-1"), effect_of(&cursor, 1))
+        .unwrap()
+        .is_processed());
+
+    // Without its event id, a failure commits nothing and the sequence comes again.
+    assert_eq!(
+        cursor.process(&mut conn, 2, failing),
+        Err(HandlerError::Refused)
+    );
+    assert_eq!(position(&mut conn, &cursor), (Some(1), Some(1)));
+
+    let dead = cursor.process(&mut conn, with_id(2, "evt-2"), failing);
+
+    assert_eq!(Ack::of(&dead), Ack::Ack);
+    assert!(dead.unwrap().is_dead_lettered());
+    assert_eq!(effects(&mut conn, &cursor, 2), 0);
+    assert!(inbox.dead_letters().show(&mut conn, "evt-2").is_ok());
+    assert_eq!(position(&mut conn, &cursor), (Some(2), Some(2)));
+    assert_eq!(
+        cursor
+            .process(&mut conn, with_id(3, "evt-3"), effect_of(&cursor, 3))
+            .unwrap(),
+        Outcome::Processed(()),
+        "the next sequence, with no gap"
+    );
+    assert!(cursor.gaps().list(&mut conn).unwrap().is_empty());
+    assert!(deliver(&mut conn, &cursor, 2).unwrap().is_duplicate());
+    assert_eq!(effects(&mut conn, &cursor, 2), 0);
+    assert_eq!(cursor.prune_events(&mut conn, 10).unwrap(), 2);
+    assert!(
+        inbox.dead_letters().show(&mut conn, "evt-2").is_ok(),
+        "pruning by the cursor keeps dead letters"
+    );
+}
