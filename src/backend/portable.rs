@@ -13,11 +13,15 @@ macro_rules! row_mappings {
         /// The select lists of the inbox's tables and their conversion into rows.
         mod rows {
             use super::{$codec, $schema};
-            use $crate::backend::sealed::{Existing, FailureRow, HistoryRow, InboxRow};
-            use $crate::state::{DeadLetterState, HistoryKind, InboxState};
+            use $crate::backend::sealed::{
+                CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow,
+            };
+            use $crate::state::{DeadLetterState, GapCause, GapState, HistoryKind, InboxState};
+            use $schema::diesel_inbox_cursors as c;
             use $schema::diesel_inbox_events as t;
             use $schema::diesel_inbox_failure_log as l;
             use $schema::diesel_inbox_failures as f;
+            use $schema::diesel_inbox_gaps as g;
 
             pub(super) type ExistingColumns = (
                 $codec::Time,
@@ -168,6 +172,101 @@ macro_rules! row_mappings {
                     actor,
                     reason,
                     at: $codec::utc(at),
+                }
+            }
+
+            pub(super) type CursorColumns = (
+                $codec::KeyOwned,
+                Option<i64>,
+                Option<i64>,
+                i64,
+                Option<String>,
+                $codec::Time,
+            );
+
+            pub(super) fn cursor_columns() -> (
+                c::stream,
+                c::watermark,
+                c::high,
+                c::epoch,
+                c::owner,
+                c::updated_at,
+            ) {
+                (
+                    c::stream,
+                    c::watermark,
+                    c::high,
+                    c::epoch,
+                    c::owner,
+                    c::updated_at,
+                )
+            }
+
+            /// The stream's name, and its cursor.
+            pub(super) fn cursor_row(row: CursorColumns) -> (String, CursorRow) {
+                let (stream, watermark, high, epoch, owner, updated_at) = row;
+                let cursor = CursorRow {
+                    watermark,
+                    high,
+                    epoch,
+                    owner,
+                    updated_at: $codec::utc(updated_at),
+                };
+                ($codec::key_string(stream), cursor)
+            }
+
+            pub(super) type GapColumns = (
+                i64,
+                $codec::KeyOwned,
+                i64,
+                i64,
+                GapCause,
+                GapState,
+                $codec::Time,
+                Option<$codec::Time>,
+                Option<String>,
+                Option<String>,
+            );
+
+            pub(super) fn gap_columns() -> (
+                g::id,
+                g::stream,
+                g::first_sequence,
+                g::last_sequence,
+                g::cause,
+                g::state,
+                g::detected_at,
+                g::closed_at,
+                g::resolved_by,
+                g::resolution,
+            ) {
+                (
+                    g::id,
+                    g::stream,
+                    g::first_sequence,
+                    g::last_sequence,
+                    g::cause,
+                    g::state,
+                    g::detected_at,
+                    g::closed_at,
+                    g::resolved_by,
+                    g::resolution,
+                )
+            }
+
+            pub(super) fn gap_row(row: GapColumns) -> GapRow {
+                let (id, stream, first, last, cause, state, detected, closed, by, why) = row;
+                GapRow {
+                    id,
+                    stream: $codec::key_string(stream),
+                    first,
+                    last,
+                    cause,
+                    state,
+                    detected_at: $codec::utc(detected),
+                    closed_at: closed.map($codec::utc),
+                    resolved_by: by,
+                    resolution: why,
                 }
             }
         }
@@ -882,7 +981,7 @@ macro_rules! statement {
     };
     // `lock`: `for_update` where the backend has row locks; SQLite's immediate transaction
     // holds the whole database instead.
-    (cursor, $schema:ident, $codec:ident $(, lock = $lock:ident)?) => {
+    (cursor, $schema:ident, $codec:ident, $rows:ident $(, lock = $lock:ident)?) => {
         fn cursor(
             &mut self,
             key: $crate::backend::StreamKey<'_>,
@@ -890,24 +989,14 @@ macro_rules! statement {
             use $schema::diesel_inbox_cursors::dsl as c;
             c::diesel_inbox_cursors
                 .find(($codec::key(key.0), $codec::key(key.1)))
-                .select((c::watermark, c::high, c::epoch, c::owner, c::updated_at))
+                .select($rows::cursor_columns())
                 $(.$lock())?
-                .first::<(Option<i64>, Option<i64>, i64, Option<String>, $codec::Time)>(self)
+                .first::<$rows::CursorColumns>(self)
                 .optional()
-                .map(|row| {
-                    row.map(|(watermark, high, epoch, owner, updated_at)| {
-                        $crate::backend::sealed::CursorRow {
-                            watermark,
-                            high,
-                            epoch,
-                            owner,
-                            updated_at: $codec::utc(updated_at),
-                        }
-                    })
-                })
+                .map(|row| row.map(|row| $rows::cursor_row(row).1))
         }
     };
-    (cursors, $schema:ident, $codec:ident) => {
+    (cursors, $schema:ident, $codec:ident, $rows:ident) => {
         fn cursors(
             &mut self,
             consumer: &str,
@@ -916,24 +1005,9 @@ macro_rules! statement {
             c::diesel_inbox_cursors
                 .filter(c::consumer.eq($codec::key(consumer)))
                 .order(c::stream)
-                .select((c::stream, c::watermark, c::high, c::epoch, c::owner, c::updated_at))
-                .load::<($codec::KeyOwned, Option<i64>, Option<i64>, i64, Option<String>, $codec::Time)>(self)
-                .map(|rows| {
-                    rows.into_iter()
-                        .map(|(stream, watermark, high, epoch, owner, updated_at)| {
-                            (
-                                $codec::key_string(stream),
-                                $crate::backend::sealed::CursorRow {
-                                    watermark,
-                                    high,
-                                    epoch,
-                                    owner,
-                                    updated_at: $codec::utc(updated_at),
-                                },
-                            )
-                        })
-                        .collect()
-                })
+                .select($rows::cursor_columns())
+                .load::<$rows::CursorColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::cursor_row).collect())
         }
     };
     // `insert`: `insert_into` with `on_conflict_do_nothing` (PostgreSQL, SQLite), or
@@ -993,7 +1067,7 @@ macro_rules! statement {
                 .map(drop)
         }
     };
-    (gaps, $schema:ident, $codec:ident) => {
+    (gaps, $schema:ident, $codec:ident, $rows:ident) => {
         fn gaps(
             &mut self,
             consumer: &str,
@@ -1012,48 +1086,9 @@ macro_rules! statement {
             }
             query
                 .order((g::stream, g::first_sequence, g::id))
-                .select((
-                    g::id,
-                    g::stream,
-                    g::first_sequence,
-                    g::last_sequence,
-                    g::cause,
-                    g::state,
-                    g::detected_at,
-                    g::closed_at,
-                    g::resolved_by,
-                    g::resolution,
-                ))
-                .load::<(
-                    i64,
-                    $codec::KeyOwned,
-                    i64,
-                    i64,
-                    $crate::state::GapCause,
-                    $crate::state::GapState,
-                    $codec::Time,
-                    Option<$codec::Time>,
-                    Option<String>,
-                    Option<String>,
-                )>(self)
-                .map(|rows| {
-                    rows.into_iter()
-                        .map(|(id, stream, first, last, cause, state, detected, closed, by, why)| {
-                            $crate::backend::sealed::GapRow {
-                                id,
-                                stream: $codec::key_string(stream),
-                                first,
-                                last,
-                                cause,
-                                state,
-                                detected_at: $codec::utc(detected),
-                                closed_at: closed.map($codec::utc),
-                                resolved_by: by,
-                                resolution: why,
-                            }
-                        })
-                        .collect()
-                })
+                .select($rows::gap_columns())
+                .load::<$rows::GapColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::gap_row).collect())
         }
     };
     // `returning`: how the backend learns the new row's id.

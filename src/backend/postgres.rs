@@ -191,8 +191,8 @@ impl InboxSql for PgConnection {
     statement!(delete_counters_before, schema, codec);
     statement!(count_prunable, schema, codec);
     statement!(advance_cursor, schema, codec);
-    statement!(cursor, schema, codec, lock = for_update);
-    statement!(cursors, schema, codec);
+    statement!(cursor, schema, codec, rows, lock = for_update);
+    statement!(cursors, schema, codec, rows);
     statement!(
         insert_cursor,
         schema,
@@ -202,7 +202,7 @@ impl InboxSql for PgConnection {
     );
     statement!(save_cursor, schema, codec);
     statement!(bump_epoch, schema, codec);
-    statement!(gaps, schema, codec);
+    statement!(gaps, schema, codec, rows);
     statement!(gap_by_id, schema, codec);
     statement!(insert_gap, schema, codec, returning);
     statement!(update_gap, schema, codec);
