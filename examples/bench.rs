@@ -11,6 +11,8 @@
 //! of 1,000 accounts (`UPDATE accounts SET balance = balance + 1 WHERE id = ?`):
 //!
 //! - bare: the update in its own transaction, no inbox;
+//! - cursor: the same through `Cursor::process`, one stream's consecutive sequences (the
+//!   in-order path: one update of the cursor row beside the credit);
 //! - inbox: the same through `with_inbox`, every id new, random (`UUIDv4`) or time-ordered
 //!   (`UUIDv7`);
 //! - duplicates: every delivery a duplicate of one processed before;
@@ -27,7 +29,7 @@ use std::time::Instant;
 use diesel::prelude::*;
 use diesel::r2d2::R2D2Connection;
 use diesel_inbox::testing::TestDatabase;
-use diesel_inbox::{with_inbox, Inbox, InboxConnection};
+use diesel_inbox::{with_inbox, Inbox, InboxConnection, Outcome};
 use uuid::Uuid;
 
 const ACCOUNTS: i32 = 1_000;
@@ -194,6 +196,7 @@ enum Scenario {
     Bare,
     /// The bare transaction again, beside the large-inbox runs.
     BareAfterPrefill,
+    Cursor,
     Inbox {
         v7: bool,
     },
@@ -210,6 +213,7 @@ impl Scenario {
         match self {
             Self::Bare => "bare".into(),
             Self::BareAfterPrefill => "bare, after the prefill".into(),
+            Self::Cursor => "cursor".into(),
             Self::Inbox { v7: false } => "inbox, UUIDv4 ids".into(),
             Self::Inbox { v7: true } => "inbox, UUIDv7 ids".into(),
             Self::Duplicates => "duplicates".into(),
@@ -231,14 +235,17 @@ fn ids(events: usize, v7: bool) -> Vec<String> {
         .collect()
 }
 
-/// Runs one scenario over `ids`; returns the seconds it took. `processed` holds the ids the
-/// last inbox run processed, for the duplicates to deliver again.
-fn run<C: BenchConn>(
-    conn: &mut C,
-    scenario: Scenario,
-    ids: &[String],
-    processed: &mut Vec<String>,
-) -> f64 {
+/// What one run leaves for the next: the ids the last inbox run processed, for the duplicates
+/// to deliver again, and the cursor's last sequence, for the next cursor run to continue from.
+#[derive(Default)]
+struct Feed {
+    processed: Vec<String>,
+    sequence: u64,
+}
+
+/// Runs one scenario over `ids`; returns the seconds it took.
+fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mut Feed) -> f64 {
+    let cursor = Inbox::default().cursor("bench").unwrap();
     let start = Instant::now();
     match scenario {
         Scenario::Bare | Scenario::BareAfterPrefill => {
@@ -246,15 +253,24 @@ fn run<C: BenchConn>(
                 conn.transaction(|tx| tx.credit(account(i))).unwrap();
             }
         }
+        Scenario::Cursor => {
+            for i in 0..ids.len() {
+                feed.sequence += 1;
+                let outcome = cursor
+                    .process(conn, feed.sequence, |tx| tx.credit(account(i)))
+                    .unwrap();
+                assert!(matches!(outcome, Outcome::Processed(())));
+            }
+        }
         Scenario::Inbox { .. } | Scenario::Large { .. } => {
             for (i, id) in ids.iter().enumerate() {
                 let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
                 assert!(outcome.is_processed());
             }
-            processed.clone_from(&ids.to_vec());
+            feed.processed = ids.to_vec();
         }
         Scenario::Duplicates => {
-            for (i, id) in processed.iter().enumerate() {
+            for (i, id) in feed.processed.iter().enumerate() {
                 let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
                 assert!(outcome.is_duplicate());
             }
@@ -271,7 +287,7 @@ fn run<C: BenchConn>(
                     .unwrap();
                 assert!(results
                     .iter()
-                    .all(|r| r.as_ref().is_ok_and(diesel_inbox::Outcome::is_processed)));
+                    .all(|r| r.as_ref().is_ok_and(Outcome::is_processed)));
             }
         }
     }
@@ -280,23 +296,27 @@ fn run<C: BenchConn>(
 
 /// Runs `scenarios` interleaved, round after round, so that drift in the machine (other load,
 /// a growing WAL, checkpoints) touches them all alike. Returns each scenario's rate per round.
-fn rounds<C: BenchConn>(conn: &mut C, scenarios: &[Scenario], options: &Options) -> Vec<Rates> {
+fn rounds<C: BenchConn>(
+    conn: &mut C,
+    scenarios: &[Scenario],
+    options: &Options,
+    feed: &mut Feed,
+) -> Vec<Rates> {
     let per_round = (options.events / options.rounds).max(1);
     let mut rates: Vec<Rates> = scenarios.iter().map(|&s| (s, Vec::new())).collect();
-    let mut processed = Vec::new();
     for _ in 0..options.rounds {
         for (scenario, per_round_rates) in &mut rates {
             // A batch scenario runs at least one full batch per round.
             let events = match *scenario {
                 Scenario::Batch(size) => per_round.max(size),
-                Scenario::Duplicates => processed.len(),
+                Scenario::Duplicates => feed.processed.len(),
                 _ => per_round,
             };
             let v7 = matches!(
                 scenario,
                 Scenario::Inbox { v7: true } | Scenario::Large { v7: true }
             );
-            let seconds = run(conn, *scenario, &ids(events, v7), &mut processed);
+            let seconds = run(conn, *scenario, &ids(events, v7), feed);
             per_round_rates.push(rate(events, seconds));
         }
     }
@@ -355,20 +375,24 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
     let db = C::database();
     let mut conn = db.connect();
     conn.batch_execute(C::SETUP).unwrap();
-    // Warm caches, prepared statements and the servers' buffers before timing anything.
+    // Warm caches, prepared statements and the servers' buffers before timing anything; the
+    // cursor's first sequence creates its row, the timed ones continue from the last.
+    let mut feed = Feed::default();
     let warm_up = Scenario::Inbox { v7: false };
-    run(&mut conn, warm_up, &ids(200, false), &mut Vec::new());
+    run(&mut conn, warm_up, &ids(200, false), &mut feed);
+    run(&mut conn, Scenario::Cursor, &ids(200, false), &mut feed);
 
     // Duplicates redeliver what the scenario before them processed.
     let mut small = vec![
         Scenario::Bare,
+        Scenario::Cursor,
         Scenario::Inbox { v7: true },
         Scenario::Inbox { v7: false },
         Scenario::Duplicates,
         Scenario::Naive,
     ];
     small.extend(BATCH_SIZES.map(Scenario::Batch));
-    let mut rates = rounds(&mut conn, &small, options);
+    let mut rates = rounds(&mut conn, &small, options, &mut feed);
 
     let prefill = Instant::now();
     conn.batch_execute(&C::PREFILL.replace("{rows}", &options.prefill.to_string()))
@@ -382,13 +406,13 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
         options.prefill,
         prefill.elapsed()
     );
-    run(&mut conn, warm_up, &ids(200, false), &mut Vec::new());
+    run(&mut conn, warm_up, &ids(200, false), &mut feed);
     let large = [
         Scenario::BareAfterPrefill,
         Scenario::Large { v7: false },
         Scenario::Large { v7: true },
     ];
-    rates.extend(rounds(&mut conn, &large, options));
+    rates.extend(rounds(&mut conn, &large, options, &mut feed));
     Figures {
         name: C::NAME,
         rates,
@@ -433,6 +457,7 @@ fn main() -> Result<(), String> {
     print_rule(columns.len());
     let (v4, v7) = (Scenario::Inbox { v7: false }, Scenario::Inbox { v7: true });
     let ratios = [
+        ("cursor / bare", Scenario::Cursor, Scenario::Bare),
         ("inbox / bare, UUIDv4", v4, Scenario::Bare),
         ("inbox / bare, UUIDv7", v7, Scenario::Bare),
         ("duplicates / bare", Scenario::Duplicates, Scenario::Bare),
