@@ -552,8 +552,9 @@ impl Cursor {
         F: FnMut(&mut C) -> Result<T, E>,
     {
         let now = now();
-        // The next sequence of a stream with no gap, from the owner: one update.
-        let fast = first_available.is_none()
+        // The next sequence of a stream with no gap, from the owner: one update. A first
+        // available sequence at or below it evicts nothing, since the watermark is just below.
+        let fast = first_available.is_none_or(|first| first <= sequence)
             && conn
                 .sql()
                 .advance_cursor(self.key(), sequence, self.stored_epoch(), now)?;
