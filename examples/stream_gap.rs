@@ -198,6 +198,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         delivered.insert(message.seq);
     }
 
+    // Ops see the same from a shell: `diesel-inbox --consumer order-totals gaps`, and resolve with
+    // `diesel-inbox --consumer order-totals --yes gaps resolve <ID> --reason "..."`.
     println!("the gap report, open gaps:");
     let open = cursor.gaps().open(&mut conn)?;
     print_ledger(&open);
