@@ -15,7 +15,7 @@ use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::state::GapState;
 use crate::transaction::{self, Failure, Scope};
-use crate::watermark::{Change, OpenGap, Refusal, Stream, Verdict};
+use crate::watermark::{Change, Refusal, Stream, Verdict};
 use crate::{Delivery, Duplicate, Error, Gap, Gaps, HandlerError, Inbox, InboxConnection, Outcome};
 
 /// The longest stream name, in bytes.
@@ -648,11 +648,7 @@ impl Cursor {
                 current: row.epoch.unsigned_abs(),
             }));
         }
-        let open = sql
-            .gaps(self.consumer(), Some(self.stream()), Some(GapState::Open))?
-            .into_iter()
-            .map(OpenGap::from)
-            .collect();
+        let open = sql.gaps(self.consumer(), Some(self.stream()), Some(GapState::Open))?;
         Ok(Stream::new(row.high, open))
     }
 

@@ -244,7 +244,7 @@ impl Gaps {
             let state = conn.sql().gap_by_id(id)?.map_or(GapState::Filled, |g| g.2);
             return Err(Failure::Inbox(Error::GapNotOpen { id, state }));
         };
-        let mut ledger = Stream::new(high, open.into_iter().map(OpenGap::from).collect());
+        let mut ledger = Stream::new(high, open);
         ledger.resolve(id);
         let now = crate::duration::now();
         conn.sql()

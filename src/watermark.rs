@@ -82,7 +82,11 @@ pub(crate) struct Stream {
 
 impl Stream {
     /// A stream as stored: its highest settled sequence and its open gaps.
-    pub(crate) fn new(high: Option<i64>, mut open: Vec<OpenGap>) -> Self {
+    pub(crate) fn new(
+        high: Option<i64>,
+        open: impl IntoIterator<Item = impl Into<OpenGap>>,
+    ) -> Self {
+        let mut open: Vec<OpenGap> = open.into_iter().map(Into::into).collect();
         open.sort_by_key(|gap| gap.first);
         Self { high, open }
     }
@@ -341,7 +345,7 @@ mod tests {
 
     #[test]
     fn the_next_sequence_is_new_and_one_at_or_below_the_watermark_a_duplicate() {
-        let mut stream = Stream::new(None, Vec::new());
+        let mut stream = Stream::new(None, Vec::<OpenGap>::new());
         assert_eq!(offer(&mut stream, 7), NEW);
         assert_eq!(offer(&mut stream, 8), NEW);
         assert_eq!(
@@ -353,7 +357,7 @@ mod tests {
 
     #[test]
     fn a_jump_opens_a_skipped_gap_that_holds_the_watermark_until_it_fills() {
-        let mut stream = Stream::new(Some(4), Vec::new());
+        let mut stream = Stream::new(Some(4), Vec::<OpenGap>::new());
         assert_eq!(offer(&mut stream, 9), NEW);
         assert_eq!(ranges(&stream), [(5, 8, GapCause::Skipped)]);
         assert_eq!(stream.watermark(), Some(4));
@@ -410,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_cursor_behind_the_first_available_sequence_records_an_eviction_and_moves_on() {
-        let mut stream = Stream::new(Some(10), Vec::new());
+        let mut stream = Stream::new(Some(10), Vec::<OpenGap>::new());
         assert_eq!(offer_with(&mut stream, 51, Some(50)), Ok(NEW));
         assert_eq!(
             ranges(&stream),
@@ -423,7 +427,7 @@ mod tests {
 
     #[test]
     fn an_eviction_splits_a_skipped_gap_at_the_first_available_sequence() {
-        let mut stream = Stream::new(Some(1), Vec::new());
+        let mut stream = Stream::new(Some(1), Vec::<OpenGap>::new());
         offer(&mut stream, 10);
         assert_eq!(offer_with(&mut stream, 11, Some(5)), Ok(NEW));
         assert_eq!(
@@ -435,7 +439,7 @@ mod tests {
 
     #[test]
     fn a_fresh_cursor_starts_at_the_first_available_sequence_when_told() {
-        let mut stream = Stream::new(None, Vec::new());
+        let mut stream = Stream::new(None, Vec::<OpenGap>::new());
         assert_eq!(offer_with(&mut stream, 3, Some(0)), Ok(NEW));
         assert_eq!(ranges(&stream), [(0, 2, GapCause::Skipped)]);
         assert_eq!(stream.watermark(), Some(-1));
@@ -443,7 +447,7 @@ mod tests {
 
     #[test]
     fn a_sequence_below_the_first_available_one_is_refused() {
-        let mut stream = Stream::new(Some(3), Vec::new());
+        let mut stream = Stream::new(Some(3), Vec::<OpenGap>::new());
         assert_eq!(
             offer_with(&mut stream, 4, Some(5)),
             Err(Refusal::BeforeFirstAvailable { first_available: 5 })
@@ -452,7 +456,7 @@ mod tests {
 
     #[test]
     fn past_the_bound_a_new_gap_is_refused() {
-        let mut stream = Stream::new(Some(0), Vec::new());
+        let mut stream = Stream::new(Some(0), Vec::<OpenGap>::new());
         let mut changes = Vec::new();
         for i in 1..=3 {
             stream
@@ -472,7 +476,7 @@ mod tests {
 
     #[test]
     fn resolving_a_skipped_gap_lets_the_watermark_move_past_it() {
-        let mut stream = Stream::new(Some(1), Vec::new());
+        let mut stream = Stream::new(Some(1), Vec::<OpenGap>::new());
         offer(&mut stream, 5);
         assert_eq!(stream.watermark(), Some(1));
         assert!(stream.resolve(2000));
@@ -488,7 +492,7 @@ mod tests {
         fn every_sequence_is_new_once_and_the_gaps_are_what_is_missing(
             deliveries in proptest::collection::vec(0i64..40, 1..120)
         ) {
-            let mut stream = Stream::new(None, Vec::new());
+            let mut stream = Stream::new(None, Vec::<OpenGap>::new());
             let mut settled = BTreeSet::new();
             let start = deliveries[0];
             for &sequence in &deliveries {
