@@ -1,6 +1,6 @@
 //! What a broker loop does with a message once the inbox has seen it.
 
-use crate::{Error, FailureKind, HandlerError, Outcome};
+use crate::{ClaimOutcome, Error, FailureKind, HandlerError, Outcome};
 
 /// What to tell the broker about the message a delivery came from.
 ///
@@ -66,11 +66,44 @@ impl Ack {
     /// [`Reject`](Ack::Reject) (one the inbox recorded comes back as `Ok(DeadLettered)`
     /// instead); any other that carries no inbox error is [`Redeliver`](Ack::Redeliver): it
     /// was recorded as a failed attempt, or not counted at all, and runs again on redelivery.
-    pub fn of<T, E: HandlerError>(result: &Result<Outcome<T>, E>) -> Ack {
+    ///
+    /// It reads the result of a [claim](crate::Claims::run) the same way ([`ClaimOutcome::ack`]).
+    pub fn of<O: AckOutcome, E: HandlerError>(result: &Result<O, E>) -> Ack {
         match result {
             Ok(outcome) => outcome.ack(),
             Err(error) if error.failure_kind() == FailureKind::Permanent => Ack::Reject,
             Err(error) => error.inbox_error().map_or(Ack::Redeliver, Error::ack),
+        }
+    }
+}
+
+/// An outcome a broker loop acks: [`Outcome`] and [`ClaimOutcome`], read by [`Ack::of`].
+pub trait AckOutcome {
+    /// What to do with the message this outcome came from.
+    fn ack(&self) -> Ack;
+}
+
+impl<T> AckOutcome for Outcome<T> {
+    fn ack(&self) -> Ack {
+        Outcome::ack(self)
+    }
+}
+
+impl<T> AckOutcome for ClaimOutcome<T> {
+    fn ack(&self) -> Ack {
+        ClaimOutcome::ack(self)
+    }
+}
+
+impl<T> ClaimOutcome<T> {
+    /// What to do with the message: [`Ack::Redeliver`] while another worker holds the claim
+    /// (it may yet release it), [`Ack::Ack`] otherwise. A claim in doubt is acked too: it
+    /// waits for ops, not for the broker, and keeps the payload; after ops resolve it with
+    /// a retry, publish the message again.
+    pub fn ack(&self) -> Ack {
+        match self {
+            ClaimOutcome::InProgress(_) => Ack::Redeliver,
+            _ => Ack::Ack,
         }
     }
 }
@@ -133,7 +166,13 @@ impl Error {
             | Error::PruneRunning
             | Error::PruneInsideTransaction
             | Error::GapNotFound { .. }
-            | Error::GapNotOpen { .. } => Ack::Redeliver,
+            | Error::GapNotOpen { .. }
+            // Nothing claimed; or a holder's write refused: the next delivery reads what the
+            // claim says now.
+            | Error::ClaimInsideTransaction
+            | Error::ClaimFenced { .. }
+            | Error::ClaimNotFound { .. }
+            | Error::ClaimNotInDoubt { .. } => Ack::Redeliver,
         }
     }
 }

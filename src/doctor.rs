@@ -25,9 +25,9 @@ use crate::backend::sealed::InboxSql;
 pub use crate::check::{Check, CheckStatus};
 use crate::{Error, InboxConnection};
 
-/// The indexes the inbox's operations read through (migrations 000003 and 000004), and their
+/// The indexes the inbox's operations read through (migrations 000003 to 000005), and their
 /// checks' names.
-const INDEXES: [(&str, &str); 3] = [
+const INDEXES: [(&str, &str); 4] = [
     (
         "diesel_inbox_events_settled",
         "index diesel_inbox_events_settled",
@@ -37,13 +37,14 @@ const INDEXES: [(&str, &str); 3] = [
         "index diesel_inbox_failures_state",
     ),
     ("diesel_inbox_gaps_open", "index diesel_inbox_gaps_open"),
+    ("diesel_inbox_claims_open", "index diesel_inbox_claims_open"),
 ];
 
 /// Where `run_pending_migrations` records the inbox's versions.
 const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 
 /// The inbox's tables.
-const TABLES: [&str; 7] = [
+const TABLES: [&str; 8] = [
     "diesel_inbox_events",
     "diesel_inbox_failures",
     "diesel_inbox_failure_log",
@@ -51,6 +52,7 @@ const TABLES: [&str; 7] = [
     "diesel_inbox_cursors",
     "diesel_inbox_gaps",
     "diesel_inbox_event_sequences",
+    "diesel_inbox_claims",
 ];
 
 /// Checks `conn`'s database: every inbox migration applied, the inbox's indexes present, and

@@ -22,6 +22,17 @@ pub(crate) fn before(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
         })
 }
 
+/// `now + duration`, saturating at the last instant every backend's time type holds (the end
+/// of year 9999), so an absurd lease is long rather than an error.
+pub(crate) fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
+    let last = DateTime::parse_from_rfc3339("9999-12-31T23:59:59Z")
+        .map_or(DateTime::<Utc>::MAX_UTC, |last| last.with_timezone(&Utc));
+    TimeDelta::from_std(duration)
+        .ok()
+        .and_then(|duration| now.checked_add_signed(duration))
+        .map_or(last, |end| end.min(last))
+}
+
 /// A duration as people write it in an error message: whole days, hours, minutes or seconds
 /// where it is one, else as Rust prints it.
 pub(crate) fn human(duration: Duration) -> String {

@@ -1,7 +1,8 @@
 //! The errors the library itself raises. The handler's own errors pass through untouched.
 
 use crate::{
-    DeadLetterState, EventId, GapState, InvalidConsumerName, InvalidEventId, InvalidStreamName,
+    ClaimState, DeadLetterState, EventId, GapState, InvalidConsumerName, InvalidEventId,
+    InvalidStreamName,
 };
 
 /// Boxed error from the migration harness.
@@ -194,6 +195,42 @@ pub enum Error {
         id: i64,
         /// Its state.
         state: GapState,
+    },
+    /// [`Claims::claim`](crate::Claims::claim) or [`Claims::run`](crate::Claims::run) was
+    /// called inside an open transaction. A claim must commit before the side effect runs, or
+    /// a crash would leave the effect done and no record of it. Nothing was claimed.
+    #[error("a claim was taken inside an open transaction: it must commit on its own before the side effect runs, so call Claims::claim or Claims::run outside any transaction; nothing was claimed")]
+    ClaimInsideTransaction,
+    /// A write of a claim's holder was refused: another worker took the claim over (its lease
+    /// had run out), or ops completed it. Nothing was committed, the writes that were to
+    /// record the result included. When the side effect ran, it may have run twice; the log
+    /// line of this refusal has its result.
+    #[error("claim {event_id:?} is no longer held by attempt {attempt}: it is {state} (attempt {current}); nothing was committed, so record this result by hand if the side effect ran")]
+    ClaimFenced {
+        /// The claimed event.
+        event_id: EventId,
+        /// The attempt that tried to write.
+        attempt: u64,
+        /// The claim's attempt now.
+        current: u64,
+        /// The claim's state now.
+        state: ClaimState,
+    },
+    /// No claim of this consumer has that id; list them with
+    /// [`Claims::list`](crate::Claims::list) or `diesel-inbox claims --all`.
+    #[error("no claim {event_id:?} for this consumer; list the claims with Claims::list or diesel-inbox claims --all")]
+    ClaimNotFound {
+        /// The id asked for.
+        event_id: EventId,
+    },
+    /// Only a claim in doubt can be resolved: one in progress still has a holder whose lease
+    /// runs, and a completed, released or abandoned one is settled already.
+    #[error("claim {event_id:?} is {state}; only a claim in doubt can be resolved (wait for an in-progress claim's lease to run out)")]
+    ClaimNotInDoubt {
+        /// The claim.
+        event_id: EventId,
+        /// Its state.
+        state: ClaimState,
     },
 }
 

@@ -122,6 +122,7 @@ mod ack;
 mod backend;
 mod batch;
 mod check;
+mod claim;
 mod consumer;
 mod cursor;
 mod dead_letter;
@@ -148,10 +149,14 @@ pub mod testing;
 mod transaction;
 mod watermark;
 
-pub use ack::Ack;
+pub use ack::{Ack, AckOutcome};
 pub use backend::InboxConnection;
 #[cfg(feature = "sqlite")]
 pub use backend::SqliteSetup;
+pub use claim::{
+    Abandoned, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims, Completed, InDoubt,
+    InDoubtPolicy, InProgress, Resolution, DEFAULT_LEASE,
+};
 pub use consumer::{InvalidConsumerName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES};
 pub use cursor::{
     Cursor, InvalidStreamName, Lease, Position, Resume, Sequenced, DEFAULT_MAX_OPEN_GAPS,
@@ -170,7 +175,7 @@ pub use observe::describe_metrics;
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE};
 pub use retry::RetryPolicy;
-pub use state::{DeadLetterState, GapCause, GapState, HistoryKind, UnknownState};
+pub use state::{ClaimState, DeadLetterState, GapCause, GapState, HistoryKind, UnknownState};
 pub use stats::{Counts, Stats};
 
 /// The README's examples, compiled and run as doc-tests.

@@ -280,6 +280,7 @@ macro_rules! migrations_sql {
             migration_sql!($dialect, "2000-01-01-000002", "diesel_inbox_failures"),
             migration_sql!($dialect, "2000-01-01-000003", "diesel_inbox_operations"),
             migration_sql!($dialect, "2000-01-01-000004", "diesel_inbox_cursors"),
+            migration_sql!($dialect, "2000-01-01-000005", "diesel_inbox_claims"),
         ]
     };
 }

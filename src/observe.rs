@@ -25,6 +25,11 @@ const GAPS: &str = "diesel_inbox_gaps_total";
 /// `diesel_inbox_gap_sequences_total{consumer, cause}`.
 const GAP_SEQUENCES: &str = "diesel_inbox_gap_sequences_total";
 
+/// `diesel_inbox_claim_transitions_total{consumer, state}`.
+const CLAIM_TRANSITIONS: &str = "diesel_inbox_claim_transitions_total";
+/// `diesel_inbox_claims_fenced_total{consumer}`.
+const CLAIMS_FENCED: &str = "diesel_inbox_claims_fenced_total";
+
 /// What a delivery came to, as the `outcome` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DeliveryOutcome {
@@ -164,6 +169,22 @@ pub(crate) fn gap_found(consumer: &str, cause: crate::GapCause, sequences: u64) 
     let _ = (consumer, cause, sequences);
 }
 
+/// A claim of `consumer` moved to `state` (committed): acquired, completed, released,
+/// abandoned or in doubt.
+pub(crate) fn claim_transition(consumer: &str, state: crate::ClaimState) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(CLAIM_TRANSITIONS, "consumer" => consumer.to_owned(), "state" => state.as_str())
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (consumer, state);
+}
+
+/// A write of a claim's former holder was refused: another worker had taken the claim over,
+/// or ops had completed it.
+pub(crate) fn claim_fenced(consumer: &str) {
+    count(CLAIMS_FENCED, consumer, 1);
+}
+
 /// Adds `n` to the counter `name` of `consumer`.
 fn count(name: &'static str, consumer: &str, n: u64) {
     #[cfg(feature = "metrics")]
@@ -186,6 +207,8 @@ fn count(name: &'static str, consumer: &str, n: u64) {
 /// | `diesel_inbox_pruned_rows_total` | counter | `consumer`, `table` |
 /// | `diesel_inbox_gaps_total` | counter | `consumer`, `cause` |
 /// | `diesel_inbox_gap_sequences_total` | counter | `consumer`, `cause` |
+/// | `diesel_inbox_claim_transitions_total` | counter | `consumer`, `state` |
+/// | `diesel_inbox_claims_fenced_total` | counter | `consumer` |
 ///
 /// `outcome` is what the delivery came to: `processed`, `duplicate`, `dead_lettered` (by
 /// this delivery's failure or before it), `payload_conflict`, `failed` (the handler returned
@@ -198,7 +221,11 @@ fn count(name: &'static str, consumer: &str, n: u64) {
 /// count as the inbox's do; the gaps it finds count once they commit, with their `cause`
 /// (`skipped` or `evicted`), as gaps and as missing sequences. An alert on
 /// `diesel_inbox_gaps_total{cause="evicted"}` pages when an outage outlasted the broker's
-/// retention.
+/// retention. A [claim](crate::Claims) counts each state it enters once that commits
+/// (`state`: `in_progress` when a worker acquires it, `completed`, `released`, `abandoned`,
+/// `in_doubt`); an alert on `diesel_inbox_claim_transitions_total{state="in_doubt"}` pages when
+/// a side effect's outcome is unknown and waits for ops. A former holder's write refused by
+/// the claim's fencing counts in `diesel_inbox_claims_fenced_total`.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -258,6 +285,16 @@ pub fn describe_metrics() {
         Unit::Count,
         "Sequences missing in the gaps cursors found, by consumer and cause."
     );
+    describe_counter!(
+        CLAIM_TRANSITIONS,
+        Unit::Count,
+        "Claims on side effects entering a state, by consumer and state (in_doubt waits for ops)."
+    );
+    describe_counter!(
+        CLAIMS_FENCED,
+        Unit::Count,
+        "Writes of a claim's former holder refused because the claim had moved on."
+    );
 }
 
 #[cfg(test)]
@@ -274,6 +311,8 @@ mod tests {
             PRUNED_ROWS,
             GAPS,
             GAP_SEQUENCES,
+            CLAIM_TRANSITIONS,
+            CLAIMS_FENCED,
         ] {
             assert!(name.starts_with("diesel_inbox_") && name.ends_with("_total"));
         }

@@ -181,6 +181,46 @@ macro_rules! inbox_tables {
             }
         }
 
+        diesel::table! {
+            /// One row per `(consumer, event_id)` claimed for a side effect outside the
+            /// database: who holds it, until when, and what came of it.
+            diesel_inbox_claims (consumer, event_id) {
+                /// The consumer name.
+                consumer -> $key,
+                /// The event id, byte for byte.
+                event_id -> $key,
+                /// A [`ClaimState`](crate::ClaimState) as stored; `in_progress` past its
+                /// lease reads as in doubt.
+                state -> Text,
+                /// The fencing token: bumped by every acquisition.
+                attempt -> BigInt,
+                /// Deliveries counted: the first and every one since.
+                deliveries -> BigInt,
+                /// When the holder's lease runs out.
+                lease_until -> $time,
+                /// When the claim was first acquired.
+                claimed_at -> $time,
+                /// The last change.
+                updated_at -> $time,
+                /// When it was completed.
+                completed_at -> Nullable<$time>,
+                /// SHA-256 of the first delivery's payload, when one was given.
+                payload_hash -> Nullable<Binary>,
+                /// The payload as first delivered, byte for byte.
+                payload -> Nullable<Binary>,
+                /// `json` or `bytes`.
+                payload_kind -> Nullable<Text>,
+                /// The side effect's result as JSON, once completed.
+                result -> Nullable<Text>,
+                /// Why it was released, abandoned or is in doubt.
+                last_error -> Nullable<Text>,
+                /// Who resolved it, when ops did.
+                resolved_by -> Nullable<Text>,
+                /// Why.
+                resolution -> Nullable<Text>,
+            }
+        }
+
         diesel::allow_tables_to_appear_in_same_query!(
             diesel_inbox_events,
             diesel_inbox_failures,
@@ -189,6 +229,7 @@ macro_rules! inbox_tables {
             diesel_inbox_cursors,
             diesel_inbox_gaps,
             diesel_inbox_event_sequences,
+            diesel_inbox_claims,
         );
     };
 }

@@ -41,7 +41,9 @@ pub(crate) type StreamKey<'a> = (&'a str, &'a str);
 pub(crate) mod sealed {
     use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
     use crate::error::MigrationError;
-    use crate::state::{Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState};
+    use crate::state::{
+        ClaimState, Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState,
+    };
     use crate::Payload;
 
     /// A connection whose statements run on a concrete connection type: itself, or the one
@@ -152,6 +154,51 @@ pub(crate) mod sealed {
         pub epoch: i64,
         pub owner: Option<String>,
         pub updated_at: DateTime<Utc>,
+    }
+
+    /// A row of `diesel_inbox_claims`.
+    #[derive(Debug, Clone)]
+    pub struct ClaimRow {
+        pub event_id: String,
+        pub state: ClaimState,
+        pub attempt: i64,
+        pub deliveries: i64,
+        pub lease_until: DateTime<Utc>,
+        pub claimed_at: DateTime<Utc>,
+        pub updated_at: DateTime<Utc>,
+        pub completed_at: Option<DateTime<Utc>>,
+        pub payload_hash: Option<Vec<u8>>,
+        pub payload: Option<Vec<u8>>,
+        pub payload_kind: Option<String>,
+        pub result: Option<String>,
+        pub last_error: Option<String>,
+        pub resolved_by: Option<String>,
+        pub resolution: Option<String>,
+    }
+
+    /// A claim as its first delivery inserts it: in progress, attempt 1, one delivery.
+    #[derive(Debug)]
+    pub struct NewClaim<'a> {
+        pub lease_until: DateTime<Utc>,
+        pub now: DateTime<Utc>,
+        pub payload_hash: Option<&'a [u8]>,
+        pub payload: Option<&'a Payload>,
+    }
+
+    /// A change of a claim's state, by its holder or by ops. Fields left `None` (or `false`)
+    /// keep the row's value.
+    #[derive(Debug)]
+    pub struct ClaimChange<'a> {
+        pub state: ClaimState,
+        /// Bump the attempt: a new holder acquires the claim.
+        pub acquire: bool,
+        pub lease_until: Option<DateTime<Utc>>,
+        /// The side effect's result (JSON); `completed_at` is set with it.
+        pub result: Option<&'a str>,
+        /// Why (kept as `last_error`).
+        pub note: Option<&'a str>,
+        pub audit: Option<&'a crate::Audit>,
+        pub now: DateTime<Utc>,
     }
 
     /// A row of `diesel_inbox_gaps`.
@@ -515,6 +562,37 @@ pub(crate) mod sealed {
             state: GapState,
             audit: Option<&crate::Audit>,
             now: DateTime<Utc>,
+        ) -> QueryResult<bool>;
+
+        /// Inserts the claim of `key` as `claim` says, or counts one more delivery on the
+        /// existing row and returns it, locked for the rest of the transaction where the
+        /// backend has row locks (SQLite's immediate transaction holds the whole database).
+        /// `None` when it inserted.
+        fn record_claim(
+            &mut self,
+            key: Key<'_>,
+            claim: &NewClaim<'_>,
+        ) -> QueryResult<Option<ClaimRow>>;
+
+        /// The claim of `key`, locked as [`record_claim`](Self::record_claim) locks it.
+        fn claim(&mut self, key: Key<'_>) -> QueryResult<Option<ClaimRow>>;
+
+        /// The consumer's claims, in the stored states given (all where `None`), oldest
+        /// claim first.
+        fn claims(
+            &mut self,
+            consumer: &str,
+            states: Option<&[ClaimState]>,
+        ) -> QueryResult<Vec<ClaimRow>>;
+
+        /// Applies `change` to the claim if its attempt is `attempt` and its stored state one
+        /// of `from`; `false` when it is not (fenced).
+        fn update_claim(
+            &mut self,
+            key: Key<'_>,
+            attempt: i64,
+            from: &[ClaimState],
+            change: &ClaimChange<'_>,
         ) -> QueryResult<bool>;
 
         /// Records the sequence an event id was settled at.

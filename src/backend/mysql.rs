@@ -9,7 +9,9 @@ use diesel::prelude::*;
 use diesel::result::DatabaseErrorKind;
 use diesel::sql_types::{BigInt, Integer, Nullable, Text};
 
-use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql, Recorded};
+use super::sealed::{
+    ClaimRow, ErrorClass, FailedStatement, HasInboxSql, InboxSql, NewClaim, Recorded,
+};
 use super::Key;
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
@@ -254,7 +256,7 @@ impl InboxSql for MysqlConnection {
         let columns = diesel::dsl::sql::<(Text, Text)>(
             "SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME), DATA_TYPE FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = DATABASE() \
-             AND TABLE_NAME IN ('diesel_inbox_events', 'diesel_inbox_failures', 'diesel_inbox_failure_log', 'diesel_inbox_counters') \
+             AND TABLE_NAME IN ('diesel_inbox_events', 'diesel_inbox_failures', 'diesel_inbox_failure_log', 'diesel_inbox_counters', 'diesel_inbox_claims') \
              AND COLUMN_NAME IN ('consumer', 'event_id') ORDER BY 1",
         )
         .load::<(String, String)>(self)?;
@@ -341,4 +343,28 @@ impl InboxSql for MysqlConnection {
     statement!(insert_event_sequence, schema, codec);
     statement!(sequenced_events, schema, codec);
     statement!(delete_sequenced_events, schema, codec);
+
+    fn record_claim(
+        &mut self,
+        key: Key<'_>,
+        claim: &NewClaim<'_>,
+    ) -> QueryResult<Option<ClaimRow>> {
+        use schema::diesel_inbox_claims::dsl as k;
+        // Counting the delivery always changes the row, so the affected rows tell an insert
+        // from an existing claim, as in `record_delivery`; the update locks the row.
+        let affected = diesel::insert_into(k::diesel_inbox_claims)
+            .values(new_claim_row!(schema, codec, key, claim))
+            .on_conflict(diesel::dsl::DuplicatedKeys)
+            .do_update()
+            .set(k::deliveries.eq(k::deliveries + 1))
+            .execute(self)?;
+        if affected == INSERTED {
+            return Ok(None);
+        }
+        self.claim(key)
+    }
+
+    statement!(claim, schema, codec, rows, lock = for_update);
+    statement!(claims, schema, codec, rows);
+    statement!(update_claim, schema, codec);
 }

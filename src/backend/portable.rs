@@ -14,9 +14,12 @@ macro_rules! row_mappings {
         mod rows {
             use super::{$codec, $schema};
             use $crate::backend::sealed::{
-                CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow,
+                ClaimRow, CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow,
             };
-            use $crate::state::{DeadLetterState, GapCause, GapState, HistoryKind, InboxState};
+            use $crate::state::{
+                ClaimState, DeadLetterState, GapCause, GapState, HistoryKind, InboxState,
+            };
+            use $schema::diesel_inbox_claims as k;
             use $schema::diesel_inbox_cursors as c;
             use $schema::diesel_inbox_events as t;
             use $schema::diesel_inbox_failure_log as l;
@@ -254,6 +257,97 @@ macro_rules! row_mappings {
                 )
             }
 
+            pub(super) type ClaimColumns = (
+                $codec::KeyOwned,
+                ClaimState,
+                i64,
+                i64,
+                $codec::Time,
+                $codec::Time,
+                $codec::Time,
+                Option<$codec::Time>,
+                Option<Vec<u8>>,
+                Option<Vec<u8>>,
+                Option<String>,
+                Option<String>,
+                Option<String>,
+                Option<String>,
+                Option<String>,
+            );
+
+            pub(super) fn claim_columns() -> (
+                k::event_id,
+                k::state,
+                k::attempt,
+                k::deliveries,
+                k::lease_until,
+                k::claimed_at,
+                k::updated_at,
+                k::completed_at,
+                k::payload_hash,
+                k::payload,
+                k::payload_kind,
+                k::result,
+                k::last_error,
+                k::resolved_by,
+                k::resolution,
+            ) {
+                (
+                    k::event_id,
+                    k::state,
+                    k::attempt,
+                    k::deliveries,
+                    k::lease_until,
+                    k::claimed_at,
+                    k::updated_at,
+                    k::completed_at,
+                    k::payload_hash,
+                    k::payload,
+                    k::payload_kind,
+                    k::result,
+                    k::last_error,
+                    k::resolved_by,
+                    k::resolution,
+                )
+            }
+
+            pub(super) fn claim_row(row: ClaimColumns) -> ClaimRow {
+                let (
+                    event_id,
+                    state,
+                    attempt,
+                    deliveries,
+                    lease_until,
+                    claimed_at,
+                    updated_at,
+                    completed_at,
+                    payload_hash,
+                    payload,
+                    payload_kind,
+                    result,
+                    last_error,
+                    resolved_by,
+                    resolution,
+                ) = row;
+                ClaimRow {
+                    event_id: $codec::key_string(event_id),
+                    state,
+                    attempt,
+                    deliveries,
+                    lease_until: $codec::utc(lease_until),
+                    claimed_at: $codec::utc(claimed_at),
+                    updated_at: $codec::utc(updated_at),
+                    completed_at: completed_at.map($codec::utc),
+                    payload_hash,
+                    payload,
+                    payload_kind,
+                    result,
+                    last_error,
+                    resolved_by,
+                    resolution,
+                }
+            }
+
             pub(super) fn gap_row(row: GapColumns) -> GapRow {
                 let (id, stream, first, last, cause, state, detected, closed, by, why) = row;
                 GapRow {
@@ -301,6 +395,29 @@ macro_rules! new_gap_row {
             g::cause.eq($cause),
             g::state.eq($crate::state::GapState::Open),
             g::detected_at.eq($codec::time($detected_at)),
+        )
+    }};
+}
+
+/// The values of a new claim: in progress, attempt 1, one delivery, with the payload and its
+/// fingerprint if any.
+macro_rules! new_claim_row {
+    ($schema:ident, $codec:ident, $key:expr, $claim:expr) => {{
+        use $schema::diesel_inbox_claims as k;
+        let claim: &$crate::backend::sealed::NewClaim<'_> = $claim;
+        let now = $codec::time(claim.now);
+        (
+            k::consumer.eq($codec::key($key.0)),
+            k::event_id.eq($codec::key($key.1)),
+            k::state.eq($crate::state::ClaimState::InProgress),
+            k::attempt.eq(1_i64),
+            k::deliveries.eq(1_i64),
+            k::lease_until.eq($codec::time(claim.lease_until)),
+            k::claimed_at.eq(now),
+            k::updated_at.eq(now),
+            k::payload_hash.eq(claim.payload_hash),
+            k::payload.eq(claim.payload.map($crate::Payload::to_bytes)),
+            k::payload_kind.eq(claim.payload.map($crate::Payload::kind)),
         )
     }};
 }
@@ -1244,6 +1361,98 @@ macro_rules! statement {
             )
             .execute(self)?;
             Ok(events)
+        }
+    };
+    // Where the backend has `INSERT .. ON CONFLICT .. RETURNING` (PostgreSQL, SQLite).
+    (record_claim, $schema:ident, $codec:ident, $rows:ident, upsert_returning) => {
+        fn record_claim(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            claim: &$crate::backend::sealed::NewClaim<'_>,
+        ) -> QueryResult<Option<$crate::backend::sealed::ClaimRow>> {
+            use $schema::diesel_inbox_claims::dsl as k;
+            // A second claimant of the same key blocks here until the first commits.
+            let row = diesel::insert_into(k::diesel_inbox_claims)
+                .values(new_claim_row!($schema, $codec, key, claim))
+                .on_conflict((k::consumer, k::event_id))
+                .do_update()
+                .set(k::deliveries.eq(k::deliveries + 1))
+                .returning($rows::claim_columns())
+                .get_result::<$rows::ClaimColumns>(self)?;
+            let row = $rows::claim_row(row);
+            Ok((row.deliveries > 1).then_some(row))
+        }
+    };
+    (claim, $schema:ident, $codec:ident, $rows:ident $(, lock = $lock:ident)?) => {
+        fn claim(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+        ) -> QueryResult<Option<$crate::backend::sealed::ClaimRow>> {
+            use $schema::diesel_inbox_claims::dsl as k;
+            k::diesel_inbox_claims
+                .find(($codec::key(key.0), $codec::key(key.1)))
+                .select($rows::claim_columns())
+                $(.$lock())?
+                .first::<$rows::ClaimColumns>(self)
+                .optional()
+                .map(|row| row.map($rows::claim_row))
+        }
+    };
+    (claims, $schema:ident, $codec:ident, $rows:ident) => {
+        fn claims(
+            &mut self,
+            consumer: &str,
+            states: Option<&[$crate::state::ClaimState]>,
+        ) -> QueryResult<Vec<$crate::backend::sealed::ClaimRow>> {
+            use $schema::diesel_inbox_claims::dsl as k;
+            let mut query = k::diesel_inbox_claims
+                .filter(k::consumer.eq($codec::key(consumer)))
+                .into_boxed();
+            if let Some(states) = states {
+                query = query.filter(k::state.eq_any(states.to_vec()));
+            }
+            query
+                .order((k::claimed_at, k::event_id))
+                .select($rows::claim_columns())
+                .load::<$rows::ClaimColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::claim_row).collect())
+        }
+    };
+    (update_claim, $schema:ident, $codec:ident) => {
+        fn update_claim(
+            &mut self,
+            key: $crate::backend::Key<'_>,
+            attempt: i64,
+            from: &[$crate::state::ClaimState],
+            change: &$crate::backend::sealed::ClaimChange<'_>,
+        ) -> QueryResult<bool> {
+            use $crate::state::ClaimState;
+            use $schema::diesel_inbox_claims::dsl as k;
+            let now = $codec::time(change.now);
+            let row = k::diesel_inbox_claims
+                .find(($codec::key(key.0), $codec::key(key.1)))
+                .filter(k::attempt.eq(attempt))
+                .filter(k::state.eq_any(from.to_vec()));
+            // `None` leaves a column as it is.
+            diesel::update(row)
+                .set((
+                    k::state.eq(change.state),
+                    change.acquire.then(|| k::attempt.eq(k::attempt + 1)),
+                    change.lease_until.map(|until| k::lease_until.eq($codec::time(until))),
+                    change.result.map(|json| k::result.eq(Some(json))),
+                    (change.state == ClaimState::Completed)
+                        .then(|| k::completed_at.eq(Some(now))),
+                    change.note.map(|note| k::last_error.eq(Some(note))),
+                    change.audit.map(|audit| {
+                        (
+                            k::resolved_by.eq(Some(audit.actor())),
+                            k::resolution.eq(Some(audit.reason())),
+                        )
+                    }),
+                    k::updated_at.eq(now),
+                ))
+                .execute(self)
+                .map(|changed| changed == 1)
         }
     };
     // `index_exists` or `table_exists`; `catalogue`: the backend's query counting the current

@@ -210,4 +210,8 @@ impl InboxSql for PgConnection {
     statement!(insert_event_sequence, schema, codec);
     statement!(sequenced_events, schema, codec);
     statement!(delete_sequenced_events, schema, codec);
+    statement!(record_claim, schema, codec, rows, upsert_returning);
+    statement!(claim, schema, codec, rows, lock = for_update);
+    statement!(claims, schema, codec, rows);
+    statement!(update_claim, schema, codec);
 }

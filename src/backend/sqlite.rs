@@ -213,6 +213,10 @@ impl InboxSql for SqliteConnection {
     statement!(insert_event_sequence, schema, codec);
     statement!(sequenced_events, schema, codec);
     statement!(delete_sequenced_events, schema, codec);
+    statement!(record_claim, schema, codec, rows, upsert_returning);
+    statement!(claim, schema, codec, rows);
+    statement!(claims, schema, codec, rows);
+    statement!(update_claim, schema, codec);
 }
 
 /// The connection settings the inbox expects on SQLite: WAL journal and a busy timeout.

@@ -1,0 +1,412 @@
+//! A claim this worker holds: the side effect runs under it, and one of its finishing calls
+//! records what came of it. Every write is fenced by the claim's attempt.
+
+use std::panic;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tracing::{error, info, warn};
+
+use super::verdict;
+use crate::backend::sealed::{ClaimChange, InboxSql};
+use crate::backend::Key;
+use crate::decide::HandlerFailure;
+use crate::duration::{after, now};
+use crate::state::ClaimState;
+use crate::transaction::{self, Failure};
+use crate::{observe, Claims, Error, EventId, HandlerError, InboxConnection};
+
+/// A claim held by this worker: [`Claimed::Acquired`](crate::Claimed::Acquired).
+///
+/// Run the side effect, passing [`idempotency_key`](Self::idempotency_key) downstream where
+/// the service takes one, then finish the claim with what you know:
+///
+/// - it happened: [`complete`](Self::complete), or [`complete_with`](Self::complete_with) to
+///   commit database writes that record it in the same transaction;
+/// - it did not happen, and may run again: [`release`](Self::release);
+/// - it did not happen, and must never run: [`abandon`](Self::abandon);
+/// - you cannot tell (a timeout, a dropped connection): [`outcome_unknown`](Self::outcome_unknown).
+///
+/// A long side effect keeps the claim with [`extend`](Self::extend). Each of these writes is
+/// fenced by the claim's attempt: once another worker has taken the claim over, they fail
+/// with [`Error::ClaimFenced`] and change nothing.
+///
+/// **Dropped unfinished** (an early return, a panic, a crash), the claim cannot do I/O: it
+/// stays in progress until its lease runs out, and is then in doubt (or taken over under
+/// [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy)). The drop is logged at warn.
+#[must_use = "finish a claim with complete, release, abandon or outcome_unknown; dropped, it stays in progress until its lease runs out, then it is in doubt"]
+#[derive(Debug)]
+pub struct Claim {
+    claims: Claims,
+    event_id: EventId,
+    attempt: i64,
+    lease_until: DateTime<Utc>,
+    finished: bool,
+}
+
+impl Claim {
+    pub(crate) fn new(
+        claims: &Claims,
+        event_id: EventId,
+        attempt: i64,
+        lease_until: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            claims: claims.clone(),
+            event_id,
+            attempt,
+            lease_until,
+            finished: false,
+        }
+    }
+
+    /// The claimed event.
+    pub fn event_id(&self) -> &EventId {
+        &self.event_id
+    }
+
+    /// This holder's attempt: 1 for the first, higher when the claim was released or taken
+    /// over before. It is the claim's fencing token.
+    pub fn attempt(&self) -> u64 {
+        self.attempt.unsigned_abs()
+    }
+
+    /// When this holder's lease runs out.
+    pub fn lease_until(&self) -> DateTime<Utc> {
+        self.lease_until
+    }
+
+    /// The key to pass downstream as the side effect's idempotency key (Stripe's and
+    /// Resend's `Idempotency-Key`, PayPal's `PayPal-Request-Id`, Square's `idempotency_key`):
+    /// a UUID derived from the consumer and the event id, the same for every attempt, in every
+    /// process. A re-run then reaches the downstream service as a repeat, which it applies
+    /// once, within the window it keeps keys for.
+    pub fn idempotency_key(&self) -> String {
+        idempotency_key(self.claims.consumer(), self.event_id.as_str())
+    }
+
+    /// Keeps the claim for `by` from now, for a side effect that runs longer than its lease.
+    /// Any connection will do (the claim's own may be busy): it is one statement.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimFenced`] once another worker has taken the claim over or ops completed
+    /// it; [`Error::Database`].
+    pub fn extend<C: InboxConnection>(&mut self, conn: &mut C, by: Duration) -> Result<(), Error> {
+        let lease_until = after(now(), by);
+        self.write(conn, ClaimState::InProgress, Some(lease_until), None, None)?;
+        self.lease_until = lease_until;
+        Ok(())
+    }
+
+    /// The side effect happened: stores `result` (as JSON), which later deliveries get back,
+    /// and completes the claim.
+    ///
+    /// # Errors
+    ///
+    /// As [`complete_with`](Self::complete_with).
+    pub fn complete<C: InboxConnection, T: Serialize>(
+        self,
+        conn: &mut C,
+        result: &T,
+    ) -> Result<(), Error> {
+        self.complete_with(conn, result, |_tx| Ok::<_, Error>(()))
+    }
+
+    /// The side effect happened: runs `record` (database writes that record it, such as the
+    /// charge id on the order) and completes the claim with `result`, in one transaction.
+    ///
+    /// If the completion cannot commit, the side effect still happened: the failure is logged
+    /// at error level with `result`, and the claim is put in doubt (released, under
+    /// [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy)) so that ops can resolve it
+    /// with that result. Contention is retried, `record` included.
+    ///
+    /// # Errors
+    ///
+    /// `record`'s own error, unchanged; or the inbox's [`Error`] converted into `E`:
+    /// [`Error::ClaimFenced`] (another worker took the claim over, or ops completed it:
+    /// nothing commits, `record`'s writes included), [`Error::StoredResult`],
+    /// [`Error::Database`], [`Error::ConnectionLost`], [`Error::CommitUnknown`].
+    pub fn complete_with<C, T, E, F>(
+        mut self,
+        conn: &mut C,
+        result: &T,
+        mut record: F,
+    ) -> Result<(), E>
+    where
+        C: InboxConnection,
+        T: Serialize,
+        E: HandlerError,
+        F: FnMut(&mut C) -> Result<(), E>,
+    {
+        self.finished = true;
+        let json = match serde_json::to_string(result) {
+            Ok(json) => json,
+            Err(e) => {
+                let error = Error::StoredResult(e);
+                self.completion_failed(conn, None, &error.to_string());
+                return Err(error.into());
+            }
+        };
+        let completed = self.run(conn, |claim, tx| {
+            claim.write_in(tx, ClaimState::Completed, None, Some(&json), None)?;
+            transaction::call_user(tx, &mut record)?;
+            transaction::ensure_committable(tx)
+        });
+        let failure = match completed {
+            Ok(()) => {
+                observe::claim_transition(self.claims.consumer(), ClaimState::Completed);
+                info!(
+                    consumer = self.claims.consumer(),
+                    event_id = self.event_id.as_str(),
+                    attempt = self.attempt,
+                    "claim completed"
+                );
+                return Ok(());
+            }
+            Err(failure) => failure,
+        };
+        match failure {
+            Failure::Inbox(fenced @ Error::ClaimFenced { .. }) => {
+                self.fenced(&fenced, Some(&json));
+                Err(fenced.into())
+            }
+            Failure::Handler(error) => {
+                self.completion_failed(conn, Some(&json), &error.to_string());
+                Err(error)
+            }
+            Failure::Panicked(panic) => {
+                let message = crate::failure::panic_message(&*panic);
+                self.completion_failed(conn, Some(&json), &message);
+                panic::resume_unwind(panic)
+            }
+            failure @ (Failure::Inbox(_) | Failure::Database(_)) => {
+                let error: E = failure.into_error();
+                self.completion_failed(conn, Some(&json), &error.to_string());
+                Err(error)
+            }
+        }
+    }
+
+    /// The side effect did not happen, and may run again (a connection refused, a request
+    /// the service rejected before acting): the claim is released, and the next delivery
+    /// acquires it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    pub fn release<C: InboxConnection>(mut self, conn: &mut C, reason: &str) -> Result<(), Error> {
+        self.finish(conn, ClaimState::Released, reason)
+    }
+
+    /// The side effect did not happen, and must never run (an address the mailer refuses, a
+    /// card the processor declined for good): the claim is abandoned, and later deliveries
+    /// get [`Claimed::Abandoned`](crate::Claimed::Abandoned).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    pub fn abandon<C: InboxConnection>(mut self, conn: &mut C, reason: &str) -> Result<(), Error> {
+        self.finish(conn, ClaimState::Abandoned, reason)
+    }
+
+    /// Whether the side effect happened is unknown (a timeout, a connection dropped
+    /// mid-request): the claim is in doubt, for ops to resolve, or released under
+    /// [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy). Returns which.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    pub fn outcome_unknown<C: InboxConnection>(
+        mut self,
+        conn: &mut C,
+        reason: &str,
+    ) -> Result<ClaimState, Error> {
+        let state = verdict::after_failure(None, self.claims.policy);
+        self.finish(conn, state, reason).map(|()| state)
+    }
+
+    /// After the side effect failed with `failure` (`None`: it panicked): moves the claim to
+    /// what the failure says and returns that state, or logs why it could not.
+    pub(crate) fn failed<C: InboxConnection>(
+        mut self,
+        conn: &mut C,
+        failure: Option<HandlerFailure>,
+        reason: &str,
+    ) -> Option<ClaimState> {
+        let state = verdict::after_failure(failure, self.claims.policy);
+        match self.finish(conn, state, reason) {
+            Ok(()) => Some(state),
+            Err(error) => {
+                warn!(consumer = self.claims.consumer(), event_id = self.event_id.as_str(), %error, "the side effect failed and the claim could not record it; it stays in progress until its lease runs out");
+                None
+            }
+        }
+    }
+
+    /// Moves the claim to `state`, logged and counted once committed.
+    fn finish<C: InboxConnection>(
+        &mut self,
+        conn: &mut C,
+        state: ClaimState,
+        reason: &str,
+    ) -> Result<(), Error> {
+        self.finished = true;
+        let written = self.write(conn, state, None, None, Some(reason));
+        if let Err(fenced @ Error::ClaimFenced { .. }) = &written {
+            self.fenced(fenced, None);
+            return written;
+        }
+        written?;
+        observe::claim_transition(self.claims.consumer(), state);
+        let (consumer, event_id) = self.key();
+        if state == ClaimState::InDoubt {
+            warn!(consumer, event_id, attempt = self.attempt, reason, "claim in doubt: the side effect may or may not have happened; resolve it (diesel-inbox claims resolve)");
+        } else {
+            info!(consumer, event_id, attempt = self.attempt, reason, state = %state, "claim finished without completing");
+        }
+        Ok(())
+    }
+
+    /// After a completion that did not commit: the side effect happened, so the claim must
+    /// not wait out its lease in progress. Logs the result and puts the claim in doubt (or
+    /// releases it, under the re-run policy), best effort.
+    fn completion_failed<C: InboxConnection>(&self, conn: &mut C, json: Option<&str>, why: &str) {
+        let (consumer, event_id) = self.key();
+        error!(consumer, event_id, attempt = self.attempt, result = json, error = why, "the side effect happened but its claim's completion did not commit; resolve the claim with this result");
+        let state = verdict::after_failure(None, self.claims.policy);
+        let note = format!(
+            "the side effect happened, with result {}, but its completion did not commit: {why}",
+            json.unwrap_or("(not serializable)")
+        );
+        match self.write(conn, state, None, None, Some(&note)) {
+            Ok(()) => observe::claim_transition(consumer, state),
+            Err(error) => {
+                warn!(consumer, event_id, %error, "could not record the failed completion; the claim stays in progress until its lease runs out");
+            }
+        }
+    }
+
+    /// Logs and counts a refused write of this former holder.
+    fn fenced(&self, error: &Error, json: Option<&str>) {
+        observe::claim_fenced(self.claims.consumer());
+        let (consumer, event_id) = self.key();
+        error!(consumer, event_id, attempt = self.attempt, result = json, %error, "a former holder's write to its claim was refused");
+    }
+
+    /// Applies one change of this holder, in a transaction of its own.
+    fn write<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        state: ClaimState,
+        lease_until: Option<DateTime<Utc>>,
+        result: Option<&str>,
+        note: Option<&str>,
+    ) -> Result<(), Error> {
+        self.run(conn, |claim, tx| {
+            claim.write_in(tx, state, lease_until, result, note)
+        })
+        .map_err(Failure::into_error)
+    }
+
+    /// Runs `body` in a transaction (or a savepoint inside the caller's), retrying contention.
+    fn run<C: InboxConnection, E: HandlerError>(
+        &self,
+        conn: &mut C,
+        mut body: impl FnMut(&Self, &mut C) -> Result<(), Failure<E>>,
+    ) -> Result<(), Failure<E>> {
+        let scope = transaction::scope_of(conn)?;
+        let subject = self.claims.inbox.subject(Some(self.event_id.as_str()));
+        transaction::run(
+            conn,
+            scope,
+            self.claims.inbox.retry_policy(),
+            subject,
+            |tx| body(self, tx),
+        )
+    }
+
+    /// Applies one change of this holder inside the open transaction; fenced unless the claim
+    /// is still this attempt's and in a state the change may leave.
+    fn write_in<C: InboxConnection, E>(
+        &self,
+        conn: &mut C,
+        state: ClaimState,
+        lease_until: Option<DateTime<Utc>>,
+        result: Option<&str>,
+        note: Option<&str>,
+    ) -> Result<(), Failure<E>> {
+        let key = self.key();
+        let change = ClaimChange {
+            state,
+            acquire: false,
+            lease_until,
+            result,
+            note,
+            audit: None,
+            now: now(),
+        };
+        let from = verdict::holder_may_move_from(state);
+        if conn.sql().update_claim(key, self.attempt, from, &change)? {
+            return Ok(());
+        }
+        let row = conn.sql().claim(key)?;
+        Err(Failure::Inbox(match row {
+            Some(row) => Error::ClaimFenced {
+                event_id: self.event_id.clone(),
+                attempt: self.attempt(),
+                current: row.attempt.unsigned_abs(),
+                state: verdict::state_at(&row, change.now),
+            },
+            None => Error::ClaimNotFound {
+                event_id: self.event_id.clone(),
+            },
+        }))
+    }
+
+    fn key(&self) -> Key<'_> {
+        (self.claims.consumer(), self.event_id.as_str())
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.finished {
+            let (consumer, event_id) = self.key();
+            warn!(consumer, event_id, attempt = self.attempt, lease_until = %self.lease_until, "a claim was dropped unfinished: it stays in progress until its lease runs out, then it is in doubt");
+        }
+    }
+}
+
+/// The idempotency key of the claim of `event_id` by `consumer`: a version-8 UUID of the
+/// SHA-256 of both, stable across attempts, processes and versions of this crate.
+pub(crate) fn idempotency_key(consumer: &str, event_id: &str) -> String {
+    let mut hasher = Sha256::new();
+    for part in ["diesel-inbox claim", consumer, event_id] {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    }
+    let digest: [u8; 32] = hasher.finalize().into();
+    let mut bytes = [0; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Uuid::new_v8(bytes).hyphenated().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::idempotency_key;
+
+    #[test]
+    fn the_idempotency_key_is_a_stable_uuid_of_consumer_and_event() {
+        let key = idempotency_key("mailer", "welcome:42");
+        assert_eq!(key, idempotency_key("mailer", "welcome:42"));
+        assert_eq!(key.len(), 36);
+        let parsed = uuid::Uuid::parse_str(&key).unwrap();
+        assert_eq!(parsed.get_version_num(), 8);
+        assert_ne!(key, idempotency_key("billing", "welcome:42"));
+        // The separator keeps ("ab", "c") and ("a", "bc") apart.
+        assert_ne!(idempotency_key("ab", "c"), idempotency_key("a", "bc"));
+    }
+}

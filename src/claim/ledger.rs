@@ -1,0 +1,257 @@
+//! What ops see of a consumer's claims, and the audited resolution of one in doubt.
+
+use chrono::{DateTime, Utc};
+use tracing::info;
+
+use super::held::idempotency_key;
+use super::outcome::audit_of;
+use super::{verdict, Claims};
+use crate::backend::sealed::{ClaimChange, ClaimRow, InboxSql};
+use crate::duration::now;
+use crate::state::ClaimState;
+use crate::transaction::{self, Failure};
+use crate::{observe, Audit, Error, EventId, InboxConnection, IntoEventId, Payload};
+
+/// A claim as the table keeps it, for ops.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ClaimRecord {
+    /// The claimed event.
+    pub event_id: EventId,
+    /// Where it stands when read: in progress past its lease reads as in doubt.
+    pub state: ClaimState,
+    /// The current holder's attempt (the fencing token).
+    pub attempt: u64,
+    /// Deliveries the claim has seen, the first included.
+    pub deliveries: u64,
+    /// When the current holder's lease runs (or ran) out.
+    pub lease_until: DateTime<Utc>,
+    /// When it was first claimed.
+    pub claimed_at: DateTime<Utc>,
+    /// Its last change.
+    pub updated_at: DateTime<Utc>,
+    /// When it was completed.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// The side effect's result, as JSON, once completed.
+    pub result: Option<String>,
+    /// Why it was released, abandoned or is in doubt.
+    pub reason: Option<String>,
+    /// Who resolved it and why, when ops did.
+    pub resolution: Option<Audit>,
+    /// The payload as first delivered, when one was given: to publish again after a retry.
+    pub payload: Option<Payload>,
+    /// The idempotency key its side effect was given ([`Claim::idempotency_key`](crate::Claim::idempotency_key)).
+    pub idempotency_key: String,
+}
+
+impl ClaimRecord {
+    fn from_row(consumer: &str, row: ClaimRow, now: DateTime<Utc>) -> Result<Self, Error> {
+        let state = verdict::state_at(&row, now);
+        let resolution = audit_of(&row);
+        let payload = match (row.payload_kind.as_deref(), row.payload) {
+            (Some(kind), Some(bytes)) => Payload::from_stored(kind, bytes),
+            _ => None,
+        };
+        Ok(Self {
+            idempotency_key: idempotency_key(consumer, &row.event_id),
+            event_id: EventId::new(row.event_id)?,
+            state,
+            attempt: row.attempt.unsigned_abs(),
+            deliveries: row.deliveries.unsigned_abs(),
+            lease_until: row.lease_until,
+            claimed_at: row.claimed_at,
+            updated_at: row.updated_at,
+            completed_at: row.completed_at,
+            result: row.result,
+            reason: row.last_error,
+            resolution,
+            payload,
+        })
+    }
+}
+
+/// How ops settle a claim in doubt ([`Claims::resolve`]), once they found out what happened.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Resolution {
+    /// The side effect happened, with this result (the charge id the payment provider shows,
+    /// say; `null` where there is none): later deliveries get it back.
+    Completed(serde_json::Value),
+    /// The side effect did not happen: the next delivery acquires the claim and runs it.
+    /// Publish the message again (the claim keeps its payload) if the broker will not.
+    Retry,
+    /// The side effect must not happen: later deliveries are told it was abandoned.
+    Abandon,
+}
+
+impl Resolution {
+    /// The state it moves the claim to.
+    fn state(&self) -> ClaimState {
+        match self {
+            Self::Completed(_) => ClaimState::Completed,
+            Self::Retry => ClaimState::Released,
+            Self::Abandon => ClaimState::Abandoned,
+        }
+    }
+}
+
+impl Claims {
+    /// The consumer's claims in doubt, oldest first: each one's side effect may or may not
+    /// have happened, and waits for ops ([`resolve`](Self::resolve)).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn in_doubt<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<ClaimRecord>, Error> {
+        let states = [ClaimState::InProgress, ClaimState::InDoubt];
+        let records = self.read(conn, Some(&states))?;
+        Ok(records
+            .into_iter()
+            .filter(|record| record.state == ClaimState::InDoubt)
+            .collect())
+    }
+
+    /// Every claim of the consumer, oldest first.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn list<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<ClaimRecord>, Error> {
+        self.read(conn, None)
+    }
+
+    /// The claim of `event_id`, if there is one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidEventId`]; [`Error::Database`].
+    pub fn show<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+    ) -> Result<Option<ClaimRecord>, Error> {
+        let event_id = event_id.into_event_id()?;
+        let row = conn.sql().claim((self.consumer(), event_id.as_str()))?;
+        row.map(|row| ClaimRecord::from_row(self.consumer(), row, now()))
+            .transpose()
+    }
+
+    /// Resolves the claim of `event_id`, in doubt, as `resolution` says; `audit` says who
+    /// decided and why, and is kept on the claim. Returns the claim as it now stands.
+    ///
+    /// A completion by the claim's holder that arrives later still stands over a retry or an
+    /// abandonment (it shows the side effect did happen), but not over a completion. A retry
+    /// re-runs the side effect on the next delivery: choose it when the side effect did not
+    /// happen, or when the downstream service deduplicates its idempotency key.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use std::time::Duration;
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{Audit, ClaimState, Claimed, Inbox, Resolution};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let charges = Inbox::new("billing")?.claims().lease(Duration::from_millis(1));
+    ///
+    /// // A worker claims, charges the card, and dies before completing.
+    /// let Claimed::Acquired(claim) = charges.claim(&mut conn, "order-7:charge")? else { panic!() };
+    /// std::mem::forget(claim);
+    /// std::thread::sleep(Duration::from_millis(5));
+    ///
+    /// let doubt = &charges.in_doubt(&mut conn)?[0];
+    /// // Ops find ch_81 at the payment provider under doubt.idempotency_key.
+    /// let audit = Audit::new("ops@example.com", "charge ch_81 found at the provider")?;
+    /// let resolved = charges.resolve(&mut conn, "order-7:charge", Resolution::Completed("ch_81".into()), &audit)?;
+    /// assert_eq!(resolved.state, ClaimState::Completed);
+    /// let Claimed::Completed(done) = charges.claim(&mut conn, "order-7:charge")? else { panic!() };
+    /// assert_eq!(done.result::<String>()?, "ch_81");
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimNotFound`]; [`Error::ClaimNotInDoubt`] for a claim whose holder's lease
+    /// still runs or that is settled already; [`Error::InvalidEventId`]; [`Error::Database`].
+    pub fn resolve<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+        resolution: Resolution,
+        audit: &Audit,
+    ) -> Result<ClaimRecord, Error> {
+        let event_id = event_id.into_event_id()?;
+        let scope = transaction::scope_of(conn)?;
+        let subject = self.inbox.subject(Some(event_id.as_str()));
+        let state = resolution.state();
+        let result = match resolution {
+            Resolution::Completed(value) => Some(value.to_string()),
+            Resolution::Retry | Resolution::Abandon => None,
+        };
+        let record = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
+            self.resolve_in(tx, &event_id, state, result.as_deref(), audit)
+        })
+        .map_err(Failure::into_error)?;
+        observe::claim_transition(self.consumer(), state);
+        info!(
+            consumer = self.consumer(),
+            event_id = event_id.as_str(),
+            state = %state,
+            actor = audit.actor(),
+            reason = audit.reason(),
+            "claim resolved"
+        );
+        Ok(record)
+    }
+
+    fn resolve_in<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: &EventId,
+        state: ClaimState,
+        result: Option<&str>,
+        audit: &Audit,
+    ) -> Result<ClaimRecord, Failure<Error>> {
+        let key = (self.consumer(), event_id.as_str());
+        let now = now();
+        let not_found = || {
+            Failure::Inbox(Error::ClaimNotFound {
+                event_id: event_id.clone(),
+            })
+        };
+        let row = conn.sql().claim(key)?.ok_or_else(not_found)?;
+        if let Err(state) = verdict::resolvable(&row, now) {
+            return Err(Failure::Inbox(Error::ClaimNotInDoubt {
+                event_id: event_id.clone(),
+                state,
+            }));
+        }
+        let change = ClaimChange {
+            state,
+            acquire: false,
+            lease_until: None,
+            result,
+            note: None,
+            audit: Some(audit),
+            now,
+        };
+        // The row is locked: it is as it was read.
+        conn.sql()
+            .update_claim(key, row.attempt, &[row.state], &change)?;
+        let row = conn.sql().claim(key)?.ok_or_else(not_found)?;
+        ClaimRecord::from_row(self.consumer(), row, now).map_err(Failure::Inbox)
+    }
+
+    fn read<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        states: Option<&[ClaimState]>,
+    ) -> Result<Vec<ClaimRecord>, Error> {
+        let now = now();
+        let rows = conn.sql().claims(self.consumer(), states)?;
+        rows.into_iter()
+            .map(|row| ClaimRecord::from_row(self.consumer(), row, now))
+            .collect()
+    }
+}

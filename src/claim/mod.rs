@@ -1,0 +1,394 @@
+//! Claims: at most once (or once downstream) for side effects a database rollback cannot undo,
+//! such as an email, a card charge or a call to another service.
+//!
+//! A claim on `(consumer, event_id)` commits in a short transaction of its own *before* the
+//! side effect; the side effect runs outside any transaction; its completion commits after,
+//! with its result and the writes that record it. What a claim's row means is decided in
+//! [`verdict`], apart from the I/O here, in [`held`] (the holder's writes) and in [`ledger`]
+//! (listing and ops' resolutions).
+
+mod held;
+mod ledger;
+mod outcome;
+mod verdict;
+
+use std::panic::{self, AssertUnwindSafe};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::backend::sealed::{ClaimChange, ClaimRow, InboxSql, NewClaim};
+use crate::decide;
+use crate::duration::{after, now};
+use crate::state::ClaimState;
+use crate::transaction::{self, Failure, Scope};
+use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery};
+
+pub use held::Claim;
+pub use ledger::{ClaimRecord, Resolution};
+pub use outcome::{Abandoned, ClaimOutcome, Claimed, Completed, InDoubt, InProgress};
+pub use verdict::InDoubtPolicy;
+
+/// How long a claim's holder has, by default, before its claim is in doubt; see
+/// [`Claims::lease`].
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+/// Claims on side effects outside the database, for one consumer: [`Inbox::claims`].
+///
+/// A transaction makes the inbox's effects exactly once, because a rollback undoes them. An
+/// email sent or a card charged cannot be rolled back, so a claim orders things the other way:
+///
+/// 1. The claim on `(consumer, event_id)` commits, in a short transaction of its own, before
+///    the side effect runs. Its lease ([`lease`](Self::lease), 60 seconds by default) says
+///    how long the holder has.
+/// 2. The side effect runs, outside any transaction, with the claim's stable
+///    [idempotency key](Claim::idempotency_key) to pass downstream.
+/// 3. Its completion commits with the side effect's result and any database writes that
+///    record it.
+///
+/// A later delivery of a completed claim gets the stored result back, and the side effect
+/// does not run. A delivery while another worker's lease runs gets
+/// [`ClaimOutcome::InProgress`], and does not run it either.
+///
+/// No order of "record" and "act" is safe against every crash. A worker that dies between
+/// the claim and the completion leaves a claim whose side effect may or may not have
+/// happened. Once its lease runs out, that claim is **in doubt**:
+///
+/// - by default ([`InDoubtPolicy::Hold`]) it is never run again on its own: at most once,
+///   the side to err on for money and for messages to people;
+/// - it is visible: [`Claims::in_doubt`], the `diesel_inbox_claim_transitions_total{state="in_doubt"}`
+///   metric, a warn-level log line, and `diesel-inbox claims`;
+/// - ops resolve it, with an audit: completed with a given result, retried, or abandoned
+///   ([`Claims::resolve`]);
+/// - [`InDoubtPolicy::RerunAfterLease`] re-runs it instead, for side effects that pass the
+///   idempotency key downstream so that the service applies a repeat once.
+///
+/// A late completion by a holder whose claim another worker took over is fenced by the
+/// claim's attempt number ([`Error::ClaimFenced`]) and cannot overwrite it.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::{ClaimOutcome, Delivery, Inbox};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let welcome = Inbox::new("welcome-mailer")?.claims();
+///
+/// let mut sent = 0;
+/// let mut send = |claim: &diesel_inbox::Claim| {
+///     sent += 1; // mailer.send(to, template, claim.idempotency_key())
+///     Ok::<_, diesel_inbox::Error>(format!("msg-{}", claim.attempt()))
+/// };
+/// let delivery = Delivery::new("user-42:welcome")?;
+/// let first = welcome.run(&mut conn, &delivery, &mut send)?;
+/// let again = welcome.run(&mut conn, &delivery, &mut send)?;
+/// assert_eq!(first, ClaimOutcome::Ran("msg-1".to_owned()));
+/// assert_eq!(again, ClaimOutcome::Completed("msg-1".to_owned()));
+/// assert_eq!(sent, 1);
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Claims {
+    inbox: Inbox,
+    lease: Duration,
+    policy: InDoubtPolicy,
+}
+
+impl Inbox {
+    /// Claims on side effects outside the database, for this consumer; see [`Claims`]. They
+    /// share the consumer's name and retry policy, and are keyed by event id as its inbox
+    /// is, in a table of their own.
+    pub fn claims(&self) -> Claims {
+        Claims {
+            inbox: self.clone(),
+            lease: DEFAULT_LEASE,
+            policy: InDoubtPolicy::default(),
+        }
+    }
+}
+
+impl Claims {
+    /// How long a holder has to complete its claim before the claim is in doubt. Defaults to
+    /// [`DEFAULT_LEASE`], 60 seconds. Give the side effect's own timeout plus a margin: a
+    /// lease that runs out under a live holder makes its claim in doubt (or, under
+    /// [`InDoubtPolicy::RerunAfterLease`], lets another worker run it again). Leases are read
+    /// on each worker's clock, so keep the clocks in sync.
+    ///
+    /// # Panics
+    ///
+    /// When `lease` is zero.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        assert!(!lease.is_zero(), "a claim's lease must be longer than zero");
+        self.lease = lease;
+        self
+    }
+
+    /// What happens to a claim in doubt. Defaults to [`InDoubtPolicy::Hold`]: at most once.
+    pub fn policy(mut self, policy: InDoubtPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The consumer name.
+    pub fn consumer(&self) -> &str {
+        self.inbox.consumer()
+    }
+
+    /// Claims `delivery`'s event, in a transaction of its own that commits before this
+    /// returns: the two-phase form, for flows the closure form does not fit.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{Claimed, Inbox};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let charges = Inbox::new("billing")?.claims();
+    ///
+    /// match charges.claim(&mut conn, "order-7:charge")? {
+    ///     Claimed::Acquired(claim) => {
+    ///         // let charge = payments.charge(1250, claim.idempotency_key())?;
+    ///         let charge_id = "ch_1".to_owned();
+    ///         claim.complete_with(&mut conn, &charge_id, |tx| {
+    ///             // Recorded in the completion's transaction: both commit, or neither.
+    ///             diesel::sql_query("SELECT 1").execute(tx).map(drop)
+    ///         })?;
+    ///     }
+    ///     Claimed::Completed(done) => println!("charged before: {}", done.result::<String>()?),
+    ///     other => println!("not charging now: {other:?}"),
+    /// }
+    /// assert!(matches!(charges.claim(&mut conn, "order-7:charge")?, Claimed::Completed(_)));
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimInsideTransaction`] inside an open transaction (the claim must commit
+    /// before the side effect runs); [`Error::InvalidEventId`]; [`Error::PayloadMismatch`]
+    /// when the id was first claimed with another payload; [`Error::Database`],
+    /// [`Error::RetriesExhausted`], [`Error::ConnectionLost`], [`Error::CommitUnknown`]
+    /// (redeliver: a claim that did commit answers the next delivery).
+    pub fn claim<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        delivery: impl IntoDelivery,
+    ) -> Result<Claimed, Error> {
+        let delivery = delivery.into_delivery()?;
+        if transaction::scope_of(conn)? == Scope::Savepoint {
+            return Err(Error::ClaimInsideTransaction);
+        }
+        let subject = self.inbox.subject(Some(delivery.id.as_str()));
+        let (claimed, newly_in_doubt) = transaction::run(
+            conn,
+            Scope::TopLevel,
+            self.inbox.retry_policy(),
+            subject,
+            |tx| self.claim_in(tx, &delivery),
+        )
+        .map_err(Failure::into_error)?;
+        let (consumer, event_id) = (self.consumer(), delivery.id.as_str());
+        match &claimed {
+            Claimed::Acquired(claim) => {
+                observe::claim_transition(consumer, ClaimState::InProgress);
+                info!(consumer, event_id, attempt = claim.attempt(), lease_until = %claim.lease_until(), "claim acquired");
+            }
+            Claimed::InDoubt(doubt) if newly_in_doubt => {
+                observe::claim_transition(consumer, ClaimState::InDoubt);
+                warn!(consumer, event_id, attempt = doubt.attempt(), reason = doubt.reason(), "claim in doubt: the side effect may or may not have happened; resolve it (diesel-inbox claims resolve)");
+            }
+            _ => {}
+        }
+        Ok(claimed)
+    }
+
+    /// The body of the claim's transaction: insert the claim, or read the existing one and
+    /// decide. Returns what it found, and whether it just recorded a lapsed lease as in doubt.
+    fn claim_in<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        delivery: &Delivery,
+    ) -> Result<(Claimed, bool), Failure<Error>> {
+        let key = (self.consumer(), delivery.id.as_str());
+        let now = now();
+        let lease_until = after(now, self.lease);
+        let fingerprint = delivery.payload.as_ref().map(crate::Payload::fingerprint);
+        let new = NewClaim {
+            lease_until,
+            now,
+            payload_hash: fingerprint.as_ref().map(|f| &f[..]),
+            payload: delivery.payload.as_ref(),
+        };
+        let Some(row) = conn.sql().record_claim(key, &new)? else {
+            let claim = Claim::new(self, delivery.id.clone(), 1, lease_until);
+            return Ok((Claimed::Acquired(claim), false));
+        };
+        let found = verdict::on_delivery(&row, fingerprint.as_ref(), now, self.policy);
+        let claimed = match found {
+            verdict::OnDelivery::PayloadConflict => {
+                return Err(Failure::Inbox(Error::PayloadMismatch {
+                    event_id: delivery.id.clone(),
+                }));
+            }
+            verdict::OnDelivery::Acquire => {
+                let change = ClaimChange {
+                    state: ClaimState::InProgress,
+                    acquire: true,
+                    lease_until: Some(lease_until),
+                    result: None,
+                    note: None,
+                    audit: None,
+                    now,
+                };
+                // The row is locked: no one else can have moved it since it was read.
+                conn.sql()
+                    .update_claim(key, row.attempt, &[row.state], &change)?;
+                let claim = Claim::new(self, delivery.id.clone(), row.attempt + 1, lease_until);
+                Claimed::Acquired(claim)
+            }
+            verdict::OnDelivery::Completed => Claimed::Completed(Completed::from_row(&row)),
+            verdict::OnDelivery::InProgress => Claimed::InProgress(InProgress {
+                attempt: row.attempt.unsigned_abs(),
+                lease_until: row.lease_until,
+            }),
+            verdict::OnDelivery::InDoubt { newly } => {
+                let doubt = InDoubt::from_row(&row, now);
+                if newly {
+                    record_lapse(conn, key, &row, &doubt)?;
+                }
+                return Ok((Claimed::InDoubt(doubt), newly));
+            }
+            verdict::OnDelivery::Abandoned => Claimed::Abandoned(Abandoned::from_row(&row)),
+        };
+        Ok((claimed, false))
+    }
+
+    /// Runs the side effect `effect` once per event, at most once by default: the closure form
+    /// of [`claim`](Self::claim). `effect` runs outside any transaction, given the claim for
+    /// its [idempotency key](Claim::idempotency_key); its result is stored as JSON and
+    /// returned to later deliveries ([`ClaimOutcome::Completed`]).
+    ///
+    /// When `effect` fails, what its error says decides (see
+    /// [`FailureKind`](crate::FailureKind)):
+    ///
+    /// - marked transient ([`Error::transient`]): it did not happen; the claim is released
+    ///   and the error comes back, to redeliver;
+    /// - marked permanent ([`Error::permanent`]): it did not happen and never will:
+    ///   [`ClaimOutcome::Abandoned`];
+    /// - anything else, a panic included, does not say whether the side effect happened:
+    ///   [`ClaimOutcome::InDoubt`], with the error's text as its reason (a panic then goes
+    ///   on unwinding). Under [`InDoubtPolicy::RerunAfterLease`] the claim is released and
+    ///   the error comes back instead.
+    ///
+    /// Mark an error transient only when the request cannot have reached the service: a
+    /// timeout is not transient.
+    ///
+    /// # Errors
+    ///
+    /// As [`claim`](Self::claim); `effect`'s own error, unchanged, when the claim was
+    /// released; as [`Claim::complete_with`] when the completion cannot commit.
+    pub fn run<C, T, E, F>(
+        &self,
+        conn: &mut C,
+        delivery: impl IntoDelivery,
+        effect: F,
+    ) -> Result<ClaimOutcome<T>, E>
+    where
+        C: InboxConnection,
+        T: Serialize + DeserializeOwned,
+        E: HandlerError,
+        F: FnOnce(&Claim) -> Result<T, E>,
+    {
+        self.run_and_record(conn, delivery, effect, |_tx, _value| Ok(()))
+    }
+
+    /// [`run`](Self::run), committing `record`'s database writes (the charge id on the
+    /// order, say) in the completion's transaction: the claim is completed with them, or
+    /// neither commits. Contention retries `record`.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run), and `record`'s own error.
+    pub fn run_and_record<C, T, E, F, R>(
+        &self,
+        conn: &mut C,
+        delivery: impl IntoDelivery,
+        effect: F,
+        mut record: R,
+    ) -> Result<ClaimOutcome<T>, E>
+    where
+        C: InboxConnection,
+        T: Serialize + DeserializeOwned,
+        E: HandlerError,
+        F: FnOnce(&Claim) -> Result<T, E>,
+        R: FnMut(&mut C, &T) -> Result<(), E>,
+    {
+        let claim = match self.claim(conn, delivery)? {
+            Claimed::Acquired(claim) => claim,
+            Claimed::Completed(done) => return Ok(ClaimOutcome::Completed(done.result()?)),
+            Claimed::InProgress(held) => return Ok(ClaimOutcome::InProgress(held)),
+            Claimed::InDoubt(doubt) => return Ok(ClaimOutcome::InDoubt(doubt)),
+            Claimed::Abandoned(abandoned) => return Ok(ClaimOutcome::Abandoned(abandoned)),
+        };
+        let attempt = claim.attempt();
+        let (value, failure) = match panic::catch_unwind(AssertUnwindSafe(|| effect(&claim))) {
+            Ok(Ok(value)) => {
+                claim.complete_with(conn, &value, |tx| record(tx, &value))?;
+                return Ok(ClaimOutcome::Ran(value));
+            }
+            Ok(Err(error)) => {
+                let kind = decide::handler_failure(&error, C::Sql::classify);
+                (Err(error), Some(kind))
+            }
+            Err(panic) => (Ok(panic), None),
+        };
+        let reason = match &value {
+            Err(error) => error.to_string(),
+            Ok(panic) => crate::failure::panic_message(&**panic),
+        };
+        let state = claim.failed(conn, failure, &reason);
+        let error = match value {
+            Ok(panic) => panic::resume_unwind(panic),
+            Err(error) => error,
+        };
+        match state {
+            Some(ClaimState::InDoubt) => Ok(ClaimOutcome::InDoubt(InDoubt {
+                attempt,
+                since: now(),
+                reason,
+            })),
+            Some(ClaimState::Abandoned) => Ok(ClaimOutcome::Abandoned(Abandoned {
+                reason: Some(reason),
+                resolution: None,
+            })),
+            _ => Err(error),
+        }
+    }
+}
+
+/// Records that the claim `row`'s lease ran out before its holder completed it.
+fn record_lapse<C: InboxConnection>(
+    conn: &mut C,
+    key: crate::backend::Key<'_>,
+    row: &ClaimRow,
+    doubt: &InDoubt,
+) -> Result<(), Failure<Error>> {
+    let change = ClaimChange {
+        state: ClaimState::InDoubt,
+        acquire: false,
+        lease_until: None,
+        result: None,
+        note: Some(doubt.reason()),
+        audit: None,
+        now: now(),
+    };
+    conn.sql()
+        .update_claim(key, row.attempt, &[ClaimState::InProgress], &change)?;
+    Ok(())
+}

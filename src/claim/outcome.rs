@@ -1,0 +1,204 @@
+//! What a claim came to: for the two-phase form ([`Claimed`]) and the closure form
+//! ([`ClaimOutcome`]).
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+
+use crate::backend::sealed::ClaimRow;
+use crate::{Audit, Claim, Error};
+
+/// What [`Claims::claim`](crate::Claims::claim) found: the claim to run the side effect
+/// under, or why not to run it.
+#[must_use = "only Claimed::Acquired may run the side effect"]
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Claimed {
+    /// This delivery holds the claim: run the side effect now, then finish the claim
+    /// ([`Claim::complete`] and the others).
+    Acquired(Claim),
+    /// The side effect happened before: its stored result, and the side effect must not run.
+    Completed(Completed),
+    /// Another worker holds the claim and its lease runs: do not run the side effect;
+    /// redeliver after the lease.
+    InProgress(InProgress),
+    /// Whether the side effect happened is unknown: do not run it; ops resolve the claim.
+    InDoubt(InDoubt),
+    /// The side effect did not happen and must not run.
+    Abandoned(Abandoned),
+}
+
+/// What [`Claims::run`](crate::Claims::run) came to.
+#[must_use = "a ClaimOutcome says whether the side effect ran; ack the message by ClaimOutcome::ack"]
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ClaimOutcome<T> {
+    /// This delivery ran the side effect, and its completion committed.
+    Ran(T),
+    /// The side effect had run before: its stored result. It did not run again.
+    Completed(T),
+    /// Another worker holds the claim and its lease runs: the side effect did not run.
+    InProgress(InProgress),
+    /// Whether the side effect happened is unknown: this delivery's side effect failed in a
+    /// way that does not say, or an earlier holder's lease ran out. It did not run (again);
+    /// ops resolve the claim.
+    InDoubt(InDoubt),
+    /// The side effect did not happen and will not: it failed permanently, or ops gave it up.
+    Abandoned(Abandoned),
+}
+
+impl<T> ClaimOutcome<T> {
+    /// The side effect's result: from this delivery's run, or stored by an earlier one.
+    pub fn value(self) -> Option<T> {
+        match self {
+            Self::Ran(value) | Self::Completed(value) => Some(value),
+            Self::InProgress(_) | Self::InDoubt(_) | Self::Abandoned(_) => None,
+        }
+    }
+
+    /// `true` when this delivery ran the side effect.
+    pub fn ran(&self) -> bool {
+        matches!(self, Self::Ran(_))
+    }
+
+    /// `true` when the claim is in doubt.
+    pub fn is_in_doubt(&self) -> bool {
+        matches!(self, Self::InDoubt(_))
+    }
+}
+
+/// A completed claim's stored result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed {
+    result: Option<String>,
+    at: Option<DateTime<Utc>>,
+    resolution: Option<Audit>,
+}
+
+impl Completed {
+    pub(crate) fn from_row(row: &ClaimRow) -> Self {
+        Self {
+            result: row.result.clone(),
+            at: row.completed_at,
+            resolution: audit_of(row),
+        }
+    }
+
+    /// The side effect's result, as its holder (or ops) stored it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StoredResult`] when the stored JSON does not deserialize into `T`.
+    pub fn result<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        serde_json::from_str(self.result.as_deref().unwrap_or("null")).map_err(Error::StoredResult)
+    }
+
+    /// When it was completed.
+    pub fn completed_at(&self) -> Option<DateTime<Utc>> {
+        self.at
+    }
+
+    /// Who completed it and why, when ops resolved it.
+    pub fn resolution(&self) -> Option<&Audit> {
+        self.resolution.as_ref()
+    }
+}
+
+/// A claim another worker holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InProgress {
+    pub(crate) attempt: u64,
+    pub(crate) lease_until: DateTime<Utc>,
+}
+
+impl InProgress {
+    /// The holder's attempt.
+    pub fn attempt(&self) -> u64 {
+        self.attempt
+    }
+
+    /// When its lease runs out: after that the claim is in doubt (or, under
+    /// [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy), taken over).
+    pub fn lease_until(&self) -> DateTime<Utc> {
+        self.lease_until
+    }
+}
+
+/// A claim whose side effect may or may not have happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InDoubt {
+    pub(crate) attempt: u64,
+    pub(crate) since: DateTime<Utc>,
+    pub(crate) reason: String,
+}
+
+impl InDoubt {
+    pub(crate) fn from_row(row: &ClaimRow, now: DateTime<Utc>) -> Self {
+        let lapsed = row.state == crate::ClaimState::InProgress;
+        Self {
+            attempt: row.attempt.unsigned_abs(),
+            since: if lapsed {
+                row.lease_until
+            } else {
+                row.updated_at
+            },
+            reason: match (&row.last_error, lapsed) {
+                (Some(reason), false) => reason.clone(),
+                _ => lease_ran_out(row.lease_until.min(now)),
+            },
+        }
+    }
+
+    /// The attempt whose outcome is unknown.
+    pub fn attempt(&self) -> u64 {
+        self.attempt
+    }
+
+    /// Since when: the end of the lapsed lease, or the failure that left it in doubt.
+    pub fn since(&self) -> DateTime<Utc> {
+        self.since
+    }
+
+    /// Why: the lease ran out, or the side effect's error.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+/// Why a lapsed claim is in doubt.
+pub(crate) fn lease_ran_out(at: DateTime<Utc>) -> String {
+    format!("the holder's lease ran out at {at} before it completed the claim (it crashed, hung or lost its connection)")
+}
+
+/// A claim given up on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Abandoned {
+    pub(crate) reason: Option<String>,
+    pub(crate) resolution: Option<Audit>,
+}
+
+impl Abandoned {
+    pub(crate) fn from_row(row: &ClaimRow) -> Self {
+        Self {
+            reason: row.last_error.clone(),
+            resolution: audit_of(row),
+        }
+    }
+
+    /// The permanent failure that abandoned it, if one did.
+    pub fn reason(&self) -> Option<&str> {
+        self.reason.as_deref()
+    }
+
+    /// Who abandoned it and why, when ops did.
+    pub fn resolution(&self) -> Option<&Audit> {
+        self.resolution.as_ref()
+    }
+}
+
+/// Who resolved the claim and why, when ops did.
+pub(crate) fn audit_of(row: &ClaimRow) -> Option<Audit> {
+    match (&row.resolved_by, &row.resolution) {
+        (Some(actor), Some(reason)) => Audit::new(actor.clone(), reason.clone()).ok(),
+        _ => None,
+    }
+}
