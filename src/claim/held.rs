@@ -9,7 +9,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
-use super::verdict;
+use super::verdict::{self, InDoubtPolicy};
 use crate::backend::sealed::{ClaimChange, InboxSql};
 use crate::backend::Key;
 use crate::decide::HandlerFailure;
@@ -375,7 +375,11 @@ impl Drop for Claim {
     fn drop(&mut self) {
         if !self.finished {
             let (consumer, event_id) = self.key();
-            warn!(consumer, event_id, attempt = self.attempt, lease_until = %self.lease_until, "a claim was dropped unfinished: it stays in progress until its lease runs out, then it is in doubt");
+            let then = match self.claims.policy {
+                InDoubtPolicy::Hold => "then it is in doubt",
+                InDoubtPolicy::RerunAfterLease => "then the next delivery runs it again",
+            };
+            warn!(consumer, event_id, attempt = self.attempt, lease_until = %self.lease_until, "a claim was dropped unfinished: it stays in progress until its lease runs out, {then}");
         }
     }
 }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use tracing::info;
 
 use super::held::idempotency_key;
-use super::outcome::audit_of;
+use super::outcome::{audit_of, lease_ran_out};
 use super::{verdict, Claims};
 use crate::backend::sealed::{ClaimChange, ClaimRow, InboxSql};
 use crate::duration::now;
@@ -48,6 +48,11 @@ impl ClaimRecord {
     fn from_row(consumer: &str, row: ClaimRow, now: DateTime<Utc>) -> Result<Self, Error> {
         let state = verdict::state_at(&row, now);
         let resolution = audit_of(&row);
+        // A lapse no delivery has recorded yet reads as it would be recorded.
+        let reason = match (row.state, state) {
+            (ClaimState::InProgress, ClaimState::InDoubt) => Some(lease_ran_out(row.lease_until)),
+            _ => row.last_error,
+        };
         let payload = match (row.payload_kind.as_deref(), row.payload) {
             (Some(kind), Some(bytes)) => Payload::from_stored(kind, bytes),
             _ => None,
@@ -63,7 +68,7 @@ impl ClaimRecord {
             updated_at: row.updated_at,
             completed_at: row.completed_at,
             result: row.result,
-            reason: row.last_error,
+            reason,
             resolution,
             payload,
         })

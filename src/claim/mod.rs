@@ -185,7 +185,7 @@ impl Claims {
             return Err(Error::ClaimInsideTransaction);
         }
         let subject = self.inbox.subject(Some(delivery.id.as_str()));
-        let (claimed, newly_in_doubt) = transaction::run(
+        let (claimed, lapsed) = transaction::run(
             conn,
             Scope::TopLevel,
             self.inbox.retry_policy(),
@@ -194,12 +194,19 @@ impl Claims {
         )
         .map_err(Failure::into_error)?;
         let (consumer, event_id) = (self.consumer(), delivery.id.as_str());
+        let taken_over = lapsed && matches!(claimed, Claimed::Acquired(_));
         match &claimed {
             Claimed::Acquired(claim) => {
                 observe::claim_transition(consumer, ClaimState::InProgress);
-                info!(consumer, event_id, attempt = claim.attempt(), lease_until = %claim.lease_until(), "claim acquired");
+                let attempt = claim.attempt();
+                let lease_until = claim.lease_until();
+                if taken_over {
+                    warn!(consumer, event_id, attempt, %lease_until, "claim taken over after its holder's lease ran out: the side effect runs again, with the same idempotency key");
+                } else {
+                    info!(consumer, event_id, attempt, %lease_until, "claim acquired");
+                }
             }
-            Claimed::InDoubt(doubt) if newly_in_doubt => {
+            Claimed::InDoubt(doubt) if lapsed => {
                 observe::claim_transition(consumer, ClaimState::InDoubt);
                 warn!(consumer, event_id, attempt = doubt.attempt(), reason = doubt.reason(), "claim in doubt: the side effect may or may not have happened; resolve it (diesel-inbox claims resolve)");
             }
@@ -209,7 +216,8 @@ impl Claims {
     }
 
     /// The body of the claim's transaction: insert the claim, or read the existing one and
-    /// decide. Returns what it found, and whether it just recorded a lapsed lease as in doubt.
+    /// decide. Returns what it found, and whether it found a holder's lease run out: then it
+    /// has just recorded the claim in doubt, or taken it over.
     fn claim_in<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -236,7 +244,7 @@ impl Claims {
                     event_id: delivery.id.clone(),
                 }));
             }
-            verdict::OnDelivery::Acquire => {
+            verdict::OnDelivery::Acquire { lapsed } => {
                 let change = ClaimChange {
                     state: ClaimState::InProgress,
                     acquire: true,
@@ -250,7 +258,7 @@ impl Claims {
                 conn.sql()
                     .update_claim(key, row.attempt, &[row.state], &change)?;
                 let claim = Claim::new(self, delivery.id.clone(), row.attempt + 1, lease_until);
-                Claimed::Acquired(claim)
+                return Ok((Claimed::Acquired(claim), lapsed));
             }
             verdict::OnDelivery::Completed => Claimed::Completed(Completed::from_row(&row)),
             verdict::OnDelivery::InProgress => Claimed::InProgress(InProgress {

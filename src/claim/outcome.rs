@@ -166,6 +166,7 @@ impl InDoubt {
 
 /// Why a lapsed claim is in doubt.
 pub(crate) fn lease_ran_out(at: DateTime<Utc>) -> String {
+    let at = at.format("%Y-%m-%d %H:%M:%S UTC");
     format!("the holder's lease ran out at {at} before it completed the claim (it crashed, hung or lost its connection)")
 }
 

@@ -38,8 +38,8 @@ pub(crate) fn state_at(row: &ClaimRow, now: DateTime<Utc>) -> ClaimState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OnDelivery {
     /// Take the claim and run the side effect: it was released, or is in doubt and the
-    /// policy re-runs it.
-    Acquire,
+    /// policy re-runs it. `lapsed`: its holder's lease ran out.
+    Acquire { lapsed: bool },
     /// Return the stored result.
     Completed,
     /// Leave it to its holder, whose lease runs.
@@ -69,9 +69,10 @@ pub(crate) fn on_delivery(
         (ClaimState::Completed, _) => OnDelivery::Completed,
         (ClaimState::Abandoned, _) => OnDelivery::Abandoned,
         (ClaimState::InProgress, _) => OnDelivery::InProgress,
-        (ClaimState::Released, _) | (ClaimState::InDoubt, InDoubtPolicy::RerunAfterLease) => {
-            OnDelivery::Acquire
-        }
+        (ClaimState::Released, _) => OnDelivery::Acquire { lapsed: false },
+        (ClaimState::InDoubt, InDoubtPolicy::RerunAfterLease) => OnDelivery::Acquire {
+            lapsed: row.state == ClaimState::InProgress,
+        },
         (ClaimState::InDoubt, InDoubtPolicy::Hold) => OnDelivery::InDoubt {
             newly: row.state == ClaimState::InProgress,
         },
@@ -170,7 +171,7 @@ mod tests {
         );
         assert_eq!(
             on_delivery(&lapsed, None, now, InDoubtPolicy::RerunAfterLease),
-            OnDelivery::Acquire
+            OnDelivery::Acquire { lapsed: true }
         );
         let (recorded, now) = row(ClaimState::InDoubt, 30);
         assert_eq!(
@@ -195,7 +196,7 @@ mod tests {
         for (state, expected) in [
             (ClaimState::Completed, OnDelivery::Completed),
             (ClaimState::Abandoned, OnDelivery::Abandoned),
-            (ClaimState::Released, OnDelivery::Acquire),
+            (ClaimState::Released, OnDelivery::Acquire { lapsed: false }),
         ] {
             let (settled, now) = row(state, -60);
             assert_eq!(

@@ -406,7 +406,7 @@ fn await_the_kill(marker: &str) {
 fn crash_a_child<B: Backend>(test: &str, marker: &str) -> (TestDatabase<B::Conn>, B::Conn) {
     let (db, mut conn) = setup::<B>();
     assert!(deliver(&mut conn, &orders(), 1).unwrap().is_processed());
-    let mut child = ChildTest::spawn(test, (CRASH_CHILD, db.url()));
+    let mut child = ChildTest::spawn(test, &[(CRASH_CHILD, db.url())]);
     child.wait_for(marker, CHILD_STARTS_WITHIN);
     child.kill();
     (db, conn)

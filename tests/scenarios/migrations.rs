@@ -16,10 +16,11 @@ use crate::support::Backend;
 
 /// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
 /// indexes and counters that retention and stats use.
-const MIGRATIONS: usize = 4;
+const MIGRATIONS: usize = 5;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-const INBOX_TABLES: [&str; 7] = [
+const INBOX_TABLES: [&str; 8] = [
+    "diesel_inbox_claims",
     "diesel_inbox_counters",
     "diesel_inbox_cursors",
     "diesel_inbox_event_sequences",

@@ -15,6 +15,7 @@ use crate::support::{
 };
 
 mod batch;
+mod claims;
 mod cursor;
 mod failure_classes;
 mod failure_policy;
@@ -24,6 +25,7 @@ mod operations;
 mod retention;
 mod stats;
 pub use batch::*;
+pub use claims::*;
 pub use cursor::*;
 pub use failure_classes::*;
 pub use failure_policy::*;
@@ -123,6 +125,18 @@ macro_rules! backend_tests {
             past_max_open_gaps_a_new_gap_is_refused_and_a_filling_sequence_accepted,
             an_event_id_republished_under_a_new_sequence_is_a_duplicate_and_the_cursor_prunes_id_rows,
             a_dead_lettered_sequence_moves_the_cursor_past_it,
+            a_completed_claim_returns_its_stored_result_and_the_side_effect_runs_once,
+            concurrent_deliveries_run_the_side_effect_once_and_the_others_see_it_in_progress,
+            a_crash_after_the_claim_before_the_side_effect_is_in_doubt_or_rerun_and_never_doubled,
+            a_crash_after_the_side_effect_before_the_completion_is_in_doubt_or_rerun_once_downstream,
+            a_holder_outliving_its_lease_is_in_doubt_or_taken_over_and_then_fenced,
+            a_late_completion_stands_over_ops_retry_but_not_over_ops_completion,
+            only_a_claim_in_doubt_can_be_resolved,
+            a_failed_side_effect_is_released_abandoned_or_in_doubt_as_its_error_says,
+            a_reused_id_with_another_payload_is_refused_and_claims_nothing_more,
+            a_claim_inside_a_transaction_is_refused_and_claims_nothing,
+            the_completion_commits_with_its_record_writes_or_leaves_the_claim_in_doubt,
+            a_long_side_effect_extends_its_lease_and_keeps_other_deliveries_out,
         );
     };
     // One test per scenario of the test binary's module `$module`.

@@ -9,6 +9,9 @@ use diesel::r2d2::{ManageConnection, PooledConnection, R2D2Connection};
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::InboxConnection;
 
+mod fake_service;
+pub(crate) use fake_service::{call, FakeService, Keys};
+
 /// One backend under test. Each test binary uses one; the others are compiled in all of them.
 pub(crate) trait Backend {
     type Conn: TestConn + R2D2Connection;
@@ -648,7 +651,7 @@ pub(crate) fn transaction_depth<C: Connection>(conn: &mut C) -> u32 {
         .map_or(0, std::num::NonZeroU32::get)
 }
 
-/// A copy of this test binary running one of its own tests, `test`, with `var` set in its
+/// A copy of this test binary running one of its own tests, `test`, with `vars` set in its
 /// environment: a process of the test's own, to kill as a crash would.
 pub(crate) struct ChildTest {
     child: std::process::Child,
@@ -657,13 +660,13 @@ pub(crate) struct ChildTest {
 
 impl ChildTest {
     /// Starts it.
-    pub(crate) fn spawn(test: &str, var: (&str, &str)) -> Self {
+    pub(crate) fn spawn(test: &str, vars: &[(&str, &str)]) -> Self {
         use std::io::BufRead;
         use std::process::{Command, Stdio};
 
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(var.0, var.1)
+            .envs(vars.iter().copied())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
