@@ -215,3 +215,59 @@ fn gaps_are_counted_by_cause_once_committed_as_gaps_and_as_missing_sequences() {
         (Some(3), Some(4))
     );
 }
+
+#[test]
+fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
+    use diesel_inbox::{Claimed, InDoubtPolicy};
+    use std::time::Duration;
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+    diesel_inbox::run_pending_migrations(&mut conn).unwrap();
+    let lease = Duration::from_millis(50);
+    let hold = Inbox::new("mailer").unwrap().claims().lease(lease);
+    let rerun = hold.clone().policy(InDoubtPolicy::RerunAfterLease);
+    let send = |_: &diesel_inbox::Claim| Ok::<_, Error>("msg".to_owned());
+
+    metrics::with_local_recorder(&recorder, || {
+        assert!(hold.run(&mut conn, "sent", send).unwrap().ran());
+        // A holder dies: its claim is in doubt once, however often it is redelivered.
+        let Claimed::Acquired(dead) = hold.claim(&mut conn, "lost").unwrap() else {
+            panic!("acquired")
+        };
+        std::mem::forget(dead);
+        std::thread::sleep(2 * lease);
+        assert!(hold.run(&mut conn, "lost", send).unwrap().is_in_doubt());
+        assert!(hold.run(&mut conn, "lost", send).unwrap().is_in_doubt());
+        // A slow holder is taken over, and its late completion is fenced.
+        let Claimed::Acquired(slow) = rerun.claim(&mut conn, "slow").unwrap() else {
+            panic!("acquired")
+        };
+        std::thread::sleep(2 * lease);
+        assert!(rerun.run(&mut conn, "slow", send).unwrap().ran());
+        assert!(slow.complete(&mut conn, &"late").is_err());
+    });
+
+    let metrics = snapshot(&snapshotter);
+    let entered = |state| {
+        counter(
+            &metrics,
+            "diesel_inbox_claim_transitions_total",
+            &[("consumer", "mailer"), ("state", state)],
+        )
+    };
+    assert_eq!(
+        (entered("in_progress"), entered("completed"), entered("in_doubt")),
+        (Some(4), Some(2), Some(1)),
+        "{metrics:#?}"
+    );
+    assert_eq!(
+        counter(
+            &metrics,
+            "diesel_inbox_claims_fenced_total",
+            &[("consumer", "mailer")]
+        ),
+        Some(1)
+    );
+}

@@ -1,5 +1,5 @@
 //! The inbox's traces: a span per call with its consumer and event id, and an event per
-//! outcome at the level the README promises; a cursor's gaps at warn.
+//! outcome at the level the README promises; a cursor's gaps and claims in doubt at warn.
 //!
 //! A test binary of its own: `tracing` caches per call site whether anyone listens, and tests
 //! of other binaries' kinds, running without a subscriber on other threads, would race that
@@ -136,6 +136,10 @@ fn at_warn_level_failures_still_name_their_consumer_and_event_and_retries_stay_q
         let ok = |_: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
         assert!(cursor.process(&mut conn, 1, ok).unwrap().is_processed());
         assert_eq!(cursor.process(&mut conn, 4, ok).unwrap().gaps().len(), 1);
+        let unknown = inbox.claims().run(&mut conn, "evt-10", |_| {
+            Err::<(), Box<dyn std::error::Error + Send + Sync>>("read timed out".into())
+        });
+        assert!(unknown.unwrap().is_in_doubt());
     });
 
     let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
@@ -166,6 +170,13 @@ fn at_warn_level_failures_still_name_their_consumer_and_event_and_retries_stay_q
             && line.contains(r#"stream="orders-0""#)
             && line.contains("first=2 last=3 cause=skipped")),
         "one gap line, with its stream and range:\n{log}"
+    );
+    let doubt = lines("claim in doubt");
+    assert!(
+        matches!(&doubt[..], [line] if line.contains(r#"consumer="billing""#)
+            && line.contains(r#"event_id="evt-10""#)
+            && line.contains("read timed out")),
+        "one in-doubt line, with its claim and reason:\n{log}"
     );
     assert_eq!(
         lines("SqliteSetup").len(),
