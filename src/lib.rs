@@ -54,8 +54,19 @@
 //!   caller's commit decides.
 //! - Ids are compared byte for byte on every backend ([`EventId`]).
 //!
-//! Not guaranteed: effects outside the database (emails, HTTP calls, messages to other
-//! systems) happen again whenever the transaction rolls back and the event is redelivered.
+//! Not guaranteed: side effects a handler makes outside the database (emails, HTTP calls,
+//! messages to other systems) happen again whenever the transaction rolls back and the event
+//! is redelivered. Run those under a claim instead.
+//!
+//! # Side effects outside the database
+//!
+//! A rollback cannot unsend an email. [`Claims`] commit a claim on the event before the side
+//! effect runs outside any transaction, and its completion, with the result, after. A
+//! duplicate gets the stored result; a concurrent delivery sees the claim
+//! [in progress](ClaimOutcome::InProgress). A crash between the two leaves the claim
+//! [in doubt](ClaimOutcome::InDoubt): never run again on its own, visible, and resolved by
+//! ops ([`Claims::resolve`]). [`InDoubtPolicy::RerunAfterLease`] re-runs it instead, with a
+//! stable [idempotency key](Claim::idempotency_key) the downstream service deduplicates.
 //!
 //! # Ordered streams
 //!
