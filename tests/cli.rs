@@ -449,7 +449,7 @@ fn prints_and_installs_migrations(url: &str) {
         url,
         &["migration", "install", folder_arg, "--format", "json"],
     ));
-    assert_eq!(written.as_array().unwrap().len(), 4, "{written}");
+    assert_eq!(written.as_array().unwrap().len(), 5, "{written}");
     for path in written.as_array().unwrap() {
         assert!(Path::new(path.as_str().unwrap()).join("up.sql").is_file());
     }
