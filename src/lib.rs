@@ -101,8 +101,8 @@
 //! - **Health**: [`doctor::check`] says whether the schema is applied and current and the
 //!   backend set up as the inbox needs.
 //! - **The ops CLI**: the `cli` feature builds `diesel-inbox`: stats, dead letters (list,
-//!   show, export, discard, release), gaps (list, resolve), prune, doctor and the migrations
-//!   (`diesel-inbox --help`).
+//!   show, export, discard, release), gaps (list, resolve), claims (list, show, resolve),
+//!   prune, doctor and the migrations (`diesel-inbox --help`).
 //!
 //! # Errors
 //!

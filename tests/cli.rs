@@ -1,14 +1,16 @@
 //! The `diesel-inbox` binary end to end, on each backend: dead letters made through the
 //! library, then listed, shown, exported, discarded and released through the CLI; a cursor's gaps
-//! listed and resolved; the doctor; the migrations.
+//! listed and resolved; claims in doubt listed, shown and resolved; the doctor; the migrations.
 
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use diesel::r2d2::R2D2Connection;
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
-    Audit, Cursor, Delivery, Error, GapState, Inbox, InboxConnection, Payload, Resume, Sequenced,
+    Audit, ClaimState, Claimed, Claims, Cursor, Delivery, Error, GapState, Inbox, InboxConnection,
+    Payload, Resume, Sequenced,
 };
 use serde_json::Value;
 
@@ -68,7 +70,7 @@ fn refuse<C>(_: &mut C) -> Result<(), Error> {
 }
 
 /// The scenario, once for every backend: `drop_index` drops `diesel_inbox_events_settled`.
-fn the_cli_operates_dead_letters_gaps_doctor_and_migrations<C>(
+fn the_cli_operates_dead_letters_gaps_claims_doctor_and_migrations<C>(
     db: &TestDatabase<C>,
     drop_index: &str,
 ) where
@@ -92,6 +94,7 @@ fn the_cli_operates_dead_letters_gaps_doctor_and_migrations<C>(
     discards_and_releases(url, &mut conn, &inbox, &order);
     counts_then_prunes(url, &mut conn);
     lists_and_resolves_gaps(url, &mut conn);
+    lists_shows_and_resolves_claims(url, &mut conn);
     doctor_passes_then_fails(url, &mut conn, drop_index);
     prints_and_installs_migrations(url);
 }
@@ -416,6 +419,307 @@ fn resolves_a_gap<C: InboxConnection>(url: &str, conn: &mut C, cursor: &Cursor, 
     );
 }
 
+/// Takes the claim of `delivery` and lets its holder vanish: with a 1 ms lease, it is soon in
+/// doubt. Returns the idempotency key its side effect was given.
+fn claim_then_vanish<C: InboxConnection>(conn: &mut C, delivery: &Delivery) -> String {
+    let claims = Inbox::new("orders")
+        .unwrap()
+        .claims()
+        .lease(Duration::from_millis(1));
+    let Claimed::Acquired(claim) = claims.claim(conn, delivery).unwrap() else {
+        panic!("a new claim is acquired")
+    };
+    let key = claim.idempotency_key();
+    std::mem::forget(claim);
+    key
+}
+
+/// Two claims in doubt (`pay-1` with a JSON payload, `pay-3` with bytes) and one in progress
+/// (`pay-2`, its 60 s lease running), made by the library; then the CLI.
+fn lists_shows_and_resolves_claims<C: InboxConnection>(url: &str, conn: &mut C) {
+    let charge = Delivery::new("pay-1")
+        .unwrap()
+        .json(serde_json::json!({"order": "A-1", "amount": 990}));
+    let refund = Delivery::new("pay-3")
+        .unwrap()
+        .with_payload(Payload::Bytes(vec![0, 0xff, 1]));
+    let key = claim_then_vanish(conn, &charge);
+    claim_then_vanish(conn, &refund);
+    let claims = Inbox::new("orders").unwrap().claims();
+    let Claimed::Acquired(held) = claims.claim(conn, "pay-2").unwrap() else {
+        panic!("a new claim is acquired")
+    };
+    std::mem::forget(held);
+    std::thread::sleep(Duration::from_millis(20));
+
+    lists_claims_in_doubt(url, &key);
+    shows_a_claim_with_its_payload(url);
+    refuses_a_resolution_without_yes_or_with_a_bad_result(url, conn, &claims);
+    refuses_to_resolve_a_claim_not_in_doubt(url);
+    resolves_a_claim_completed_with_its_result(url, conn, &claims);
+    resolves_a_claim_abandoned(url, conn, &claims, &refund);
+    lists_every_claim_with_all(url);
+}
+
+fn lists_claims_in_doubt(url: &str, key: &str) {
+    let listed = json(&cli(url, &with(&["claims", "--format", "json"])));
+    assert_eq!(listed["consumer"], "orders");
+    assert_eq!(listed["in_doubt"], 2, "{listed}");
+    let ids: Vec<&str> = listed["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["event_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["pay-1", "pay-3"], "oldest first, none in progress");
+    let doubt = &listed["claims"][0];
+    assert_eq!(
+        (&doubt["state"], &doubt["attempt"], &doubt["deliveries"]),
+        (&Value::from("in doubt"), &Value::from(1), &Value::from(1)),
+        "{doubt}"
+    );
+    assert_eq!(
+        doubt["since"], doubt["lease_until"],
+        "a lapsed lease: {doubt}"
+    );
+    assert_eq!(doubt["idempotency_key"], key);
+    assert!(
+        doubt["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("lease ran out")),
+        "{doubt}"
+    );
+    let table = expect(&cli(url, &with(&["claims"])), 0);
+    assert!(table.starts_with("EVENT ID"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("pay-1 ") && l.contains("in doubt") && l.contains(key)),
+        "{table}"
+    );
+    assert_eq!(table.lines().last(), Some("2 claims in doubt"), "{table}");
+    let other = json(&cli(url, &["claims", "--format", "json"]));
+    assert_eq!(
+        other["claims"],
+        serde_json::json!([]),
+        "the default consumer has none"
+    );
+}
+
+fn shows_a_claim_with_its_payload(url: &str) {
+    let shown = json(&cli(
+        url,
+        &with(&["claims", "show", "pay-1", "--format", "json"]),
+    ));
+    assert_eq!(shown["consumer"], "orders");
+    assert_eq!(shown["state"], "in doubt");
+    assert_eq!(
+        shown["payload"],
+        serde_json::json!({"order": "A-1", "amount": 990})
+    );
+    assert_eq!(shown["payload_kind"], "json");
+    assert_eq!(shown["result"], Value::Null);
+    let bytes = json(&cli(
+        url,
+        &with(&["claims", "show", "pay-3", "--format", "json"]),
+    ));
+    assert_eq!(
+        (&bytes["payload_kind"], &bytes["payload"]),
+        (&Value::from("bytes"), &Value::from("AP8B"))
+    );
+    let table = expect(&cli(url, &with(&["claims", "show", "pay-1"])), 0);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("payload:") && l.contains(r#""order":"A-1""#)),
+        "{table}"
+    );
+    fails(
+        &cli(url, &with(&["claims", "show", "nope"])),
+        1,
+        r#"no claim "nope" for this consumer"#,
+    );
+}
+
+/// Without --yes, with a result that is not JSON, or without saying what happened: refused,
+/// changing nothing.
+fn refuses_a_resolution_without_yes_or_with_a_bad_result<C: InboxConnection>(
+    url: &str,
+    conn: &mut C,
+    claims: &Claims,
+) {
+    let completed = with(&[
+        "claims",
+        "resolve",
+        "pay-1",
+        "--completed",
+        r#"{"charge": "ch_81"}"#,
+        "--actor",
+        "ops",
+        "--reason",
+        "found at the provider",
+    ]);
+    fails(&cli(url, &completed), 2, "--yes");
+    let bad = [
+        "claims",
+        "resolve",
+        "pay-1",
+        "--completed",
+        "ch_81",
+        "--actor",
+        "ops",
+        "--reason",
+        "x",
+        "--yes",
+    ];
+    fails(&cli(url, &with(&bad)), 2, "the result is not JSON");
+    let none = [
+        "claims", "resolve", "pay-1", "--actor", "ops", "--reason", "x", "--yes",
+    ];
+    fails(&cli(url, &with(&none)), 2, "--completed");
+    let both = [
+        "claims",
+        "resolve",
+        "pay-1",
+        "--retry",
+        "--abandon",
+        "--actor",
+        "ops",
+        "--reason",
+        "x",
+        "--yes",
+    ];
+    fails(&cli(url, &with(&both)), 2, "cannot be used with");
+    let ids: Vec<String> = claims
+        .in_doubt(conn)
+        .unwrap()
+        .iter()
+        .map(|c| c.event_id.as_str().to_owned())
+        .collect();
+    assert_eq!(ids, ["pay-1", "pay-3"], "nothing changed");
+}
+
+fn refuses_to_resolve_a_claim_not_in_doubt(url: &str) {
+    let held = [
+        "claims", "resolve", "pay-2", "--retry", "--actor", "ops", "--reason", "x", "--yes",
+    ];
+    fails(
+        &cli(url, &with(&held)),
+        1,
+        r#"claim "pay-2" is in progress"#,
+    );
+    let unknown = [
+        "claims", "resolve", "pay-9", "--retry", "--actor", "ops", "--reason", "x", "--yes",
+    ];
+    fails(&cli(url, &with(&unknown)), 1, r#"no claim "pay-9""#);
+}
+
+fn resolves_a_claim_completed_with_its_result<C: InboxConnection>(
+    url: &str,
+    conn: &mut C,
+    claims: &Claims,
+) {
+    let resolve = with(&[
+        "claims",
+        "resolve",
+        "pay-1",
+        "--completed",
+        r#"{"charge": "ch_81"}"#,
+        "--actor",
+        "ops",
+        "--reason",
+        "found at the provider",
+        "--yes",
+    ]);
+    let resolved = json(&cli(url, &[&resolve[..], &["--format", "json"]].concat()));
+    assert_eq!(resolved["state"], "completed", "{resolved}");
+    assert_eq!(resolved["result"], serde_json::json!({"charge": "ch_81"}));
+    assert_eq!(resolved["resolved_by"], "ops");
+    assert_eq!(resolved["resolution"], "found at the provider");
+    assert!(resolved["completed_at"].is_string(), "{resolved}");
+    assert_eq!(resolved["since"], Value::Null, "no longer in doubt");
+    let Claimed::Completed(done) = claims.claim(conn, "pay-1").unwrap() else {
+        panic!("a delivery after the resolution finds the claim completed")
+    };
+    assert_eq!(
+        done.result::<Value>().unwrap(),
+        serde_json::json!({"charge": "ch_81"})
+    );
+    assert_eq!(done.resolution().map(Audit::actor), Some("ops"));
+    fails(&cli(url, &resolve), 1, r#"claim "pay-1" is completed"#);
+}
+
+fn resolves_a_claim_abandoned<C: InboxConnection>(
+    url: &str,
+    conn: &mut C,
+    claims: &Claims,
+    refund: &Delivery,
+) {
+    let abandon = with(&[
+        "claims",
+        "resolve",
+        "pay-3",
+        "--abandon",
+        "--actor",
+        "ops",
+        "--reason",
+        "refunded by hand",
+        "--yes",
+    ]);
+    let table = expect(&cli(url, &abandon), 0);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("state:") && l.ends_with("abandoned")),
+        "{table}"
+    );
+    assert!(table.contains("refunded by hand"), "{table}");
+    let record = claims.show(conn, "pay-3").unwrap().unwrap();
+    assert_eq!(record.state, ClaimState::Abandoned);
+    assert!(
+        matches!(claims.claim(conn, refund).unwrap(), Claimed::Abandoned(_)),
+        "a delivery after the resolution is told it was abandoned"
+    );
+}
+
+/// After the resolutions: none in doubt; --all lists all three.
+fn lists_every_claim_with_all(url: &str) {
+    let table = expect(&cli(url, &with(&["claims"])), 0);
+    assert_eq!(table.lines().last(), Some("0 claims in doubt"), "{table}");
+    let all = json(&cli(url, &with(&["claims", "--all", "--format", "json"])));
+    assert_eq!(all["in_doubt"], 0, "{all}");
+    let states: Vec<(&str, &str)> = all["claims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["event_id"].as_str().unwrap(),
+                c["state"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("pay-1", "completed"),
+            ("pay-3", "abandoned"),
+            ("pay-2", "in progress")
+        ],
+        "{all}"
+    );
+    let table = expect(&cli(url, &with(&["claims", "--all"])), 0);
+    assert!(
+        table.contains("COMPLETED") && table.contains("ch_81"),
+        "{table}"
+    );
+    assert_eq!(
+        table.lines().last(),
+        Some("3 claims, 0 in doubt"),
+        "{table}"
+    );
+}
+
 fn doctor_passes_then_fails<C: InboxConnection>(url: &str, conn: &mut C, drop_index: &str) {
     // doctor: healthy (SQLite warns of the tool's own connection's busy timeout), then not
     let checks = json(&cli(url, &["doctor", "--format", "json"]));
@@ -449,7 +753,7 @@ fn prints_and_installs_migrations(url: &str) {
         url,
         &["migration", "install", folder_arg, "--format", "json"],
     ));
-    assert_eq!(written.as_array().unwrap().len(), 4, "{written}");
+    assert_eq!(written.as_array().unwrap().len(), 5, "{written}");
     for path in written.as_array().unwrap() {
         assert!(Path::new(path.as_str().unwrap()).join("up.sql").is_file());
     }
@@ -458,7 +762,7 @@ fn prints_and_installs_migrations(url: &str) {
 #[test]
 fn the_cli_on_sqlite() {
     let db = TestDatabase::sqlite();
-    the_cli_operates_dead_letters_gaps_doctor_and_migrations(
+    the_cli_operates_dead_letters_gaps_claims_doctor_and_migrations(
         &db,
         "DROP INDEX diesel_inbox_events_settled",
     );
@@ -471,7 +775,7 @@ fn the_cli_on_postgres() {
         url.as_deref()
             .unwrap_or("postgres://root@127.0.0.1:5432/test"),
     );
-    the_cli_operates_dead_letters_gaps_doctor_and_migrations(
+    the_cli_operates_dead_letters_gaps_claims_doctor_and_migrations(
         &db,
         "DROP INDEX diesel_inbox_events_settled",
     );
@@ -481,7 +785,7 @@ fn the_cli_on_postgres() {
 fn the_cli_on_mysql() {
     let url = std::env::var("DIESEL_INBOX_MYSQL_URL");
     let db = TestDatabase::mysql(url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"));
-    the_cli_operates_dead_letters_gaps_doctor_and_migrations(
+    the_cli_operates_dead_letters_gaps_claims_doctor_and_migrations(
         &db,
         "DROP INDEX diesel_inbox_events_settled ON diesel_inbox_events",
     );
@@ -504,6 +808,22 @@ fn usage_errors_exit_with_2_and_print_needs_no_database() {
     let sql = expect(&run(&["migration", "print", "--dialect", "PostgreSQL"]), 0);
     assert!(sql.contains("diesel_inbox_events"));
     expect(&run(&["--database-url", "redis://x", "doctor"]), 2);
+    // a result that is not JSON is refused before any connection (there is no URL here)
+    let bad_result = run(&[
+        "claims",
+        "resolve",
+        "pay-1",
+        "--completed",
+        "{",
+        "--actor",
+        "ops",
+        "--reason",
+        "x",
+        "--yes",
+    ]);
+    expect(&bad_result, 2);
+    let stderr = String::from_utf8_lossy(&bad_result.stderr);
+    assert!(stderr.contains("the result is not JSON"), "{stderr}");
     let help = expect(&run(&["--help"]), 0);
     assert!(help.contains("Exit codes"), "{help}");
 }

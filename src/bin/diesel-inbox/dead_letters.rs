@@ -4,12 +4,11 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
-use base64::Engine as _;
 use clap::Subcommand;
-use diesel_inbox::{DeadLetter, DeadLetterState, Inbox, InboxConnection, Payload};
+use diesel_inbox::{DeadLetter, DeadLetterState, Inbox, InboxConnection};
 use serde_json::{json, Value};
 
-use crate::output;
+use crate::output::{self, payload_kind, payload_value};
 use crate::{AuditArgs, Failure, Format, Global, Outcome};
 
 /// The `dead-letters` subcommands.
@@ -233,13 +232,7 @@ fn detailed(consumer: &str, letter: &DeadLetter) -> Value {
 }
 
 fn print_detailed(consumer: &str, letter: &DeadLetter) {
-    let payload = match &letter.payload {
-        Some(Payload::Json(value)) => value.to_string(),
-        Some(other) => payload_value(Some(other))
-            .as_str()
-            .map_or_else(String::new, |b64| format!("base64:{b64}")),
-        None => "(none)".to_owned(),
-    };
+    let payload = output::payload_text(letter.payload.as_ref());
     print!(
         "{}",
         output::fields(&[
@@ -274,23 +267,4 @@ fn print_detailed(consumer: &str, letter: &DeadLetter) {
             &rows
         )
     );
-}
-
-fn payload_kind(payload: Option<&Payload>) -> Value {
-    match payload {
-        Some(Payload::Json(_)) => json!("json"),
-        Some(_) => json!("bytes"),
-        None => Value::Null,
-    }
-}
-
-/// The payload as JSON: the value itself, or bytes as standard base64.
-fn payload_value(payload: Option<&Payload>) -> Value {
-    match payload {
-        Some(Payload::Json(value)) => value.clone(),
-        Some(Payload::Bytes(bytes)) => {
-            json!(base64::engine::general_purpose::STANDARD.encode(bytes))
-        }
-        Some(_) | None => Value::Null,
-    }
 }

@@ -4,7 +4,7 @@ use clap::{Args, Subcommand};
 use diesel_inbox::{Audit, Cursor, Error, Gap, GapState, Inbox, InboxConnection, Position, Resume};
 use serde_json::{json, Value};
 
-use crate::output;
+use crate::output::{self, or_dash};
 use crate::{AuditArgs, Failure, Format, Global, Outcome};
 
 /// The `gaps` listing options, or the `resolve` subcommand.
@@ -232,10 +232,6 @@ fn resume_at(resume: Resume) -> Option<u64> {
         Resume::At(sequence) => Some(sequence),
         _ => None,
     }
-}
-
-fn or_dash(value: Option<impl ToString>) -> String {
-    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
 fn position_json(position: &Position) -> Value {

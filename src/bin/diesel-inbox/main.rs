@@ -11,6 +11,10 @@
 //!   stats [--recent 24h] [--all]              what the consumer did, in total and recently
 //!   gaps [--stream S] [--all]                 where each sequence cursor stands, and its open gaps
 //!   gaps resolve <ID> --reason R              give up an open gap's sequences (needs --yes)
+//!   claims [--all]                            claims in doubt: side effects that may have happened
+//!   claims show <ID>                          one claim, with its payload, result and resolution
+//!   claims resolve <ID> --completed RESULT_JSON | --retry | --abandon --reason R
+//!                                             settle a claim in doubt (needs --yes)
 //!   prune --older-than 30d --redelivery-window 7d [--dry-run]
 //!                                             remove settled events past the window (needs --yes)
 //!   doctor                                    check the schema, indexes and settings
@@ -38,6 +42,7 @@ macro_rules! with_connection {
     };
 }
 
+mod claims;
 mod dead_letters;
 mod doctor;
 mod gaps;
@@ -55,21 +60,21 @@ use diesel_inbox::migrations::Dialect;
 use diesel_inbox::{Audit, Inbox};
 
 const LONG_ABOUT: &str =
-    "Operate a diesel-inbox database: stats, dead letters, sequence gaps, retention, health checks, \
-migrations.
+    "Operate a diesel-inbox database: stats, dead letters, sequence gaps, claims in doubt, retention, \
+health checks, migrations.
 
 The database URL comes from --database-url or DATABASE_URL; its scheme picks the backend \
 (postgres:// or postgresql://, mysql:// or mariadb://, sqlite:// or a file path for SQLite).
 
-Commands that change rows (dead-letters discard, dead-letters release, gaps resolve, prune) \
-need --yes: \
+Commands that change rows (dead-letters discard, dead-letters release, gaps resolve, \
+claims resolve, prune) need --yes: \
 without it they print what they would change and exit with 2, changing nothing.
 
 Durations read as a number and a unit: 90s, 15m, 24h, 30d, 2w.
 
 Exit codes:
   0  success
-  1  error: database, dead letter or gap not found, invalid transition (message on stderr)
+  1  error: database, dead letter, gap or claim not found, invalid transition (message on stderr)
   2  bad usage, or a change without --yes
   3  doctor found a failing check";
 
@@ -121,6 +126,20 @@ enum Command {
     /// With --all also the filled and resolved ones, with when they closed, who resolved them
     /// and why. As JSON, an object with consumer, cursors and gaps. Exits 0 whatever it finds.
     Gaps(gaps::GapsArgs),
+    /// Claims in doubt: side effects outside the database that may or may not have happened;
+    /// show one, or resolve it once you know.
+    ///
+    /// Lists the consumer's claims in doubt, oldest first: event id, state, attempt (the
+    /// holder's, whose outcome is unknown), deliveries seen, since when (the end of the lapsed
+    /// lease, or the failure that left it in doubt), the idempotency key the side effect was
+    /// given (look it up downstream), and why. With --all every claim, with when it completed,
+    /// its result and reason. Then a count. As JSON, an object with consumer, in_doubt and
+    /// claims. Exits 0 whatever it finds.
+    #[allow(
+        clippy::doc_markdown,
+        reason = "the doc comment is the --help text, read as plain text"
+    )]
+    Claims(claims::ClaimsArgs),
     /// Remove processed events older than the redelivery window, in short batches (needs --yes).
     Prune(prune::PruneArgs),
     /// Check the inbox schema, its indexes and the backend's settings (exit 3 on a failure).
@@ -139,8 +158,8 @@ struct Global {
     yes: bool,
 }
 
-/// Who makes an audited transition and why: kept in the dead letter's history, or the gap
-/// ledger.
+/// Who makes an audited transition and why: kept in the dead letter's history, the gap
+/// ledger, or on the claim.
 #[derive(Debug, clap::Args)]
 struct AuditArgs {
     /// Who makes the change (default: $USER).
@@ -221,6 +240,11 @@ fn run(cli: Cli) -> Outcome {
             let inbox = inbox()?;
             let mut db = Database::connect(url.as_deref())?;
             with_connection!(db, |conn| gaps::run(conn, &inbox, args, &global))
+        }
+        Command::Claims(args) => {
+            let inbox = inbox()?;
+            let mut db = Database::connect(url.as_deref())?;
+            with_connection!(db, |conn| claims::run(conn, &inbox, args, &global))
         }
         Command::Stats(args) => {
             let inbox = inbox()?;

@@ -2,8 +2,10 @@
 
 use std::fmt::Write as _;
 
+use base64::Engine as _;
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde_json::Value;
+use diesel_inbox::Payload;
+use serde_json::{json, Value};
 
 /// `rows` under `headers`, each column as wide as its widest cell, two spaces apart.
 pub(crate) fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -61,6 +63,42 @@ pub(crate) fn cell(text: &str, max: usize) -> String {
     } else {
         let cut: String = line.chars().take(max.saturating_sub(1)).collect();
         format!("{cut}…")
+    }
+}
+
+/// The value, or `-` for none.
+pub(crate) fn or_dash(value: Option<impl ToString>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+/// What kind of payload it is: `"json"`, `"bytes"`, or null for none.
+pub(crate) fn payload_kind(payload: Option<&Payload>) -> Value {
+    match payload {
+        Some(Payload::Json(_)) => json!("json"),
+        Some(_) => json!("bytes"),
+        None => Value::Null,
+    }
+}
+
+/// The payload as JSON: the value itself, or bytes as standard base64.
+pub(crate) fn payload_value(payload: Option<&Payload>) -> Value {
+    match payload {
+        Some(Payload::Json(value)) => value.clone(),
+        Some(Payload::Bytes(bytes)) => {
+            json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+        }
+        Some(_) | None => Value::Null,
+    }
+}
+
+/// The payload for people: JSON as JSON, bytes as `base64:...`, or `(none)`.
+pub(crate) fn payload_text(payload: Option<&Payload>) -> String {
+    match payload {
+        Some(Payload::Json(value)) => value.to_string(),
+        Some(other) => payload_value(Some(other))
+            .as_str()
+            .map_or_else(String::new, |b64| format!("base64:{b64}")),
+        None => "(none)".to_owned(),
     }
 }
 

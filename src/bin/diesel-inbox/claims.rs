@@ -1,0 +1,327 @@
+//! `diesel-inbox claims`, `diesel-inbox claims show` and `diesel-inbox claims resolve`.
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand};
+use diesel_inbox::{
+    Audit, ClaimRecord, ClaimState, Error, EventId, Inbox, InboxConnection, Resolution,
+};
+use serde_json::{json, Value};
+
+use crate::output::{self, or_dash};
+use crate::{AuditArgs, Failure, Format, Global, Outcome};
+
+/// The `claims` listing options, or a subcommand.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct ClaimsArgs {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Every claim (in progress, completed, released, abandoned), not only those in doubt.
+    #[arg(long)]
+    all: bool,
+}
+
+/// The `claims` subcommands.
+#[derive(Debug, Subcommand)]
+#[allow(
+    clippy::doc_markdown,
+    reason = "the doc comments are the --help text, read as plain text"
+)]
+pub(crate) enum Command {
+    /// One claim in full, in any state: its payload (JSON as JSON, bytes as base64), its
+    /// result, and who resolved it and why.
+    Show {
+        /// The claimed event's id.
+        id: String,
+    },
+    /// Resolve a claim in doubt once you know what its side effect did (needs --yes).
+    ///
+    /// --completed RESULT_JSON: it happened, with this result (JSON: '"ch_81"', '{"id": 7}',
+    /// 'null'); later deliveries get the result back. --retry: it did not happen; the next
+    /// delivery runs it again (publish the message again if the broker will not). --abandon:
+    /// it must not happen; later deliveries are told it was abandoned. Exactly one of the
+    /// three. Prints the claim as it now stands. A claim that is not in doubt (in progress,
+    /// or settled already), or that the consumer does not have, is an error (exit 1).
+    Resolve {
+        /// The claimed event's id.
+        id: String,
+        #[command(flatten)]
+        outcome: OutcomeArgs,
+        #[command(flatten)]
+        audit: AuditArgs,
+    },
+}
+
+/// What the side effect of a claim in doubt did: exactly one of the three.
+#[derive(Debug, Args)]
+#[allow(
+    clippy::doc_markdown,
+    reason = "the doc comments are the --help text, read as plain text"
+)]
+#[group(id = "resolution", required = true, multiple = false)]
+pub(crate) struct OutcomeArgs {
+    /// It happened, with this result, as JSON (quote a string: '"ch_81"').
+    #[arg(long, value_name = "RESULT_JSON", value_parser = parse_result)]
+    completed: Option<Value>,
+    /// It did not happen: the next delivery runs it again.
+    #[arg(long)]
+    retry: bool,
+    /// It must not happen: later deliveries are told it was abandoned.
+    #[arg(long)]
+    abandon: bool,
+}
+
+impl OutcomeArgs {
+    /// The resolution the options name; the group makes it exactly one.
+    fn resolution(&self) -> Resolution {
+        match &self.completed {
+            Some(result) => Resolution::Completed(result.clone()),
+            None if self.retry => Resolution::Retry,
+            None => Resolution::Abandon,
+        }
+    }
+}
+
+/// `--completed`'s value: JSON, read before anything touches the database.
+fn parse_result(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| {
+        format!("the result is not JSON ({e}); quote a string as JSON, e.g. '\"ch_81\"'")
+    })
+}
+
+pub(crate) fn run<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    args: &ClaimsArgs,
+    global: &Global,
+) -> Outcome {
+    match &args.command {
+        None => list(conn, inbox, args.all, global),
+        Some(Command::Show { id }) => show(conn, inbox, id, global),
+        Some(Command::Resolve { id, outcome, audit }) => {
+            resolve(conn, inbox, id, outcome, audit, global)
+        }
+    }
+}
+
+/// Prints the claims in doubt (with `--all`, every claim), then how many there are.
+fn list<C: InboxConnection>(conn: &mut C, inbox: &Inbox, all: bool, global: &Global) -> Outcome {
+    let claims = inbox.claims();
+    let records = if all {
+        claims.list(conn)?
+    } else {
+        claims.in_doubt(conn)?
+    };
+    let in_doubt = records
+        .iter()
+        .filter(|r| r.state == ClaimState::InDoubt)
+        .count();
+    match global.format {
+        Format::Json => output::print_json(&json!({
+            "consumer": inbox.consumer(),
+            "in_doubt": in_doubt,
+            "claims": records.iter().map(summary).collect::<Vec<_>>(),
+        })),
+        Format::Table => {
+            let mut headers = vec!["event id", "state", "attempt", "deliveries"];
+            if all {
+                headers.extend(["updated", "completed", "result", "reason"]);
+            } else {
+                headers.extend(["since", "idempotency key", "reason"]);
+            }
+            let rows: Vec<Vec<String>> = records
+                .iter()
+                .map(|r| {
+                    let mut row = vec![
+                        r.event_id.as_str().to_owned(),
+                        r.state.to_string(),
+                        r.attempt.to_string(),
+                        r.deliveries.to_string(),
+                    ];
+                    if all {
+                        row.extend([
+                            output::time(r.updated_at),
+                            or_dash(r.completed_at.map(output::time)),
+                            output::cell(r.result.as_deref().unwrap_or("-"), 40),
+                            output::cell(&reason(r).unwrap_or_else(|| "-".to_owned()), 60),
+                        ]);
+                    } else {
+                        row.extend([
+                            or_dash(since(r).map(output::time)),
+                            r.idempotency_key.clone(),
+                            output::cell(&reason(r).unwrap_or_else(|| "-".to_owned()), 60),
+                        ]);
+                    }
+                    row
+                })
+                .collect();
+            print!("{}", output::table(&headers, &rows));
+            let count = |n: usize| format!("{n} claim{}", if n == 1 { "" } else { "s" });
+            if all {
+                println!("{}, {in_doubt} in doubt", count(records.len()));
+            } else {
+                println!("{} in doubt", count(in_doubt));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints one claim in full; an error when the consumer has none of that id.
+fn show<C: InboxConnection>(conn: &mut C, inbox: &Inbox, id: &str, global: &Global) -> Outcome {
+    let record = find(conn, inbox, id)?;
+    print_claim(inbox, &record, global);
+    Ok(())
+}
+
+/// Checks the claim is in doubt, then with `--yes` resolves it; without, says what it would do.
+fn resolve<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    id: &str,
+    outcome: &OutcomeArgs,
+    audit: &AuditArgs,
+    global: &Global,
+) -> Outcome {
+    let audit = audit.audit()?;
+    let resolution = outcome.resolution();
+    let record = find(conn, inbox, id)?;
+    if record.state != ClaimState::InDoubt {
+        return Err(Error::ClaimNotInDoubt {
+            event_id: record.event_id,
+            state: record.state,
+        }
+        .into());
+    }
+    if !global.yes {
+        let change = match &outcome.completed {
+            Some(result) => format!("as completed with result {result}"),
+            None if outcome.retry => {
+                "for a retry (its next delivery runs the side effect)".to_owned()
+            }
+            None => "as abandoned (the side effect never runs)".to_owned(),
+        };
+        return Err(Failure::Usage(format!(
+            "would resolve claim {id:?} of consumer {:?} (attempt {}, in doubt since {}: {}) {change} as {:?} because {:?}; nothing changed: rerun with --yes to do it",
+            inbox.consumer(),
+            record.attempt,
+            or_dash(since(&record).map(output::time)),
+            output::cell(&reason(&record).unwrap_or_default(), 80),
+            audit.actor(),
+            audit.reason(),
+        )));
+    }
+    let record = inbox
+        .claims()
+        .resolve(conn, &record.event_id, resolution, &audit)?;
+    print_claim(inbox, &record, global);
+    Ok(())
+}
+
+/// The consumer's claim of `id`, or [`Error::ClaimNotFound`].
+fn find<C: InboxConnection>(conn: &mut C, inbox: &Inbox, id: &str) -> Result<ClaimRecord, Failure> {
+    let event_id = EventId::new(id).map_err(Error::from)?;
+    inbox
+        .claims()
+        .show(conn, &event_id)?
+        .ok_or_else(|| Error::ClaimNotFound { event_id }.into())
+}
+
+/// Since when a claim is in doubt: the end of its lease when that ran out, the failure that
+/// left it in doubt otherwise. `None` for a claim not in doubt.
+fn since(record: &ClaimRecord) -> Option<DateTime<Utc>> {
+    if record.state != ClaimState::InDoubt {
+        return None;
+    }
+    // A lapse nobody recorded yet has no reason; one recorded by a later delivery was
+    // written after the lease ran out. A failure its holder reported came within the lease.
+    Some(
+        if record.reason.is_none() || record.lease_until <= record.updated_at {
+            record.lease_until
+        } else {
+            record.updated_at
+        },
+    )
+}
+
+/// Why it was released, abandoned or is in doubt; a lapse nobody recorded yet says so.
+fn reason(record: &ClaimRecord) -> Option<String> {
+    match (&record.reason, record.state) {
+        (Some(reason), _) => Some(reason.clone()),
+        (None, ClaimState::InDoubt) => Some(format!(
+            "the holder's lease ran out at {} before it completed the claim",
+            output::time(record.lease_until)
+        )),
+        (None, _) => None,
+    }
+}
+
+/// The result as JSON: the stored value, or its text should it not parse.
+fn result_value(record: &ClaimRecord) -> Value {
+    record.result.as_deref().map_or(Value::Null, |text| {
+        serde_json::from_str(text).unwrap_or_else(|_| Value::from(text))
+    })
+}
+
+/// A claim without its payload.
+fn summary(record: &ClaimRecord) -> Value {
+    json!({
+        "event_id": record.event_id.as_str(),
+        "state": record.state.to_string(),
+        "attempt": record.attempt,
+        "deliveries": record.deliveries,
+        "since": since(record).map(output::time),
+        "lease_until": output::time(record.lease_until),
+        "claimed_at": output::time(record.claimed_at),
+        "updated_at": output::time(record.updated_at),
+        "completed_at": record.completed_at.map(output::time),
+        "result": result_value(record),
+        "reason": reason(record),
+        "idempotency_key": record.idempotency_key,
+        "resolved_by": record.resolution.as_ref().map(Audit::actor),
+        "resolution": record.resolution.as_ref().map(Audit::reason),
+        "payload_kind": output::payload_kind(record.payload.as_ref()),
+    })
+}
+
+/// Prints a claim in full: as JSON, the summary with the consumer and the payload.
+fn print_claim(inbox: &Inbox, record: &ClaimRecord, global: &Global) {
+    match global.format {
+        Format::Json => {
+            let mut value = summary(record);
+            value["consumer"] = Value::from(inbox.consumer());
+            value["payload"] = output::payload_value(record.payload.as_ref());
+            output::print_json(&value);
+        }
+        Format::Table => print!(
+            "{}",
+            output::fields(&[
+                ("consumer", inbox.consumer().to_owned()),
+                ("event id", record.event_id.as_str().to_owned()),
+                ("state", record.state.to_string()),
+                ("attempt", record.attempt.to_string()),
+                ("deliveries", record.deliveries.to_string()),
+                ("claimed", output::time(record.claimed_at)),
+                ("lease until", output::time(record.lease_until)),
+                ("in doubt since", or_dash(since(record).map(output::time))),
+                ("updated", output::time(record.updated_at)),
+                ("completed", or_dash(record.completed_at.map(output::time))),
+                ("result", or_dash(record.result.as_deref())),
+                ("reason", or_dash(reason(record))),
+                ("idempotency key", record.idempotency_key.clone()),
+                (
+                    "resolved by",
+                    or_dash(record.resolution.as_ref().map(Audit::actor)),
+                ),
+                (
+                    "resolution",
+                    or_dash(record.resolution.as_ref().map(Audit::reason)),
+                ),
+                (
+                    "payload",
+                    output::cell(&output::payload_text(record.payload.as_ref()), 200),
+                ),
+            ])
+        ),
+    }
+}
