@@ -49,11 +49,13 @@ const MAX_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect(
 /// Removed, for this consumer only: inbox rows in state `processed` whose `processed_at`
 /// **and** `last_seen_at` are both older than the cutoff (a row still being redelivered is
 /// kept, however old its first delivery), the failure rows and failure history of exactly
-/// those events (they failed, then took effect: settled), and hourly counters of hours before
-/// the cutoff.
+/// those events (they failed, then took effect: settled), hourly counters of hours before
+/// the cutoff, and [claims](crate::Claims) completed or abandoned before the cutoff (a
+/// delivery after that claims the event anew, and runs its side effect again).
 ///
 /// Never removed: dead-lettered and discarded rows (they hold deliveries back: removing one
-/// would let the event run), and failure rows of events with no inbox row (still retrying).
+/// would let the event run), failure rows of events with no inbox row (still retrying), and
+/// claims in progress, in doubt or released (they wait for a holder or for ops).
 /// Other consumers' rows are untouched.
 ///
 /// # Running it
@@ -148,6 +150,8 @@ pub struct Pruned {
     pub history: u64,
     /// Hourly counter rows.
     pub counters: u64,
+    /// Completed and abandoned claims.
+    pub claims: u64,
     /// Batches that deleted inbox rows, each its own transaction (0 in a dry run).
     pub batches: u64,
     /// The longest transaction, the counters' one included: the longest any row stayed locked.
@@ -168,8 +172,8 @@ impl Inbox {
     }
 
     /// Deletes this consumer's processed inbox rows settled and last seen more than
-    /// `retention`'s age ago, with their failure rows and history, and its hourly counters
-    /// older than that; in batches, each a short transaction of its own.
+    /// `retention`'s age ago, with their failure rows and history, and its hourly counters and
+    /// settled claims older than that; in batches, each a short transaction of its own.
     ///
     /// A redelivery of a pruned event runs its effect again: size the age for the worst
     /// realistic outage plus the broker's redelivery period, not the average one. Dead-lettered
@@ -230,6 +234,7 @@ impl Inbox {
                 failures: counts.failures.unsigned_abs(),
                 history: counts.history.unsigned_abs(),
                 counters: counts.counters.unsigned_abs(),
+                claims: counts.claims.unsigned_abs(),
                 elapsed: started.elapsed(),
                 dry_run: true,
                 ..Pruned::default()
@@ -249,6 +254,7 @@ impl Inbox {
             failures = pruned.failures,
             history = pruned.history,
             counters = pruned.counters,
+            claims = pruned.claims,
             batches = pruned.batches,
             longest_batch = ?pruned.longest_batch,
             elapsed = ?pruned.elapsed,
@@ -259,11 +265,12 @@ impl Inbox {
             observe::pruned(consumer, "diesel_inbox_failures", pruned.failures);
             observe::pruned(consumer, "diesel_inbox_failure_log", pruned.history);
             observe::pruned(consumer, "diesel_inbox_counters", pruned.counters);
+            observe::pruned(consumer, "diesel_inbox_claims", pruned.claims);
         }
         Ok(pruned)
     }
 
-    /// The batches, then the counters, under the prune lock.
+    /// The batches, then the counters and the settled claims, under the prune lock.
     fn prune_locked<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -312,16 +319,23 @@ impl Inbox {
                 break;
             }
         }
+        // Then, each in one transaction: the counters, and the claims settled before the
+        // cutoff (claims are few: one per side effect, not per event).
         let counters_started = Instant::now();
-        let counters = transaction::run::<_, _, Error>(
+        let (counters, claims) = transaction::run::<_, _, Error>(
             conn,
             Scope::TopLevel,
             self.retry_policy(),
             subject,
-            |tx| Ok(tx.sql().delete_counters_before(consumer, cutoff)?),
+            |tx| {
+                let counters = tx.sql().delete_counters_before(consumer, cutoff)?;
+                let claims = tx.sql().delete_settled_claims(consumer, cutoff)?;
+                Ok((counters, claims))
+            },
         )
         .map_err(Failure::into_error)?;
         pruned.counters = count(counters);
+        pruned.claims = count(claims);
         pruned.longest_batch = pruned.longest_batch.max(counters_started.elapsed());
         Ok(pruned)
     }

@@ -228,6 +228,11 @@ pub enum ClaimState {
     Abandoned,
 }
 
+impl ClaimState {
+    /// The states a claim never leaves on its own: retention may prune them.
+    pub(crate) const SETTLED: [Self; 2] = [Self::Completed, Self::Abandoned];
+}
+
 stored_as_text!(ClaimState, "diesel_inbox_claims.state" {
     InProgress = "in_progress",
     InDoubt = "in_doubt",

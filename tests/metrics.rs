@@ -258,7 +258,11 @@ fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
         )
     };
     assert_eq!(
-        (entered("in_progress"), entered("completed"), entered("in_doubt")),
+        (
+            entered("in_progress"),
+            entered("completed"),
+            entered("in_doubt")
+        ),
         (Some(4), Some(2), Some(1)),
         "{metrics:#?}"
     );

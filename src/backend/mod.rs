@@ -144,6 +144,7 @@ pub(crate) mod sealed {
         pub failures: i64,
         pub history: i64,
         pub counters: i64,
+        pub claims: i64,
     }
 
     /// A row of `diesel_inbox_cursors`.
@@ -190,7 +191,7 @@ pub(crate) mod sealed {
     #[derive(Debug)]
     pub struct ClaimChange<'a> {
         pub state: ClaimState,
-        /// Bump the attempt: a new holder acquires the claim.
+        /// Bump the attempt and clear the reason: a new holder acquires the claim.
         pub acquire: bool,
         pub lease_until: Option<DateTime<Utc>>,
         /// The side effect's result (JSON); `completed_at` is set with it.
@@ -476,6 +477,13 @@ pub(crate) mod sealed {
 
         /// Deletes the consumer's counters of hours that start before `cutoff`.
         fn delete_counters_before(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+        ) -> QueryResult<usize>;
+
+        /// Deletes the consumer's completed and abandoned claims last changed before `cutoff`.
+        fn delete_settled_claims(
             &mut self,
             consumer: &str,
             cutoff: DateTime<Utc>,

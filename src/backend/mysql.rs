@@ -329,6 +329,7 @@ impl InboxSql for MysqlConnection {
     statement!(delete_failures_of, schema, codec);
     statement!(delete_counters_before, schema, codec);
     statement!(count_prunable, schema, codec);
+    statement!(delete_settled_claims, schema, codec);
     statement!(advance_cursor, schema, codec);
     statement!(cursor, schema, codec, rows, lock = for_update);
     statement!(cursors, schema, codec, rows);

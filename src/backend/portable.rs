@@ -1034,6 +1034,7 @@ macro_rules! statement {
             cutoff: DateTime<Utc>,
         ) -> QueryResult<$crate::backend::sealed::PruneCounts> {
             use $crate::state::InboxState;
+            use $schema::diesel_inbox_claims::dsl as k;
             use $schema::diesel_inbox_counters::dsl as c;
             use $schema::diesel_inbox_events::dsl as t;
             use $schema::diesel_inbox_failure_log::dsl as l;
@@ -1062,12 +1063,35 @@ macro_rules! statement {
                 .filter(c::bucket.lt(cutoff))
                 .count()
                 .get_result::<i64>(self)?;
+            let claims = k::diesel_inbox_claims
+                .filter(k::consumer.eq(who))
+                .filter(k::state.eq_any($crate::state::ClaimState::SETTLED))
+                .filter(k::updated_at.lt(cutoff))
+                .count()
+                .get_result::<i64>(self)?;
             Ok($crate::backend::sealed::PruneCounts {
                 events,
                 failures,
                 history,
                 counters,
+                claims,
             })
+        }
+    };
+    (delete_settled_claims, $schema:ident, $codec:ident) => {
+        fn delete_settled_claims(
+            &mut self,
+            consumer: &str,
+            cutoff: DateTime<Utc>,
+        ) -> QueryResult<usize> {
+            use $schema::diesel_inbox_claims::dsl as k;
+            diesel::delete(
+                k::diesel_inbox_claims
+                    .filter(k::consumer.eq($codec::key(consumer)))
+                    .filter(k::state.eq_any($crate::state::ClaimState::SETTLED))
+                    .filter(k::updated_at.lt($codec::time(cutoff))),
+            )
+            .execute(self)
         }
     };
     // Sequence cursors. `advance_cursor` is the in-order fast path: one update, which finds
@@ -1442,7 +1466,9 @@ macro_rules! statement {
                     change.result.map(|json| k::result.eq(Some(json))),
                     (change.state == ClaimState::Completed)
                         .then(|| k::completed_at.eq(Some(now))),
-                    change.note.map(|note| k::last_error.eq(Some(note))),
+                    // A new holder starts without the last one's reason.
+                    if change.acquire { Some(None) } else { change.note.map(Some) }
+                        .map(|note| k::last_error.eq(note)),
                     change.audit.map(|audit| {
                         (
                             k::resolved_by.eq(Some(audit.actor())),

@@ -112,6 +112,7 @@ macro_rules! backend_tests {
             a_prune_racing_live_deliveries_and_redeliveries_doubles_and_loses_nothing,
             a_second_concurrent_prune_is_told_another_is_running,
             a_large_prune_removes_every_old_row_in_bounded_batches,
+            pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones,
             a_sequence_at_or_below_the_watermark_is_a_duplicate_and_its_effect_does_not_run,
             a_late_arrival_into_a_gap_is_processed_once_and_fills_it,
             a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_resolve,

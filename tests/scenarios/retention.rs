@@ -429,3 +429,62 @@ pub fn a_large_prune_removes_every_old_row_in_bounded_batches<B: Backend>() {
         pruned.elapsed, pruned.batches, pruned.longest_batch
     );
 }
+
+pub fn pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones<B: Backend>() {
+    use diesel_inbox::{ClaimState, Claimed, Resolution};
+
+    let (_db, mut conn) = setup::<B>();
+    let claims = orders().claims().lease(Duration::from_millis(1));
+    let done = |_: &diesel_inbox::Claim| Ok::<_, Error>(());
+    for id in ["old-completed", "young-completed"] {
+        assert!(claims.run(&mut conn, id, done).unwrap().ran());
+    }
+    let abandon = |_: &diesel_inbox::Claim| Err::<(), _>(Error::permanent("never"));
+    assert!(claims.run(&mut conn, "old-abandoned", abandon).is_ok());
+    let release = |_: &diesel_inbox::Claim| Err::<(), _>(Error::transient("later"));
+    assert!(claims.run(&mut conn, "old-released", release).is_err());
+    let Claimed::Acquired(lost) = claims.claim(&mut conn, "old-in-doubt").unwrap() else {
+        panic!("acquired")
+    };
+    std::mem::forget(lost);
+    std::thread::sleep(Duration::from_millis(5));
+    let audit = Audit::new("ops", "found it").unwrap();
+    claims
+        .resolve(&mut conn, "old-in-doubt", Resolution::Retry, &audit)
+        .unwrap();
+    let Claimed::Acquired(lost) = claims.claim(&mut conn, "old-in-doubt").unwrap() else {
+        panic!("acquired again")
+    };
+    std::mem::forget(lost);
+    for id in [
+        "old-completed",
+        "old-abandoned",
+        "old-released",
+        "old-in-doubt",
+    ] {
+        B::backdate_claim(&mut conn, "orders", id, days_ago(30));
+    }
+
+    let would = orders()
+        .prune(&mut conn, &Retention::older_than(7 * DAY).dry_run(true))
+        .unwrap();
+    let pruned = orders()
+        .prune(&mut conn, &Retention::older_than(7 * DAY))
+        .unwrap();
+
+    assert_eq!((would.claims, pruned.claims), (2, 2), "{pruned:?}");
+    let left: Vec<_> = claims
+        .list(&mut conn)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.event_id.as_str().to_owned(), c.state))
+        .collect();
+    assert_eq!(
+        left,
+        [
+            ("young-completed".to_owned(), ClaimState::Completed),
+            ("old-released".to_owned(), ClaimState::Released),
+            ("old-in-doubt".to_owned(), ClaimState::InDoubt),
+        ]
+    );
+}

@@ -74,6 +74,9 @@ pub(crate) trait Backend {
         last_seen_at: DateTime<Utc>,
     );
 
+    /// Sets `updated_at` of the consumer's claim of `event_id`.
+    fn backdate_claim(conn: &mut Self::Conn, consumer: &str, event_id: &str, at: DateTime<Utc>);
+
     /// Adds an hourly counter row of the consumer for the hour starting at `bucket`.
     fn insert_counter(conn: &mut Self::Conn, consumer: &str, bucket: DateTime<Utc>);
 
@@ -110,6 +113,24 @@ macro_rules! retention_helpers {
             .execute(conn)
             .unwrap();
             assert_eq!(changed, event_ids.len(), "rows backdated");
+        }
+
+        fn backdate_claim(
+            conn: &mut Self::Conn,
+            consumer: &str,
+            event_id: &str,
+            at: DateTime<Utc>,
+        ) {
+            use diesel_inbox::schema::$schema::diesel_inbox_claims as k;
+            let changed = diesel::update(
+                k::table
+                    .filter(k::consumer.eq($key(consumer)))
+                    .filter(k::event_id.eq($key(event_id))),
+            )
+            .set(k::updated_at.eq($time(at)))
+            .execute(conn)
+            .unwrap();
+            assert_eq!(changed, 1, "claim backdated");
         }
 
         fn insert_counter(conn: &mut Self::Conn, consumer: &str, bucket: DateTime<Utc>) {
