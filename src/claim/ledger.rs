@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use tracing::info;
 
 use super::held::idempotency_key;
-use super::outcome::{audit_of, lease_ran_out};
+use super::outcome::{audit_of, in_doubt_since, lease_ran_out};
 use super::{verdict, Claims};
 use crate::backend::sealed::{ClaimChange, ClaimRow, InboxSql};
 use crate::duration::now;
@@ -20,6 +20,9 @@ pub struct ClaimRecord {
     pub event_id: EventId,
     /// Where it stands when read: in progress past its lease reads as in doubt.
     pub state: ClaimState,
+    /// Since when it is in doubt, when it is: the end of the lapsed lease, or the failure that
+    /// did not say whether the side effect happened.
+    pub in_doubt_since: Option<DateTime<Utc>>,
     /// The current holder's attempt (the fencing token).
     pub attempt: u64,
     /// Deliveries the claim has seen, the first included.
@@ -34,7 +37,8 @@ pub struct ClaimRecord {
     pub completed_at: Option<DateTime<Utc>>,
     /// The side effect's result, as JSON, once completed.
     pub result: Option<String>,
-    /// Why it was released, abandoned or is in doubt.
+    /// Why it was released, abandoned or is in doubt (a lapse no delivery has recorded yet
+    /// included).
     pub reason: Option<String>,
     /// Who resolved it and why, when ops did.
     pub resolution: Option<Audit>,
@@ -47,6 +51,7 @@ pub struct ClaimRecord {
 impl ClaimRecord {
     fn from_row(consumer: &str, row: ClaimRow, now: DateTime<Utc>) -> Result<Self, Error> {
         let state = verdict::state_at(&row, now);
+        let in_doubt_since = (state == ClaimState::InDoubt).then(|| in_doubt_since(&row));
         let resolution = audit_of(&row);
         // A lapse no delivery has recorded yet reads as it would be recorded.
         let reason = match (row.state, state) {
@@ -58,6 +63,7 @@ impl ClaimRecord {
             _ => None,
         };
         Ok(Self {
+            in_doubt_since,
             idempotency_key: idempotency_key(consumer, &row.event_id),
             event_id: EventId::new(row.event_id)?,
             state,

@@ -266,7 +266,7 @@ impl Claims {
                 lease_until: row.lease_until,
             }),
             verdict::OnDelivery::InDoubt { newly } => {
-                let doubt = InDoubt::from_row(&row, now);
+                let doubt = InDoubt::from_row(&row);
                 if newly {
                     record_lapse(conn, key, &row, &doubt)?;
                 }

@@ -132,18 +132,14 @@ pub struct InDoubt {
 }
 
 impl InDoubt {
-    pub(crate) fn from_row(row: &ClaimRow, now: DateTime<Utc>) -> Self {
+    pub(crate) fn from_row(row: &ClaimRow) -> Self {
         let lapsed = row.state == crate::ClaimState::InProgress;
         Self {
             attempt: row.attempt.unsigned_abs(),
-            since: if lapsed {
-                row.lease_until
-            } else {
-                row.updated_at
-            },
+            since: in_doubt_since(row),
             reason: match (&row.last_error, lapsed) {
                 (Some(reason), false) => reason.clone(),
-                _ => lease_ran_out(row.lease_until.min(now)),
+                _ => lease_ran_out(row.lease_until),
             },
         }
     }
@@ -161,6 +157,16 @@ impl InDoubt {
     /// Why: the lease ran out, or the side effect's error.
     pub fn reason(&self) -> &str {
         &self.reason
+    }
+}
+
+/// Since when the claim `row`, in doubt, is: the end of its lease when that ran out (recorded
+/// by a delivery after it, or not yet), the failure its holder reported within it otherwise.
+pub(crate) fn in_doubt_since(row: &ClaimRow) -> DateTime<Utc> {
+    if row.state == crate::ClaimState::InProgress {
+        row.lease_until
+    } else {
+        row.lease_until.min(row.updated_at)
     }
 }
 

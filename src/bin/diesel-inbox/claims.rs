@@ -1,6 +1,5 @@
 //! `diesel-inbox claims`, `diesel-inbox claims show` and `diesel-inbox claims resolve`.
 
-use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use diesel_inbox::{
     Audit, ClaimRecord, ClaimState, Error, EventId, Inbox, InboxConnection, Resolution,
@@ -143,13 +142,13 @@ fn list<C: InboxConnection>(conn: &mut C, inbox: &Inbox, all: bool, global: &Glo
                             output::time(r.updated_at),
                             or_dash(r.completed_at.map(output::time)),
                             output::cell(r.result.as_deref().unwrap_or("-"), 40),
-                            output::cell(&reason(r).unwrap_or_else(|| "-".to_owned()), 60),
+                            output::cell(&r.reason.clone().unwrap_or_else(|| "-".to_owned()), 60),
                         ]);
                     } else {
                         row.extend([
-                            or_dash(since(r).map(output::time)),
+                            or_dash(r.in_doubt_since.map(output::time)),
                             r.idempotency_key.clone(),
-                            output::cell(&reason(r).unwrap_or_else(|| "-".to_owned()), 60),
+                            output::cell(&r.reason.clone().unwrap_or_else(|| "-".to_owned()), 60),
                         ]);
                     }
                     row
@@ -205,8 +204,8 @@ fn resolve<C: InboxConnection>(
             "would resolve claim {id:?} of consumer {:?} (attempt {}, in doubt since {}: {}) {change} as {:?} because {:?}; nothing changed: rerun with --yes to do it",
             inbox.consumer(),
             record.attempt,
-            or_dash(since(&record).map(output::time)),
-            output::cell(&reason(&record).unwrap_or_default(), 80),
+            or_dash(record.in_doubt_since.map(output::time)),
+            output::cell(&record.reason.clone().unwrap_or_default(), 80),
             audit.actor(),
             audit.reason(),
         )));
@@ -227,35 +226,6 @@ fn find<C: InboxConnection>(conn: &mut C, inbox: &Inbox, id: &str) -> Result<Cla
         .ok_or_else(|| Error::ClaimNotFound { event_id }.into())
 }
 
-/// Since when a claim is in doubt: the end of its lease when that ran out, the failure that
-/// left it in doubt otherwise. `None` for a claim not in doubt.
-fn since(record: &ClaimRecord) -> Option<DateTime<Utc>> {
-    if record.state != ClaimState::InDoubt {
-        return None;
-    }
-    // A lapse nobody recorded yet has no reason; one recorded by a later delivery was
-    // written after the lease ran out. A failure its holder reported came within the lease.
-    Some(
-        if record.reason.is_none() || record.lease_until <= record.updated_at {
-            record.lease_until
-        } else {
-            record.updated_at
-        },
-    )
-}
-
-/// Why it was released, abandoned or is in doubt; a lapse nobody recorded yet says so.
-fn reason(record: &ClaimRecord) -> Option<String> {
-    match (&record.reason, record.state) {
-        (Some(reason), _) => Some(reason.clone()),
-        (None, ClaimState::InDoubt) => Some(format!(
-            "the holder's lease ran out at {} before it completed the claim",
-            output::time(record.lease_until)
-        )),
-        (None, _) => None,
-    }
-}
-
 /// The result as JSON: the stored value, or its text should it not parse.
 fn result_value(record: &ClaimRecord) -> Value {
     record.result.as_deref().map_or(Value::Null, |text| {
@@ -270,13 +240,13 @@ fn summary(record: &ClaimRecord) -> Value {
         "state": record.state.to_string(),
         "attempt": record.attempt,
         "deliveries": record.deliveries,
-        "since": since(record).map(output::time),
+        "since": record.in_doubt_since.map(output::time),
         "lease_until": output::time(record.lease_until),
         "claimed_at": output::time(record.claimed_at),
         "updated_at": output::time(record.updated_at),
         "completed_at": record.completed_at.map(output::time),
         "result": result_value(record),
-        "reason": reason(record),
+        "reason": record.reason.clone(),
         "idempotency_key": record.idempotency_key,
         "resolved_by": record.resolution.as_ref().map(Audit::actor),
         "resolution": record.resolution.as_ref().map(Audit::reason),
@@ -303,11 +273,14 @@ fn print_claim(inbox: &Inbox, record: &ClaimRecord, global: &Global) {
                 ("deliveries", record.deliveries.to_string()),
                 ("claimed", output::time(record.claimed_at)),
                 ("lease until", output::time(record.lease_until)),
-                ("in doubt since", or_dash(since(record).map(output::time))),
+                (
+                    "in doubt since",
+                    or_dash(record.in_doubt_since.map(output::time))
+                ),
                 ("updated", output::time(record.updated_at)),
                 ("completed", or_dash(record.completed_at.map(output::time))),
                 ("result", or_dash(record.result.as_deref())),
-                ("reason", or_dash(reason(record))),
+                ("reason", or_dash(record.reason.clone())),
                 ("idempotency key", record.idempotency_key.clone()),
                 (
                     "resolved by",
