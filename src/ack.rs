@@ -78,9 +78,17 @@ impl Ack {
 }
 
 /// An outcome a broker loop acks: [`Outcome`] and [`ClaimOutcome`], read by [`Ack::of`].
-pub trait AckOutcome {
+/// Sealed: the crate's outcomes are the ones it knows how to ack.
+pub trait AckOutcome: sealed::Sealed {
     /// What to do with the message this outcome came from.
     fn ack(&self) -> Ack;
+}
+
+mod sealed {
+    /// Keeps [`AckOutcome`](super::AckOutcome) to the crate's outcomes.
+    pub trait Sealed {}
+    impl<T> Sealed for crate::Outcome<T> {}
+    impl<T> Sealed for crate::ClaimOutcome<T> {}
 }
 
 impl<T> AckOutcome for Outcome<T> {

@@ -97,7 +97,7 @@ pub enum Error {
     #[error("the effect's result could not be stored or read back as JSON: {0}")]
     StoredResult(#[source] serde_json::Error),
     /// An audit field (who or why) was empty.
-    #[error("an audited transition (of a dead letter or a gap) needs a non-empty {0}: say who does it and why")]
+    #[error("an audited transition (of a dead letter, a gap or a claim) needs a non-empty {0}: say who does it and why")]
     MissingAudit(&'static str),
     /// The handler marked its failure permanent ([`Error::permanent`]): it will fail the same
     /// way every time, so the event is dead-lettered on this first attempt.

@@ -29,6 +29,8 @@ const GAP_SEQUENCES: &str = "diesel_inbox_gap_sequences_total";
 const CLAIM_TRANSITIONS: &str = "diesel_inbox_claim_transitions_total";
 /// `diesel_inbox_claims_fenced_total{consumer}`.
 const CLAIMS_FENCED: &str = "diesel_inbox_claims_fenced_total";
+/// `diesel_inbox_claims_in_doubt{consumer}`.
+const CLAIMS_IN_DOUBT: &str = "diesel_inbox_claims_in_doubt";
 
 /// What a delivery came to, as the `outcome` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,6 +187,18 @@ pub(crate) fn claim_fenced(consumer: &str) {
     count(CLAIMS_FENCED, consumer, 1);
 }
 
+/// `consumer` has `n` claims in doubt, as a listing just read them.
+pub(crate) fn claims_in_doubt(consumer: &str, n: usize) {
+    #[cfg(feature = "metrics")]
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "a count of claims, far below 2^52"
+    )]
+    metrics::gauge!(CLAIMS_IN_DOUBT, "consumer" => consumer.to_owned()).set(n as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (consumer, n);
+}
+
 /// Adds `n` to the counter `name` of `consumer`.
 fn count(name: &'static str, consumer: &str, n: u64) {
     #[cfg(feature = "metrics")]
@@ -209,6 +223,7 @@ fn count(name: &'static str, consumer: &str, n: u64) {
 /// | `diesel_inbox_gap_sequences_total` | counter | `consumer`, `cause` |
 /// | `diesel_inbox_claim_transitions_total` | counter | `consumer`, `state` |
 /// | `diesel_inbox_claims_fenced_total` | counter | `consumer` |
+/// | `diesel_inbox_claims_in_doubt` | gauge | `consumer` |
 ///
 /// `outcome` is what the delivery came to: `processed`, `duplicate`, `dead_lettered` (by
 /// this delivery's failure or before it), `payload_conflict`, `failed` (the handler returned
@@ -225,7 +240,10 @@ fn count(name: &'static str, consumer: &str, n: u64) {
 /// (`state`: `in_progress` when a worker acquires it, `completed`, `released`, `abandoned`,
 /// `in_doubt`); an alert on `diesel_inbox_claim_transitions_total{state="in_doubt"}` pages when
 /// a side effect's outcome is unknown and waits for ops. A former holder's write refused by
-/// the claim's fencing counts in `diesel_inbox_claims_fenced_total`.
+/// the claim's fencing counts in `diesel_inbox_claims_fenced_total`. The gauge
+/// `diesel_inbox_claims_in_doubt` is set by each [`Claims::in_doubt`](crate::Claims::in_doubt):
+/// call it from a periodic health check to see claims whose lease ran out with no delivery
+/// since.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -294,6 +312,11 @@ pub fn describe_metrics() {
         CLAIMS_FENCED,
         Unit::Count,
         "Writes of a claim's former holder refused because the claim had moved on."
+    );
+    metrics::describe_gauge!(
+        CLAIMS_IN_DOUBT,
+        Unit::Count,
+        "Claims in doubt when Claims::in_doubt last read them, by consumer."
     );
 }
 

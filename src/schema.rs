@@ -200,7 +200,7 @@ macro_rules! inbox_tables {
                 lease_until -> $time,
                 /// When the claim was first acquired.
                 claimed_at -> $time,
-                /// The last change.
+                /// The last change or delivery.
                 updated_at -> $time,
                 /// When it was completed.
                 completed_at -> Nullable<$time>,

@@ -645,7 +645,8 @@ fn resolves_a_claim_completed_with_its_result<C: InboxConnection>(
         done.result::<Value>().unwrap(),
         serde_json::json!({"charge": "ch_81"})
     );
-    assert_eq!(done.resolution().map(Audit::actor), Some("ops"));
+    let record = claims.show(conn, "pay-1").unwrap().unwrap();
+    assert_eq!(record.resolution.as_ref().map(Audit::actor), Some("ops"));
     fails(&cli(url, &resolve), 1, r#"claim "pay-1" is completed"#);
 }
 

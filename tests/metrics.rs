@@ -231,7 +231,7 @@ fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
     let send = |_: &diesel_inbox::Claim| Ok::<_, Error>("msg".to_owned());
 
     metrics::with_local_recorder(&recorder, || {
-        assert!(hold.run(&mut conn, "sent", send).unwrap().ran());
+        assert!(hold.run(&mut conn, "sent", send).unwrap().has_run());
         // A holder dies: its claim is in doubt once, however often it is redelivered.
         let Claimed::Acquired(dead) = hold.claim(&mut conn, "lost").unwrap() else {
             panic!("acquired")
@@ -245,8 +245,9 @@ fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
             panic!("acquired")
         };
         std::thread::sleep(2 * lease);
-        assert!(rerun.run(&mut conn, "slow", send).unwrap().ran());
+        assert!(rerun.run(&mut conn, "slow", send).unwrap().has_run());
         assert!(slow.complete(&mut conn, &"late").is_err());
+        assert_eq!(hold.in_doubt(&mut conn).unwrap().len(), 1);
     });
 
     let metrics = snapshot(&snapshotter);
@@ -273,5 +274,15 @@ fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
             &[("consumer", "mailer")]
         ),
         Some(1)
+    );
+    let gauge = (
+        MetricKind::Gauge,
+        "diesel_inbox_claims_in_doubt".to_owned(),
+        labels(&[("consumer", "mailer")]),
+    );
+    let in_doubt = metrics.iter().find(|(id, _)| *id == gauge).map(|(_, v)| v);
+    assert!(
+        matches!(in_doubt, Some(DebugValue::Gauge(n)) if (n.into_inner() - 1.0).abs() < f64::EPSILON),
+        "{in_doubt:?}"
     );
 }

@@ -482,7 +482,8 @@ pub(crate) mod sealed {
             cutoff: DateTime<Utc>,
         ) -> QueryResult<usize>;
 
-        /// Deletes the consumer's completed and abandoned claims last changed before `cutoff`.
+        /// Deletes the consumer's completed and abandoned claims last changed or delivered
+        /// before `cutoff`.
         fn delete_settled_claims(
             &mut self,
             consumer: &str,
@@ -582,8 +583,9 @@ pub(crate) mod sealed {
             claim: &NewClaim<'_>,
         ) -> QueryResult<Option<ClaimRow>>;
 
-        /// The claim of `key`, locked as [`record_claim`](Self::record_claim) locks it.
-        fn claim(&mut self, key: Key<'_>) -> QueryResult<Option<ClaimRow>>;
+        /// The claim of `key`; with `lock`, locked as [`record_claim`](Self::record_claim)
+        /// locks it.
+        fn claim(&mut self, key: Key<'_>, lock: bool) -> QueryResult<Option<ClaimRow>>;
 
         /// The consumer's claims, in the stored states given (all where `None`), oldest
         /// claim first.

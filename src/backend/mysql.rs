@@ -357,12 +357,15 @@ impl InboxSql for MysqlConnection {
             .values(new_claim_row!(schema, codec, key, claim))
             .on_conflict(diesel::dsl::DuplicatedKeys)
             .do_update()
-            .set(k::deliveries.eq(k::deliveries + 1))
+            .set((
+                k::deliveries.eq(k::deliveries + 1),
+                k::updated_at.eq(codec::time(claim.now)),
+            ))
             .execute(self)?;
         if affected == INSERTED {
             return Ok(None);
         }
-        self.claim(key)
+        self.claim(key, true)
     }
 
     statement!(claim, schema, codec, rows, lock = for_update);

@@ -1395,12 +1395,16 @@ macro_rules! statement {
             claim: &$crate::backend::sealed::NewClaim<'_>,
         ) -> QueryResult<Option<$crate::backend::sealed::ClaimRow>> {
             use $schema::diesel_inbox_claims::dsl as k;
-            // A second claimant of the same key blocks here until the first commits.
+            // A second claimant of the same key blocks here until the first commits. A
+            // delivery counts on the row and keeps it from retention.
             let row = diesel::insert_into(k::diesel_inbox_claims)
                 .values(new_claim_row!($schema, $codec, key, claim))
                 .on_conflict((k::consumer, k::event_id))
                 .do_update()
-                .set(k::deliveries.eq(k::deliveries + 1))
+                .set((
+                    k::deliveries.eq(k::deliveries + 1),
+                    k::updated_at.eq($codec::time(claim.now)),
+                ))
                 .returning($rows::claim_columns())
                 .get_result::<$rows::ClaimColumns>(self)?;
             let row = $rows::claim_row(row);
@@ -1411,13 +1415,23 @@ macro_rules! statement {
         fn claim(
             &mut self,
             key: $crate::backend::Key<'_>,
+            lock: bool,
         ) -> QueryResult<Option<$crate::backend::sealed::ClaimRow>> {
             use $schema::diesel_inbox_claims::dsl as k;
-            k::diesel_inbox_claims
+            let row = k::diesel_inbox_claims
                 .find(($codec::key(key.0), $codec::key(key.1)))
-                .select($rows::claim_columns())
-                $(.$lock())?
-                .first::<$rows::ClaimColumns>(self)
+                .select($rows::claim_columns());
+            $(
+                if lock {
+                    return row
+                        .$lock()
+                        .first::<$rows::ClaimColumns>(self)
+                        .optional()
+                        .map(|row| row.map($rows::claim_row));
+                }
+            )?
+            let _ = lock;
+            row.first::<$rows::ClaimColumns>(self)
                 .optional()
                 .map(|row| row.map($rows::claim_row))
         }

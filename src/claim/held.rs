@@ -92,8 +92,9 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`] once another worker has taken the claim over or ops completed
-    /// it; [`Error::Database`].
+    /// [`Error::ClaimFenced`] once the lease has run out and a delivery found it so (the claim
+    /// is in doubt; complete it all the same if the side effect happened), another worker
+    /// has taken the claim over, or ops resolved it; [`Error::Database`].
     pub fn extend<C: InboxConnection>(&mut self, conn: &mut C, by: Duration) -> Result<(), Error> {
         let lease_until = after(now(), by);
         self.write(conn, ClaimState::InProgress, Some(lease_until), None, None)?;
@@ -119,9 +120,10 @@ impl Claim {
     /// charge id on the order) and completes the claim with `result`, in one transaction.
     ///
     /// If the completion cannot commit, the side effect still happened: the failure is logged
-    /// at error level with `result`, and the claim is put in doubt (released, under
-    /// [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy)) so that ops can resolve it
-    /// with that result. Contention is retried, `record` included.
+    /// at error level with `result`, and the claim is put in doubt, so that ops can resolve it
+    /// with that result; under [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy) it is
+    /// released instead, and the next delivery runs it again with the same idempotency key.
+    /// Contention is retried, `record` included.
     ///
     /// # Errors
     ///
@@ -284,7 +286,7 @@ impl Claim {
         match self.write(conn, state, None, None, Some(&note)) {
             Ok(()) => observe::claim_transition(consumer, state),
             Err(error) => {
-                warn!(consumer, event_id, %error, "could not record the failed completion; the claim stays in progress until its lease runs out");
+                warn!(consumer, event_id, %error, "could not record the failed completion (if the completion did commit after all, the claim is completed); otherwise the claim stays in progress until its lease runs out");
             }
         }
     }
@@ -339,20 +341,22 @@ impl Claim {
         note: Option<&str>,
     ) -> Result<(), Failure<E>> {
         let key = self.key();
+        let now = now();
         let change = ClaimChange {
             state,
             acquire: false,
-            lease_until,
+            // A holder that cannot tell ends its lease: the claim is in doubt from now.
+            lease_until: lease_until.or((state == ClaimState::InDoubt).then_some(now)),
             result,
             note,
             audit: None,
-            now: now(),
+            now,
         };
         let from = verdict::holder_may_move_from(state);
         if conn.sql().update_claim(key, self.attempt, from, &change)? {
             return Ok(());
         }
-        let row = conn.sql().claim(key)?;
+        let row = conn.sql().claim(key, false)?;
         Err(Failure::Inbox(match row {
             Some(row) => Error::ClaimFenced {
                 event_id: self.event_id.clone(),

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use tracing::info;
 
 use super::held::idempotency_key;
-use super::outcome::{audit_of, in_doubt_since, lease_ran_out};
+use super::outcome::{in_doubt_since, lease_ran_out};
 use super::{verdict, Claims};
 use crate::backend::sealed::{ClaimChange, ClaimRow, InboxSql};
 use crate::duration::now;
@@ -31,7 +31,7 @@ pub struct ClaimRecord {
     pub lease_until: DateTime<Utc>,
     /// When it was first claimed.
     pub claimed_at: DateTime<Utc>,
-    /// Its last change.
+    /// Its last change or delivery.
     pub updated_at: DateTime<Utc>,
     /// When it was completed.
     pub completed_at: Option<DateTime<Utc>>,
@@ -40,7 +40,8 @@ pub struct ClaimRecord {
     /// Why it was released, abandoned or is in doubt (a lapse no delivery has recorded yet
     /// included).
     pub reason: Option<String>,
-    /// Who resolved it and why, when ops did.
+    /// Who resolved it last and why, when ops did (completed, retried or abandoned); kept
+    /// after a retried claim runs again.
     pub resolution: Option<Audit>,
     /// The payload as first delivered, when one was given: to publish again after a retry.
     pub payload: Option<Payload>,
@@ -86,7 +87,9 @@ impl ClaimRecord {
 #[non_exhaustive]
 pub enum Resolution {
     /// The side effect happened, with this result (the charge id the payment provider shows,
-    /// say; `null` where there is none): later deliveries get it back.
+    /// say; `null` where there is none): later deliveries get it back. Give it in the shape the
+    /// handler's result serializes to, or [`Claims::run`] cannot read it back
+    /// ([`Error::StoredResult`]).
     Completed(serde_json::Value),
     /// The side effect did not happen: the next delivery acquires the claim and runs it.
     /// Publish the message again (the claim keeps its payload) if the broker will not.
@@ -108,7 +111,9 @@ impl Resolution {
 
 impl Claims {
     /// The consumer's claims in doubt, oldest first: each one's side effect may or may not
-    /// have happened, and waits for ops ([`resolve`](Self::resolve)).
+    /// have happened, and waits for ops ([`resolve`](Self::resolve)). Sets the gauge
+    /// `diesel_inbox_claims_in_doubt` (with the `metrics` feature): call it from a periodic
+    /// health check, and a claim whose lease ran out with no delivery since still shows.
     ///
     /// # Errors
     ///
@@ -116,10 +121,12 @@ impl Claims {
     pub fn in_doubt<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<ClaimRecord>, Error> {
         let states = [ClaimState::InProgress, ClaimState::InDoubt];
         let records = self.read(conn, Some(&states))?;
-        Ok(records
+        let in_doubt: Vec<_> = records
             .into_iter()
             .filter(|record| record.state == ClaimState::InDoubt)
-            .collect())
+            .collect();
+        observe::claims_in_doubt(self.consumer(), in_doubt.len());
+        Ok(in_doubt)
     }
 
     /// Every claim of the consumer, oldest first.
@@ -142,7 +149,9 @@ impl Claims {
         event_id: impl IntoEventId,
     ) -> Result<Option<ClaimRecord>, Error> {
         let event_id = event_id.into_event_id()?;
-        let row = conn.sql().claim((self.consumer(), event_id.as_str()))?;
+        let row = conn
+            .sql()
+            .claim((self.consumer(), event_id.as_str()), false)?;
         row.map(|row| ClaimRecord::from_row(self.consumer(), row, now()))
             .transpose()
     }
@@ -231,7 +240,7 @@ impl Claims {
                 event_id: event_id.clone(),
             })
         };
-        let row = conn.sql().claim(key)?.ok_or_else(not_found)?;
+        let row = conn.sql().claim(key, true)?.ok_or_else(not_found)?;
         if let Err(state) = verdict::resolvable(&row, now) {
             return Err(Failure::Inbox(Error::ClaimNotInDoubt {
                 event_id: event_id.clone(),
@@ -250,7 +259,7 @@ impl Claims {
         // The row is locked: it is as it was read.
         conn.sql()
             .update_claim(key, row.attempt, &[row.state], &change)?;
-        let row = conn.sql().claim(key)?.ok_or_else(not_found)?;
+        let row = conn.sql().claim(key, false)?.ok_or_else(not_found)?;
         ClaimRecord::from_row(self.consumer(), row, now).map_err(Failure::Inbox)
     }
 
@@ -264,5 +273,13 @@ impl Claims {
         rows.into_iter()
             .map(|row| ClaimRecord::from_row(self.consumer(), row, now))
             .collect()
+    }
+}
+
+/// Who resolved the claim and why, when ops did.
+fn audit_of(row: &ClaimRow) -> Option<Audit> {
+    match (&row.resolved_by, &row.resolution) {
+        (Some(actor), Some(reason)) => Audit::new(actor.clone(), reason.clone()).ok(),
+        _ => None,
     }
 }

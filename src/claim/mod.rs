@@ -173,8 +173,10 @@ impl Claims {
     /// [`Error::ClaimInsideTransaction`] inside an open transaction (the claim must commit
     /// before the side effect runs); [`Error::InvalidEventId`]; [`Error::PayloadMismatch`]
     /// when the id was first claimed with another payload; [`Error::Database`],
-    /// [`Error::RetriesExhausted`], [`Error::ConnectionLost`], [`Error::CommitUnknown`]
-    /// (redeliver: a claim that did commit answers the next delivery).
+    /// [`Error::RetriesExhausted`], [`Error::ConnectionLost`], [`Error::CommitUnknown`]: do
+    /// not run the side effect; redeliver. After the last two the claim may have committed
+    /// with no one to run it: it is then in progress, and in doubt once its lease runs out,
+    /// though its side effect never ran (ops resolve it with a retry).
     pub fn claim<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -361,6 +363,7 @@ impl Claims {
             Ok(panic) => crate::failure::panic_message(&**panic),
         };
         let state = claim.failed(conn, failure, &reason);
+        let since = now();
         let error = match value {
             Ok(panic) => panic::resume_unwind(panic),
             Err(error) => error,
@@ -368,12 +371,11 @@ impl Claims {
         match state {
             Some(ClaimState::InDoubt) => Ok(ClaimOutcome::InDoubt(InDoubt {
                 attempt,
-                since: now(),
+                since,
                 reason,
             })),
             Some(ClaimState::Abandoned) => Ok(ClaimOutcome::Abandoned(Abandoned {
                 reason: Some(reason),
-                resolution: None,
             })),
             _ => Err(error),
         }

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 
 use crate::backend::sealed::ClaimRow;
-use crate::{Audit, Claim, Error};
+use crate::{Claim, Error};
 
 /// What [`Claims::claim`](crate::Claims::claim) found: the claim to run the side effect
 /// under, or why not to run it.
@@ -38,9 +38,9 @@ pub enum ClaimOutcome<T> {
     Completed(T),
     /// Another worker holds the claim and its lease runs: the side effect did not run.
     InProgress(InProgress),
-    /// Whether the side effect happened is unknown: this delivery's side effect failed in a
-    /// way that does not say, or an earlier holder's lease ran out. It did not run (again);
-    /// ops resolve the claim.
+    /// Whether the side effect happened is unknown: this delivery ran it and it failed in a
+    /// way that does not say, or an earlier holder's lease ran out (then it did not run
+    /// now). Ops resolve the claim.
     InDoubt(InDoubt),
     /// The side effect did not happen and will not: it failed permanently, or ops gave it up.
     Abandoned(Abandoned),
@@ -48,7 +48,7 @@ pub enum ClaimOutcome<T> {
 
 impl<T> ClaimOutcome<T> {
     /// The side effect's result: from this delivery's run, or stored by an earlier one.
-    pub fn value(self) -> Option<T> {
+    pub fn into_value(self) -> Option<T> {
         match self {
             Self::Ran(value) | Self::Completed(value) => Some(value),
             Self::InProgress(_) | Self::InDoubt(_) | Self::Abandoned(_) => None,
@@ -56,7 +56,7 @@ impl<T> ClaimOutcome<T> {
     }
 
     /// `true` when this delivery ran the side effect.
-    pub fn ran(&self) -> bool {
+    pub fn has_run(&self) -> bool {
         matches!(self, Self::Ran(_))
     }
 
@@ -71,7 +71,6 @@ impl<T> ClaimOutcome<T> {
 pub struct Completed {
     result: Option<String>,
     at: Option<DateTime<Utc>>,
-    resolution: Option<Audit>,
 }
 
 impl Completed {
@@ -79,7 +78,6 @@ impl Completed {
         Self {
             result: row.result.clone(),
             at: row.completed_at,
-            resolution: audit_of(row),
         }
     }
 
@@ -95,11 +93,6 @@ impl Completed {
     /// When it was completed.
     pub fn completed_at(&self) -> Option<DateTime<Utc>> {
         self.at
-    }
-
-    /// Who completed it and why, when ops resolved it.
-    pub fn resolution(&self) -> Option<&Audit> {
-        self.resolution.as_ref()
     }
 }
 
@@ -149,7 +142,8 @@ impl InDoubt {
         self.attempt
     }
 
-    /// Since when: the end of the lapsed lease, or the failure that left it in doubt.
+    /// Since when: the end of the holder's lease, when it ran out or when the holder said it
+    /// could not tell whether the side effect happened.
     pub fn since(&self) -> DateTime<Utc> {
         self.since
     }
@@ -160,14 +154,10 @@ impl InDoubt {
     }
 }
 
-/// Since when the claim `row`, in doubt, is: the end of its lease when that ran out (recorded
-/// by a delivery after it, or not yet), the failure its holder reported within it otherwise.
+/// Since when the claim `row`, in doubt, is: the end of its holder's lease, which a holder
+/// that cannot tell what its side effect did ends there and then.
 pub(crate) fn in_doubt_since(row: &ClaimRow) -> DateTime<Utc> {
-    if row.state == crate::ClaimState::InProgress {
-        row.lease_until
-    } else {
-        row.lease_until.min(row.updated_at)
-    }
+    row.lease_until
 }
 
 /// Why a lapsed claim is in doubt.
@@ -180,32 +170,18 @@ pub(crate) fn lease_ran_out(at: DateTime<Utc>) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Abandoned {
     pub(crate) reason: Option<String>,
-    pub(crate) resolution: Option<Audit>,
 }
 
 impl Abandoned {
     pub(crate) fn from_row(row: &ClaimRow) -> Self {
         Self {
             reason: row.last_error.clone(),
-            resolution: audit_of(row),
         }
     }
 
-    /// The permanent failure that abandoned it, if one did.
+    /// The permanent failure that abandoned it, if one did. Ops' reasons are on the claim's
+    /// record ([`ClaimRecord::resolution`](crate::ClaimRecord::resolution)).
     pub fn reason(&self) -> Option<&str> {
         self.reason.as_deref()
-    }
-
-    /// Who abandoned it and why, when ops did.
-    pub fn resolution(&self) -> Option<&Audit> {
-        self.resolution.as_ref()
-    }
-}
-
-/// Who resolved the claim and why, when ops did.
-pub(crate) fn audit_of(row: &ClaimRow) -> Option<Audit> {
-    match (&row.resolved_by, &row.resolution) {
-        (Some(actor), Some(reason)) => Audit::new(actor.clone(), reason.clone()).ok(),
-        _ => None,
     }
 }

@@ -98,10 +98,12 @@ pub(crate) fn after_failure(failure: Option<HandlerFailure>, policy: InDoubtPoli
 
 /// The stored states from which the holder of the current attempt may move its claim to `to`.
 ///
-/// Its word stands while the claim is in progress or in doubt. A completion also stands over
+/// Its word stands while the claim is in progress or in doubt, but an extension only while its
+/// lease runs (a delivery may have found it run out already). A completion also stands over
 /// ops' retry or abandonment (decided without knowing; a completion is evidence the side
 /// effect happened), but never over another completion. A new attempt fences it regardless.
 pub(crate) fn holder_may_move_from(to: ClaimState) -> &'static [ClaimState] {
+    const RUNNING: &[ClaimState] = &[ClaimState::InProgress];
     const HELD: &[ClaimState] = &[ClaimState::InProgress, ClaimState::InDoubt];
     const NOT_COMPLETED: &[ClaimState] = &[
         ClaimState::InProgress,
@@ -109,10 +111,11 @@ pub(crate) fn holder_may_move_from(to: ClaimState) -> &'static [ClaimState] {
         ClaimState::Released,
         ClaimState::Abandoned,
     ];
-    if to == ClaimState::Completed {
-        NOT_COMPLETED
-    } else {
-        HELD
+    match to {
+        ClaimState::Completed => NOT_COMPLETED,
+        // An extension keeps a running lease; one already found run out stays in doubt.
+        ClaimState::InProgress => RUNNING,
+        _ => HELD,
     }
 }
 
@@ -256,6 +259,10 @@ mod tests {
         assert!(!from.contains(&ClaimState::Completed));
         let from = holder_may_move_from(ClaimState::Released);
         assert_eq!(from, &[ClaimState::InProgress, ClaimState::InDoubt]);
+        assert_eq!(
+            holder_may_move_from(ClaimState::InProgress),
+            &[ClaimState::InProgress]
+        );
     }
 
     #[test]

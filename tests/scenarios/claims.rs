@@ -129,9 +129,9 @@ pub fn concurrent_deliveries_run_the_side_effect_once_and_the_others_see_it_in_p
             .unwrap()
     });
 
-    let ran = outcomes.iter().filter(|o| o.ran()).count();
+    let ran = outcomes.iter().filter(|o| o.has_run()).count();
     assert_eq!(ran, 1, "{outcomes:?}");
-    for outcome in outcomes.iter().filter(|o| !o.ran()) {
+    for outcome in outcomes.iter().filter(|o| !o.has_run()) {
         match outcome {
             ClaimOutcome::InProgress(held) => {
                 assert_eq!(held.attempt(), 1);
@@ -226,7 +226,7 @@ pub fn a_crash_after_the_claim_before_the_side_effect_is_in_doubt_or_rerun_and_n
     let retried = hold
         .run(&mut conn, HELD, call_service(service.addr()))
         .unwrap();
-    assert!(retried.ran(), "{retried:?}");
+    assert!(retried.has_run(), "{retried:?}");
     assert_eq!(service.applied(&held_key), 1);
 
     // Re-run after the lease: the next delivery takes the claim over and charges once.
@@ -235,7 +235,7 @@ pub fn a_crash_after_the_claim_before_the_side_effect_is_in_doubt_or_rerun_and_n
     let taken_over = rerun
         .run(&mut conn, RERUN, call_service(service.addr()))
         .unwrap();
-    assert!(taken_over.ran(), "{taken_over:?}");
+    assert!(taken_over.has_run(), "{taken_over:?}");
     let rerun_key = key_of(&mut conn, &rerun, RERUN);
     assert_eq!(
         (service.calls(&rerun_key), service.applied(&rerun_key)),
@@ -409,8 +409,9 @@ pub fn a_late_completion_stands_over_ops_retry_but_not_over_ops_completion<B: Ba
         panic!("completed by ops")
     };
     assert_eq!(done.result::<String>().unwrap(), "fx-ops");
+    let record = hold.show(&mut conn, "order-6:charge").unwrap().unwrap();
     assert_eq!(
-        done.resolution().unwrap().reason(),
+        record.resolution.unwrap().reason(),
         "charge found at the provider"
     );
 }
@@ -456,7 +457,7 @@ pub fn a_failed_side_effect_is_released_abandoned_or_in_doubt_as_its_error_says<
         ClaimState::Released
     );
     let rerun = claims.run(&mut conn, "user-5:welcome", sent).unwrap();
-    assert!(rerun.ran());
+    assert!(rerun.has_run());
     assert_eq!(
         claims
             .show(&mut conn, "user-5:welcome")
@@ -531,7 +532,7 @@ pub fn a_reused_id_with_another_payload_is_refused_and_claims_nothing_more<B: Ba
     assert!(claims
         .run(&mut conn, to("a@example.com"), sent)
         .unwrap()
-        .ran());
+        .has_run());
     let reused = claims.run(&mut conn, to("b@example.com"), sent);
     assert!(
         matches!(reused, Err(Error::PayloadMismatch { .. })),
@@ -617,6 +618,29 @@ pub fn a_long_side_effect_extends_its_lease_and_keeps_other_deliveries_out<B: Ba
     claim.complete(&mut conn, &"report sent").unwrap();
     assert_eq!(
         state_of(&mut conn, &claims, "report-1"),
+        ClaimState::Completed
+    );
+
+    // Too late: a delivery found the lease run out, and the claim stays in doubt; the
+    // holder may still complete it.
+    let mut late = acquire(&mut conn, &claims, "report-2");
+    wait_out_the_lease(&mut conn, &claims, "report-2");
+    let found = claims.claim(&mut other, "report-2").unwrap();
+    assert!(matches!(found, Claimed::InDoubt(_)), "{found:?}");
+    let refused = late.extend(&mut conn, Duration::from_secs(60));
+    assert!(
+        matches!(
+            refused,
+            Err(Error::ClaimFenced {
+                state: ClaimState::InDoubt,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    late.complete(&mut conn, &"report sent late").unwrap();
+    assert_eq!(
+        state_of(&mut conn, &claims, "report-2"),
         ClaimState::Completed
     );
 }

@@ -436,8 +436,8 @@ pub fn pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones<
     let (_db, mut conn) = setup::<B>();
     let claims = orders().claims().lease(Duration::from_millis(1));
     let done = |_: &diesel_inbox::Claim| Ok::<_, Error>(());
-    for id in ["old-completed", "young-completed"] {
-        assert!(claims.run(&mut conn, id, done).unwrap().ran());
+    for id in ["old-completed", "young-completed", "old-redelivered"] {
+        assert!(claims.run(&mut conn, id, done).unwrap().has_run());
     }
     let abandon = |_: &diesel_inbox::Claim| Err::<(), _>(Error::permanent("never"));
     assert!(claims.run(&mut conn, "old-abandoned", abandon).is_ok());
@@ -461,9 +461,13 @@ pub fn pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones<
         "old-abandoned",
         "old-released",
         "old-in-doubt",
+        "old-redelivered",
     ] {
         B::backdate_claim(&mut conn, "orders", id, days_ago(30));
     }
+    // Still delivered: kept, or its next delivery would run the side effect again.
+    let again = claims.run(&mut conn, "old-redelivered", done).unwrap();
+    assert!(matches!(again, diesel_inbox::ClaimOutcome::Completed(())));
 
     let would = orders()
         .prune(&mut conn, &Retention::older_than(7 * DAY).dry_run(true))
@@ -483,6 +487,7 @@ pub fn pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones<
         left,
         [
             ("young-completed".to_owned(), ClaimState::Completed),
+            ("old-redelivered".to_owned(), ClaimState::Completed),
             ("old-released".to_owned(), ClaimState::Released),
             ("old-in-doubt".to_owned(), ClaimState::InDoubt),
         ]
