@@ -187,7 +187,7 @@ impl Claims {
             return Err(Error::ClaimInsideTransaction);
         }
         let subject = self.inbox.subject(Some(delivery.id.as_str()));
-        let (claimed, lapsed) = transaction::run(
+        let (found, lapsed) = transaction::run(
             conn,
             Scope::TopLevel,
             self.inbox.retry_policy(),
@@ -195,6 +195,15 @@ impl Claims {
             |tx| self.claim_in(tx, &delivery),
         )
         .map_err(Failure::into_error)?;
+        // The guard is made once the claim has committed: one dropped with a transaction
+        // that did not commit would warn of a claim that does not exist.
+        let claimed = match found {
+            Found::Acquired {
+                attempt,
+                lease_until,
+            } => Claimed::Acquired(Claim::new(self, delivery.id.clone(), attempt, lease_until)),
+            Found::Other(claimed) => claimed,
+        };
         let (consumer, event_id) = (self.consumer(), delivery.id.as_str());
         let taken_over = lapsed && matches!(claimed, Claimed::Acquired(_));
         match &claimed {
@@ -224,7 +233,7 @@ impl Claims {
         &self,
         conn: &mut C,
         delivery: &Delivery,
-    ) -> Result<(Claimed, bool), Failure<Error>> {
+    ) -> Result<(Found, bool), Failure<Error>> {
         let key = (self.consumer(), delivery.id.as_str());
         let now = now();
         let lease_until = after(now, self.lease);
@@ -236,8 +245,11 @@ impl Claims {
             payload: delivery.payload.as_ref(),
         };
         let Some(row) = conn.sql().record_claim(key, &new)? else {
-            let claim = Claim::new(self, delivery.id.clone(), 1, lease_until);
-            return Ok((Claimed::Acquired(claim), false));
+            let acquired = Found::Acquired {
+                attempt: 1,
+                lease_until,
+            };
+            return Ok((acquired, false));
         };
         let found = verdict::on_delivery(&row, fingerprint.as_ref(), now, self.policy);
         let claimed = match found {
@@ -259,24 +271,27 @@ impl Claims {
                 // The row is locked: no one else can have moved it since it was read.
                 conn.sql()
                     .update_claim(key, row.attempt, &[row.state], &change)?;
-                let claim = Claim::new(self, delivery.id.clone(), row.attempt + 1, lease_until);
-                return Ok((Claimed::Acquired(claim), lapsed));
+                let acquired = Found::Acquired {
+                    attempt: row.attempt + 1,
+                    lease_until,
+                };
+                return Ok((acquired, lapsed));
             }
             verdict::OnDelivery::Completed => Claimed::Completed(Completed::from_row(&row)),
             verdict::OnDelivery::InProgress => Claimed::InProgress(InProgress {
                 attempt: row.attempt.unsigned_abs(),
                 lease_until: row.lease_until,
             }),
-            verdict::OnDelivery::InDoubt { newly } => {
+            verdict::OnDelivery::InDoubt { lapsed } => {
                 let doubt = InDoubt::from_row(&row);
-                if newly {
+                if lapsed {
                     record_lapse(conn, key, &row, &doubt)?;
                 }
-                return Ok((Claimed::InDoubt(doubt), newly));
+                return Ok((Found::Other(Claimed::InDoubt(doubt)), lapsed));
             }
             verdict::OnDelivery::Abandoned => Claimed::Abandoned(Abandoned::from_row(&row)),
         };
-        Ok((claimed, false))
+        Ok((Found::Other(claimed), false))
     }
 
     /// Runs the side effect `effect` once per event, at most once by default: the closure form
@@ -380,6 +395,16 @@ impl Claims {
             _ => Err(error),
         }
     }
+}
+
+/// What a claim's transaction found: the claim acquired, by this attempt until then, or
+/// anything else.
+enum Found {
+    Acquired {
+        attempt: i64,
+        lease_until: chrono::DateTime<chrono::Utc>,
+    },
+    Other(Claimed),
 }
 
 /// Records that the claim `row`'s lease ran out before its holder completed it.

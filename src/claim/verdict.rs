@@ -44,8 +44,9 @@ pub(crate) enum OnDelivery {
     Completed,
     /// Leave it to its holder, whose lease runs.
     InProgress,
-    /// Report it in doubt. `newly`: its lease ran out and no one has recorded that yet.
-    InDoubt { newly: bool },
+    /// Report it in doubt. `lapsed`: its holder's lease ran out, and no one has recorded that
+    /// yet.
+    InDoubt { lapsed: bool },
     /// Report it abandoned.
     Abandoned,
     /// Refuse it: the id came first with another payload.
@@ -74,7 +75,7 @@ pub(crate) fn on_delivery(
             lapsed: row.state == ClaimState::InProgress,
         },
         (ClaimState::InDoubt, InDoubtPolicy::Hold) => OnDelivery::InDoubt {
-            newly: row.state == ClaimState::InProgress,
+            lapsed: row.state == ClaimState::InProgress,
         },
     }
 }
@@ -170,7 +171,7 @@ mod tests {
         let (lapsed, now) = row(ClaimState::InProgress, -1);
         assert_eq!(
             on_delivery(&lapsed, None, now, InDoubtPolicy::Hold),
-            OnDelivery::InDoubt { newly: true }
+            OnDelivery::InDoubt { lapsed: true }
         );
         assert_eq!(
             on_delivery(&lapsed, None, now, InDoubtPolicy::RerunAfterLease),
@@ -179,7 +180,7 @@ mod tests {
         let (recorded, now) = row(ClaimState::InDoubt, 30);
         assert_eq!(
             on_delivery(&recorded, None, now, InDoubtPolicy::Hold),
-            OnDelivery::InDoubt { newly: false }
+            OnDelivery::InDoubt { lapsed: false }
         );
     }
 

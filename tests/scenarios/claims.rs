@@ -242,6 +242,18 @@ pub fn a_crash_after_the_claim_before_the_side_effect_is_in_doubt_or_rerun_and_n
         (1, 1)
     );
     assert_eq!(rerun.show(&mut conn, RERUN).unwrap().unwrap().attempt, 2);
+    report("after the claim", &service, &held_key, &rerun_key);
+}
+
+/// The counts a crash scenario saw, for the record (`--nocapture`).
+fn report(kill_point: &str, service: &FakeService, held: &str, rerun: &str) {
+    println!(
+        "killed {kill_point}: Hold (after ops resolved it) calls {} applied {}; RerunAfterLease calls {} applied {}",
+        service.calls(held),
+        service.applied(held),
+        service.calls(rerun),
+        service.applied(rerun)
+    );
 }
 
 pub fn a_crash_after_the_side_effect_before_the_completion_is_in_doubt_or_rerun_once_downstream<
@@ -308,6 +320,12 @@ pub fn a_crash_after_the_side_effect_before_the_completion_is_in_doubt_or_rerun_
     assert_eq!(
         (service.calls(&rerun_key), service.applied(&rerun_key)),
         (2, 1)
+    );
+    report(
+        "after the side effect, before the completion",
+        &service,
+        &held_key,
+        &rerun_key,
     );
 }
 
