@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use tracing::info;
 
 use super::held::idempotency_key;
-use super::outcome::{in_doubt_since, lease_ran_out};
+use super::outcome::reason_in_doubt;
 use super::{verdict, Claims};
 use crate::backend::sealed::{ClaimChange, ClaimRow, InboxSql};
 use crate::duration::now;
@@ -52,19 +52,20 @@ pub struct ClaimRecord {
 impl ClaimRecord {
     fn from_row(consumer: &str, row: ClaimRow, now: DateTime<Utc>) -> Result<Self, Error> {
         let state = verdict::state_at(&row, now);
-        let in_doubt_since = (state == ClaimState::InDoubt).then(|| in_doubt_since(&row));
+        let in_doubt = state == ClaimState::InDoubt;
         let resolution = audit_of(&row);
-        // A lapse no delivery has recorded yet reads as it would be recorded.
-        let reason = match (row.state, state) {
-            (ClaimState::InProgress, ClaimState::InDoubt) => Some(lease_ran_out(row.lease_until)),
-            _ => row.last_error,
+        let reason = if in_doubt {
+            Some(reason_in_doubt(&row))
+        } else {
+            row.last_error
         };
         let payload = match (row.payload_kind.as_deref(), row.payload) {
             (Some(kind), Some(bytes)) => Payload::from_stored(kind, bytes),
             _ => None,
         };
         Ok(Self {
-            in_doubt_since,
+            // A holder that cannot tell ends its lease: in doubt since the lease's end.
+            in_doubt_since: in_doubt.then_some(row.lease_until),
             idempotency_key: idempotency_key(consumer, &row.event_id),
             event_id: EventId::new(row.event_id)?,
             state,

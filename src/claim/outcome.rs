@@ -125,15 +125,13 @@ pub struct InDoubt {
 }
 
 impl InDoubt {
+    /// The claim `row`, which is in doubt. It is so since the end of its holder's lease: a
+    /// holder that cannot tell what its side effect did ends the lease there and then.
     pub(crate) fn from_row(row: &ClaimRow) -> Self {
-        let lapsed = row.state == crate::ClaimState::InProgress;
         Self {
             attempt: row.attempt.unsigned_abs(),
-            since: in_doubt_since(row),
-            reason: match (&row.last_error, lapsed) {
-                (Some(reason), false) => reason.clone(),
-                _ => lease_ran_out(row.lease_until),
-            },
+            since: row.lease_until,
+            reason: reason_in_doubt(row),
         }
     }
 
@@ -154,15 +152,13 @@ impl InDoubt {
     }
 }
 
-/// Since when the claim `row`, in doubt, is: the end of its holder's lease, which a holder
-/// that cannot tell what its side effect did ends there and then.
-pub(crate) fn in_doubt_since(row: &ClaimRow) -> DateTime<Utc> {
-    row.lease_until
-}
-
-/// Why a lapsed claim is in doubt.
-pub(crate) fn lease_ran_out(at: DateTime<Utc>) -> String {
-    let at = at.format("%Y-%m-%d %H:%M:%S UTC");
+/// Why the claim `row`, in doubt, is: the reason stored with it, or, for a lapse no delivery
+/// has recorded yet, the one a delivery would record.
+pub(crate) fn reason_in_doubt(row: &ClaimRow) -> String {
+    if let (Some(reason), crate::ClaimState::InDoubt) = (&row.last_error, row.state) {
+        return reason.clone();
+    }
+    let at = row.lease_until.format("%Y-%m-%d %H:%M:%S UTC");
     format!("the holder's lease ran out at {at} before it completed the claim (it crashed, hung or lost its connection)")
 }
 
