@@ -145,6 +145,7 @@ impl Error {
             // comes back as an error rather than as `DeadLettered` only when recording it
             // failed, or inside a caller's transaction.
             Error::InvalidEventId(_)
+            | Error::InvalidEnvelope(_)
             | Error::Permanent(_)
             | Error::InvalidStreamName(_)
             | Error::BeforeFirstAvailable { .. }

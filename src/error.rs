@@ -99,6 +99,11 @@ pub enum Error {
     /// An audit field (who or why) was empty.
     #[error("an audited transition (of a dead letter, a gap or a claim) needs a non-empty {0}: say who does it and why")]
     MissingAudit(&'static str),
+    /// An envelope could not be built, encoded or read back: a header is missing or
+    /// malformed, a custom header takes a reserved name, or the payload does not serialize.
+    /// Nothing was enqueued.
+    #[error("invalid event envelope: {0}")]
+    InvalidEnvelope(String),
     /// The handler marked its failure permanent ([`Error::permanent`]): it will fail the same
     /// way every time, so the event is dead-lettered on this first attempt.
     #[error("permanent failure, dead-lettered without retrying: {0}")]
