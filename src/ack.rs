@@ -181,7 +181,13 @@ impl Error {
             | Error::ClaimInsideTransaction
             | Error::ClaimFenced { .. }
             | Error::ClaimNotFound { .. }
-            | Error::ClaimNotInDoubt { .. } => Ack::Redeliver,
+            | Error::ClaimNotInDoubt { .. }
+            // The producer's side: no delivery raises these.
+            | Error::AlreadyEnqueued { .. }
+            | Error::OutboxRowNotFound { .. }
+            | Error::OutboxRowNotFailed { .. }
+            | Error::RelayInsideTransaction
+            | Error::Pool(_) => Ack::Redeliver,
         }
     }
 }

@@ -104,6 +104,34 @@ pub enum Error {
     /// Nothing was enqueued.
     #[error("invalid event envelope: {0}")]
     InvalidEnvelope(String),
+    /// An event with this id is in the outbox already: the producer enqueued it twice, or
+    /// reused an id. Nothing more was enqueued; give each event its own id.
+    #[error("event {event_id:?} is already in the outbox: enqueue each event once, with an id of its own")]
+    AlreadyEnqueued {
+        /// The id.
+        event_id: EventId,
+    },
+    /// No outbox row has this position.
+    #[error("no outbox row at position {position}: list them with `diesel-inbox outbox`")]
+    OutboxRowNotFound {
+        /// The position asked for.
+        position: i64,
+    },
+    /// Only a failed outbox row can be retried.
+    #[error("outbox row {position} is {state}; only a failed row can be retried")]
+    OutboxRowNotFailed {
+        /// The row's position.
+        position: i64,
+        /// Its state.
+        state: crate::OutboxState,
+    },
+    /// A relay pass was asked for inside an open transaction: its claim must commit before it
+    /// publishes, and its marks after. Run the relay on a connection of its own.
+    #[error("the outbox relay runs its own transactions: call it outside any transaction, on a connection of its own")]
+    RelayInsideTransaction,
+    /// No connection could be taken from the pool.
+    #[error("no database connection from the pool: {0}")]
+    Pool(String),
     /// The handler marked its failure permanent ([`Error::permanent`]): it will fail the same
     /// way every time, so the event is dead-lettered on this first attempt.
     #[error("permanent failure, dead-lettered without retrying: {0}")]

@@ -186,11 +186,16 @@ pub use inbox::{with_inbox, Inbox};
 pub use migrations::run_pending_migrations;
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
-pub use outbox::{AsyncPublisher, OutboxMessage, PublishError, Publisher};
+pub use outbox::{
+    AsyncPublisher, Outbox, OutboxMessage, OutboxRecord, OutboxStats, PublishError, Publisher,
+    Relay, RelayPass, MAX_TOPIC_BYTES,
+};
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE};
 pub use retry::RetryPolicy;
-pub use state::{ClaimState, DeadLetterState, GapCause, GapState, HistoryKind, UnknownState};
+pub use state::{
+    ClaimState, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState, UnknownState,
+};
 pub use stats::{Counts, Stats};
 
 /// The README's examples, compiled and run as doc-tests.

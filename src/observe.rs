@@ -32,6 +32,17 @@ const CLAIMS_FENCED: &str = "diesel_inbox_claims_fenced_total";
 /// `diesel_inbox_claims_in_doubt{consumer}`.
 const CLAIMS_IN_DOUBT: &str = "diesel_inbox_claims_in_doubt";
 
+/// `diesel_inbox_outbox_enqueued_total{topic}`.
+const OUTBOX_ENQUEUED: &str = "diesel_inbox_outbox_enqueued_total";
+/// `diesel_inbox_outbox_published_total{topic}`.
+const OUTBOX_PUBLISHED: &str = "diesel_inbox_outbox_published_total";
+/// `diesel_inbox_outbox_publish_failures_total{topic, outcome}`.
+const OUTBOX_PUBLISH_FAILURES: &str = "diesel_inbox_outbox_publish_failures_total";
+/// `diesel_inbox_outbox_fenced_total`.
+const OUTBOX_FENCED: &str = "diesel_inbox_outbox_fenced_total";
+/// `diesel_inbox_outbox_pending`.
+const OUTBOX_PENDING: &str = "diesel_inbox_outbox_pending";
+
 /// What a delivery came to, as the `outcome` label says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DeliveryOutcome {
@@ -187,6 +198,51 @@ pub(crate) fn claim_fenced(consumer: &str) {
     count(CLAIMS_FENCED, consumer, 1);
 }
 
+/// An event was enqueued for `topic` (the transaction may still roll back).
+pub(crate) fn outbox_enqueued(topic: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(OUTBOX_ENQUEUED, "topic" => topic.to_owned()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = topic;
+}
+
+/// The broker accepted an outbox row for `topic`.
+pub(crate) fn outbox_published(topic: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(OUTBOX_PUBLISHED, "topic" => topic.to_owned()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = topic;
+}
+
+/// A publish to `topic` failed; `outcome` is `retry` or `failed`.
+pub(crate) fn outbox_publish_failed(topic: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(OUTBOX_PUBLISH_FAILURES, "topic" => topic.to_owned(), "outcome" => outcome)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (topic, outcome);
+}
+
+/// `rows` of a relay pass had been taken over by another relay when it marked them.
+pub(crate) fn outbox_fenced(rows: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(OUTBOX_FENCED).increment(rows as u64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = rows;
+}
+
+/// The outbox has `rows` pending, as its stats just read them.
+pub(crate) fn outbox_pending(rows: i64) {
+    #[cfg(feature = "metrics")]
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "a count of rows, far below 2^52"
+    )]
+    metrics::gauge!(OUTBOX_PENDING).set(rows as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = rows;
+}
+
 /// `consumer` has `n` claims in doubt, as a listing just read them.
 pub(crate) fn claims_in_doubt(consumer: &str, n: usize) {
     #[cfg(feature = "metrics")]
@@ -317,6 +373,31 @@ pub fn describe_metrics() {
         CLAIMS_IN_DOUBT,
         Unit::Count,
         "Claims in doubt when Claims::in_doubt last read them, by consumer."
+    );
+    describe_counter!(
+        OUTBOX_ENQUEUED,
+        Unit::Count,
+        "Events enqueued in the outbox, by topic (counted at the INSERT; a rollback undoes the row, not the count)."
+    );
+    describe_counter!(
+        OUTBOX_PUBLISHED,
+        Unit::Count,
+        "Outbox rows the broker accepted, by topic."
+    );
+    describe_counter!(
+        OUTBOX_PUBLISH_FAILURES,
+        Unit::Count,
+        "Failed publishes of outbox rows, by topic and outcome (retry, failed)."
+    );
+    describe_counter!(
+        OUTBOX_FENCED,
+        Unit::Count,
+        "Outbox rows another relay took over before this one marked them: published twice."
+    );
+    metrics::describe_gauge!(
+        OUTBOX_PENDING,
+        Unit::Count,
+        "Outbox rows waiting for the relay, when Outbox::stats last read them."
     );
 }
 

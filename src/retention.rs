@@ -291,7 +291,7 @@ impl Inbox {
         loop {
             let batch_started = Instant::now();
             // A batch retried for contention runs at the session's own level.
-            conn.sql().before_prune_batch()?;
+            conn.sql().next_transaction_read_committed()?;
             let batch =
                 transaction::run(conn, Scope::TopLevel, self.retry_policy(), subject, |tx| {
                     prune_batch(tx, consumer, cutoff, &cursor, limit)

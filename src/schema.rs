@@ -221,6 +221,44 @@ macro_rules! inbox_tables {
             }
         }
 
+        diesel::table! {
+            /// The transactional outbox: one row per enqueued event, in enqueue order.
+            diesel_inbox_outbox (position) {
+                /// Enqueue order, and so publish order per aggregate.
+                position -> BigInt,
+                /// The envelope's event id.
+                event_id -> $key,
+                /// Where the relay publishes it: a subject, topic, queue or routing key.
+                topic -> Text,
+                /// The aggregate's type.
+                aggregate_type -> $key,
+                /// The aggregate's id.
+                aggregate_id -> $key,
+                /// The event type.
+                event_type -> Text,
+                /// The message headers, a JSON object.
+                headers -> Text,
+                /// The message body: the payload's bytes.
+                body -> Binary,
+                /// An [`OutboxState`](crate::OutboxState).
+                state -> Text,
+                /// Failed publish attempts.
+                attempts -> BigInt,
+                /// When the relay may take it (its backoff after a failed attempt).
+                available_at -> $time,
+                /// The relay holding it.
+                lease_token -> Nullable<Text>,
+                /// Until when that relay holds it.
+                lease_until -> Nullable<$time>,
+                /// Why its last attempt failed.
+                last_error -> Nullable<Text>,
+                /// When it was enqueued.
+                enqueued_at -> $time,
+                /// When the broker accepted it.
+                published_at -> Nullable<$time>,
+            }
+        }
+
         diesel::allow_tables_to_appear_in_same_query!(
             diesel_inbox_events,
             diesel_inbox_failures,
@@ -230,6 +268,7 @@ macro_rules! inbox_tables {
             diesel_inbox_gaps,
             diesel_inbox_event_sequences,
             diesel_inbox_claims,
+            diesel_inbox_outbox,
         );
     };
 }

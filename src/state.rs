@@ -253,6 +253,32 @@ impl fmt::Display for ClaimState {
     }
 }
 
+/// Where an outbox row stands ([`Outbox`](crate::Outbox)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
+#[diesel(sql_type = Text)]
+#[non_exhaustive]
+pub enum OutboxState {
+    /// Enqueued and committed; the relay has not had the broker accept it yet.
+    Pending,
+    /// The broker accepted it. Retention deletes it after a while.
+    Published,
+    /// Its publish failed for good (a permanent error, or the relay's attempt limit): kept,
+    /// with its reason, until ops retry it. The rows after it are published.
+    Failed,
+}
+
+stored_as_text!(OutboxState, "diesel_inbox_outbox.state" {
+    Pending = "pending",
+    Published = "published",
+    Failed = "failed",
+});
+
+impl fmt::Display for OutboxState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What the hourly counters of `diesel_inbox_counters` count: the rare events worth watching.
 /// Processed events are counted from the inbox table itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]

@@ -13,6 +13,8 @@ use diesel::{Connection, QueryResult};
 
 #[macro_use]
 mod portable;
+#[macro_use]
+mod outbox;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pooled;
@@ -43,6 +45,7 @@ pub(crate) mod sealed {
     use crate::error::MigrationError;
     use crate::state::{
         ClaimState, Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState,
+        OutboxState,
     };
     use crate::Payload;
 
@@ -200,6 +203,53 @@ pub(crate) mod sealed {
         pub note: Option<&'a str>,
         pub audit: Option<&'a crate::Audit>,
         pub now: DateTime<Utc>,
+    }
+
+    /// An outbox row as [`enqueue`](crate::Outbox::enqueue) inserts it: pending, due now.
+    #[derive(Debug)]
+    pub struct NewOutboxRow<'a> {
+        pub event_id: &'a str,
+        pub topic: &'a str,
+        pub aggregate_type: &'a str,
+        pub aggregate_id: &'a str,
+        pub event_type: &'a str,
+        /// The message headers as a JSON object.
+        pub headers: &'a str,
+        pub body: &'a [u8],
+        pub now: DateTime<Utc>,
+    }
+
+    /// A row of `diesel_inbox_outbox`.
+    #[derive(Debug, Clone)]
+    pub struct OutboxRow {
+        pub position: i64,
+        pub event_id: String,
+        pub topic: String,
+        pub aggregate_type: String,
+        pub aggregate_id: String,
+        pub event_type: String,
+        pub headers: String,
+        pub body: Vec<u8>,
+        pub state: OutboxState,
+        pub attempts: i64,
+        pub available_at: DateTime<Utc>,
+        pub lease_until: Option<DateTime<Utc>>,
+        pub last_error: Option<String>,
+        pub enqueued_at: DateTime<Utc>,
+        pub published_at: Option<DateTime<Utc>>,
+    }
+
+    /// What a relay writes to rows it holds, once their publish is over. Each clears the lease.
+    #[derive(Debug, Clone, Copy)]
+    pub enum OutboxChange<'a> {
+        /// The broker accepted them.
+        Published,
+        /// The publish failed and may pass later: one more attempt counted, due again `at`.
+        Retry { error: &'a str, at: DateTime<Utc> },
+        /// The publish failed for good: one more attempt counted, failed with `error`.
+        Failed { error: &'a str },
+        /// Not attempted (an earlier row of the aggregate failed): as they were.
+        Released,
     }
 
     /// A row of `diesel_inbox_gaps`.
@@ -427,10 +477,11 @@ pub(crate) mod sealed {
             Ok(true)
         }
 
-        /// Called before each prune batch's transaction begins. MySQL/MariaDB run the next
-        /// transaction at READ COMMITTED, so the batch's locking read locks the rows it
-        /// deletes, not the index gaps around them, which redeliveries would wait on.
-        fn before_prune_batch(&mut self) -> QueryResult<()> {
+        /// Called before a transaction whose locking reads must lock only the rows they
+        /// return (a prune batch, a relay's claim). MySQL/MariaDB run the next transaction at
+        /// READ COMMITTED, so the read locks neither the index gaps around those rows, which
+        /// redeliveries and enqueues would wait on, nor the rows its filter rejects.
+        fn next_transaction_read_committed(&mut self) -> QueryResult<()> {
             Ok(())
         }
 
@@ -604,6 +655,69 @@ pub(crate) mod sealed {
             from: &[ClaimState],
             change: &ClaimChange<'_>,
         ) -> QueryResult<bool>;
+
+        /// Inserts a pending outbox row: one statement, in the caller's transaction.
+        fn insert_outbox(&mut self, row: &NewOutboxRow<'_>) -> QueryResult<()>;
+
+        /// Up to `limit` outbox rows a relay may publish now, in position order: pending, due,
+        /// not held by a live lease, and first among the pending rows of their aggregate.
+        /// Each comes with whether later pending rows of its aggregate follow it. Locked for
+        /// the rest of the transaction, skipping rows another relay has locked, where the
+        /// backend has row locks (SQLite's immediate transaction holds the whole database).
+        fn outbox_heads(
+            &mut self,
+            now: DateTime<Utc>,
+            limit: i64,
+        ) -> QueryResult<Vec<(OutboxRow, bool)>>;
+
+        /// Up to `limit` pending rows of `head`'s aggregate after it, in position order;
+        /// locked as [`outbox_heads`](Self::outbox_heads) locks, without skipping.
+        fn outbox_followers(&mut self, head: &OutboxRow, limit: i64)
+            -> QueryResult<Vec<OutboxRow>>;
+
+        /// Leases the pending rows at `positions` to `token` until `until`; returns how many.
+        fn lease_outbox(
+            &mut self,
+            positions: &[i64],
+            token: &str,
+            until: DateTime<Utc>,
+        ) -> QueryResult<usize>;
+
+        /// Applies `change` to those rows at `positions` that are pending and leased to
+        /// `token`; returns how many (fewer when another relay took some over).
+        fn settle_outbox(
+            &mut self,
+            positions: &[i64],
+            token: &str,
+            change: OutboxChange<'_>,
+            now: DateTime<Utc>,
+        ) -> QueryResult<usize>;
+
+        /// Up to `limit` outbox rows after `after`, in position order, in `state` where given.
+        fn outbox_rows(
+            &mut self,
+            state: Option<OutboxState>,
+            after: i64,
+            limit: i64,
+        ) -> QueryResult<Vec<OutboxRow>>;
+
+        /// The outbox row at `position`, if there is one.
+        fn outbox_row(&mut self, position: i64) -> QueryResult<Option<OutboxRow>>;
+
+        /// Makes the failed row at `position` pending again, due now, with its attempts at 0;
+        /// `false` when it was not failed.
+        fn retry_outbox(&mut self, position: i64, now: DateTime<Utc>) -> QueryResult<bool>;
+
+        /// Deletes up to `limit` rows published before `cutoff`, oldest first; returns how
+        /// many.
+        fn delete_published_outbox(
+            &mut self,
+            cutoff: DateTime<Utc>,
+            limit: i64,
+        ) -> QueryResult<usize>;
+
+        /// Per state: the rows, and the oldest row's enqueue time.
+        fn outbox_totals(&mut self) -> QueryResult<Vec<(OutboxState, i64, Option<DateTime<Utc>>)>>;
 
         /// Records the sequence an event id was settled at.
         fn insert_event_sequence(

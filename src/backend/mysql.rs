@@ -305,7 +305,7 @@ impl InboxSql for MysqlConnection {
         .map(|taken| taken == Some(1))
     }
 
-    fn before_prune_batch(&mut self) -> QueryResult<()> {
+    fn next_transaction_read_committed(&mut self) -> QueryResult<()> {
         // The next transaction only; the session's own level is left alone.
         diesel::connection::SimpleConnection::batch_execute(
             self,
@@ -371,4 +371,5 @@ impl InboxSql for MysqlConnection {
     statement!(claim, schema, codec, rows, lock = for_update);
     statement!(claims, schema, codec, rows);
     statement!(update_claim, schema, codec);
+    outbox_statements!(schema, codec, lock = for_update);
 }

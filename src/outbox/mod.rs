@@ -1,6 +1,153 @@
-//! The transactional outbox: events enqueued in the business transaction, published after it
-//! commits by a [`Relay`].
+//! The transactional outbox: an event is enqueued in the business transaction, with one
+//! INSERT that commits or rolls back with the business writes, and a [`Relay`] publishes it
+//! after the commit.
+//!
+//! A consumer that emits follow-up events enqueues them inside its inbox effect: the inbox row,
+//! the effect and the follow-up events commit together or not at all.
+//!
+//! - `mod.rs`: [`Outbox`] and [`Outbox::enqueue`].
+//! - `relay.rs`: [`Relay`], a pass that takes due rows, publishes them, and marks them.
+//! - `plan.rs`: the relay's decisions (order, backoff, failure), apart from its I/O.
+//! - `publish.rs`: the [`Publisher`] and [`AsyncPublisher`] traits.
+//! - `ledger.rs`: what ops read and do: [`OutboxRecord`], retrying failed rows, retention.
 
+use std::collections::BTreeMap;
+
+use crate::backend::sealed::{InboxSql, NewOutboxRow};
+use crate::duration::now;
+use crate::{observe, Envelope, Error, InboxConnection};
+
+mod ledger;
+mod plan;
 mod publish;
+mod relay;
 
+pub use ledger::{OutboxRecord, OutboxStats};
 pub use publish::{AsyncPublisher, OutboxMessage, PublishError, Publisher};
+pub use relay::{Relay, RelayPass};
+
+/// The longest topic the outbox takes, in bytes.
+pub const MAX_TOPIC_BYTES: usize = 255;
+
+/// A producer's outbox: enqueues events in the caller's transaction.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::{Envelope, Outbox};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let outbox = Outbox::new("orders-service")?;
+///
+/// conn.transaction(|tx| {
+///     // ... the business writes, then the event, in the same transaction:
+///     let placed = Envelope::new("order.placed", "order", "42").json(&serde_json::json!({"total": 1250}))?;
+///     outbox.enqueue(tx, "orders.placed", &placed)
+/// })?;
+/// assert_eq!(outbox.stats(&mut conn)?.pending, 1);
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    producer: String,
+}
+
+impl Outbox {
+    /// The outbox of the service `producer`, the name its envelopes carry unless they name
+    /// one themselves.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidEnvelope`] when `producer` is empty.
+    pub fn new(producer: &str) -> Result<Self, Error> {
+        if producer.trim().is_empty() {
+            return Err(Error::InvalidEnvelope(
+                "the outbox needs a producer name: the service that emits the events".into(),
+            ));
+        }
+        Ok(Self {
+            producer: producer.to_owned(),
+        })
+    }
+
+    /// The producer name.
+    pub fn producer(&self) -> &str {
+        &self.producer
+    }
+
+    /// Enqueues `envelope` for `topic` (a subject, topic, queue or routing key: the relay's
+    /// publisher reads it) with one INSERT on `conn`.
+    ///
+    /// Inside a transaction, including an inbox effect's, the row commits or rolls back with
+    /// everything else the transaction wrote; the relay publishes it once it has committed.
+    /// Outside one, the INSERT commits on its own.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidEnvelope`] for an empty or overlong topic, or aggregate type or id
+    /// ([`MAX_TOPIC_BYTES`], and 255 bytes); [`Error::AlreadyEnqueued`] when an event with
+    /// this id is in the outbox already; [`Error::Database`] otherwise. On PostgreSQL a
+    /// failed INSERT aborts the transaction: return the error so that it rolls back.
+    pub fn enqueue<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        topic: &str,
+        envelope: &Envelope,
+    ) -> Result<(), Error> {
+        check_text("topic", topic, MAX_TOPIC_BYTES)?;
+        check_text("aggregate type", &envelope.aggregate_type, 255)?;
+        check_text("aggregate id", &envelope.aggregate_id, 255)?;
+        let message = if envelope.producer.is_empty() {
+            let mut stamped = envelope.clone();
+            stamped.producer.clone_from(&self.producer);
+            stamped.to_message()
+        } else {
+            envelope.to_message()
+        };
+        let headers: BTreeMap<&str, &str> = message
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        let headers = serde_json::to_string(&headers)
+            .map_err(|error| Error::InvalidEnvelope(error.to_string()))?;
+        let event_id = envelope.id.as_str();
+        let row = NewOutboxRow {
+            event_id,
+            topic,
+            aggregate_type: &envelope.aggregate_type,
+            aggregate_id: &envelope.aggregate_id,
+            event_type: &envelope.event_type,
+            headers: &headers,
+            body: &message.body,
+            now: now(),
+        };
+        match conn.sql().insert_outbox(&row) {
+            Ok(()) => {
+                observe::outbox_enqueued(topic);
+                tracing::debug!(event_id, topic, "event enqueued in the outbox");
+                Ok(())
+            }
+            Err(diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::UniqueViolation,
+                _,
+            )) => Err(Error::AlreadyEnqueued {
+                event_id: envelope.id.clone(),
+            }),
+            Err(error) => Err(error.into()),
+        }
+    }
+}
+
+/// Refuses an empty or overlong routing field before any SQL runs.
+fn check_text(what: &str, value: &str, max: usize) -> Result<(), Error> {
+    if value.is_empty() || value.len() > max {
+        return Err(Error::InvalidEnvelope(format!(
+            "the {what} must be 1 to {max} bytes, not {}",
+            value.len()
+        )));
+    }
+    Ok(())
+}

@@ -22,6 +22,7 @@ mod failure_policy;
 mod helpers;
 mod migrations;
 mod operations;
+mod outbox;
 mod retention;
 mod stats;
 pub use batch::*;
@@ -32,6 +33,7 @@ pub use failure_policy::*;
 pub use helpers::*;
 pub use migrations::*;
 pub use operations::*;
+pub use outbox::*;
 pub use retention::*;
 pub use stats::*;
 
@@ -138,6 +140,14 @@ macro_rules! backend_tests {
             a_claim_inside_a_transaction_is_refused_and_claims_nothing,
             the_completion_commits_with_its_record_writes_or_leaves_the_claim_in_doubt,
             a_long_side_effect_extends_its_lease_and_keeps_other_deliveries_out,
+            an_enqueued_event_commits_with_the_business_writes_or_not_at_all,
+            a_follow_up_event_enqueued_in_an_inbox_effect_is_enqueued_once_per_event,
+            the_relay_publishes_in_order_per_aggregate_and_marks_rows_published,
+            a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate,
+            a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_published,
+            concurrent_relays_publish_every_row_once_in_order_per_aggregate,
+            a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced,
+            an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs,
         );
     };
     // One test per scenario of the test binary's module `$module`.

@@ -1,0 +1,2 @@
+-- Drops the transactional outbox.
+DROP TABLE IF EXISTS diesel_inbox_outbox;

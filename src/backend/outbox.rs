@@ -1,0 +1,340 @@
+//! The outbox's statements, written once for every backend.
+//!
+//! A backend's `impl InboxSql` takes them all with one line, `outbox_statements!(schema,
+//! codec)` on SQLite or `outbox_statements!(schema, codec, lock = for_update)` where the
+//! backend has row locks: `schema` is its module of [`crate::schema`], `codec` its key and
+//! time conversions. The relay's order per aggregate rests on `outbox_heads`: a row is taken
+//! only while no earlier row of its aggregate is pending.
+
+/// The outbox's methods of `InboxSql`. Expands inside the backend's `impl InboxSql`.
+macro_rules! outbox_statements {
+    ($schema:ident, $codec:ident $(, lock = $lock:ident)?) => {
+        fn insert_outbox(
+            &mut self,
+            row: &$crate::backend::sealed::NewOutboxRow<'_>,
+        ) -> QueryResult<()> {
+            use $schema::diesel_inbox_outbox as o;
+            let now = $codec::time(row.now);
+            diesel::insert_into(o::table)
+                .values((
+                    o::event_id.eq($codec::key(row.event_id)),
+                    o::topic.eq(row.topic),
+                    o::aggregate_type.eq($codec::key(row.aggregate_type)),
+                    o::aggregate_id.eq($codec::key(row.aggregate_id)),
+                    o::event_type.eq(row.event_type),
+                    o::headers.eq(row.headers),
+                    o::body.eq(row.body),
+                    o::state.eq($crate::state::OutboxState::Pending),
+                    o::attempts.eq(0_i64),
+                    o::available_at.eq(now),
+                    o::enqueued_at.eq(now),
+                ))
+                .execute(self)
+                .map(drop)
+        }
+
+        fn outbox_heads(
+            &mut self,
+            now: DateTime<Utc>,
+            limit: i64,
+        ) -> QueryResult<Vec<($crate::backend::sealed::OutboxRow, bool)>> {
+            use $schema::diesel_inbox_outbox as o;
+            use $crate::state::OutboxState;
+            // The same on every backend; the correlated subqueries read the aggregate index.
+            const NO_EARLIER_PENDING: &str = "NOT EXISTS (SELECT 1 FROM diesel_inbox_outbox e \
+                WHERE e.aggregate_type = diesel_inbox_outbox.aggregate_type \
+                AND e.aggregate_id = diesel_inbox_outbox.aggregate_id \
+                AND e.state = 'pending' AND e.position < diesel_inbox_outbox.position)";
+            const LATER_PENDING: &str = "EXISTS (SELECT 1 FROM diesel_inbox_outbox e \
+                WHERE e.aggregate_type = diesel_inbox_outbox.aggregate_type \
+                AND e.aggregate_id = diesel_inbox_outbox.aggregate_id \
+                AND e.state = 'pending' AND e.position > diesel_inbox_outbox.position)";
+            let now = $codec::time(now);
+            let query = o::table
+                .filter(o::state.eq(OutboxState::Pending))
+                .filter(o::available_at.le(now))
+                .filter(o::lease_until.is_null().or(o::lease_until.le(now)))
+                .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(NO_EARLIER_PENDING))
+                .order(o::position)
+                .limit(limit)
+                .select((
+                    outbox_columns!($schema),
+                    diesel::dsl::sql::<diesel::sql_types::Bool>(LATER_PENDING),
+                ));
+            $(let query = query.$lock().skip_locked();)?
+            query
+                .load::<(outbox_columns!($codec, types), bool)>(self)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(row, more)| (outbox_row!($codec, row), more))
+                        .collect()
+                })
+        }
+
+        fn outbox_followers(
+            &mut self,
+            head: &$crate::backend::sealed::OutboxRow,
+            limit: i64,
+        ) -> QueryResult<Vec<$crate::backend::sealed::OutboxRow>> {
+            use $schema::diesel_inbox_outbox as o;
+            let query = o::table
+                .filter(o::aggregate_type.eq($codec::key(&head.aggregate_type)))
+                .filter(o::aggregate_id.eq($codec::key(&head.aggregate_id)))
+                .filter(o::state.eq($crate::state::OutboxState::Pending))
+                .filter(o::position.gt(head.position))
+                .order(o::position)
+                .limit(limit)
+                .select(outbox_columns!($schema));
+            $(let query = query.$lock();)?
+            query
+                .load::<outbox_columns!($codec, types)>(self)
+                .map(|rows| rows.into_iter().map(|row| outbox_row!($codec, row)).collect())
+        }
+
+        fn lease_outbox(
+            &mut self,
+            positions: &[i64],
+            token: &str,
+            until: DateTime<Utc>,
+        ) -> QueryResult<usize> {
+            use $schema::diesel_inbox_outbox as o;
+            diesel::update(
+                o::table
+                    .filter(o::position.eq_any(positions))
+                    .filter(o::state.eq($crate::state::OutboxState::Pending)),
+            )
+            .set((
+                o::lease_token.eq(Some(token)),
+                o::lease_until.eq(Some($codec::time(until))),
+            ))
+            .execute(self)
+        }
+
+        fn settle_outbox(
+            &mut self,
+            positions: &[i64],
+            token: &str,
+            change: $crate::backend::sealed::OutboxChange<'_>,
+            now: DateTime<Utc>,
+        ) -> QueryResult<usize> {
+            use $crate::backend::sealed::OutboxChange;
+            use $crate::state::OutboxState;
+            use $schema::diesel_inbox_outbox as o;
+            let held = o::table
+                .filter(o::position.eq_any(positions))
+                .filter(o::state.eq(OutboxState::Pending))
+                .filter(o::lease_token.eq(token));
+            let unleased = (
+                o::lease_token.eq(None::<&str>),
+                o::lease_until.eq(None::<$codec::Time>),
+            );
+            let update = diesel::update(held);
+            match change {
+                OutboxChange::Published => update
+                    .set((
+                        unleased,
+                        o::state.eq(OutboxState::Published),
+                        o::published_at.eq(Some($codec::time(now))),
+                    ))
+                    .execute(self),
+                OutboxChange::Retry { error, at } => update
+                    .set((
+                        unleased,
+                        o::attempts.eq(o::attempts + 1),
+                        o::available_at.eq($codec::time(at)),
+                        o::last_error.eq(Some(error)),
+                    ))
+                    .execute(self),
+                OutboxChange::Failed { error } => update
+                    .set((
+                        unleased,
+                        o::state.eq(OutboxState::Failed),
+                        o::attempts.eq(o::attempts + 1),
+                        o::last_error.eq(Some(error)),
+                    ))
+                    .execute(self),
+                OutboxChange::Released => update.set(unleased).execute(self),
+            }
+        }
+
+        fn outbox_rows(
+            &mut self,
+            state: Option<$crate::state::OutboxState>,
+            after: i64,
+            limit: i64,
+        ) -> QueryResult<Vec<$crate::backend::sealed::OutboxRow>> {
+            use $schema::diesel_inbox_outbox as o;
+            let mut query = o::table
+                .filter(o::position.gt(after))
+                .order(o::position)
+                .limit(limit)
+                .select(outbox_columns!($schema))
+                .into_boxed();
+            if let Some(state) = state {
+                query = query.filter(o::state.eq(state));
+            }
+            query
+                .load::<outbox_columns!($codec, types)>(self)
+                .map(|rows| rows.into_iter().map(|row| outbox_row!($codec, row)).collect())
+        }
+
+        fn outbox_row(
+            &mut self,
+            position: i64,
+        ) -> QueryResult<Option<$crate::backend::sealed::OutboxRow>> {
+            use $schema::diesel_inbox_outbox as o;
+            o::table
+                .find(position)
+                .select(outbox_columns!($schema))
+                .first::<outbox_columns!($codec, types)>(self)
+                .optional()
+                .map(|row| row.map(|row| outbox_row!($codec, row)))
+        }
+
+        fn retry_outbox(&mut self, position: i64, now: DateTime<Utc>) -> QueryResult<bool> {
+            use $crate::state::OutboxState;
+            use $schema::diesel_inbox_outbox as o;
+            diesel::update(
+                o::table
+                    .find(position)
+                    .filter(o::state.eq(OutboxState::Failed)),
+            )
+            .set((
+                o::state.eq(OutboxState::Pending),
+                o::attempts.eq(0_i64),
+                o::available_at.eq($codec::time(now)),
+            ))
+            .execute(self)
+            .map(|changed| changed == 1)
+        }
+
+        fn delete_published_outbox(
+            &mut self,
+            cutoff: DateTime<Utc>,
+            limit: i64,
+        ) -> QueryResult<usize> {
+            use $crate::state::OutboxState;
+            use $schema::diesel_inbox_outbox as o;
+            let published = o::state.eq(OutboxState::Published);
+            let before = o::published_at.lt($codec::time(cutoff));
+            // Two statements: MySQL takes no LIMIT in an IN subquery.
+            let positions: Vec<i64> = o::table
+                .filter(published)
+                .filter(before)
+                .order(o::published_at)
+                .limit(limit)
+                .select(o::position)
+                .load(self)?;
+            diesel::delete(
+                o::table
+                    .filter(o::position.eq_any(&positions))
+                    .filter(published)
+                    .filter(before),
+            )
+            .execute(self)
+        }
+
+        fn outbox_totals(
+            &mut self,
+        ) -> QueryResult<Vec<($crate::state::OutboxState, i64, Option<DateTime<Utc>>)>> {
+            use $schema::diesel_inbox_outbox as o;
+            o::table
+                .group_by(o::state)
+                .select((
+                    o::state,
+                    diesel::dsl::count_star(),
+                    diesel::dsl::min(o::enqueued_at),
+                ))
+                .load::<($crate::state::OutboxState, i64, Option<$codec::Time>)>(self)
+                .map(|rows| {
+                    rows.into_iter()
+                        .map(|(state, rows, oldest)| (state, rows, oldest.map($codec::utc)))
+                        .collect()
+                })
+        }
+    };
+}
+
+/// The outbox row's select list (`outbox_columns!(schema)`), or its Rust types
+/// (`outbox_columns!(codec, types)`).
+macro_rules! outbox_columns {
+    ($schema:ident) => {{
+        use $schema::diesel_inbox_outbox as o;
+        (
+            o::position,
+            o::event_id,
+            o::topic,
+            o::aggregate_type,
+            o::aggregate_id,
+            o::event_type,
+            o::headers,
+            o::body,
+            o::state,
+            o::attempts,
+            o::available_at,
+            o::lease_until,
+            o::last_error,
+            o::enqueued_at,
+            o::published_at,
+        )
+    }};
+    ($codec:ident, types) => {
+        (
+            i64,
+            $codec::KeyOwned,
+            String,
+            $codec::KeyOwned,
+            $codec::KeyOwned,
+            String,
+            String,
+            Vec<u8>,
+            $crate::state::OutboxState,
+            i64,
+            $codec::Time,
+            Option<$codec::Time>,
+            Option<String>,
+            $codec::Time,
+            Option<$codec::Time>,
+        )
+    };
+}
+
+/// An `OutboxRow` from the values of `outbox_columns!`.
+macro_rules! outbox_row {
+    ($codec:ident, $row:expr) => {{
+        let (
+            position,
+            event_id,
+            topic,
+            aggregate_type,
+            aggregate_id,
+            event_type,
+            headers,
+            body,
+            state,
+            attempts,
+            available_at,
+            lease_until,
+            last_error,
+            enqueued_at,
+            published_at,
+        ) = $row;
+        $crate::backend::sealed::OutboxRow {
+            position,
+            event_id: $codec::key_string(event_id),
+            topic,
+            aggregate_type: $codec::key_string(aggregate_type),
+            aggregate_id: $codec::key_string(aggregate_id),
+            event_type,
+            headers,
+            body,
+            state,
+            attempts,
+            available_at: $codec::utc(available_at),
+            lease_until: lease_until.map($codec::utc),
+            last_error,
+            enqueued_at: $codec::utc(enqueued_at),
+            published_at: published_at.map($codec::utc),
+        }
+    }};
+}

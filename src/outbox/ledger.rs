@@ -1,0 +1,180 @@
+//! What ops read from the outbox and do with it: records, totals, retrying a failed row, and
+//! retention for published rows.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tracing::info;
+
+use super::Outbox;
+use crate::backend::sealed::{InboxSql, OutboxRow};
+use crate::duration::{before, now};
+use crate::state::OutboxState;
+use crate::{observe, Audit, Error, InboxConnection};
+
+/// One outbox row, as ops see it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct OutboxRecord {
+    /// Enqueue order.
+    pub position: i64,
+    /// The event id.
+    pub event_id: String,
+    /// Where it is published.
+    pub topic: String,
+    /// The aggregate's type.
+    pub aggregate_type: String,
+    /// The aggregate's id.
+    pub aggregate_id: String,
+    /// The event type.
+    pub event_type: String,
+    /// Where it stands.
+    pub state: OutboxState,
+    /// Failed publish attempts.
+    pub attempts: i64,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
+    /// When it was enqueued.
+    pub enqueued_at: DateTime<Utc>,
+    /// When the relay may take it next (its backoff).
+    pub available_at: DateTime<Utc>,
+    /// When the broker accepted it.
+    pub published_at: Option<DateTime<Utc>>,
+}
+
+impl From<OutboxRow> for OutboxRecord {
+    fn from(row: OutboxRow) -> Self {
+        Self {
+            position: row.position,
+            event_id: row.event_id,
+            topic: row.topic,
+            aggregate_type: row.aggregate_type,
+            aggregate_id: row.aggregate_id,
+            event_type: row.event_type,
+            state: row.state,
+            attempts: row.attempts,
+            last_error: row.last_error,
+            enqueued_at: row.enqueued_at,
+            available_at: row.available_at,
+            published_at: row.published_at,
+        }
+    }
+}
+
+/// The outbox's rows per state, and how old the oldest pending one is: the relay's lag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OutboxStats {
+    /// Rows waiting for the relay.
+    pub pending: i64,
+    /// Rows the broker accepted (until retention deletes them).
+    pub published: i64,
+    /// Rows failed for good, waiting for ops.
+    pub failed: i64,
+    /// When the oldest pending row was enqueued.
+    pub oldest_pending: Option<DateTime<Utc>>,
+}
+
+impl Outbox {
+    /// Up to `limit` rows after position `after`, in position order, in `state` where given.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn list<C: InboxConnection>(
+        conn: &mut C,
+        state: Option<OutboxState>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<OutboxRecord>, Error> {
+        let rows = conn.sql().outbox_rows(state, after, limit)?;
+        Ok(rows.into_iter().map(OutboxRecord::from).collect())
+    }
+
+    /// The row at `position`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutboxRowNotFound`]; [`Error::Database`].
+    pub fn record<C: InboxConnection>(conn: &mut C, position: i64) -> Result<OutboxRecord, Error> {
+        conn.sql()
+            .outbox_row(position)?
+            .map(OutboxRecord::from)
+            .ok_or(Error::OutboxRowNotFound { position })
+    }
+
+    /// Makes the failed row at `position` pending again with a fresh set of attempts, once
+    /// what failed it is fixed; `audit` says who and why (logged). It is published after the
+    /// rows of its aggregate that were published while it was failed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::OutboxRowNotFound`], [`Error::OutboxRowNotFailed`]; [`Error::Database`].
+    pub fn retry<C: InboxConnection>(
+        conn: &mut C,
+        position: i64,
+        audit: &Audit,
+    ) -> Result<(), Error> {
+        if conn.sql().retry_outbox(position, now())? {
+            info!(
+                position,
+                actor = audit.actor(),
+                reason = audit.reason(),
+                "failed outbox row made pending again"
+            );
+            return Ok(());
+        }
+        let record = Self::record(conn, position)?;
+        Err(Error::OutboxRowNotFailed {
+            position,
+            state: record.state,
+        })
+    }
+
+    /// Deletes the rows published more than `older_than` ago, in batches of `batch` rows (at
+    /// least 1); returns how many. Pending and failed rows are never deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn prune<C: InboxConnection>(
+        conn: &mut C,
+        older_than: Duration,
+        batch: usize,
+    ) -> Result<u64, Error> {
+        let cutoff = before(now(), older_than);
+        let limit = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
+        let mut deleted = 0_u64;
+        loop {
+            let n = conn.sql().delete_published_outbox(cutoff, limit)?;
+            deleted += n as u64;
+            if i64::try_from(n).unwrap_or(i64::MAX) < limit {
+                break;
+            }
+        }
+        observe::pruned("outbox", "diesel_inbox_outbox", deleted);
+        Ok(deleted)
+    }
+
+    /// The rows per state and the oldest pending row; also sets the gauge
+    /// `diesel_inbox_outbox_pending` (with the `metrics` feature).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn stats<C: InboxConnection>(&self, conn: &mut C) -> Result<OutboxStats, Error> {
+        let mut stats = OutboxStats::default();
+        for (state, rows, oldest) in conn.sql().outbox_totals()? {
+            match state {
+                OutboxState::Pending => {
+                    stats.pending = rows;
+                    stats.oldest_pending = oldest;
+                }
+                OutboxState::Published => stats.published = rows,
+                OutboxState::Failed => stats.failed = rows,
+            }
+        }
+        observe::outbox_pending(stats.pending);
+        Ok(stats)
+    }
+}

@@ -1,0 +1,439 @@
+//! The relay: a pass takes the outbox rows due now, publishes them in order, and marks them.
+//!
+//! A pass is three steps, each short:
+//! 1. **Take** (one transaction): the due rows that come first in their aggregate, and the
+//!    pending rows of those aggregates after them, locked (`FOR UPDATE SKIP LOCKED` on
+//!    PostgreSQL and MariaDB; SQLite's writer lock) and leased to this pass.
+//! 2. **Publish**, outside any transaction, in position order. A row that does not publish
+//!    holds back the later rows of its aggregate.
+//! 3. **Mark** (one transaction): published, due again after a backoff, or failed; each write
+//!    fenced by the pass's lease token, so a pass whose lease ran out and was taken over
+//!    changes nothing.
+//!
+//! A relay that dies between 1 and 3 leaves its rows leased; once the lease runs out another
+//! pass publishes them again. Delivery is at least once: the broker's dedup window (JetStream's
+//! `Nats-Msg-Id`) and the consumer's inbox absorb the repeats.
+
+use std::time::Duration;
+
+use tracing::{debug, info, warn};
+
+use super::plan::{self, Backoff, Blocked, Settle};
+use crate::backend::sealed::{InboxSql, OutboxChange, OutboxRow};
+use crate::duration::{after, now};
+use crate::transaction::{self, Failure, Scope, Subject};
+use crate::{
+    observe, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher,
+    RetryPolicy,
+};
+
+/// What a relay pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use]
+pub struct RelayPass {
+    /// Rows the broker accepted.
+    pub published: usize,
+    /// Rows whose publish failed and that are due again after a backoff.
+    pub retried: usize,
+    /// Rows failed for good: permanent errors, unreadable rows, or out of attempts.
+    pub failed: usize,
+    /// Rows left untried because an earlier row of their aggregate did not publish.
+    pub held_back: usize,
+    /// Rows another relay had taken over when this pass came to mark them (its lease had run
+    /// out): they were published, and will be again.
+    pub fenced: usize,
+}
+
+impl RelayPass {
+    /// Whether the pass found nothing to publish: the outbox has nothing due.
+    pub fn is_idle(&self) -> bool {
+        self.taken() == 0
+    }
+
+    /// Rows the pass took.
+    pub fn taken(&self) -> usize {
+        self.published + self.retried + self.failed + self.held_back
+    }
+}
+
+/// Publishes outbox rows through a [`Publisher`] (or an [`AsyncPublisher`](crate::AsyncPublisher)).
+///
+/// Several relays may run at once against one database: they take disjoint rows, and never
+/// two rows of one aggregate at a time from two relays. Run one per process, in a loop that
+/// sleeps a little when a pass [`is_idle`](RelayPass::is_idle).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::{Envelope, Outbox, OutboxMessage, PublishError, Publisher, Relay};
+///
+/// /// Prints what it publishes; a real one sends to a broker and waits for its ack.
+/// struct Stdout;
+///
+/// impl Publisher for Stdout {
+///     fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+///         println!("{} -> {}", message.envelope.id(), message.topic);
+///         Ok(())
+///     }
+/// }
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let outbox = Outbox::new("orders-service")?;
+/// outbox.enqueue(&mut conn, "orders.placed", &Envelope::new("order.placed", "order", "42"))?;
+///
+/// let relay = Relay::new();
+/// let pass = relay.run_once(&mut conn, &mut Stdout)?;
+/// assert_eq!(pass.published, 1);
+/// assert!(relay.run_once(&mut conn, &mut Stdout)?.is_idle());
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Relay {
+    batch_size: usize,
+    max_attempts: u32,
+    backoff: Backoff,
+    lease: Duration,
+}
+
+impl Default for Relay {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The rows a pass took, with the lease token that fences its marks.
+#[derive(Debug)]
+pub(crate) struct Taken {
+    token: String,
+    rows: Vec<OutboxRow>,
+}
+
+impl Relay {
+    /// A relay with the defaults: batches of 100 rows, 10 attempts, a backoff from 1 second
+    /// doubling up to 5 minutes, and a 60-second lease.
+    pub fn new() -> Self {
+        Self {
+            batch_size: 100,
+            max_attempts: 10,
+            backoff: Backoff {
+                first: Duration::from_secs(1),
+                max: Duration::from_secs(300),
+            },
+            lease: Duration::from_secs(60),
+        }
+    }
+
+    /// Rows per pass, at least 1. Defaults to 100.
+    #[must_use]
+    pub fn batch_size(mut self, rows: usize) -> Self {
+        self.batch_size = rows.max(1);
+        self
+    }
+
+    /// Attempts before a row whose publish keeps failing is failed, at least 1. Defaults
+    /// to 10.
+    #[must_use]
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// The delay before the first retry of a row, doubling with each failure up to `max`
+    /// (with jitter). Defaults to 1 second and 5 minutes.
+    #[must_use]
+    pub fn backoff(mut self, first: Duration, max: Duration) -> Self {
+        self.backoff = Backoff {
+            first,
+            max: max.max(first),
+        };
+        self
+    }
+
+    /// How long a pass holds the rows it took. A pass still publishing when it runs out may
+    /// see another relay publish the same rows again, so make it longer than a batch's
+    /// publishing takes. Defaults to 60 seconds.
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// One pass: takes the rows due now, publishes them through `publisher`, marks them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::RelayInsideTransaction`] inside an open transaction; the database's errors
+    /// ([`Error::Database`], [`Error::ConnectionLost`], ...). Rows taken by a pass that failed
+    /// after taking them are published by a later pass once their lease runs out.
+    pub fn run_once<C: InboxConnection, P: Publisher + ?Sized>(
+        &self,
+        conn: &mut C,
+        publisher: &mut P,
+    ) -> Result<RelayPass, Error> {
+        let taken = self.take(conn)?;
+        let mut published = Vec::with_capacity(taken.rows.len());
+        let mut blocked = Blocked::default();
+        for row in &taken.rows {
+            let result = if blocked.holds(row) {
+                None
+            } else {
+                Some(message_of(row).and_then(|message| publisher.publish(&message)))
+            };
+            let settle = self.judge(row, result.as_ref());
+            blocked.note(row, &settle);
+            published.push(settle);
+        }
+        self.mark(conn, &taken, &published)
+    }
+
+    /// [`run_once`](Self::run_once) for tokio services: the database steps run on the
+    /// blocking pool, each with a connection from `pool`, and the publishes are awaited in
+    /// order.
+    ///
+    /// # Errors
+    ///
+    /// As [`run_once`](Self::run_once), and [`Error::Pool`] when the pool has no connection
+    /// to give. A panic in a database step is resumed here.
+    #[cfg(feature = "tokio")]
+    pub async fn run_once_async<C, P>(
+        &self,
+        pool: &diesel::r2d2::Pool<diesel::r2d2::ConnectionManager<C>>,
+        publisher: &P,
+    ) -> Result<RelayPass, Error>
+    where
+        C: InboxConnection + diesel::r2d2::R2D2Connection + Send + 'static,
+        P: crate::AsyncPublisher + ?Sized,
+    {
+        let relay = self.clone();
+        let taken = blocking(pool, move |conn| relay.take(conn)).await?;
+        let taken = std::sync::Arc::new(taken);
+        let mut settles = Vec::with_capacity(taken.rows.len());
+        let mut blocked = Blocked::default();
+        for row in &taken.rows {
+            let result = if blocked.holds(row) {
+                None
+            } else {
+                Some(match message_of(row) {
+                    Ok(message) => publisher.publish(&message).await,
+                    Err(error) => Err(error),
+                })
+            };
+            let settle = self.judge(row, result.as_ref());
+            blocked.note(row, &settle);
+            settles.push(settle);
+        }
+        let relay = self.clone();
+        blocking(pool, move |conn| relay.mark(conn, &taken, &settles)).await
+    }
+
+    /// Step 1: takes and leases the rows this pass publishes.
+    pub(crate) fn take<C: InboxConnection>(&self, conn: &mut C) -> Result<Taken, Error> {
+        if transaction::scope_of(conn)? == Scope::Savepoint {
+            return Err(Error::RelayInsideTransaction);
+        }
+        let token = format!("{:032x}", fastrand::u128(..));
+        let limit = i64::try_from(self.batch_size).unwrap_or(i64::MAX);
+        conn.sql().next_transaction_read_committed()?;
+        let rows = in_transaction(conn, |tx| {
+            let now = now();
+            let heads = tx.sql().outbox_heads(now, limit)?;
+            let mut room = self.batch_size.saturating_sub(heads.len());
+            let mut groups = Vec::with_capacity(heads.len());
+            for (head, more) in heads {
+                let followers = if more && room > 0 {
+                    let found = tx
+                        .sql()
+                        .outbox_followers(&head, i64::try_from(room).unwrap_or(i64::MAX))?;
+                    room -= found.len();
+                    found
+                } else {
+                    Vec::new()
+                };
+                groups.push((head, followers));
+            }
+            let rows = plan::in_publish_order(groups, self.batch_size);
+            let positions: Vec<i64> = rows.iter().map(|row| row.position).collect();
+            tx.sql()
+                .lease_outbox(&positions, &token, after(now, self.lease))?;
+            Ok(rows)
+        })?;
+        if !rows.is_empty() {
+            debug!(rows = rows.len(), "relay took outbox rows");
+        }
+        Ok(Taken { token, rows })
+    }
+
+    /// Step 2's decision for one row: what its publish result (or `None`: held back) writes.
+    fn judge(&self, row: &OutboxRow, result: Option<&Result<(), PublishError>>) -> Settle {
+        let Some(result) = result else {
+            return Settle::Released;
+        };
+        let settle = plan::after_publish(
+            result.as_ref().map(|()| ()),
+            row.attempts,
+            self.max_attempts,
+            self.backoff,
+            now(),
+            &mut fastrand::Rng::new(),
+        );
+        let (position, event_id, topic) = (row.position, row.event_id.as_str(), &row.topic);
+        match &settle {
+            Settle::Published => observe::outbox_published(topic),
+            Settle::Retry { error, at } => {
+                observe::outbox_publish_failed(topic, "retry");
+                warn!(position, event_id, topic, %error, %at, "publish failed; the relay tries again after its backoff");
+            }
+            Settle::Failed { error } => {
+                observe::outbox_publish_failed(topic, "failed");
+                warn!(position, event_id, topic, %error, "publish failed for good: the outbox row is failed and kept for ops (diesel-inbox outbox retry)");
+            }
+            Settle::Released => {}
+        }
+        settle
+    }
+
+    /// Step 3: writes every row's result, fenced by the lease token.
+    pub(crate) fn mark<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        taken: &Taken,
+        settles: &[Settle],
+    ) -> Result<RelayPass, Error> {
+        let mut pass = RelayPass::default();
+        if taken.rows.is_empty() {
+            return Ok(pass);
+        }
+        let token = taken.token.as_str();
+        let marked = in_transaction(conn, |tx| {
+            let now = now();
+            let mut marked = 0;
+            let published: Vec<i64> = positions(taken, settles, |s| *s == Settle::Published);
+            let released: Vec<i64> = positions(taken, settles, |s| *s == Settle::Released);
+            marked += tx
+                .sql()
+                .settle_outbox(&published, token, OutboxChange::Published, now)?;
+            marked += tx
+                .sql()
+                .settle_outbox(&released, token, OutboxChange::Released, now)?;
+            for (row, settle) in taken.rows.iter().zip(settles) {
+                let change = match settle {
+                    Settle::Retry { error, at } => OutboxChange::Retry { error, at: *at },
+                    Settle::Failed { error } => OutboxChange::Failed { error },
+                    Settle::Published | Settle::Released => continue,
+                };
+                marked += tx
+                    .sql()
+                    .settle_outbox(&[row.position], token, change, now)?;
+            }
+            Ok(marked)
+        })?;
+        for settle in settles {
+            match settle {
+                Settle::Published => pass.published += 1,
+                Settle::Retry { .. } => pass.retried += 1,
+                Settle::Failed { .. } => pass.failed += 1,
+                Settle::Released => pass.held_back += 1,
+            }
+        }
+        pass.fenced = taken.rows.len() - marked;
+        if pass.fenced > 0 {
+            observe::outbox_fenced(pass.fenced);
+            warn!(fenced = pass.fenced, "another relay took over rows of this pass after its lease ran out; they were published, and will be again (the broker's dedup window and the consumers' inbox absorb it)");
+        }
+        info!(
+            published = pass.published,
+            retried = pass.retried,
+            failed = pass.failed,
+            held_back = pass.held_back,
+            "relay pass"
+        );
+        Ok(pass)
+    }
+}
+
+/// The positions of the taken rows whose settle matches.
+fn positions(taken: &Taken, settles: &[Settle], keep: impl Fn(&Settle) -> bool) -> Vec<i64> {
+    taken
+        .rows
+        .iter()
+        .zip(settles)
+        .filter(|(_, settle)| keep(settle))
+        .map(|(row, _)| row.position)
+        .collect()
+}
+
+/// The message an outbox row carries; a row that does not read back as an envelope cannot
+/// ever be published, and fails.
+fn message_of(row: &OutboxRow) -> Result<OutboxMessage, PublishError> {
+    let unreadable = |why: String| {
+        PublishError::permanent(format!(
+            "outbox row {} does not read back as an envelope: {why}",
+            row.position
+        ))
+    };
+    let headers: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(&row.headers).map_err(|error| unreadable(error.to_string()))?;
+    let envelope = Envelope::from_message(
+        headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str())),
+        &row.body,
+    )
+    .map_err(|error| unreadable(error.to_string()))?;
+    Ok(OutboxMessage {
+        position: row.position,
+        topic: row.topic.clone(),
+        envelope,
+        attempt: u32::try_from(row.attempts + 1).unwrap_or(u32::MAX),
+    })
+}
+
+/// Runs `body` in a top-level transaction, retrying contention under the default policy.
+fn in_transaction<C: InboxConnection, R>(
+    conn: &mut C,
+    mut body: impl FnMut(&mut C) -> Result<R, diesel::result::Error>,
+) -> Result<R, Error> {
+    let subject = Subject {
+        consumer: "outbox relay",
+        event_id: None,
+    };
+    transaction::run(
+        conn,
+        Scope::TopLevel,
+        &RetryPolicy::default(),
+        subject,
+        |tx| body(tx).map_err(|error| Failure::Inbox(Error::from(error))),
+    )
+    .map_err(Failure::into_error)
+}
+
+/// Runs a database step on tokio's blocking pool with a connection from `pool`; a panic in it
+/// is resumed in the caller.
+#[cfg(feature = "tokio")]
+async fn blocking<C, R>(
+    pool: &diesel::r2d2::Pool<diesel::r2d2::ConnectionManager<C>>,
+    step: impl FnOnce(&mut diesel::r2d2::PooledConnection<diesel::r2d2::ConnectionManager<C>>) -> Result<R, Error>
+        + Send
+        + 'static,
+) -> Result<R, Error>
+where
+    C: InboxConnection + diesel::r2d2::R2D2Connection + Send + 'static,
+    R: Send + 'static,
+{
+    let pool = pool.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let mut conn = pool.get().map_err(|error| Error::Pool(error.to_string()))?;
+        step(&mut conn)
+    })
+    .await;
+    match joined {
+        Ok(result) => result,
+        Err(error) => match error.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(error) => Err(Error::Pool(format!("the blocking task was cancelled: {error}"))),
+        },
+    }
+}

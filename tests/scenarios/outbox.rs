@@ -1,0 +1,385 @@
+//! The transactional outbox and its relay, on every backend: enqueue commits or rolls back with
+//! the business writes (inside an inbox effect too), the relay keeps order per aggregate,
+//! retries with backoff, fails a poison row and goes on, shares the work with other relays, and
+//! takes over rows of a relay that died holding them.
+//!
+//! The publisher here is [`Recorder`]: it keeps what it was given, in order, and refuses what
+//! it is told to. The same relay against a real JetStream server is in `relay_crash.rs`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel_inbox::{
+    Audit, Envelope, Error, Inbox, Outbox, OutboxMessage, OutboxState, PublishError, Publisher,
+    Relay, SchemaVersions,
+};
+
+use crate::support::{concurrently, setup, Backend, TestConn};
+
+/// A publisher that records what it publishes, and refuses the event ids it is told to.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    published: Arc<Mutex<Vec<OutboxMessage>>>,
+    refuse: Arc<Mutex<BTreeMap<String, bool>>>,
+}
+
+impl Recorder {
+    /// Refuses `event_id` from now on: permanently, or for now.
+    fn refuse(&self, event_id: &str, permanently: bool) {
+        self.refuse
+            .lock()
+            .unwrap()
+            .insert(event_id.to_owned(), permanently);
+    }
+
+    fn accept(&self, event_id: &str) {
+        self.refuse.lock().unwrap().remove(event_id);
+    }
+
+    /// The event ids published, in order.
+    fn ids(&self) -> Vec<String> {
+        let published = self.published.lock().unwrap();
+        published
+            .iter()
+            .map(|message| message.envelope.id().as_str().to_owned())
+            .collect()
+    }
+}
+
+impl Publisher for Recorder {
+    fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+        let id = message.envelope.id().as_str();
+        match self.refuse.lock().unwrap().get(id) {
+            Some(true) => return Err(PublishError::permanent(format!("{id} is too large"))),
+            Some(false) => return Err(PublishError::transient("the broker is unreachable")),
+            None => {}
+        }
+        self.published.lock().unwrap().push(message.clone());
+        Ok(())
+    }
+}
+
+fn outbox() -> Outbox {
+    Outbox::new("orders-service").unwrap()
+}
+
+/// The `n`-th event of order `order`, with a readable id.
+fn placed(order: &str, n: usize) -> Envelope {
+    Envelope::new("order.changed", "order", order)
+        .with_id(format!("{order}-{n}"))
+        .unwrap()
+        .json(&serde_json::json!({"order": order, "n": n}))
+        .unwrap()
+}
+
+/// A relay that retries at once, for tests.
+fn relay() -> Relay {
+    Relay::new().backoff(Duration::ZERO, Duration::ZERO)
+}
+
+/// Runs passes until one is idle; returns how many passes published something.
+fn drain<C: TestConn, P: Publisher>(relay: &Relay, conn: &mut C, publisher: &mut P) -> usize {
+    for passes in 0..1000 {
+        if relay.run_once(conn, publisher).unwrap().is_idle() {
+            return passes;
+        }
+    }
+    panic!("the relay did not drain the outbox in 1000 passes");
+}
+
+fn state_of<C: TestConn>(conn: &mut C, event_id: &str) -> OutboxState {
+    Outbox::list(conn, None, 0, 10_000)
+        .unwrap()
+        .into_iter()
+        .find(|record| record.event_id == event_id)
+        .unwrap_or_else(|| panic!("{event_id} is in the outbox"))
+        .state
+}
+
+pub fn an_enqueued_event_commits_with_the_business_writes_or_not_at_all<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let outbox = outbox();
+
+    let rolled_back: Result<(), Error> = conn.transaction(|tx| {
+        tx.record_effect("order-1").unwrap();
+        outbox.enqueue(tx, "orders", &placed("1", 1))?;
+        Err(Error::permanent("payment declined"))
+    });
+    assert!(rolled_back.is_err());
+    assert_eq!(outbox.stats(&mut conn).unwrap().pending, 0, "no outbox row");
+    assert_eq!(conn.effect_count(), 0);
+
+    conn.transaction(|tx| {
+        tx.record_effect("order-1").unwrap();
+        outbox.enqueue(tx, "orders", &placed("1", 1))
+    })
+    .unwrap();
+    assert_eq!(outbox.stats(&mut conn).unwrap().pending, 1);
+    assert_eq!(conn.effect_count(), 1);
+
+    let again = outbox.enqueue(&mut conn, "orders", &placed("1", 1));
+    assert!(
+        matches!(again, Err(Error::AlreadyEnqueued { ref event_id }) if event_id.as_str() == "1-1"),
+        "{again:?}"
+    );
+    let empty_topic = outbox.enqueue(&mut conn, "", &placed("1", 2));
+    assert!(matches!(empty_topic, Err(Error::InvalidEnvelope(_))));
+    assert_eq!(outbox.stats(&mut conn).unwrap().pending, 1);
+}
+
+pub fn a_follow_up_event_enqueued_in_an_inbox_effect_is_enqueued_once_per_event<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let outbox = outbox();
+    let payments = Inbox::new("payments").unwrap();
+    let incoming = placed("7", 1);
+
+    for _delivery in 0..3 {
+        let outcome = payments
+            .process(&mut conn, &incoming, |tx| {
+                tx.record_effect("order-7")?;
+                let charged = Envelope::new("payment.charged", "order", "7");
+                outbox.enqueue(tx, "payments", &charged)
+            })
+            .unwrap();
+        assert!(outcome.is_processed() || outcome.is_duplicate());
+    }
+    // A failing effect takes its follow-up event with it.
+    let failed = payments.process(&mut conn, &placed("8", 1), |tx| {
+        outbox.enqueue(tx, "payments", &Envelope::new("payment.charged", "order", "8"))?;
+        Err::<(), _>(Error::transient("card network down"))
+    });
+    assert!(failed.is_err());
+
+    assert_eq!(conn.effect_count(), 1);
+    let stats = outbox.stats(&mut conn).unwrap();
+    assert_eq!(stats.pending, 1, "one follow-up event, for the one processed delivery");
+}
+
+pub fn the_relay_publishes_in_order_per_aggregate_and_marks_rows_published<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let outbox = outbox();
+    for n in 1..=5 {
+        for order in ["a", "b", "c"] {
+            outbox.enqueue(&mut conn, "orders", &placed(order, n)).unwrap();
+        }
+    }
+    let mut recorder = Recorder::default();
+
+    let pass = relay().batch_size(4).run_once(&mut conn, &mut recorder).unwrap();
+    assert_eq!((pass.published, pass.taken()), (4, 4));
+    drain(&relay().batch_size(4), &mut conn, &mut recorder);
+
+    let ids = recorder.ids();
+    assert_eq!(ids.len(), 15, "each event once: {ids:?}");
+    for order in ["a", "b", "c"] {
+        let mine: Vec<&String> = ids.iter().filter(|id| id.starts_with(order)).collect();
+        let expected: Vec<String> = (1..=5).map(|n| format!("{order}-{n}")).collect();
+        assert_eq!(mine, expected.iter().collect::<Vec<_>>(), "order of {order}");
+    }
+    let published = recorder.published.lock().unwrap().clone();
+    let first = &published[0];
+    assert_eq!(first.topic, "orders");
+    assert_eq!(first.envelope.producer(), "orders-service", "stamped by the outbox");
+    assert_eq!(first.envelope, placed("a", 1).producer("orders-service"));
+    let stats = outbox.stats(&mut conn).unwrap();
+    assert_eq!((stats.pending, stats.published, stats.failed), (0, 15, 0));
+    assert!(stats.oldest_pending.is_none());
+}
+
+pub fn a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let outbox = outbox();
+    for n in 1..=3 {
+        outbox.enqueue(&mut conn, "orders", &placed("a", n)).unwrap();
+        outbox.enqueue(&mut conn, "orders", &placed("b", n)).unwrap();
+    }
+    let mut recorder = Recorder::default();
+    recorder.refuse("a-2", false);
+    let backoff = Duration::from_millis(400);
+    let relay = Relay::new().backoff(backoff, backoff);
+
+    let pass = relay.run_once(&mut conn, &mut recorder).unwrap();
+    assert_eq!(
+        (pass.published, pass.retried, pass.held_back),
+        (4, 1, 1),
+        "a-1 and b-1..3 published; a-2 retried; a-3 held back behind it"
+    );
+    let pass = relay.run_once(&mut conn, &mut recorder).unwrap();
+    assert!(pass.is_idle(), "a-2 waits out its backoff, and a-3 behind it: {pass:?}");
+    let pending = Outbox::list(&mut conn, Some(OutboxState::Pending), 0, 10).unwrap();
+    let a2 = pending.iter().find(|r| r.event_id == "a-2").unwrap();
+    assert_eq!(a2.attempts, 1);
+    assert!(a2.last_error.as_deref().unwrap().contains("unreachable"));
+    assert!(a2.available_at > chrono::Utc::now());
+
+    recorder.accept("a-2");
+    std::thread::sleep(backoff);
+    drain(&relay, &mut conn, &mut recorder);
+    let ids = recorder.ids();
+    assert_eq!(ids, ["a-1", "b-1", "b-2", "b-3", "a-2", "a-3"]);
+}
+
+pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_published<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let outbox = outbox();
+    for n in 1..=3 {
+        outbox.enqueue(&mut conn, "orders", &placed("a", n)).unwrap();
+    }
+    outbox.enqueue(&mut conn, "orders", &placed("b", 1)).unwrap();
+    // b-1's row no longer reads back as an envelope; a-2 is refused by the broker.
+    conn.batch_execute("UPDATE diesel_inbox_outbox SET headers = 'not json' WHERE position = 4")
+        .unwrap();
+    let mut recorder = Recorder::default();
+    recorder.refuse("a-2", true);
+
+    let pass = relay().run_once(&mut conn, &mut recorder).unwrap();
+    assert_eq!((pass.published, pass.failed), (2, 2), "{pass:?}");
+    assert_eq!(recorder.ids(), ["a-1", "a-3"]);
+    let failed = Outbox::list(&mut conn, Some(OutboxState::Failed), 0, 10).unwrap();
+    let reasons: Vec<(&str, &str)> = failed
+        .iter()
+        .map(|r| (r.event_id.as_str(), r.last_error.as_deref().unwrap()))
+        .collect();
+    assert_eq!(reasons.len(), 2);
+    assert!(reasons[0].0 == "a-2" && reasons[0].1.contains("a-2 is too large"), "{reasons:?}");
+    assert!(reasons[1].0 == "b-1" && reasons[1].1.contains("does not read back"), "{reasons:?}");
+
+    // A transient failure fails the row after the last attempt, and the rest go on too.
+    outbox.enqueue(&mut conn, "orders", &placed("c", 1)).unwrap();
+    outbox.enqueue(&mut conn, "orders", &placed("c", 2)).unwrap();
+    recorder.refuse("c-1", false);
+    let two_tries = relay().max_attempts(2);
+    drain(&two_tries, &mut conn, &mut recorder);
+    assert_eq!(state_of(&mut conn, "c-1"), OutboxState::Failed);
+    assert_eq!(recorder.ids(), ["a-1", "a-3", "c-2"]);
+
+    // Ops fix it and retry: published, after the rows that went on without it.
+    recorder.accept("a-2");
+    let audit = Audit::new("ops@example.com", "raised the broker's max_payload").unwrap();
+    let position = failed[0].position;
+    Outbox::retry(&mut conn, position, &audit).unwrap();
+    assert!(matches!(
+        Outbox::retry(&mut conn, position, &audit),
+        Err(Error::OutboxRowNotFailed { state: OutboxState::Pending, .. })
+    ));
+    assert!(matches!(
+        Outbox::retry(&mut conn, 999_999, &audit),
+        Err(Error::OutboxRowNotFound { position: 999_999 })
+    ));
+    drain(&relay(), &mut conn, &mut recorder);
+    assert_eq!(recorder.ids(), ["a-1", "a-3", "c-2", "a-2"]);
+    assert_eq!(outbox.stats(&mut conn).unwrap().failed, 2, "b-1 and c-1 wait for ops");
+
+    // Retention deletes published rows only.
+    let pruned = Outbox::prune(&mut conn, Duration::ZERO, 2).unwrap();
+    assert_eq!(pruned, 4);
+    let stats = outbox.stats(&mut conn).unwrap();
+    assert_eq!((stats.pending, stats.published, stats.failed), (0, 0, 2));
+}
+
+pub fn concurrent_relays_publish_every_row_once_in_order_per_aggregate<B: Backend>() {
+    let (db, mut conn) = setup::<B>();
+    let outbox = outbox();
+    let orders = ["a", "b", "c", "d", "e", "f"];
+    for n in 1..=10 {
+        for order in orders {
+            outbox.enqueue(&mut conn, "orders", &placed(order, n)).unwrap();
+        }
+    }
+    let recorder = Recorder::default();
+
+    concurrently(&db, 4, |_, conn| {
+        let mut publisher = recorder.clone();
+        drain(&relay().batch_size(5), conn, &mut publisher);
+    });
+
+    let ids = recorder.ids();
+    let distinct: HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), distinct.len()), (60, 60), "each once: {ids:?}");
+    for order in orders {
+        let mine: Vec<usize> = ids
+            .iter()
+            .filter_map(|id| id.strip_prefix(&format!("{order}-")))
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert_eq!(mine, (1..=10).collect::<Vec<_>>(), "order of {order}");
+    }
+    assert_eq!(outbox.stats(&mut conn).unwrap().published, 60);
+}
+
+pub fn a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced<B: Backend>() {
+    let (db, mut conn) = setup::<B>();
+    let outbox = outbox();
+    for n in 1..=3 {
+        outbox.enqueue(&mut conn, "orders", &placed("a", n)).unwrap();
+    }
+    let lease = Duration::from_millis(300);
+    let recorder = Recorder::default();
+    // The first relay stalls past its lease before its first publish.
+    let mut stalled = Stalling {
+        inner: recorder.clone(),
+        stall: Some(lease * 3),
+    };
+    let mut other = db.connect();
+
+    let (first, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| relay().lease(lease).run_once(&mut conn, &mut stalled).unwrap());
+        std::thread::sleep(lease * 2);
+        let second = relay().run_once(&mut other, &mut recorder.clone()).unwrap();
+        (first.join().unwrap(), second)
+    });
+
+    assert_eq!(second.published, 3, "the second relay took the lapsed rows over");
+    assert_eq!((first.published, first.fenced), (3, 3), "the first one's marks changed nothing");
+    assert_eq!(
+        recorder.ids(),
+        ["a-1", "a-2", "a-3", "a-1", "a-2", "a-3"],
+        "published twice, each time in order: the broker's dedup and the inbox absorb it"
+    );
+    let stats = outbox.stats(&mut conn).unwrap();
+    assert_eq!((stats.pending, stats.published), (0, 3));
+}
+
+/// A publisher that sleeps once, before its first publish.
+struct Stalling {
+    inner: Recorder,
+    stall: Option<Duration>,
+}
+
+impl Publisher for Stalling {
+    fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+        if let Some(stall) = self.stall.take() {
+            std::thread::sleep(stall);
+        }
+        self.inner.publish(message)
+    }
+}
+
+pub fn an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("billing").unwrap();
+    let accepted = SchemaVersions::new().accept("order.changed", [1, 2]);
+    let v3 = placed("9", 1).schema_version(3);
+
+    for _delivery in 0..2 {
+        let outcome = inbox.process(&mut conn, &v3, |tx| {
+            accepted.check(&v3)?;
+            tx.record_effect("order-9").map_err(Error::from)
+        });
+        assert_eq!(diesel_inbox::Ack::of(&outcome), diesel_inbox::Ack::Ack);
+        assert!(outcome.unwrap().is_dead_lettered());
+    }
+    assert_eq!(conn.effect_count(), 0);
+    let letter = inbox.dead_letters().show(&mut conn, v3.id().as_str()).unwrap();
+    assert!(letter.last_error.contains("schema version 3"), "{}", letter.last_error);
+
+    let v2 = placed("9", 2).schema_version(2);
+    let outcome = inbox.process(&mut conn, &v2, |tx| {
+        accepted.check(&v2)?;
+        tx.record_effect("order-9").map_err(Error::from)
+    });
+    assert!(outcome.unwrap().is_processed());
+}
