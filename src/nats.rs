@@ -92,13 +92,14 @@ const NATS_PREFIX: &str = "nats-";
 /// | `MaxAckPending` | too many publishes in flight on this context | Transient |
 /// | `MaxPayloadExceeded` | headers and body exceed the server's `max_payload` (1 MiB unless configured) | Permanent |
 /// | `WrongLastMessageId`, `WrongLastSequence` | a `Nats-Expected-*` header did not hold (never sent: see below) | Permanent |
-/// | `Other`: invalid subject | the topic is not a valid publish subject (empty, spaces, wildcards) | Permanent |
-/// | `Other`: server error 10054 or 10097 | the message exceeds the stream's `max_message_size`, or its headers 64 KiB | Permanent |
+/// | `Other`: invalid subject | the topic is not a valid publish subject (empty, or with whitespace) | Permanent |
+/// | `Other`: server error 10054 or 10097 | the message exceeds the stream's `max_message_size`, or its headers the server's header limit | Permanent |
 /// | `Other`: server error 10109 | the stream is sealed and takes no more messages | Permanent |
 /// | `Other`: any other server error | storage or account limits, a stream full under `DiscardPolicy::New`, no leader: conditions that pass | Transient |
 /// | `Other`: anything else | the client's connection task is gone, an unreadable acknowledgement | Transient |
+/// | (before sending) an envelope that does not [validate](Envelope::validate) | an empty event type or aggregate, a line break or NUL in a header value | Permanent |
 /// | (before sending) an envelope header NATS cannot carry | a name with a colon, a space or a non-ASCII character; a value with a line break | Permanent |
-/// | (before sending) an envelope header named `Nats-…` | that namespace is the server's to act on (`Nats-Rollup` purges a stream), so envelope headers may not use it | Permanent |
+/// | (before sending) an envelope header named `Nats-…` | that namespace is the server's to act on (`Nats-Rollup` purges a stream); [`Envelope::with_header`] refuses it too | Permanent |
 ///
 /// A server error not named here is transient because the relay's attempt limit bounds its
 /// retries, while failing a row the broker could take later would strand the event.
@@ -128,6 +129,7 @@ impl JetStreamPublisher {
         subject: &str,
         envelope: &Envelope,
     ) -> Result<PublishAck, PublishError> {
+        envelope.validate().map_err(PublishError::permanent)?;
         let message = envelope.to_message();
         let headers = nats_headers(envelope, &message.headers)?;
         let ack = self
@@ -161,9 +163,9 @@ impl AsyncPublisher for JetStreamPublisher {
 /// The envelope carried by a NATS message: its headers and body read back with
 /// [`Envelope::from_message`].
 ///
-/// Takes a core NATS message, and a JetStream one through its `Deref`. Headers in the `Nats-`
-/// namespace are the broker's (`Nats-Msg-Id` among them) and are skipped, so the envelope
-/// reads back equal to the one published.
+/// Takes a core NATS message, and a JetStream one through its `Deref`. The envelope reads back
+/// equal to the one published: `from_message` leaves out the headers in the `Nats-`
+/// namespace, which are the broker's (`Nats-Msg-Id` among them).
 ///
 /// ```no_run
 /// use async_nats::jetstream::{self, consumer::pull, AckKind};
@@ -208,7 +210,6 @@ pub fn envelope_of(message: &async_nats::Message) -> Result<Envelope, Error> {
         .headers
         .iter()
         .flat_map(HeaderMap::iter)
-        .filter(|(name, _)| !is_nats_header(name.as_ref()))
         .flat_map(|(name, values)| {
             values
                 .iter()

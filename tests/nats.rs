@@ -124,19 +124,30 @@ async fn publishing_the_same_event_twice_stores_it_once_and_succeeds_both_times(
 }
 
 #[tokio::test]
-async fn a_stored_event_decodes_back_into_an_equal_envelope() {
+async fn stored_events_decode_back_into_equal_envelopes() {
     with_stream(
         |config| config,
         |scratch| async move {
-            let event = placed("7");
-            scratch
-                .publisher()
-                .publish_envelope(&scratch.subject, &event)
-                .await
+            let json = placed("7")
+                .with_producer("orders-service")
+                .with_schema_version(2)
+                .with_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+                .unwrap()
+                .with_header("Tenant", "acme")
                 .unwrap();
+            let bytes = Envelope::new("frame.captured", "camera", "front-door")
+                .with_producer("edge")
+                .bytes(vec![0xde, 0xad, 0xbe, 0xef]);
+            let publisher = scratch.publisher();
+            for event in [&json, &bytes] {
+                publisher
+                    .publish_envelope(&scratch.subject, event)
+                    .await
+                    .unwrap();
+            }
 
             let stream = scratch.context.get_stream(&scratch.stream).await.unwrap();
-            let consumer = stream
+            let mut consumer = stream
                 .create_consumer(pull::Config {
                     durable_name: Some("decoder".to_owned()),
                     ..Default::default()
@@ -145,32 +156,34 @@ async fn a_stored_event_decodes_back_into_an_equal_envelope() {
                 .unwrap();
             let mut messages = consumer
                 .fetch()
-                .max_messages(1)
+                .max_messages(2)
                 .expires(Duration::from_secs(5))
                 .messages()
                 .await
                 .unwrap();
-            let message = messages
-                .next()
-                .await
-                .expect("the stored event is fetched")
-                .unwrap();
+            for event in [&json, &bytes] {
+                let message = messages
+                    .next()
+                    .await
+                    .expect("each stored event is fetched, in order")
+                    .unwrap();
+                assert_eq!(&envelope_of(&message).unwrap(), event);
+                let headers = message.headers.as_ref().unwrap();
+                assert_eq!(
+                    headers
+                        .get("Nats-Msg-Id")
+                        .map(async_nats::HeaderValue::as_str),
+                    Some(event.id().as_str()),
+                    "the message id is the event id"
+                );
+                // Acked with the server's confirmation, so the consumer's state below is
+                // settled.
+                message.double_ack().await.unwrap();
+            }
 
-            assert_eq!(envelope_of(&message).unwrap(), event);
-            let headers = message.headers.as_ref().unwrap();
-            assert_eq!(
-                headers
-                    .get("Nats-Msg-Id")
-                    .map(async_nats::HeaderValue::as_str),
-                Some(event.id().as_str()),
-                "the message id is the event id"
-            );
-
-            message.ack().await.unwrap();
-            let mut consumer = consumer;
             let info = consumer.info().await.unwrap();
-            assert_eq!(info.num_ack_pending, 0, "the ack reached the server");
-            assert_eq!(info.ack_floor.stream_sequence, 1);
+            assert_eq!(info.num_ack_pending, 0, "the acks reached the server");
+            assert_eq!(info.ack_floor.stream_sequence, 2);
         },
     )
     .await;
@@ -186,6 +199,7 @@ async fn publishing_to_a_subject_no_stream_captures_is_transient() {
                 .publish_envelope(&scratch.nowhere, &placed("1"))
                 .await
                 .unwrap_err();
+            assert!(failed.to_string().contains("no stream found"), "{failed}");
             assert!(
                 matches!(failed, PublishError::Transient(_)),
                 "a stream may capture it later: {failed}"
@@ -201,12 +215,16 @@ async fn an_event_larger_than_the_servers_max_payload_is_permanent() {
         |config| config,
         |scratch| async move {
             // max_payload is 1 MiB by default.
-            let huge = placed("9").json(&"x".repeat(2 * 1024 * 1024)).unwrap();
+            let huge = placed("9").bytes(vec![0xab; 2 * 1024 * 1024]);
             let failed = scratch
                 .publisher()
                 .publish_envelope(&scratch.subject, &huge)
                 .await
                 .unwrap_err();
+            assert!(
+                failed.to_string().contains("max payload size exceeded"),
+                "{failed}"
+            );
             assert!(
                 matches!(failed, PublishError::Permanent(_)),
                 "it will never fit: {failed}"
@@ -231,6 +249,7 @@ async fn an_event_larger_than_the_streams_max_message_size_is_permanent() {
                 .publish_envelope(&scratch.subject, &big)
                 .await
                 .unwrap_err();
+            assert!(failed.to_string().contains("error code 10054"), "{failed}");
             assert!(
                 matches!(failed, PublishError::Permanent(_)),
                 "the stream refuses it every time: {failed}"
@@ -251,6 +270,7 @@ async fn an_invalid_subject_is_permanent() {
                 .publish_envelope("orders placed", &placed("5"))
                 .await
                 .unwrap_err();
+            assert!(failed.to_string().contains("invalid subject"), "{failed}");
             assert!(
                 matches!(failed, PublishError::Permanent(_)),
                 "the topic is in the row: {failed}"
