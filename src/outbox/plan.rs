@@ -148,7 +148,10 @@ mod tests {
             for _ in 0..50 {
                 let delay = BACKOFF.delay(failures, &mut rng);
                 let ceiling = Duration::from_secs(ceiling);
-                assert!(delay >= ceiling / 2 && delay <= ceiling, "{failures}: {delay:?}");
+                assert!(
+                    delay >= ceiling / 2 && delay <= ceiling,
+                    "{failures}: {delay:?}"
+                );
             }
         }
     }

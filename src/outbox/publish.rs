@@ -20,6 +20,19 @@ pub struct OutboxMessage {
     pub attempt: u32,
 }
 
+impl OutboxMessage {
+    /// A message for `topic` carrying `envelope`, as a relay's first attempt at the row at
+    /// position 0 would hand it over: for a publisher's own tests.
+    pub fn new(topic: &str, envelope: Envelope) -> Self {
+        Self {
+            position: 0,
+            topic: topic.to_owned(),
+            envelope,
+            attempt: 1,
+        }
+    }
+}
+
 /// Why a publish failed, and whether trying again can help.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

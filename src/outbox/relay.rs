@@ -23,8 +23,7 @@ use crate::backend::sealed::{InboxSql, OutboxChange, OutboxRow};
 use crate::duration::{after, now};
 use crate::transaction::{self, Failure, Scope, Subject};
 use crate::{
-    observe, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher,
-    RetryPolicy,
+    observe, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher, RetryPolicy,
 };
 
 /// What a relay pass did.
@@ -415,7 +414,9 @@ fn in_transaction<C: InboxConnection, R>(
 #[cfg(feature = "tokio")]
 async fn blocking<C, R>(
     pool: &diesel::r2d2::Pool<diesel::r2d2::ConnectionManager<C>>,
-    step: impl FnOnce(&mut diesel::r2d2::PooledConnection<diesel::r2d2::ConnectionManager<C>>) -> Result<R, Error>
+    step: impl FnOnce(
+            &mut diesel::r2d2::PooledConnection<diesel::r2d2::ConnectionManager<C>>,
+        ) -> Result<R, Error>
         + Send
         + 'static,
 ) -> Result<R, Error>
@@ -433,7 +434,9 @@ where
         Ok(result) => result,
         Err(error) => match error.try_into_panic() {
             Ok(panic) => std::panic::resume_unwind(panic),
-            Err(error) => Err(Error::Pool(format!("the blocking task was cancelled: {error}"))),
+            Err(error) => Err(Error::Pool(format!(
+                "the blocking task was cancelled: {error}"
+            ))),
         },
     }
 }

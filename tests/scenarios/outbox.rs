@@ -148,14 +148,21 @@ pub fn a_follow_up_event_enqueued_in_an_inbox_effect_is_enqueued_once_per_event<
     }
     // A failing effect takes its follow-up event with it.
     let failed = payments.process(&mut conn, &placed("8", 1), |tx| {
-        outbox.enqueue(tx, "payments", &Envelope::new("payment.charged", "order", "8"))?;
+        outbox.enqueue(
+            tx,
+            "payments",
+            &Envelope::new("payment.charged", "order", "8"),
+        )?;
         Err::<(), _>(Error::transient("card network down"))
     });
     assert!(failed.is_err());
 
     assert_eq!(conn.effect_count(), 1);
     let stats = outbox.stats(&mut conn).unwrap();
-    assert_eq!(stats.pending, 1, "one follow-up event, for the one processed delivery");
+    assert_eq!(
+        stats.pending, 1,
+        "one follow-up event, for the one processed delivery"
+    );
 }
 
 pub fn the_relay_publishes_in_order_per_aggregate_and_marks_rows_published<B: Backend>() {
@@ -163,12 +170,17 @@ pub fn the_relay_publishes_in_order_per_aggregate_and_marks_rows_published<B: Ba
     let outbox = outbox();
     for n in 1..=5 {
         for order in ["a", "b", "c"] {
-            outbox.enqueue(&mut conn, "orders", &placed(order, n)).unwrap();
+            outbox
+                .enqueue(&mut conn, "orders", &placed(order, n))
+                .unwrap();
         }
     }
     let mut recorder = Recorder::default();
 
-    let pass = relay().batch_size(4).run_once(&mut conn, &mut recorder).unwrap();
+    let pass = relay()
+        .batch_size(4)
+        .run_once(&mut conn, &mut recorder)
+        .unwrap();
     assert_eq!((pass.published, pass.taken()), (4, 4));
     drain(&relay().batch_size(4), &mut conn, &mut recorder);
 
@@ -177,12 +189,20 @@ pub fn the_relay_publishes_in_order_per_aggregate_and_marks_rows_published<B: Ba
     for order in ["a", "b", "c"] {
         let mine: Vec<&String> = ids.iter().filter(|id| id.starts_with(order)).collect();
         let expected: Vec<String> = (1..=5).map(|n| format!("{order}-{n}")).collect();
-        assert_eq!(mine, expected.iter().collect::<Vec<_>>(), "order of {order}");
+        assert_eq!(
+            mine,
+            expected.iter().collect::<Vec<_>>(),
+            "order of {order}"
+        );
     }
     let published = recorder.published.lock().unwrap().clone();
     let first = &published[0];
     assert_eq!(first.topic, "orders");
-    assert_eq!(first.envelope.producer(), "orders-service", "stamped by the outbox");
+    assert_eq!(
+        first.envelope.producer(),
+        "orders-service",
+        "stamped by the outbox"
+    );
     let expected = placed("a", 1)
         .with_producer("orders-service")
         .with_occurred_at(first.envelope.occurred_at());
@@ -196,8 +216,12 @@ pub fn a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate<B: Bac
     let (_db, mut conn) = setup::<B>();
     let outbox = outbox();
     for n in 1..=3 {
-        outbox.enqueue(&mut conn, "orders", &placed("a", n)).unwrap();
-        outbox.enqueue(&mut conn, "orders", &placed("b", n)).unwrap();
+        outbox
+            .enqueue(&mut conn, "orders", &placed("a", n))
+            .unwrap();
+        outbox
+            .enqueue(&mut conn, "orders", &placed("b", n))
+            .unwrap();
     }
     let mut recorder = Recorder::default();
     recorder.refuse("a-2", false);
@@ -211,7 +235,10 @@ pub fn a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate<B: Bac
         "a-1 and b-1..3 published; a-2 retried; a-3 held back behind it"
     );
     let pass = relay.run_once(&mut conn, &mut recorder).unwrap();
-    assert!(pass.is_idle(), "a-2 waits out its backoff, and a-3 behind it: {pass:?}");
+    assert!(
+        pass.is_idle(),
+        "a-2 waits out its backoff, and a-3 behind it: {pass:?}"
+    );
     let pending = Outbox::list(&mut conn, Some(OutboxState::Pending), 0, 10).unwrap();
     let a2 = pending.iter().find(|r| r.event_id == "a-2").unwrap();
     assert_eq!(a2.attempts, 1);
@@ -229,9 +256,13 @@ pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_publishe
     let (_db, mut conn) = setup::<B>();
     let outbox = outbox();
     for n in 1..=3 {
-        outbox.enqueue(&mut conn, "orders", &placed("a", n)).unwrap();
+        outbox
+            .enqueue(&mut conn, "orders", &placed("a", n))
+            .unwrap();
     }
-    outbox.enqueue(&mut conn, "orders", &placed("b", 1)).unwrap();
+    outbox
+        .enqueue(&mut conn, "orders", &placed("b", 1))
+        .unwrap();
     // b-1's row no longer reads back as an envelope; a-2 is refused by the broker.
     conn.batch_execute("UPDATE diesel_inbox_outbox SET headers = 'not json' WHERE position = 4")
         .unwrap();
@@ -247,12 +278,22 @@ pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_publishe
         .map(|r| (r.event_id.as_str(), r.last_error.as_deref().unwrap()))
         .collect();
     assert_eq!(reasons.len(), 2);
-    assert!(reasons[0].0 == "a-2" && reasons[0].1.contains("a-2 is too large"), "{reasons:?}");
-    assert!(reasons[1].0 == "b-1" && reasons[1].1.contains("does not read back"), "{reasons:?}");
+    assert!(
+        reasons[0].0 == "a-2" && reasons[0].1.contains("a-2 is too large"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].0 == "b-1" && reasons[1].1.contains("does not read back"),
+        "{reasons:?}"
+    );
 
     // A transient failure fails the row after the last attempt, and the rest go on too.
-    outbox.enqueue(&mut conn, "orders", &placed("c", 1)).unwrap();
-    outbox.enqueue(&mut conn, "orders", &placed("c", 2)).unwrap();
+    outbox
+        .enqueue(&mut conn, "orders", &placed("c", 1))
+        .unwrap();
+    outbox
+        .enqueue(&mut conn, "orders", &placed("c", 2))
+        .unwrap();
     recorder.refuse("c-1", false);
     let two_tries = relay().max_attempts(2);
     drain(&two_tries, &mut conn, &mut recorder);
@@ -266,7 +307,10 @@ pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_publishe
     Outbox::retry(&mut conn, position, &audit).unwrap();
     assert!(matches!(
         Outbox::retry(&mut conn, position, &audit),
-        Err(Error::OutboxRowNotFailed { state: OutboxState::Pending, .. })
+        Err(Error::OutboxRowNotFailed {
+            state: OutboxState::Pending,
+            ..
+        })
     ));
     assert!(matches!(
         Outbox::retry(&mut conn, 999_999, &audit),
@@ -274,7 +318,11 @@ pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_publishe
     ));
     drain(&relay(), &mut conn, &mut recorder);
     assert_eq!(recorder.ids(), ["a-1", "a-3", "c-2", "a-2"]);
-    assert_eq!(outbox.stats(&mut conn).unwrap().failed, 2, "b-1 and c-1 wait for ops");
+    assert_eq!(
+        outbox.stats(&mut conn).unwrap().failed,
+        2,
+        "b-1 and c-1 wait for ops"
+    );
 
     // Retention deletes published rows only.
     let pruned = Outbox::prune(&mut conn, Duration::ZERO, 2).unwrap();
@@ -289,7 +337,9 @@ pub fn concurrent_relays_publish_every_row_once_in_order_per_aggregate<B: Backen
     let orders = ["a", "b", "c", "d", "e", "f"];
     for n in 1..=10 {
         for order in orders {
-            outbox.enqueue(&mut conn, "orders", &placed(order, n)).unwrap();
+            outbox
+                .enqueue(&mut conn, "orders", &placed(order, n))
+                .unwrap();
         }
     }
     let recorder = Recorder::default();
@@ -317,7 +367,9 @@ pub fn a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced<B: Bac
     let (db, mut conn) = setup::<B>();
     let outbox = outbox();
     for n in 1..=3 {
-        outbox.enqueue(&mut conn, "orders", &placed("a", n)).unwrap();
+        outbox
+            .enqueue(&mut conn, "orders", &placed("a", n))
+            .unwrap();
     }
     let lease = Duration::from_millis(300);
     let recorder = Recorder::default();
@@ -329,14 +381,26 @@ pub fn a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced<B: Bac
     let mut other = db.connect();
 
     let (first, second) = std::thread::scope(|scope| {
-        let first = scope.spawn(|| relay().lease(lease).run_once(&mut conn, &mut stalled).unwrap());
+        let first = scope.spawn(|| {
+            relay()
+                .lease(lease)
+                .run_once(&mut conn, &mut stalled)
+                .unwrap()
+        });
         std::thread::sleep(lease * 2);
         let second = relay().run_once(&mut other, &mut recorder.clone()).unwrap();
         (first.join().unwrap(), second)
     });
 
-    assert_eq!(second.published, 3, "the second relay took the lapsed rows over");
-    assert_eq!((first.published, first.fenced), (3, 3), "the first one's marks changed nothing");
+    assert_eq!(
+        second.published, 3,
+        "the second relay took the lapsed rows over"
+    );
+    assert_eq!(
+        (first.published, first.fenced),
+        (3, 3),
+        "the first one's marks changed nothing"
+    );
     assert_eq!(
         recorder.ids(),
         ["a-1", "a-2", "a-3", "a-1", "a-2", "a-3"],
@@ -376,8 +440,15 @@ pub fn an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs
         assert!(outcome.unwrap().is_dead_lettered());
     }
     assert_eq!(conn.effect_count(), 0);
-    let letter = inbox.dead_letters().show(&mut conn, v3.id().as_str()).unwrap();
-    assert!(letter.last_error.contains("schema version 3"), "{}", letter.last_error);
+    let letter = inbox
+        .dead_letters()
+        .show(&mut conn, v3.id().as_str())
+        .unwrap();
+    assert!(
+        letter.last_error.contains("schema version 3"),
+        "{}",
+        letter.last_error
+    );
 
     let v2 = placed("9", 2).with_schema_version(2);
     let outcome = inbox.process(&mut conn, &v2, |tx| {

@@ -4,14 +4,13 @@
 //! event even when the stream is delivered twice.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel_inbox::nats::{envelope_of, JetStreamPublisher};
-use diesel_inbox::{
-    AsyncPublisher, Envelope, Inbox, Outbox, OutboxMessage, PublishError, Relay,
-};
+use diesel_inbox::{AsyncPublisher, Envelope, Inbox, Outbox, OutboxMessage, PublishError, Relay};
 use futures_util::StreamExt;
 
 use crate::support::{setup, Backend, ChildTest, TestConn};
@@ -22,8 +21,8 @@ const SUBJECT: &str = "DIESEL_INBOX_RELAY_SUBJECT";
 
 const NATS: &str = "127.0.0.1:4222";
 const AGGREGATES: usize = 6;
-const EVENTS_PER_AGGREGATE: usize = 40;
-const KILLS: usize = 6;
+const EVENTS_PER_AGGREGATE: usize = 100;
+const KILLS: usize = 8;
 /// Each child relay runs with a lease this short, so that the next one takes its rows over
 /// soon after it is killed.
 const LEASE: Duration = Duration::from_millis(500);
@@ -36,13 +35,42 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A publisher that prints each acknowledged publish, for the parent to count.
-struct Counting(JetStreamPublisher);
+/// A publisher that counts acknowledged publishes, and those the broker's dedup window dropped
+/// as duplicates; in a child, it prints each for the parent to count.
+struct Counting {
+    inner: JetStreamPublisher,
+    acks: AtomicUsize,
+    duplicates: AtomicUsize,
+    print: bool,
+}
+
+impl Counting {
+    fn new(js: jetstream::Context, print: bool) -> Self {
+        Self {
+            inner: JetStreamPublisher::new(js),
+            acks: AtomicUsize::new(0),
+            duplicates: AtomicUsize::new(0),
+            print,
+        }
+    }
+}
 
 impl AsyncPublisher for Counting {
     async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError> {
-        self.0.publish(message).await?;
-        println!("published {}", message.envelope.id());
+        let ack = self
+            .inner
+            .publish_envelope(&message.topic, &message.envelope)
+            .await?;
+        self.acks.fetch_add(1, Ordering::Relaxed);
+        self.duplicates
+            .fetch_add(usize::from(ack.duplicate), Ordering::Relaxed);
+        if self.print {
+            println!(
+                "published {} duplicate={}",
+                message.envelope.id(),
+                ack.duplicate
+            );
+        }
         Ok(())
     }
 }
@@ -56,7 +84,7 @@ fn relay_until_killed<B: Backend>(url: &str, subject: &str) {
         .unwrap();
     runtime().block_on(async {
         let client = async_nats::connect(NATS).await.unwrap();
-        let publisher = Counting(JetStreamPublisher::new(jetstream::new(client)));
+        let publisher = Counting::new(jetstream::new(client), true);
         let relay = Relay::new()
             .batch_size(7)
             .lease(LEASE)
@@ -72,8 +100,7 @@ fn relay_until_killed<B: Backend>(url: &str, subject: &str) {
     });
 }
 
-pub fn a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggregate<B: Backend>()
-{
+pub fn a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggregate<B: Backend>() {
     if let Ok(url) = std::env::var(RELAY_CHILD) {
         relay_until_killed::<B>(&url, &std::env::var(SUBJECT).unwrap());
         return;
@@ -109,32 +136,32 @@ pub fn a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggreg
 
     // Kill the relay at random points, each time in a new process.
     let test = "a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggregate";
-    let mut publishes = 0;
-    let mut kills = 0;
+    let (mut publishes, mut duplicates, mut kills) = (0, 0, 0);
     for _ in 0..KILLS {
         let mut child = ChildTest::spawn(test, &[(RELAY_CHILD, db.url()), (SUBJECT, &prefix)]);
         child.wait_for("relay started", Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(fastrand::u64(50..400)));
+        std::thread::sleep(Duration::from_millis(fastrand::u64(20..250)));
         child.kill();
         kills += 1;
-        publishes += child
-            .printed()
-            .iter()
-            .filter(|line| line.starts_with("published "))
-            .count();
+        for line in child.printed() {
+            if line.starts_with("published ") {
+                publishes += 1;
+                duplicates += usize::from(line.ends_with("duplicate=true"));
+            }
+        }
     }
     let left = outbox.stats(&mut conn).unwrap().pending;
 
     // A last relay, in this process, publishes the rest once the dead ones' leases run out.
     let pool = db.pool(1);
-    let publisher = JetStreamPublisher::new(js.clone());
+    let publisher = Counting::new(js.clone(), false);
     let relay = Relay::new().lease(LEASE);
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = 0;
     while outbox.stats(&mut conn).unwrap().pending > 0 {
         assert!(Instant::now() < deadline, "the outbox did not drain");
-        let pass = rt.block_on(relay.run_once_async(&pool, &publisher)).unwrap();
-        last += pass.published;
+        let pass = rt
+            .block_on(relay.run_once_async(&pool, &publisher))
+            .unwrap();
         if pass.is_idle() {
             std::thread::sleep(LEASE / 5);
         }
@@ -152,8 +179,10 @@ pub fn a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggreg
             .push(payload["n"].as_u64().unwrap());
     }
     println!(
-        "relay crash on {}: {kills} kills, {publishes} publishes acknowledged before the kills, {left} rows left pending after them, {last} published by the last relay, {} stored in the stream ({} distinct) of {total} enqueued",
+        "relay crash on {}: {kills} kills; {publishes} publishes acknowledged before the kills, {duplicates} of them dropped by the dedup window; {left} rows left pending after them; the last relay's {} publishes, {} of them duplicates; {} stored in the stream ({} distinct) of {total} enqueued",
         std::any::type_name::<B>().rsplit("::").next().unwrap(),
+        publisher.acks.load(Ordering::Relaxed),
+        publisher.duplicates.load(Ordering::Relaxed),
         stored.len(),
         ids.len()
     );
@@ -175,7 +204,11 @@ pub fn a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggreg
             assert!(outcome.is_processed() || outcome.is_duplicate());
         }
     }
-    println!("consumed {} deliveries, {} effects", 2 * stored.len(), conn.effect_count());
+    println!(
+        "consumed {} deliveries, {} effects",
+        2 * stored.len(),
+        conn.effect_count()
+    );
     assert_eq!(conn.effect_count(), total);
     rt.block_on(js.delete_stream(&prefix)).unwrap();
 }
