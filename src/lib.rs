@@ -177,7 +177,9 @@ pub use cursor::{
 };
 pub use dead_letter::{Audit, DeadLetter, DeadLetters, HistoryEntry};
 pub use delivery::{Delivery, IntoDelivery, Payload};
-pub use envelope::{Envelope, Message, SchemaVersions, TraceContextLayer};
+pub use envelope::{
+    Envelope, Message, SchemaVersions, TraceContextLayer, UnsupportedSchemaVersion,
+};
 pub use error::Error;
 pub use gap::{Gap, Gaps};
 pub use handler_error::{FailureKind, HandlerError};

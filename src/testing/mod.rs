@@ -11,6 +11,8 @@
 //!   both assert exactly one effect, counted the way you say.
 //! - **Fault injection**: [`Faults`] makes a handler fail, by an error or a panic, on chosen
 //!   attempts or at random from a seed, to test your retry path.
+//! - **Schema fixtures**: [`check_schema_fixtures`] checks that a fixture of every schema
+//!   version a consumer accepts decodes; [`write_schema_fixture`] writes one.
 //! - **Schedules**: [`run_schedule`] plays a [`Schedule`] of duplicates, reorderings and
 //!   injected failures and checks one effect per distinct event; [`ScheduleOptions`] makes
 //!   random ones from a seed, or a proptest strategy.
@@ -49,6 +51,7 @@
 mod assert;
 mod db;
 mod faults;
+mod fixtures;
 mod harness;
 mod inspect;
 mod schedule;
@@ -58,6 +61,7 @@ pub use assert::{
 };
 pub use db::TestDatabase;
 pub use faults::{Fault, Faults, InjectedFault};
+pub use fixtures::{check_schema_fixtures, write_schema_fixture, FixtureError, FixtureProblem};
 pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};
 pub use inspect::{inbox_record, InboxRecord};
 pub use schedule::{run_schedule, Schedule, ScheduleOptions, Step};
