@@ -149,6 +149,8 @@ mod handler_error;
 mod id;
 mod inbox;
 pub mod migrations;
+#[cfg(feature = "nats")]
+pub mod nats;
 mod observe;
 mod outbox;
 mod outcome;

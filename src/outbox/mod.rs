@@ -99,6 +99,7 @@ impl Outbox {
         check_text("topic", topic, MAX_TOPIC_BYTES)?;
         check_text("aggregate type", &envelope.aggregate_type, 255)?;
         check_text("aggregate id", &envelope.aggregate_id, 255)?;
+        envelope.validate()?;
         let message = if envelope.producer.is_empty() {
             let mut stamped = envelope.clone();
             stamped.producer.clone_from(&self.producer);

@@ -23,6 +23,8 @@ mod helpers;
 mod migrations;
 mod operations;
 mod outbox;
+#[cfg(feature = "nats")]
+mod relay_crash;
 mod retention;
 mod stats;
 pub use batch::*;
@@ -34,6 +36,8 @@ pub use helpers::*;
 pub use migrations::*;
 pub use operations::*;
 pub use outbox::*;
+#[cfg(feature = "nats")]
+pub use relay_crash::*;
 pub use retention::*;
 pub use stats::*;
 
@@ -148,6 +152,11 @@ macro_rules! backend_tests {
             concurrent_relays_publish_every_row_once_in_order_per_aggregate,
             a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced,
             an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs,
+        );
+        // Against the JetStream server too.
+        #[cfg(feature = "nats")]
+        backend_tests!(@in scenarios, $backend;
+            a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggregate,
         );
     };
     // One test per scenario of the test binary's module `$module`.

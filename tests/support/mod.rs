@@ -720,6 +720,20 @@ impl ChildTest {
         }
     }
 
+    /// The lines it printed that no [`wait_for`](Self::wait_for) read, once its output has
+    /// ended (it exited or was killed); waits for that at most a few seconds.
+    pub(crate) fn printed(&mut self) -> Vec<String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut lines = Vec::new();
+        while let Ok(line) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+        {
+            lines.push(line);
+        }
+        lines
+    }
+
     /// Kills it, by its pid, and waits until it is gone.
     pub(crate) fn kill(&mut self) {
         self.child.kill().unwrap();
