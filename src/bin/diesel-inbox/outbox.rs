@@ -103,7 +103,7 @@ struct Section {
 fn list<C: InboxConnection>(conn: &mut C, args: &OutboxArgs, global: &Global) -> Outcome {
     let stats = totals(conn)?;
     let now = Utc::now();
-    let states: &[Option<OutboxState>] = if args.all {
+    let selected: &[Option<OutboxState>] = if args.all {
         &[None]
     } else if args.pending {
         &[Some(OutboxState::Failed), Some(OutboxState::Pending)]
@@ -111,7 +111,7 @@ fn list<C: InboxConnection>(conn: &mut C, args: &OutboxArgs, global: &Global) ->
         &[Some(OutboxState::Failed)]
     };
     let mut sections = Vec::new();
-    for &state in states {
+    for &state in selected {
         let rows = Outbox::list(conn, state, args.after, args.limit)?;
         let more = i64::try_from(rows.len()).is_ok_and(|n| n >= args.limit);
         sections.push(Section { state, rows, more });
@@ -166,7 +166,7 @@ fn list<C: InboxConnection>(conn: &mut C, args: &OutboxArgs, global: &Global) ->
 /// One section as a table, with a line saying what it is and where the next page starts.
 fn print_section(section: &Section) {
     let aggregate = |r: &OutboxRecord| format!("{}/{}", r.aggregate_type, r.aggregate_id);
-    let error = |r: &OutboxRecord| output::cell(r.last_error.as_deref().unwrap_or("-"), 60);
+    let error = |r: &OutboxRecord| output::cell(r.last_error.as_deref().unwrap_or("-"), 100);
     let (headers, rows): (Vec<&str>, Vec<Vec<String>>) = match section.state {
         Some(OutboxState::Pending) => (
             vec![
@@ -363,7 +363,7 @@ fn totals_json(stats: &OutboxStats, now: DateTime<Utc>) -> Value {
         "oldest_pending": stats.oldest_pending.map(output::time),
         "oldest_pending_age_seconds": stats
             .oldest_pending
-            .map(|at| (now - at).num_milliseconds().max(0) as f64 / 1000.0),
+            .map(|at| (now - at).to_std().map_or(0.0, |age| age.as_secs_f64())),
     })
 }
 
