@@ -25,9 +25,9 @@ use crate::backend::sealed::InboxSql;
 pub use crate::check::{Check, CheckStatus};
 use crate::{Error, InboxConnection};
 
-/// The indexes the inbox's operations read through (migrations 000003 to 000005), and their
-/// checks' names.
-const INDEXES: [(&str, &str); 4] = [
+/// The indexes the inbox's and the outbox's operations read through (migrations 000003 to
+/// 000006), and their checks' names.
+const INDEXES: [(&str, &str); 7] = [
     (
         "diesel_inbox_events_settled",
         "index diesel_inbox_events_settled",
@@ -38,13 +38,25 @@ const INDEXES: [(&str, &str); 4] = [
     ),
     ("diesel_inbox_gaps_open", "index diesel_inbox_gaps_open"),
     ("diesel_inbox_claims_open", "index diesel_inbox_claims_open"),
+    (
+        "diesel_inbox_outbox_state",
+        "index diesel_inbox_outbox_state",
+    ),
+    (
+        "diesel_inbox_outbox_aggregate",
+        "index diesel_inbox_outbox_aggregate",
+    ),
+    (
+        "diesel_inbox_outbox_published",
+        "index diesel_inbox_outbox_published",
+    ),
 ];
 
 /// Where `run_pending_migrations` records the inbox's versions.
 const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 
-/// The inbox's tables.
-const TABLES: [&str; 8] = [
+/// The inbox's tables, and the outbox's.
+const TABLES: [&str; 9] = [
     "diesel_inbox_events",
     "diesel_inbox_failures",
     "diesel_inbox_failure_log",
@@ -53,6 +65,7 @@ const TABLES: [&str; 8] = [
     "diesel_inbox_gaps",
     "diesel_inbox_event_sequences",
     "diesel_inbox_claims",
+    "diesel_inbox_outbox",
 ];
 
 /// Checks `conn`'s database: every inbox migration applied, the inbox's indexes present, and

@@ -1,6 +1,7 @@
 //! The `diesel-inbox` binary end to end, on each backend: dead letters made through the
 //! library, then listed, shown, exported, discarded and released through the CLI; a cursor's gaps
-//! listed and resolved; claims in doubt listed, shown and resolved; the doctor; the migrations.
+//! listed and resolved; claims in doubt listed, shown and resolved; the outbox's rows listed,
+//! shown, retried and pruned; the doctor; the migrations.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -9,8 +10,9 @@ use std::time::Duration;
 use diesel::r2d2::R2D2Connection;
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
-    Audit, ClaimState, Claimed, Claims, Cursor, Delivery, Error, GapState, Inbox, InboxConnection,
-    Payload, Resume, Sequenced,
+    Audit, ClaimState, Claimed, Claims, Cursor, Delivery, Envelope, Error, GapState, Inbox,
+    InboxConnection, Outbox, OutboxMessage, OutboxState, Payload, PublishError, Publisher, Relay,
+    Resume, Sequenced,
 };
 use serde_json::Value;
 
@@ -70,7 +72,7 @@ fn refuse<C>(_: &mut C) -> Result<(), Error> {
 }
 
 /// The scenario, once for every backend: `drop_index` drops `diesel_inbox_events_settled`.
-fn the_cli_operates_dead_letters_gaps_claims_doctor_and_migrations<C>(
+fn the_cli_operates_dead_letters_gaps_claims_the_outbox_doctor_and_migrations<C>(
     db: &TestDatabase<C>,
     drop_index: &str,
 ) where
@@ -95,6 +97,7 @@ fn the_cli_operates_dead_letters_gaps_claims_doctor_and_migrations<C>(
     counts_then_prunes(url, &mut conn);
     lists_and_resolves_gaps(url, &mut conn);
     lists_shows_and_resolves_claims(url, &mut conn);
+    lists_shows_retries_and_prunes_the_outbox(url, &mut conn);
     doctor_passes_then_fails(url, &mut conn, drop_index);
     prints_and_installs_migrations(url);
 }
@@ -721,6 +724,310 @@ fn lists_every_claim_with_all(url: &str) {
     );
 }
 
+/// Refuses `out-2` for good and `out-3` for now; publishes the rest.
+struct Broker;
+
+impl Publisher for Broker {
+    fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+        match message.envelope.id().as_str() {
+            "out-2" => Err(PublishError::permanent(
+                "the broker refused it: message too large",
+            )),
+            "out-3" => Err(PublishError::transient("the broker is unreachable")),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Four events enqueued and one relay pass: `out-1` published, `out-2` failed for good, `out-3`
+/// pending after a failed attempt, `out-4` pending behind it (same aggregate). Returns their
+/// positions.
+fn outbox_rows<C: InboxConnection>(conn: &mut C) -> [i64; 4] {
+    let outbox = Outbox::new("orders-service").unwrap();
+    let events = [
+        ("out-1", "orders.placed", "1", "order.placed"),
+        ("out-2", "orders.paid", "1", "order.paid"),
+        ("out-3", "orders.placed", "2", "order.placed"),
+        ("out-4", "orders.paid", "2", "order.paid"),
+    ];
+    for (id, topic, order, event_type) in events {
+        let envelope = Envelope::new(event_type, "order", order)
+            .with_id(id)
+            .unwrap()
+            .json(&serde_json::json!({"order": order}))
+            .unwrap();
+        outbox.enqueue(conn, topic, &envelope).unwrap();
+    }
+    let pass = Relay::new().run_once(conn, &mut Broker).unwrap();
+    assert_eq!(
+        (pass.published, pass.failed, pass.retried),
+        (1, 1, 1),
+        "{pass:?}"
+    );
+    let rows = Outbox::list(conn, None, 0, 10).unwrap();
+    let states: Vec<(&str, OutboxState)> = rows
+        .iter()
+        .map(|r| (r.event_id.as_str(), r.state))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("out-1", OutboxState::Published),
+            ("out-2", OutboxState::Failed),
+            ("out-3", OutboxState::Pending),
+            ("out-4", OutboxState::Pending),
+        ]
+    );
+    [0, 1, 2, 3].map(|i| rows[i].position)
+}
+
+fn state_at<C: InboxConnection>(conn: &mut C, position: i64) -> OutboxState {
+    Outbox::record(conn, position).unwrap().state
+}
+
+fn lists_shows_retries_and_prunes_the_outbox<C: InboxConnection>(url: &str, conn: &mut C) {
+    let positions = outbox_rows(conn);
+    lists_the_outbox(url, positions);
+    shows_an_outbox_row(url, positions[1]);
+    retries_a_failed_outbox_row(url, conn, positions);
+    prunes_published_outbox_rows_only(url, conn, positions);
+}
+
+/// The totals, then the failed row with its reason; the pending ones with --pending; every
+/// row, a page at a time, with --all.
+fn lists_the_outbox(url: &str, [published, failed, retrying, pending]: [i64; 4]) {
+    let listed = json(&cli(url, &["outbox", "--format", "json"]));
+    let totals = &listed["totals"];
+    assert_eq!(
+        (&totals["pending"], &totals["published"], &totals["failed"]),
+        (&Value::from(2), &Value::from(1), &Value::from(1)),
+        "{listed}"
+    );
+    assert!(
+        totals["oldest_pending"]
+            .as_str()
+            .is_some_and(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok()),
+        "{listed}"
+    );
+    assert!(
+        totals["oldest_pending_age_seconds"]
+            .as_f64()
+            .is_some_and(|age| (0.0..600.0).contains(&age)),
+        "{listed}"
+    );
+    let row = &listed["rows"][0];
+    assert_eq!(listed["rows"].as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(
+        (&row["position"], &row["event_id"], &row["state"]),
+        (
+            &Value::from(failed),
+            &Value::from("out-2"),
+            &Value::from("failed")
+        ),
+    );
+    assert_eq!(
+        row["last_error"],
+        "permanent publish failure: the broker refused it: message too large"
+    );
+    assert_eq!(row["attempts"], 1);
+    let table = expect(&cli(url, &["outbox"]), 0);
+    assert!(table.starts_with("pending:"), "{table}");
+    assert!(
+        table.lines().any(|l| l.starts_with(&format!("{failed} "))
+            && l.contains("out-2")
+            && l.contains("order/1")
+            && l.contains("message too large")),
+        "{table}"
+    );
+    assert!(!table.contains("out-3"), "{table}");
+    assert!(table.contains("1 failed row shown"), "{table}");
+
+    let with_pending = json(&cli(url, &["outbox", "--pending", "--format", "json"]));
+    let positions: Vec<i64> = with_pending["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["position"].as_i64().unwrap())
+        .collect();
+    assert_eq!(positions, [failed, retrying, pending], "{with_pending}");
+    assert!(
+        with_pending["rows"][1]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.ends_with("the broker is unreachable")),
+        "{with_pending}"
+    );
+    assert_eq!(with_pending["rows"][2]["last_error"], Value::Null);
+    let table = expect(&cli(url, &["outbox", "--pending"]), 0);
+    assert!(
+        table.contains("NEXT ATTEMPT") && table.contains("2 pending rows shown"),
+        "{table}"
+    );
+
+    let first = json(&cli(
+        url,
+        &["outbox", "--all", "--limit", "1", "--format", "json"],
+    ));
+    assert_eq!(first["rows"][0]["state"], "published", "{first}");
+    assert_eq!(first["more_after"]["all"], published, "{first}");
+    let after = published.to_string();
+    let next = json(&cli(
+        url,
+        &[
+            "outbox", "--all", "--limit", "1", "--after", &after, "--format", "json",
+        ],
+    ));
+    assert_eq!(next["rows"][0]["event_id"], "out-2", "{next}");
+    let table = expect(&cli(url, &["outbox", "--all", "--limit", "1"]), 0);
+    assert!(
+        table.contains(&format!("rerun with --after {published}")),
+        "{table}"
+    );
+    expect(&cli(url, &["outbox", "--all", "--pending"]), 2);
+    expect(&cli(url, &["outbox", "--limit", "0"]), 2);
+}
+
+fn shows_an_outbox_row(url: &str, failed: i64) {
+    let position = failed.to_string();
+    let shown = json(&cli(
+        url,
+        &["outbox", "show", &position, "--format", "json"],
+    ));
+    assert_eq!(
+        (
+            &shown["topic"],
+            &shown["aggregate_type"],
+            &shown["aggregate_id"],
+            &shown["event_type"]
+        ),
+        (
+            &Value::from("orders.paid"),
+            &Value::from("order"),
+            &Value::from("1"),
+            &Value::from("order.paid")
+        ),
+        "{shown}"
+    );
+    assert_eq!(shown["published_at"], Value::Null);
+    let table = expect(&cli(url, &["outbox", "show", &position]), 0);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("last error:") && l.ends_with("message too large")),
+        "{table}"
+    );
+    let unknown = (failed + 1000).to_string();
+    fails(
+        &cli(url, &["outbox", "show", &unknown]),
+        1,
+        &format!("no outbox row at position {unknown}"),
+    );
+}
+
+/// Without --yes: refused, nothing changed. With it: pending again, its attempts from 0. A row
+/// not failed is refused with the typed error.
+fn retries_a_failed_outbox_row<C: InboxConnection>(url: &str, conn: &mut C, positions: [i64; 4]) {
+    let [_, failed, retrying, _] = positions;
+    let position = failed.to_string();
+    let retry = [
+        "outbox",
+        "retry",
+        &position,
+        "--actor",
+        "ops",
+        "--reason",
+        "limit raised",
+    ];
+    fails(&cli(url, &retry), 2, "--yes");
+    assert_eq!(
+        state_at(conn, failed),
+        OutboxState::Failed,
+        "nothing changed"
+    );
+    let blank = [
+        "outbox", "retry", &position, "--actor", "ops", "--reason", " ", "--yes",
+    ];
+    fails(&cli(url, &blank), 2, "non-empty reason");
+    let retried = json(&cli(
+        url,
+        &[&retry[..], &["--yes", "--format", "json"]].concat(),
+    ));
+    assert_eq!(
+        (&retried["state"], &retried["attempts"]),
+        (&Value::from("pending"), &Value::from(0)),
+        "{retried}"
+    );
+    assert_eq!(state_at(conn, failed), OutboxState::Pending);
+    fails(
+        &cli(url, &[&retry[..], &["--yes"]].concat()),
+        1,
+        &format!("outbox row {failed} is pending; only a failed row can be retried"),
+    );
+    let pending = retrying.to_string();
+    fails(
+        &cli(
+            url,
+            &[
+                "outbox", "retry", &pending, "--actor", "ops", "--reason", "x",
+            ],
+        ),
+        1,
+        &format!("outbox row {retrying} is pending"),
+    );
+    let unknown = (failed + 1000).to_string();
+    let missing = [
+        "outbox", "retry", &unknown, "--actor", "ops", "--reason", "x", "--yes",
+    ];
+    fails(
+        &cli(url, &missing),
+        1,
+        &format!("no outbox row at position {unknown}"),
+    );
+}
+
+/// Without --yes: refused, nothing deleted. With it: the published row goes, the others stay.
+fn prunes_published_outbox_rows_only<C: InboxConnection>(
+    url: &str,
+    conn: &mut C,
+    [published, ..]: [i64; 4],
+) {
+    let prune = ["outbox", "prune", "--older-than", "0s"];
+    fails(&cli(url, &prune), 2, "of 1 published rows");
+    assert_eq!(state_at(conn, published), OutboxState::Published);
+    let pruned = json(&cli(
+        url,
+        &[&prune[..], &["--yes", "--format", "json"]].concat(),
+    ));
+    assert_eq!(pruned["deleted"], 1, "{pruned}");
+    let left: Vec<(String, OutboxState)> = Outbox::list(conn, None, 0, 10)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.event_id, r.state))
+        .collect();
+    assert_eq!(
+        left,
+        [
+            ("out-2".to_owned(), OutboxState::Pending),
+            ("out-3".to_owned(), OutboxState::Pending),
+            ("out-4".to_owned(), OutboxState::Pending),
+        ]
+    );
+    let again = expect(
+        &cli(url, &[&prune[..], &["--yes", "--batch-size", "1"]].concat()),
+        0,
+    );
+    assert!(
+        again
+            .lines()
+            .any(|l| l.starts_with("deleted:") && l.ends_with(" 0")),
+        "{again}"
+    );
+    fails(
+        &cli(url, &[&prune[..], &["--yes", "--batch-size", "0"]].concat()),
+        2,
+        "--batch-size must be at least 1",
+    );
+}
+
 fn doctor_passes_then_fails<C: InboxConnection>(url: &str, conn: &mut C, drop_index: &str) {
     // doctor: healthy (SQLite warns of the tool's own connection's busy timeout), then not
     let checks = json(&cli(url, &["doctor", "--format", "json"]));
@@ -754,7 +1061,11 @@ fn prints_and_installs_migrations(url: &str) {
         url,
         &["migration", "install", folder_arg, "--format", "json"],
     ));
-    assert_eq!(written.as_array().unwrap().len(), 5, "{written}");
+    assert_eq!(
+        written.as_array().unwrap().len(),
+        6,
+        "since the outbox table (000006): {written}"
+    );
     for path in written.as_array().unwrap() {
         assert!(Path::new(path.as_str().unwrap()).join("up.sql").is_file());
     }
@@ -763,7 +1074,7 @@ fn prints_and_installs_migrations(url: &str) {
 #[test]
 fn the_cli_on_sqlite() {
     let db = TestDatabase::sqlite();
-    the_cli_operates_dead_letters_gaps_claims_doctor_and_migrations(
+    the_cli_operates_dead_letters_gaps_claims_the_outbox_doctor_and_migrations(
         &db,
         "DROP INDEX diesel_inbox_events_settled",
     );
@@ -776,7 +1087,7 @@ fn the_cli_on_postgres() {
         url.as_deref()
             .unwrap_or("postgres://root@127.0.0.1:5432/test"),
     );
-    the_cli_operates_dead_letters_gaps_claims_doctor_and_migrations(
+    the_cli_operates_dead_letters_gaps_claims_the_outbox_doctor_and_migrations(
         &db,
         "DROP INDEX diesel_inbox_events_settled",
     );
@@ -786,7 +1097,7 @@ fn the_cli_on_postgres() {
 fn the_cli_on_mysql() {
     let url = std::env::var("DIESEL_INBOX_MYSQL_URL");
     let db = TestDatabase::mysql(url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"));
-    the_cli_operates_dead_letters_gaps_claims_doctor_and_migrations(
+    the_cli_operates_dead_letters_gaps_claims_the_outbox_doctor_and_migrations(
         &db,
         "DROP INDEX diesel_inbox_events_settled ON diesel_inbox_events",
     );

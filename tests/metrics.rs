@@ -286,3 +286,101 @@ fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
         "{in_doubt:?}"
     );
 }
+
+/// Refuses `bad-1` for good; publishes the rest.
+struct RefusesBad;
+
+impl diesel_inbox::Publisher for RefusesBad {
+    fn publish(
+        &mut self,
+        message: &diesel_inbox::OutboxMessage,
+    ) -> Result<(), diesel_inbox::PublishError> {
+        if message.envelope.id().as_str() == "bad-1" {
+            return Err(diesel_inbox::PublishError::permanent("too large"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn the_outbox_counts_enqueued_published_and_failed_events_by_topic_and_gauges_pending_rows() {
+    use diesel_inbox::{Envelope, Outbox, Relay};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+    diesel_inbox::run_pending_migrations(&mut conn).unwrap();
+    let outbox = Outbox::new("orders-service").unwrap();
+    let event = |id: &str, order: &str| {
+        Envelope::new("order.placed", "order", order)
+            .with_id(id)
+            .unwrap()
+            .bytes(b"{}".to_vec())
+    };
+
+    let pending = metrics::with_local_recorder(&recorder, || {
+        diesel_inbox::describe_metrics();
+        outbox
+            .enqueue(&mut conn, "orders", &event("ok-1", "1"))
+            .unwrap();
+        outbox
+            .enqueue(&mut conn, "orders", &event("ok-2", "2"))
+            .unwrap();
+        outbox
+            .enqueue(&mut conn, "refunds", &event("bad-1", "3"))
+            .unwrap();
+        // An enqueue that rolls back leaves no row, but was counted at its INSERT.
+        let rolled_back: Result<(), diesel_inbox::Error> = conn.transaction(|tx| {
+            outbox.enqueue(tx, "orders", &event("gone-1", "4"))?;
+            Err(diesel_inbox::Error::permanent("the order was declined"))
+        });
+        assert!(rolled_back.is_err());
+        let pass = Relay::new().run_once(&mut conn, &mut RefusesBad).unwrap();
+        assert_eq!((pass.published, pass.failed), (2, 1), "{pass:?}");
+        outbox
+            .enqueue(&mut conn, "orders", &event("late-1", "5"))
+            .unwrap();
+        outbox.stats(&mut conn).unwrap().pending
+    });
+    assert_eq!(pending, 1);
+
+    let metrics = snapshot(&snapshotter);
+    let topic = |name, topic| counter(&metrics, name, &[("topic", topic)]);
+    let enqueued = "diesel_inbox_outbox_enqueued_total";
+    assert_eq!(
+        (topic(enqueued, "orders"), topic(enqueued, "refunds")),
+        (Some(4), Some(1)),
+        "{metrics:#?}"
+    );
+    let published = "diesel_inbox_outbox_published_total";
+    assert_eq!(
+        (topic(published, "orders"), topic(published, "refunds")),
+        (Some(2), None)
+    );
+    let failures = "diesel_inbox_outbox_publish_failures_total";
+    let failed = |outcome, topic| {
+        counter(
+            &metrics,
+            failures,
+            &[("outcome", outcome), ("topic", topic)],
+        )
+    };
+    assert_eq!(
+        (
+            failed("failed", "refunds"),
+            failed("retry", "refunds"),
+            failed("failed", "orders")
+        ),
+        (Some(1), None, None)
+    );
+    let gauge = (
+        MetricKind::Gauge,
+        "diesel_inbox_outbox_pending".to_owned(),
+        Vec::new(),
+    );
+    let pending = metrics.iter().find(|(id, _)| *id == gauge).map(|(_, v)| v);
+    assert!(
+        matches!(pending, Some(DebugValue::Gauge(n)) if (n.into_inner() - 1.0).abs() < f64::EPSILON),
+        "{pending:?}"
+    );
+}

@@ -15,6 +15,12 @@
 //!   claims show <ID>                          one claim, with its payload, result and resolution
 //!   claims resolve <ID> --completed RESULT_JSON | --retry | --abandon --reason R
 //!                                             settle a claim in doubt (needs --yes)
+//!   outbox [--pending | --all] [--limit N] [--after POSITION]
+//!                                             the outbox's totals, then its failed rows
+//!   outbox show <POSITION>                    one outbox row in full
+//!   outbox retry <POSITION> --reason R        make a failed row pending again (needs --yes)
+//!   outbox prune --older-than 7d [--batch-size N]
+//!                                             delete rows published before then (needs --yes)
 //!   prune --older-than 30d --redelivery-window 7d [--dry-run]
 //!                                             remove settled events past the window (needs --yes)
 //!   doctor                                    check the schema, indexes and settings
@@ -47,6 +53,7 @@ mod dead_letters;
 mod doctor;
 mod gaps;
 mod migration;
+mod outbox;
 mod output;
 mod prune;
 mod stats;
@@ -60,21 +67,22 @@ use diesel_inbox::migrations::Dialect;
 use diesel_inbox::{Audit, Inbox};
 
 const LONG_ABOUT: &str =
-    "Operate a diesel-inbox database: stats, dead letters, sequence gaps, claims in doubt, retention, \
-health checks, migrations.
+    "Operate a diesel-inbox database: stats, dead letters, sequence gaps, claims in doubt, the outbox, \
+retention, health checks, migrations.
 
 The database URL comes from --database-url or DATABASE_URL; its scheme picks the backend \
 (postgres:// or postgresql://, mysql:// or mariadb://, sqlite:// or a file path for SQLite).
 
 Commands that change rows (dead-letters discard, dead-letters release, gaps resolve, \
-claims resolve, prune) need --yes: \
+claims resolve, outbox retry, outbox prune, prune) need --yes: \
 without it they print what they would change and exit with 2, changing nothing.
 
 Durations read as a number and a unit: 90s, 15m, 24h, 30d, 2w.
 
 Exit codes:
   0  success
-  1  error: database, dead letter, gap or claim not found, invalid transition (message on stderr)
+  1  error: database, dead letter, gap, claim or outbox row not found, invalid transition \
+(message on stderr)
   2  bad usage, or a change without --yes
   3  doctor found a failing check";
 
@@ -140,6 +148,25 @@ enum Command {
         reason = "the doc comment is the --help text, read as plain text"
     )]
     Claims(claims::ClaimsArgs),
+    /// The transactional outbox: its totals and the rows that failed to publish; show a row,
+    /// retry a failed one, prune published ones.
+    ///
+    /// Prints the totals: pending rows (waiting for the relay), published (accepted by the
+    /// broker, kept until pruned), failed (refused for good or out of attempts, waiting for
+    /// ops), and when the oldest pending row was enqueued and how long ago (the relay's lag).
+    /// Then the failed rows, oldest first: position (to show or retry by), event id, topic
+    /// (where it is published), aggregate (type/id: the rows of one aggregate are published in
+    /// position order), event type, attempts (failed publishes), and the last error. With
+    /// --pending also the pending rows, with when the relay may take each next (its backoff);
+    /// with --all every row, with its state, when it was enqueued and published. Each list
+    /// stops at --limit rows and says where the next page starts (--after). As JSON, an
+    /// object with totals, rows (each row in full, in position order) and more_after (the
+    /// last position of each list cut short). Exits 0 whatever it finds.
+    #[allow(
+        clippy::doc_markdown,
+        reason = "the doc comment is the --help text, read as plain text"
+    )]
+    Outbox(outbox::OutboxArgs),
     /// Remove processed events older than the redelivery window, in short batches (needs --yes).
     Prune(prune::PruneArgs),
     /// Check the inbox schema, its indexes and the backend's settings (exit 3 on a failure).
@@ -159,7 +186,7 @@ struct Global {
 }
 
 /// Who makes an audited transition and why: kept in the dead letter's history, the gap
-/// ledger, or on the claim.
+/// ledger, or on the claim; for an outbox retry, logged only.
 #[derive(Debug, clap::Args)]
 struct AuditArgs {
     /// Who makes the change (default: $USER).
@@ -245,6 +272,10 @@ fn run(cli: Cli) -> Outcome {
             let inbox = inbox()?;
             let mut db = Database::connect(url.as_deref())?;
             with_connection!(db, |conn| claims::run(conn, &inbox, args, &global))
+        }
+        Command::Outbox(args) => {
+            let mut db = Database::connect(url.as_deref())?;
+            with_connection!(db, |conn| outbox::run(conn, args, &global))
         }
         Command::Stats(args) => {
             let inbox = inbox()?;
