@@ -340,7 +340,7 @@ fn the_outbox_counts_enqueued_published_and_failed_events_by_topic_and_gauges_pe
         outbox
             .enqueue(&mut conn, "orders", &event("late-1", "5"))
             .unwrap();
-        outbox.stats(&mut conn).unwrap().pending
+        Outbox::stats(&mut conn).unwrap().pending
     });
     assert_eq!(pending, 1);
 

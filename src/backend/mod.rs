@@ -239,6 +239,9 @@ pub(crate) mod sealed {
         pub published_at: Option<DateTime<Utc>>,
     }
 
+    /// An outbox state, its rows, and the oldest one's enqueue time.
+    pub(crate) type OutboxTotals = (OutboxState, i64, Option<DateTime<Utc>>);
+
     /// What a relay writes to rows it holds, once their publish is over. Each clears the lease.
     #[derive(Debug, Clone, Copy)]
     pub enum OutboxChange<'a> {
@@ -717,7 +720,7 @@ pub(crate) mod sealed {
         ) -> QueryResult<usize>;
 
         /// Per state: the rows, and the oldest row's enqueue time.
-        fn outbox_totals(&mut self) -> QueryResult<Vec<(OutboxState, i64, Option<DateTime<Utc>>)>>;
+        fn outbox_totals(&mut self) -> QueryResult<Vec<OutboxTotals>>;
 
         /// Records the sequence an event id was settled at.
         fn insert_event_sequence(

@@ -236,7 +236,7 @@ macro_rules! outbox_statements {
 
         fn outbox_totals(
             &mut self,
-        ) -> QueryResult<Vec<($crate::state::OutboxState, i64, Option<DateTime<Utc>>)>> {
+        ) -> QueryResult<Vec<$crate::backend::sealed::OutboxTotals>> {
             use $schema::diesel_inbox_outbox as o;
             o::table
                 .group_by(o::state)

@@ -162,7 +162,7 @@ impl Outbox {
     /// # Errors
     ///
     /// [`Error::Database`].
-    pub fn stats<C: InboxConnection>(&self, conn: &mut C) -> Result<OutboxStats, Error> {
+    pub fn stats<C: InboxConnection>(conn: &mut C) -> Result<OutboxStats, Error> {
         let mut stats = OutboxStats::default();
         for (state, rows, oldest) in conn.sql().outbox_totals()? {
             match state {

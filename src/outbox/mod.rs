@@ -45,7 +45,7 @@ pub const MAX_TOPIC_BYTES: usize = 255;
 ///     let placed = Envelope::new("order.placed", "order", "42").json(&serde_json::json!({"total": 1250}))?;
 ///     outbox.enqueue(tx, "orders.placed", &placed)
 /// })?;
-/// assert_eq!(outbox.stats(&mut conn)?.pending, 1);
+/// assert_eq!(Outbox::stats(&mut conn)?.pending, 1);
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

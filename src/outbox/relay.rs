@@ -173,7 +173,7 @@ impl Relay {
         publisher: &mut P,
     ) -> Result<RelayPass, Error> {
         let taken = self.take(conn)?;
-        let mut published = Vec::with_capacity(taken.rows.len());
+        let mut settles = Vec::with_capacity(taken.rows.len());
         let mut blocked = Blocked::default();
         for row in &taken.rows {
             let result = if blocked.holds(row) {
@@ -183,9 +183,9 @@ impl Relay {
             };
             let settle = self.judge(row, result.as_ref());
             blocked.note(row, &settle);
-            published.push(settle);
+            settles.push(settle);
         }
-        self.mark(conn, &taken, &published)
+        mark(conn, &taken, &settles)
     }
 
     /// [`run_once`](Self::run_once) for tokio services: the database steps run on the
@@ -224,8 +224,7 @@ impl Relay {
             blocked.note(row, &settle);
             settles.push(settle);
         }
-        let relay = self.clone();
-        blocking(pool, move |conn| relay.mark(conn, &taken, &settles)).await
+        blocking(pool, move |conn| mark(conn, &taken, &settles)).await
     }
 
     /// Step 1: takes and leases the rows this pass publishes.
@@ -271,7 +270,7 @@ impl Relay {
             return Settle::Released;
         };
         let settle = plan::after_publish(
-            result.as_ref().map(|()| ()),
+            result.as_ref().copied(),
             row.attempts,
             self.max_attempts,
             self.backoff,
@@ -293,64 +292,63 @@ impl Relay {
         }
         settle
     }
+}
 
-    /// Step 3: writes every row's result, fenced by the lease token.
-    pub(crate) fn mark<C: InboxConnection>(
-        &self,
-        conn: &mut C,
-        taken: &Taken,
-        settles: &[Settle],
-    ) -> Result<RelayPass, Error> {
-        let mut pass = RelayPass::default();
-        if taken.rows.is_empty() {
-            return Ok(pass);
-        }
-        let token = taken.token.as_str();
-        let marked = in_transaction(conn, |tx| {
-            let now = now();
-            let mut marked = 0;
-            let published: Vec<i64> = positions(taken, settles, |s| *s == Settle::Published);
-            let released: Vec<i64> = positions(taken, settles, |s| *s == Settle::Released);
-            marked += tx
-                .sql()
-                .settle_outbox(&published, token, OutboxChange::Published, now)?;
-            marked += tx
-                .sql()
-                .settle_outbox(&released, token, OutboxChange::Released, now)?;
-            for (row, settle) in taken.rows.iter().zip(settles) {
-                let change = match settle {
-                    Settle::Retry { error, at } => OutboxChange::Retry { error, at: *at },
-                    Settle::Failed { error } => OutboxChange::Failed { error },
-                    Settle::Published | Settle::Released => continue,
-                };
-                marked += tx
-                    .sql()
-                    .settle_outbox(&[row.position], token, change, now)?;
-            }
-            Ok(marked)
-        })?;
-        for settle in settles {
-            match settle {
-                Settle::Published => pass.published += 1,
-                Settle::Retry { .. } => pass.retried += 1,
-                Settle::Failed { .. } => pass.failed += 1,
-                Settle::Released => pass.held_back += 1,
-            }
-        }
-        pass.fenced = taken.rows.len() - marked;
-        if pass.fenced > 0 {
-            observe::outbox_fenced(pass.fenced);
-            warn!(fenced = pass.fenced, "another relay took over rows of this pass after its lease ran out; they were published, and will be again (the broker's dedup window and the consumers' inbox absorb it)");
-        }
-        info!(
-            published = pass.published,
-            retried = pass.retried,
-            failed = pass.failed,
-            held_back = pass.held_back,
-            "relay pass"
-        );
-        Ok(pass)
+/// Step 3: writes every row's result, fenced by the lease token.
+fn mark<C: InboxConnection>(
+    conn: &mut C,
+    taken: &Taken,
+    settles: &[Settle],
+) -> Result<RelayPass, Error> {
+    let mut pass = RelayPass::default();
+    if taken.rows.is_empty() {
+        return Ok(pass);
     }
+    let lease_token = taken.token.as_str();
+    let marked = in_transaction(conn, |tx| {
+        let now = now();
+        let mut marked = 0;
+        let published: Vec<i64> = positions(taken, settles, |s| *s == Settle::Published);
+        let released: Vec<i64> = positions(taken, settles, |s| *s == Settle::Released);
+        marked += tx
+            .sql()
+            .settle_outbox(&published, lease_token, OutboxChange::Published, now)?;
+        marked += tx
+            .sql()
+            .settle_outbox(&released, lease_token, OutboxChange::Released, now)?;
+        for (row, settle) in taken.rows.iter().zip(settles) {
+            let change = match settle {
+                Settle::Retry { error, at } => OutboxChange::Retry { error, at: *at },
+                Settle::Failed { error } => OutboxChange::Failed { error },
+                Settle::Published | Settle::Released => continue,
+            };
+            marked += tx
+                .sql()
+                .settle_outbox(&[row.position], lease_token, change, now)?;
+        }
+        Ok(marked)
+    })?;
+    for settle in settles {
+        match settle {
+            Settle::Published => pass.published += 1,
+            Settle::Retry { .. } => pass.retried += 1,
+            Settle::Failed { .. } => pass.failed += 1,
+            Settle::Released => pass.held_back += 1,
+        }
+    }
+    pass.fenced = taken.rows.len() - marked;
+    if pass.fenced > 0 {
+        observe::outbox_fenced(pass.fenced);
+        warn!(fenced = pass.fenced, "another relay took over rows of this pass after its lease ran out; they were published, and will be again (the broker's dedup window and the consumers' inbox absorb it)");
+    }
+    info!(
+        published = pass.published,
+        retried = pass.retried,
+        failed = pass.failed,
+        held_back = pass.held_back,
+        "relay pass"
+    );
+    Ok(pass)
 }
 
 /// The positions of the taken rows whose settle matches.

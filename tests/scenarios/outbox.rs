@@ -109,7 +109,11 @@ pub fn an_enqueued_event_commits_with_the_business_writes_or_not_at_all<B: Backe
         Err(Error::permanent("payment declined"))
     });
     assert!(rolled_back.is_err());
-    assert_eq!(outbox.stats(&mut conn).unwrap().pending, 0, "no outbox row");
+    assert_eq!(
+        Outbox::stats(&mut conn).unwrap().pending,
+        0,
+        "no outbox row"
+    );
     assert_eq!(conn.effect_count(), 0);
 
     conn.transaction(|tx| {
@@ -117,7 +121,7 @@ pub fn an_enqueued_event_commits_with_the_business_writes_or_not_at_all<B: Backe
         outbox.enqueue(tx, "orders", &placed("1", 1))
     })
     .unwrap();
-    assert_eq!(outbox.stats(&mut conn).unwrap().pending, 1);
+    assert_eq!(Outbox::stats(&mut conn).unwrap().pending, 1);
     assert_eq!(conn.effect_count(), 1);
 
     let again = outbox.enqueue(&mut conn, "orders", &placed("1", 1));
@@ -127,7 +131,7 @@ pub fn an_enqueued_event_commits_with_the_business_writes_or_not_at_all<B: Backe
     );
     let empty_topic = outbox.enqueue(&mut conn, "", &placed("1", 2));
     assert!(matches!(empty_topic, Err(Error::InvalidEnvelope(_))));
-    assert_eq!(outbox.stats(&mut conn).unwrap().pending, 1);
+    assert_eq!(Outbox::stats(&mut conn).unwrap().pending, 1);
 }
 
 pub fn a_follow_up_event_enqueued_in_an_inbox_effect_is_enqueued_once_per_event<B: Backend>() {
@@ -158,7 +162,7 @@ pub fn a_follow_up_event_enqueued_in_an_inbox_effect_is_enqueued_once_per_event<
     assert!(failed.is_err());
 
     assert_eq!(conn.effect_count(), 1);
-    let stats = outbox.stats(&mut conn).unwrap();
+    let stats = Outbox::stats(&mut conn).unwrap();
     assert_eq!(
         stats.pending, 1,
         "one follow-up event, for the one processed delivery"
@@ -207,7 +211,7 @@ pub fn the_relay_publishes_in_order_per_aggregate_and_marks_rows_published<B: Ba
         .with_producer("orders-service")
         .with_occurred_at(first.envelope.occurred_at());
     assert_eq!(first.envelope, expected, "the envelope as enqueued");
-    let stats = outbox.stats(&mut conn).unwrap();
+    let stats = Outbox::stats(&mut conn).unwrap();
     assert_eq!((stats.pending, stats.published, stats.failed), (0, 15, 0));
     assert!(stats.oldest_pending.is_none());
 }
@@ -319,7 +323,7 @@ pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_publishe
     drain(&relay(), &mut conn, &mut recorder);
     assert_eq!(recorder.ids(), ["a-1", "a-3", "c-2", "a-2"]);
     assert_eq!(
-        outbox.stats(&mut conn).unwrap().failed,
+        Outbox::stats(&mut conn).unwrap().failed,
         2,
         "b-1 and c-1 wait for ops"
     );
@@ -327,7 +331,7 @@ pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_publishe
     // Retention deletes published rows only.
     let pruned = Outbox::prune(&mut conn, Duration::ZERO, 2).unwrap();
     assert_eq!(pruned, 4);
-    let stats = outbox.stats(&mut conn).unwrap();
+    let stats = Outbox::stats(&mut conn).unwrap();
     assert_eq!((stats.pending, stats.published, stats.failed), (0, 0, 2));
 }
 
@@ -360,7 +364,7 @@ pub fn concurrent_relays_publish_every_row_once_in_order_per_aggregate<B: Backen
             .collect();
         assert_eq!(mine, (1..=10).collect::<Vec<_>>(), "order of {order}");
     }
-    assert_eq!(outbox.stats(&mut conn).unwrap().published, 60);
+    assert_eq!(Outbox::stats(&mut conn).unwrap().published, 60);
 }
 
 pub fn a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced<B: Backend>() {
@@ -406,7 +410,7 @@ pub fn a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced<B: Bac
         ["a-1", "a-2", "a-3", "a-1", "a-2", "a-3"],
         "published twice, each time in order: the broker's dedup and the inbox absorb it"
     );
-    let stats = outbox.stats(&mut conn).unwrap();
+    let stats = Outbox::stats(&mut conn).unwrap();
     assert_eq!((stats.pending, stats.published), (0, 3));
 }
 

@@ -100,68 +100,83 @@ fn relay_until_killed<B: Backend>(url: &str, subject: &str) {
     });
 }
 
-pub fn a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggregate<B: Backend>() {
-    if let Ok(url) = std::env::var(RELAY_CHILD) {
-        relay_until_killed::<B>(&url, &std::env::var(SUBJECT).unwrap());
-        return;
+/// What the killed relays printed before they died: publishes the stream acknowledged, and
+/// how many of those it dropped as duplicates.
+#[derive(Default)]
+struct Killed {
+    kills: usize,
+    acks: usize,
+    duplicates: usize,
+}
+
+/// Starts a relay `KILLS` times, each time in a new process, and kills it at a random point.
+fn kill_relays(test: &str, url: &str, prefix: &str) -> Killed {
+    let mut seen = Killed::default();
+    for _ in 0..KILLS {
+        let mut child = ChildTest::spawn(test, &[(RELAY_CHILD, url), (SUBJECT, prefix)]);
+        child.wait_for("relay started", Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(fastrand::u64(20..250)));
+        child.kill();
+        seen.kills += 1;
+        for line in child.printed() {
+            if line.starts_with("published ") {
+                seen.acks += 1;
+                seen.duplicates += usize::from(line.ends_with("duplicate=true"));
+            }
+        }
     }
-    let (db, mut conn) = setup::<B>();
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    let prefix = format!("relay_{run}");
+    seen
+}
+
+/// Enqueues `EVENTS_PER_AGGREGATE` events for each of `AGGREGATES` orders, interleaved.
+fn enqueue_events<C: TestConn>(conn: &mut C, prefix: &str) {
     let outbox = Outbox::new("orders-service").unwrap();
     for n in 1..=EVENTS_PER_AGGREGATE {
         for aggregate in 0..AGGREGATES {
             let event = Envelope::new("order.changed", "order", &aggregate.to_string())
                 .json(&serde_json::json!({"aggregate": aggregate, "n": n}))
                 .unwrap();
-            outbox
-                .enqueue(&mut conn, &format!("{prefix}.order.{aggregate}"), &event)
-                .unwrap();
+            let subject = format!("{prefix}.order.{aggregate}");
+            outbox.enqueue(conn, &subject, &event).unwrap();
         }
     }
+}
+
+pub fn a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggregate<B: Backend>() {
+    const TEST: &str =
+        "a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggregate";
+    if let Ok(url) = std::env::var(RELAY_CHILD) {
+        relay_until_killed::<B>(&url, &std::env::var(SUBJECT).unwrap());
+        return;
+    }
+    let (db, mut conn) = setup::<B>();
+    let prefix = format!("relay_{}", uuid::Uuid::new_v4().simple());
+    enqueue_events(&mut conn, &prefix);
     let total = AGGREGATES * EVENTS_PER_AGGREGATE;
     let rt = runtime();
     let js = rt.block_on(async {
         let js = jetstream::new(async_nats::connect(NATS).await.unwrap());
-        js.create_stream(stream::Config {
+        let config = stream::Config {
             name: prefix.clone(),
             subjects: vec![format!("{prefix}.>")],
             duplicate_window: Duration::from_secs(120),
             ..Default::default()
-        })
-        .await
-        .unwrap();
+        };
+        js.create_stream(config).await.unwrap();
         js
     });
 
-    // Kill the relay at random points, each time in a new process.
-    let test = "a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggregate";
-    let (mut publishes, mut duplicates, mut kills) = (0, 0, 0);
-    for _ in 0..KILLS {
-        let mut child = ChildTest::spawn(test, &[(RELAY_CHILD, db.url()), (SUBJECT, &prefix)]);
-        child.wait_for("relay started", Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(fastrand::u64(20..250)));
-        child.kill();
-        kills += 1;
-        for line in child.printed() {
-            if line.starts_with("published ") {
-                publishes += 1;
-                duplicates += usize::from(line.ends_with("duplicate=true"));
-            }
-        }
-    }
-    let left = outbox.stats(&mut conn).unwrap().pending;
+    let killed = kill_relays(TEST, db.url(), &prefix);
+    let left = Outbox::stats(&mut conn).unwrap().pending;
 
     // A last relay, in this process, publishes the rest once the dead ones' leases run out.
     let pool = db.pool(1);
-    let publisher = Counting::new(js.clone(), false);
+    let last = Counting::new(js.clone(), false);
     let relay = Relay::new().lease(LEASE);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while outbox.stats(&mut conn).unwrap().pending > 0 {
+    while Outbox::stats(&mut conn).unwrap().pending > 0 {
         assert!(Instant::now() < deadline, "the outbox did not drain");
-        let pass = rt
-            .block_on(relay.run_once_async(&pool, &publisher))
-            .unwrap();
+        let pass = rt.block_on(relay.run_once_async(&pool, &last)).unwrap();
         if pass.is_idle() {
             std::thread::sleep(LEASE / 5);
         }
@@ -173,43 +188,45 @@ pub fn a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggreg
     let mut per_aggregate: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for event in &stored {
         let payload: serde_json::Value = event.decode_json().unwrap();
+        let n = payload["n"].as_u64().unwrap();
         per_aggregate
             .entry(event.aggregate_id().to_owned())
             .or_default()
-            .push(payload["n"].as_u64().unwrap());
+            .push(n);
     }
     println!(
-        "relay crash on {}: {kills} kills; {publishes} publishes acknowledged before the kills, {duplicates} of them dropped by the dedup window; {left} rows left pending after them; the last relay's {} publishes, {} of them duplicates; {} stored in the stream ({} distinct) of {total} enqueued",
+        "relay crash on {}: {} kills; {} publishes acknowledged before the kills, {} of them dropped by the dedup window; {left} rows left pending after them; the last relay's {} publishes, {} of them duplicates; {} stored in the stream ({} distinct) of {total} enqueued",
         std::any::type_name::<B>().rsplit("::").next().unwrap(),
-        publisher.acks.load(Ordering::Relaxed),
-        publisher.duplicates.load(Ordering::Relaxed),
+        killed.kills,
+        killed.acks,
+        killed.duplicates,
+        last.acks.load(Ordering::Relaxed),
+        last.duplicates.load(Ordering::Relaxed),
         stored.len(),
         ids.len()
     );
-    assert_eq!(kills, KILLS);
+    assert_eq!(killed.kills, KILLS);
     assert_eq!(ids.len(), total, "every event published");
     assert_eq!(stored.len(), total, "the dedup window stored each once");
+    let expected: Vec<u64> = (1..=EVENTS_PER_AGGREGATE as u64).collect();
     for (aggregate, ns) in &per_aggregate {
-        let expected: Vec<u64> = (1..=EVENTS_PER_AGGREGATE as u64).collect();
         assert_eq!(ns, &expected, "order of aggregate {aggregate}");
     }
 
     // Consumed twice over (a redelivery of everything), through the inbox: one effect each.
     let inbox = Inbox::new("shipping").unwrap();
-    for _pass in 0..2 {
-        for event in &stored {
-            let outcome = inbox
-                .process(&mut conn, event, |tx| tx.record_effect(event.id().as_str()))
-                .unwrap();
-            assert!(outcome.is_processed() || outcome.is_duplicate());
-        }
+    for event in stored.iter().chain(&stored) {
+        let outcome = inbox
+            .process(&mut conn, event, |tx| tx.record_effect(event.id().as_str()))
+            .unwrap();
+        assert!(outcome.is_processed() || outcome.is_duplicate());
     }
+    let effects = conn.effect_count();
     println!(
-        "consumed {} deliveries, {} effects",
-        2 * stored.len(),
-        conn.effect_count()
+        "consumed {} deliveries, {effects} effects",
+        2 * stored.len()
     );
-    assert_eq!(conn.effect_count(), total);
+    assert_eq!(effects, total);
     rt.block_on(js.delete_stream(&prefix)).unwrap();
 }
 

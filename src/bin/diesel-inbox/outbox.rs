@@ -87,7 +87,7 @@ pub(crate) fn run<C: InboxConnection>(conn: &mut C, args: &OutboxArgs, global: &
 /// The outbox's totals. `Outbox::stats` takes an outbox for its producer name, which it does
 /// not read: any name does.
 fn totals<C: InboxConnection>(conn: &mut C) -> Result<OutboxStats, Failure> {
-    Ok(Outbox::new("diesel-inbox")?.stats(conn)?)
+    Ok(Outbox::stats(conn)?)
 }
 
 /// One listed section: the rows of a state (of every state for `None`), and whether the limit
