@@ -16,10 +16,10 @@ use crate::support::Backend;
 
 /// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
 /// indexes and counters that retention and stats use.
-const MIGRATIONS: usize = 5;
+const MIGRATIONS: usize = 6;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-const INBOX_TABLES: [&str; 8] = [
+const INBOX_TABLES: [&str; 9] = [
     "diesel_inbox_claims",
     "diesel_inbox_counters",
     "diesel_inbox_cursors",
@@ -28,6 +28,7 @@ const INBOX_TABLES: [&str; 8] = [
     "diesel_inbox_failure_log",
     "diesel_inbox_failures",
     "diesel_inbox_gaps",
+    "diesel_inbox_outbox",
 ];
 const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 
