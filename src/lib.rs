@@ -68,6 +68,21 @@
 //! ops ([`Claims::resolve`]). [`InDoubtPolicy::RerunAfterLease`] re-runs it instead, with a
 //! stable [idempotency key](Claim::idempotency_key) the downstream service deduplicates.
 //!
+//! # The producer side: a transactional outbox
+//!
+//! [`Outbox::enqueue`] writes an [`Envelope`] (a UUIDv7 id, the aggregate, the event type and
+//! schema version, when, who, the trace context, headers and payload) with one INSERT in the
+//! caller's transaction, an inbox effect's included: the business writes and the event commit
+//! together or not at all. A [`Relay`] publishes the committed rows through a [`Publisher`] or
+//! an [`AsyncPublisher`], in order per aggregate, and marks them; several relays share the
+//! work, a failing publish is retried with backoff, and a poison row is failed with its reason
+//! while the rows after it go on. The relay publishes at least once; the broker's dedup window
+//! (JetStream's `Nats-Msg-Id`, the `nats` feature's [`nats::JetStreamPublisher`]) and the
+//! consumers' inbox absorb repeats. Consumers read an envelope back
+//! ([`Envelope::from_message`], [`nats::envelope_of`]), hand it to the inbox as the delivery,
+//! and check its version against the [`SchemaVersions`] they accept: an unknown version is
+//! dead-lettered, never a crash loop.
+//!
 //! # Ordered streams
 //!
 //! Where the broker numbers messages (Kafka offsets, JetStream stream sequences, block
@@ -102,7 +117,8 @@
 //!   backend set up as the inbox needs.
 //! - **The ops CLI**: the `cli` feature builds `diesel-inbox`: stats, dead letters (list,
 //!   show, export, discard, release), gaps (list, resolve), claims (list, show, resolve),
-//!   prune, doctor and the migrations (`diesel-inbox --help`).
+//!   the outbox (list, show, retry, prune), prune, doctor and the migrations
+//!   (`diesel-inbox --help`).
 //!
 //! # Errors
 //!

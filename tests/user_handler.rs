@@ -261,3 +261,89 @@ proptest! {
         prop_assert_eq!(balance(&mut conn), 100 * distinct);
     }
 }
+
+// Schema versions: the payment event's payload changed shape in version 2 (the amount became an
+// object with a currency). The consumer reads both; `tests/fixtures/events/` keeps one envelope
+// of each version as the producer sent it, and the check below fails a release whose decoding
+// no longer reads one of them.
+
+/// The versions of `payment.received` the wallet consumer reads.
+fn accepted_versions() -> diesel_inbox::SchemaVersions {
+    diesel_inbox::SchemaVersions::new().accept("payment.received", [1, 2])
+}
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/events");
+
+/// The consumer's decoding: either version to the one event the handler takes.
+fn decode_payment(
+    envelope: &diesel_inbox::Envelope,
+) -> Result<PaymentReceived, diesel_inbox::Error> {
+    #[derive(serde::Deserialize)]
+    struct V1 {
+        account: String,
+        cents: i64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Amount {
+        cents: i64,
+    }
+    #[derive(serde::Deserialize)]
+    struct V2 {
+        account: String,
+        amount: Amount,
+    }
+    accepted_versions().check(envelope)?;
+    let (account, cents) = if envelope.schema_version() == 1 {
+        let v1: V1 = envelope.decode_json()?;
+        (v1.account, v1.cents)
+    } else {
+        let v2: V2 = envelope.decode_json()?;
+        (v2.account, v2.amount.cents)
+    };
+    Ok(PaymentReceived {
+        event_id: envelope.id().as_str().to_owned(),
+        account,
+        cents,
+    })
+}
+
+#[test]
+fn every_accepted_schema_version_has_a_fixture_the_consumer_decodes() {
+    let checked = diesel_inbox::testing::check_schema_fixtures(
+        FIXTURES,
+        &accepted_versions(),
+        decode_payment,
+    )
+    .unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!(checked, 2);
+}
+
+#[test]
+fn a_consumer_that_stops_reading_version_1_fails_its_fixture_check_before_release() {
+    // A refactor that reads every payload as version 2.
+    let v2_only = |envelope: &diesel_inbox::Envelope| {
+        #[derive(serde::Deserialize)]
+        struct Amount {
+            #[allow(dead_code)]
+            cents: i64,
+        }
+        #[derive(serde::Deserialize)]
+        struct V2 {
+            #[allow(dead_code)]
+            amount: Amount,
+        }
+        envelope.decode_json::<V2>()
+    };
+    let error =
+        diesel_inbox::testing::check_schema_fixtures(FIXTURES, &accepted_versions(), v2_only)
+            .expect_err("version 1's fixture no longer decodes");
+    let report = error.to_string();
+    assert!(report.contains("payment.received/v1.json"), "{report}");
+    assert!(!report.contains("v2.json"), "{report}");
+    // And a version accepted without a fixture is a failure too.
+    let without_fixture = accepted_versions().accept("payment.received", [3]);
+    let error =
+        diesel_inbox::testing::check_schema_fixtures(FIXTURES, &without_fixture, decode_payment)
+            .expect_err("no fixture of version 3");
+    assert!(error.to_string().contains("v3.json"), "{error}");
+}
