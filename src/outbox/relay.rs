@@ -172,6 +172,7 @@ impl Relay {
         conn: &mut C,
         publisher: &mut P,
     ) -> Result<RelayPass, Error> {
+        let _span = tracing::info_span!("relay").entered();
         let taken = self.take(conn)?;
         let mut settles = Vec::with_capacity(taken.rows.len());
         let mut blocked = Blocked::default();
@@ -206,8 +207,10 @@ impl Relay {
         C: InboxConnection + diesel::r2d2::R2D2Connection + Send + 'static,
         P: crate::AsyncPublisher + ?Sized,
     {
-        let relay = self.clone();
-        let taken = blocking(pool, move |conn| relay.take(conn)).await?;
+        use tracing::Instrument;
+        let span = tracing::info_span!("relay");
+        let (relay, in_span) = (self.clone(), span.clone());
+        let taken = blocking(pool, move |conn| in_span.in_scope(|| relay.take(conn))).await?;
         let taken = std::sync::Arc::new(taken);
         let mut settles = Vec::with_capacity(taken.rows.len());
         let mut blocked = Blocked::default();
@@ -216,15 +219,18 @@ impl Relay {
                 None
             } else {
                 Some(match message_of(row) {
-                    Ok(message) => publisher.publish(&message).await,
+                    Ok(message) => publisher.publish(&message).instrument(span.clone()).await,
                     Err(error) => Err(error),
                 })
             };
-            let settle = self.judge(row, result.as_ref());
+            let settle = span.in_scope(|| self.judge(row, result.as_ref()));
             blocked.note(row, &settle);
             settles.push(settle);
         }
-        blocking(pool, move |conn| mark(conn, &taken, &settles)).await
+        blocking(pool, move |conn| {
+            span.in_scope(|| mark(conn, &taken, &settles))
+        })
+        .await
     }
 
     /// Step 1: takes and leases the rows this pass publishes.
