@@ -394,7 +394,8 @@ fn message_of(row: &OutboxRow) -> Result<OutboxMessage, PublishError> {
     })
 }
 
-/// Runs `body` in a top-level transaction, retrying contention under the default policy.
+/// Runs `body` in a top-level transaction; contention (a deadlock between two relays, a busy
+/// SQLite) is rolled back and run again under the default policy.
 fn in_transaction<C: InboxConnection, R>(
     conn: &mut C,
     mut body: impl FnMut(&mut C) -> Result<R, diesel::result::Error>,
@@ -408,7 +409,7 @@ fn in_transaction<C: InboxConnection, R>(
         Scope::TopLevel,
         &RetryPolicy::default(),
         subject,
-        |tx| body(tx).map_err(|error| Failure::Inbox(Error::from(error))),
+        |tx| body(tx).map_err(Failure::Database),
     )
     .map_err(Failure::into_error)
 }
