@@ -383,7 +383,9 @@ async fn consume_one(
     match Ack::of(&result) {
         Ack::Ack => message.ack().await?,
         Ack::Redeliver => {
-            message.ack_with(AckKind::Nak(None)).await?;
+            // Later, not at once: a database that is down stays down for a while.
+            let later = Some(std::time::Duration::from_millis(500));
+            message.ack_with(AckKind::Nak(later)).await?;
             return Ok(());
         }
         // Reject, and any answer a later version adds: JetStream's own dead-letter path.
@@ -415,8 +417,7 @@ async fn count_invoices(consumer: PullConsumer, stop: watch::Receiver<bool>) -> 
 }
 
 async fn outbox_stats(pool: &SqlitePool) -> Result<diesel_inbox::OutboxStats> {
-    let outbox = Outbox::new("orders-service")?;
-    db(pool, move |conn| Ok(outbox.stats(conn)?)).await
+    db(pool, |conn| Ok(Outbox::stats(conn)?)).await
 }
 
 /// Messages a stream holds.

@@ -64,7 +64,10 @@ pub(crate) fn record<C: InboxConnection>(
             observe::dead_lettered(consumer);
             error!(
                 consumer,
-                event_id, attempts, error, "handler failed too often; event dead-lettered"
+                event_id,
+                attempts,
+                error,
+                "event dead-lettered: its handler failed permanently or too often"
             );
             Some(dead)
         }

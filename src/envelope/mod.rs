@@ -292,7 +292,7 @@ impl Envelope {
         decoded.map_err(|error| {
             Error::permanent(format!(
                 "the payload of event {} ({:?}, schema version {}) does not decode as {}: \
-                 {error}; it is dead-lettered: fix the consumer or the producer, then redrive it",
+                 {error}; fix the consumer or the producer, then redrive the event",
                 self.id,
                 self.event_type,
                 self.schema_version,

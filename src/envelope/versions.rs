@@ -99,7 +99,7 @@ impl SchemaVersions {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "event type {event_type:?} schema version {version} is not accepted by this consumer ({}): \
-     it is dead-lettered; deploy a consumer that reads version {version}, then redrive it",
+     deploy a consumer that reads version {version}, then redrive the event",
     accepts(accepted)
 )]
 #[non_exhaustive]
@@ -165,8 +165,7 @@ mod tests {
         assert_eq!(
             reason(&error).to_string(),
             "event type \"order.placed\" schema version 3 is not accepted by this consumer \
-             (accepts 1, 2): it is dead-lettered; deploy a consumer that reads version 3, then \
-             redrive it"
+             (accepts 1, 2): deploy a consumer that reads version 3, then redrive the event"
         );
     }
 
