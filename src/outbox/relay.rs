@@ -182,9 +182,7 @@ impl Relay {
             } else {
                 Some(message_of(row).and_then(|message| publisher.publish(&message)))
             };
-            let settle = self.judge(row, result.as_ref());
-            blocked.note(row, &settle);
-            settles.push(settle);
+            settles.push(self.judge(&mut blocked, row, result.as_ref()));
         }
         mark(conn, &taken, &settles)
     }
@@ -223,9 +221,7 @@ impl Relay {
                     Err(error) => Err(error),
                 })
             };
-            let settle = span.in_scope(|| self.judge(row, result.as_ref()));
-            blocked.note(row, &settle);
-            settles.push(settle);
+            settles.push(span.in_scope(|| self.judge(&mut blocked, row, result.as_ref())));
         }
         blocking(pool, move |conn| {
             span.in_scope(|| mark(conn, &taken, &settles))
@@ -270,8 +266,21 @@ impl Relay {
         Ok(Taken { token, rows })
     }
 
-    /// Step 2's decision for one row: what its publish result (or `None`: held back) writes.
-    fn judge(&self, row: &OutboxRow, result: Option<&Result<(), PublishError>>) -> Settle {
+    /// Step 2's decision for one row: what its publish result (or `None`: held back) writes,
+    /// noted in `blocked` for the rows of its aggregate after it.
+    fn judge(
+        &self,
+        blocked: &mut Blocked,
+        row: &OutboxRow,
+        result: Option<&Result<(), PublishError>>,
+    ) -> Settle {
+        let settle = self.judge_publish(row, result);
+        blocked.note(row, &settle);
+        settle
+    }
+
+    /// What one publish result (or `None`: held back) writes, counted and logged.
+    fn judge_publish(&self, row: &OutboxRow, result: Option<&Result<(), PublishError>>) -> Settle {
         let Some(result) = result else {
             return Settle::Released;
         };
