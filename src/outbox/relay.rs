@@ -236,6 +236,8 @@ impl Relay {
         }
         let token = format!("{:032x}", fastrand::u128(..));
         let limit = i64::try_from(self.batch_size).unwrap_or(i64::MAX);
+        // MariaDB: the locking reads lock only the rows they return. A run again after
+        // contention takes the session's own level: as correct, with wider locks.
         conn.sql().next_transaction_read_committed()?;
         let rows = in_transaction(conn, |tx| {
             let now = now();
