@@ -182,7 +182,8 @@ impl Error {
             | Error::ClaimFenced { .. }
             | Error::ClaimNotFound { .. }
             | Error::ClaimNotInDoubt { .. }
-            // The producer's side: no delivery raises these.
+            // The producer's side. An effect that enqueues an id twice fails like any
+            // handler error; the rest are not raised by a delivery.
             | Error::AlreadyEnqueued { .. }
             | Error::OutboxRowNotFound { .. }
             | Error::OutboxRowNotFailed { .. }

@@ -659,8 +659,17 @@ pub(crate) mod sealed {
             change: &ClaimChange<'_>,
         ) -> QueryResult<bool>;
 
-        /// Inserts a pending outbox row: one statement, in the caller's transaction.
-        fn insert_outbox(&mut self, row: &NewOutboxRow<'_>) -> QueryResult<()>;
+        /// Whether a relay's take also locks the pending rows after each head it took
+        /// ([`outbox_followers`](Self::outbox_followers)), so that a pass publishes runs of one
+        /// aggregate. MySQL/MariaDB: no. There that read can lose a deadlock to a relay marking
+        /// its rows, and a cached prepared multi-row `SELECT .. FOR UPDATE` that lost one was
+        /// seen to hang its connection on the next run (Diesel 2.3 with MariaDB 10.11); heads
+        /// alone are read with `SKIP LOCKED`, through a statement that is not cached.
+        const OUTBOX_FOLLOWERS: bool = true;
+
+        /// Inserts a pending outbox row: one statement, in the caller's transaction. `false`
+        /// when an outbox row has the event id already; that leaves the transaction usable.
+        fn insert_outbox(&mut self, row: &NewOutboxRow<'_>) -> QueryResult<bool>;
 
         /// Up to `limit` outbox rows a relay may publish now, in position order: pending, due,
         /// not held by a live lease, and first among the pending rows of their aggregate.

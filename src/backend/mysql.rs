@@ -74,6 +74,7 @@ impl HasInboxSql for MysqlConnection {
 const INSERTED: usize = 1;
 
 impl InboxSql for MysqlConnection {
+    const OUTBOX_FOLLOWERS: bool = false;
     const FAILED_STATEMENT: FailedStatement = FailedStatement::DeadlockEndsTransaction;
 
     fn record_delivery(
@@ -371,5 +372,5 @@ impl InboxSql for MysqlConnection {
     statement!(claim, schema, codec, rows, lock = for_update);
     statement!(claims, schema, codec, rows);
     statement!(update_claim, schema, codec);
-    outbox_statements!(schema, codec, lock = for_update);
+    outbox_statements!(schema, codec, insert = unique_error, lock = for_update);
 }

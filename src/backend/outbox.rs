@@ -1,36 +1,37 @@
 //! The outbox's statements, written once for every backend.
 //!
 //! A backend's `impl InboxSql` takes them all with one line, `outbox_statements!(schema,
-//! codec)` on SQLite or `outbox_statements!(schema, codec, lock = for_update)` where the
-//! backend has row locks: `schema` is its module of [`crate::schema`], `codec` its key and
-//! time conversions. The relay's order per aggregate rests on `outbox_heads`: a row is taken
+//! codec, insert = do_nothing)` on SQLite, with `lock = for_update` added where the backend
+//! has row locks: `schema` is its module of [`crate::schema`], `codec` its key and time
+//! conversions, `insert` how a duplicate event id is told (`do_nothing` or `unique_error`). The relay's order per aggregate rests on `outbox_heads`: a row is taken
 //! only while no earlier row of its aggregate is pending.
 
 /// The outbox's methods of `InboxSql`. Expands inside the backend's `impl InboxSql`.
 macro_rules! outbox_statements {
-    ($schema:ident, $codec:ident $(, lock = $lock:ident)?) => {
+    ($schema:ident, $codec:ident, insert = $on_duplicate:ident $(, lock = $lock:ident)?) => {
         fn insert_outbox(
             &mut self,
             row: &$crate::backend::sealed::NewOutboxRow<'_>,
-        ) -> QueryResult<()> {
+        ) -> QueryResult<bool> {
             use $schema::diesel_inbox_outbox as o;
             let now = $codec::time(row.now);
-            diesel::insert_into(o::table)
-                .values((
-                    o::event_id.eq($codec::key(row.event_id)),
-                    o::topic.eq(row.topic),
-                    o::aggregate_type.eq($codec::key(row.aggregate_type)),
-                    o::aggregate_id.eq($codec::key(row.aggregate_id)),
-                    o::event_type.eq(row.event_type),
-                    o::headers.eq(row.headers),
-                    o::body.eq(row.body),
-                    o::state.eq($crate::state::OutboxState::Pending),
-                    o::attempts.eq(0_i64),
-                    o::available_at.eq(now),
-                    o::enqueued_at.eq(now),
-                ))
-                .execute(self)
-                .map(drop)
+            let insert = diesel::insert_into(o::table).values((
+                o::event_id.eq($codec::key(row.event_id)),
+                o::topic.eq(row.topic),
+                o::aggregate_type.eq($codec::key(row.aggregate_type)),
+                o::aggregate_id.eq($codec::key(row.aggregate_id)),
+                o::event_type.eq(row.event_type),
+                o::headers.eq(row.headers),
+                o::body.eq(row.body),
+                o::state.eq($crate::state::OutboxState::Pending),
+                o::attempts.eq(0_i64),
+                o::available_at.eq(now),
+                o::enqueued_at.eq(now),
+            ));
+            // A duplicate id must not fail the statement where a failed statement aborts the
+            // caller's transaction (PostgreSQL): the business writes would be lost with it.
+            // MySQL has no `ON CONFLICT DO NOTHING` but undoes a failed statement alone.
+            outbox_insert!($on_duplicate, self, insert, o)
         }
 
         fn outbox_heads(
@@ -251,6 +252,29 @@ macro_rules! outbox_statements {
                         .map(|(state, rows, oldest)| (state, rows, oldest.map($codec::utc)))
                         .collect()
                 })
+        }
+    };
+}
+
+/// Runs the outbox INSERT on `$conn`: `Ok(true)` when it inserted, `Ok(false)` when the
+/// event id was in the outbox. `do_nothing`: `ON CONFLICT DO NOTHING` (PostgreSQL, SQLite);
+/// `unique_error`: the unique key's error, which undoes that statement alone (MySQL).
+macro_rules! outbox_insert {
+    (do_nothing, $conn:expr, $insert:expr, $o:ident) => {
+        $insert
+            .on_conflict($o::event_id)
+            .do_nothing()
+            .execute($conn)
+            .map(|inserted| inserted == 1)
+    };
+    (unique_error, $conn:expr, $insert:expr, $o:ident) => {
+        match $insert.execute($conn) {
+            Ok(_) => Ok(true),
+            Err(diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::UniqueViolation,
+                _,
+            )) => Ok(false),
+            Err(error) => Err(error),
         }
     };
 }

@@ -215,5 +215,5 @@ impl InboxSql for PgConnection {
     statement!(claim, schema, codec, rows, lock = for_update);
     statement!(claims, schema, codec, rows);
     statement!(update_claim, schema, codec);
-    outbox_statements!(schema, codec, lock = for_update);
+    outbox_statements!(schema, codec, insert = do_nothing, lock = for_update);
 }

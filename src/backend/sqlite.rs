@@ -218,7 +218,7 @@ impl InboxSql for SqliteConnection {
     statement!(claim, schema, codec, rows);
     statement!(claims, schema, codec, rows);
     statement!(update_claim, schema, codec);
-    outbox_statements!(schema, codec);
+    outbox_statements!(schema, codec, insert = do_nothing);
 }
 
 /// The connection settings the inbox expects on SQLite: WAL journal and a busy timeout.

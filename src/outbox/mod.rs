@@ -88,8 +88,8 @@ impl Outbox {
     ///
     /// [`Error::InvalidEnvelope`] for an empty or overlong topic, or aggregate type or id
     /// ([`MAX_TOPIC_BYTES`], and 255 bytes); [`Error::AlreadyEnqueued`] when an event with
-    /// this id is in the outbox already; [`Error::Database`] otherwise. On PostgreSQL a
-    /// failed INSERT aborts the transaction: return the error so that it rolls back.
+    /// this id is in the outbox already (nothing is written, and the transaction stays usable
+    /// on every backend); [`Error::Database`] otherwise.
     pub fn enqueue<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -125,20 +125,14 @@ impl Outbox {
             body: &message.body,
             now: now(),
         };
-        match conn.sql().insert_outbox(&row) {
-            Ok(()) => {
-                observe::outbox_enqueued(topic);
-                tracing::debug!(event_id, topic, "event enqueued in the outbox");
-                Ok(())
-            }
-            Err(diesel::result::Error::DatabaseError(
-                diesel::result::DatabaseErrorKind::UniqueViolation,
-                _,
-            )) => Err(Error::AlreadyEnqueued {
+        if !conn.sql().insert_outbox(&row)? {
+            return Err(Error::AlreadyEnqueued {
                 event_id: envelope.id.clone(),
-            }),
-            Err(error) => Err(error.into()),
+            });
         }
+        observe::outbox_enqueued(topic);
+        tracing::debug!(event_id, topic, "event enqueued in the outbox");
+        Ok(())
     }
 }
 

@@ -45,6 +45,17 @@ pub(crate) fn in_publish_order(
     rows
 }
 
+/// The leading followers of a head that this pass may take: up to the first one another relay
+/// holds under a live lease, or that waits out a backoff (a row ops retried can be both).
+pub(crate) fn free_run(followers: Vec<OutboxRow>, now: DateTime<Utc>) -> Vec<OutboxRow> {
+    followers
+        .into_iter()
+        .take_while(|row| {
+            row.available_at <= now && row.lease_until.is_none_or(|until| until <= now)
+        })
+        .collect()
+}
+
 /// What a relay writes back to one row it held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Settle {
@@ -168,6 +179,27 @@ mod tests {
             .map(|row| row.position)
             .collect();
         assert_eq!(order, [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_pass_takes_followers_only_up_to_one_leased_elsewhere_or_backing_off() {
+        // The test rows are due at their creation, a moment before this.
+        let now = Utc::now() + chrono::Duration::seconds(1);
+        let later = now + chrono::Duration::seconds(30);
+        let mut leased = row(3, "a");
+        leased.lease_until = Some(later);
+        let mut waiting = row(3, "a");
+        waiting.available_at = later;
+        for blocker in [leased, waiting] {
+            let run = free_run(vec![row(2, "a"), blocker, row(4, "a")], now);
+            assert_eq!(run.iter().map(|r| r.position).collect::<Vec<_>>(), [2]);
+        }
+        let mut lapsed = row(3, "a");
+        lapsed.lease_until = Some(now - chrono::Duration::seconds(1));
+        assert_eq!(
+            free_run(vec![row(2, "a"), lapsed, row(4, "a")], now).len(),
+            3
+        );
     }
 
     #[test]

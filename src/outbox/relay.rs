@@ -245,10 +245,11 @@ impl Relay {
             let mut room = self.batch_size.saturating_sub(heads.len());
             let mut groups = Vec::with_capacity(heads.len());
             for (head, more) in heads {
-                let followers = if more && room > 0 {
+                let followers = if more && room > 0 && <C::Sql as InboxSql>::OUTBOX_FOLLOWERS {
                     let found = tx
                         .sql()
                         .outbox_followers(&head, i64::try_from(room).unwrap_or(i64::MAX))?;
+                    let found = plan::free_run(found, now);
                     room -= found.len();
                     found
                 } else {
