@@ -163,98 +163,52 @@ fn list<C: InboxConnection>(conn: &mut C, args: &OutboxArgs, global: &Global) ->
     Ok(())
 }
 
+/// A column of the outbox tables: its header, and its cell for a row.
+type Column = (&'static str, fn(&OutboxRecord) -> String);
+
+const POSITION: Column = ("position", |r| r.position.to_string());
+const STATE: Column = ("state", |r| r.state.to_string());
+const EVENT_ID: Column = ("event id", |r| r.event_id.clone());
+const TOPIC: Column = ("topic", |r| r.topic.clone());
+const AGGREGATE: Column = ("aggregate", |r| {
+    format!("{}/{}", r.aggregate_type, r.aggregate_id)
+});
+const EVENT_TYPE: Column = ("event type", |r| r.event_type.clone());
+const ATTEMPTS: Column = ("attempts", |r| r.attempts.to_string());
+const NEXT_ATTEMPT: Column = ("next attempt", |r| output::time(r.available_at));
+const ENQUEUED: Column = ("enqueued", |r| output::time(r.enqueued_at));
+const PUBLISHED: Column = ("published", |r| or_dash(r.published_at.map(output::time)));
+const LAST_ERROR: Column = ("last error", |r| {
+    output::cell(r.last_error.as_deref().unwrap_or("-"), 100)
+});
+
 /// One section as a table, with a line saying what it is and where the next page starts.
 fn print_section(section: &Section) {
-    let aggregate = |r: &OutboxRecord| format!("{}/{}", r.aggregate_type, r.aggregate_id);
-    let error = |r: &OutboxRecord| output::cell(r.last_error.as_deref().unwrap_or("-"), 100);
-    let (headers, rows): (Vec<&str>, Vec<Vec<String>>) = match section.state {
-        Some(OutboxState::Pending) => (
-            vec![
-                "position",
-                "event id",
-                "topic",
-                "aggregate",
-                "event type",
-                "attempts",
-                "next attempt",
-                "last error",
-            ],
-            section
-                .rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.position.to_string(),
-                        r.event_id.clone(),
-                        r.topic.clone(),
-                        aggregate(r),
-                        r.event_type.clone(),
-                        r.attempts.to_string(),
-                        output::time(r.available_at),
-                        error(r),
-                    ]
-                })
-                .collect(),
-        ),
-        None => (
-            vec![
-                "position",
-                "state",
-                "event id",
-                "topic",
-                "aggregate",
-                "event type",
-                "attempts",
-                "enqueued",
-                "published",
-                "last error",
-            ],
-            section
-                .rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.position.to_string(),
-                        r.state.to_string(),
-                        r.event_id.clone(),
-                        r.topic.clone(),
-                        aggregate(r),
-                        r.event_type.clone(),
-                        r.attempts.to_string(),
-                        output::time(r.enqueued_at),
-                        or_dash(r.published_at.map(output::time)),
-                        error(r),
-                    ]
-                })
-                .collect(),
-        ),
-        Some(_) => (
-            vec![
-                "position",
-                "event id",
-                "topic",
-                "aggregate",
-                "event type",
-                "attempts",
-                "last error",
-            ],
-            section
-                .rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.position.to_string(),
-                        r.event_id.clone(),
-                        r.topic.clone(),
-                        aggregate(r),
-                        r.event_type.clone(),
-                        r.attempts.to_string(),
-                        error(r),
-                    ]
-                })
-                .collect(),
-        ),
+    let columns: &[Column] = match section.state {
+        Some(OutboxState::Pending) => &[
+            POSITION,
+            EVENT_ID,
+            TOPIC,
+            AGGREGATE,
+            EVENT_TYPE,
+            ATTEMPTS,
+            NEXT_ATTEMPT,
+            LAST_ERROR,
+        ],
+        None => &[
+            POSITION, STATE, EVENT_ID, TOPIC, AGGREGATE, EVENT_TYPE, ATTEMPTS, ENQUEUED, PUBLISHED,
+            LAST_ERROR,
+        ],
+        Some(_) => &[
+            POSITION, EVENT_ID, TOPIC, AGGREGATE, EVENT_TYPE, ATTEMPTS, LAST_ERROR,
+        ],
     };
+    let headers: Vec<&str> = columns.iter().map(|(header, _)| *header).collect();
+    let rows: Vec<Vec<String>> = section
+        .rows
+        .iter()
+        .map(|r| columns.iter().map(|(_, cell)| cell(r)).collect())
+        .collect();
     print!("{}", output::table(&headers, &rows));
     let state = section.state.map_or_else(String::new, |s| format!("{s} "));
     let n = section.rows.len();
