@@ -213,13 +213,8 @@ pub fn the_relay_publishes_in_order_per_aggregate_and_marks_rows_published<B: Ba
     let ids = recorder.ids();
     assert_eq!(ids.len(), 15, "each event once: {ids:?}");
     for order in ["a", "b", "c"] {
-        let mine: Vec<&String> = ids.iter().filter(|id| id.starts_with(order)).collect();
         let expected: Vec<String> = (1..=5).map(|n| format!("{order}-{n}")).collect();
-        assert_eq!(
-            mine,
-            expected.iter().collect::<Vec<_>>(),
-            "order of {order}"
-        );
+        assert_eq!(of_order(&ids, order), expected, "order of {order}");
     }
     let published = recorder.published.lock().unwrap().clone();
     let first = &published[0];
@@ -377,12 +372,8 @@ pub fn concurrent_relays_publish_every_row_once_in_order_per_aggregate<B: Backen
     let distinct: HashSet<&String> = ids.iter().collect();
     assert_eq!((ids.len(), distinct.len()), (60, 60), "each once: {ids:?}");
     for order in orders {
-        let mine: Vec<usize> = ids
-            .iter()
-            .filter_map(|id| id.strip_prefix(&format!("{order}-")))
-            .map(|n| n.parse().unwrap())
-            .collect();
-        assert_eq!(mine, (1..=10).collect::<Vec<_>>(), "order of {order}");
+        let expected: Vec<String> = (1..=10).map(|n| format!("{order}-{n}")).collect();
+        assert_eq!(of_order(&ids, order), expected, "order of {order}");
     }
     assert_eq!(Outbox::stats(&mut conn).unwrap().published, 60);
 }
