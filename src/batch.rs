@@ -14,9 +14,70 @@ use crate::{
     Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery, Outcome, Payload,
 };
 
+/// A batch's effect, as the engine calls it: with the new deliveries it is given, one value
+/// for each.
+type BatchEffect<'f, C, T, E> = dyn FnMut(&mut C, &[&Delivery]) -> Result<Vec<T>, E> + 'f;
+
+/// How a batch transaction runs its effects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// One call per new delivery, as the loop meets it.
+    Each,
+    /// One call for all the new deliveries, after the loop.
+    Together,
+    /// One call per new delivery, each in a savepoint of its own: the run after a failure.
+    Isolated,
+}
+
+impl Mode {
+    fn of(together: bool, isolate: bool) -> Self {
+        match (together, isolate) {
+            (_, true) => Self::Isolated,
+            (true, false) => Self::Together,
+            (false, false) => Self::Each,
+        }
+    }
+}
+
+/// The one value an effect returned for the one delivery it was given.
+fn one<T>(mut values: Vec<T>) -> T {
+    values
+        .pop()
+        .expect("a batch effect returns one value per delivery")
+}
+
+/// Runs the effect once for the pending deliveries (`Mode::Together`) and fills their slots.
+fn run_together<C, T, E>(
+    conn: &mut C,
+    deliveries: &[Result<Delivery, crate::InvalidEventId>],
+    effect: &mut BatchEffect<'_, C, T, E>,
+    slots: &mut [Slot<T, E>],
+) -> Result<(), Failure<E>>
+where
+    C: InboxConnection,
+{
+    let pending: Vec<usize> = (0..slots.len())
+        .filter(|&i| matches!(slots[i], Slot::Pending))
+        .collect();
+    let new: Vec<&Delivery> = pending
+        .iter()
+        .filter_map(|&i| deliveries[i].as_ref().ok())
+        .collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    let values = transaction::call_user(conn, |c: &mut C| effect(c, &new))?;
+    for (i, value) in pending.into_iter().zip(values) {
+        slots[i] = Slot::Done(Outcome::Processed(value));
+    }
+    Ok(())
+}
+
 /// One delivery's place in a batch while the transaction runs.
 enum Slot<T, E> {
     Done(Outcome<T>),
+    /// New, and its effect runs with the batch's other new deliveries, after the loop.
+    Pending,
     /// The effect failed: recorded as a failure once the batch has committed.
     Failed(E),
     Rejected(Error),
@@ -28,7 +89,7 @@ impl<T, E> Slot<T, E> {
         match self {
             Self::Rejected(Error::PayloadMismatch { .. }) => DeliveryOutcome::PayloadConflict,
             Self::Failed(_) => DeliveryOutcome::Failed,
-            Self::Done(_) | Self::Rejected(_) => DeliveryOutcome::Error,
+            Self::Done(_) | Self::Pending | Self::Rejected(_) => DeliveryOutcome::Error,
         }
     }
 }
@@ -85,6 +146,91 @@ impl Inbox {
         F: FnMut(&mut C, &Delivery) -> Result<T, E>,
         E: HandlerError,
     {
+        self.run_batch(
+            conn,
+            deliveries,
+            &mut |c: &mut C, new: &[&Delivery]| new.iter().map(|d| effect(c, d)).collect(),
+            false,
+        )
+    }
+
+    /// [`process_batch`](Self::process_batch) with one call of `effect` for all the batch's
+    /// new deliveries, in the order given, so that it can write them in one statement: a
+    /// multi-row `INSERT`, an `UPDATE .. WHERE id IN (..)`. Duplicates, dead-lettered events,
+    /// invalid ids and payload conflicts are not passed to it; when no delivery is new it is
+    /// not called.
+    ///
+    /// Failure isolation is as for `process_batch`: when the call fails (or leaves the
+    /// transaction aborted), the whole batch rolls back and runs again with a savepoint per
+    /// new event, calling `effect` once per event with that event alone, so only the failing
+    /// ones roll back and have their failure recorded. A panic rolls back the whole batch and
+    /// continues unwinding; no failure is recorded then, since no one event is to blame.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::Inbox;
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// conn.batch_execute("CREATE TABLE seen (id TEXT PRIMARY KEY)")?;
+    /// diesel::table! { seen (id) { id -> Text } }
+    /// let inbox = Inbox::new("ledger")?;
+    ///
+    /// // One multi-row INSERT for all the new deliveries.
+    /// let insert_all = |tx: &mut SqliteConnection, new: &[&diesel_inbox::Delivery]| {
+    ///     let rows: Vec<_> = new.iter().map(|d| seen::id.eq(d.id().as_str())).collect();
+    ///     diesel::insert_into(seen::table).values(rows).execute(tx).map(drop)
+    /// };
+    /// inbox.process_bulk(&mut conn, ["a", "b"], insert_all)?;
+    /// let results = inbox.process_bulk(&mut conn, ["b", "c"], insert_all)?;
+    /// assert!(results[0].as_ref().is_ok_and(|o| o.is_duplicate()));
+    /// assert!(results[1].as_ref().is_ok_and(|o| o.is_processed()));
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`process_batch`](Self::process_batch).
+    #[allow(clippy::type_complexity)]
+    pub fn process_bulk<C, E, F, I>(
+        &self,
+        conn: &mut C,
+        deliveries: I,
+        mut effect: F,
+    ) -> Result<Vec<Result<Outcome<()>, E>>, E>
+    where
+        C: InboxConnection,
+        I: IntoIterator,
+        I::Item: IntoDelivery,
+        F: FnMut(&mut C, &[&Delivery]) -> Result<(), E>,
+        E: HandlerError,
+    {
+        self.run_batch(
+            conn,
+            deliveries,
+            &mut |c: &mut C, new: &[&Delivery]| effect(c, new).map(|()| vec![(); new.len()]),
+            true,
+        )
+    }
+
+    /// The batch forms: `effect` returns one value per delivery it is given, and is given
+    /// each new delivery alone, or (`together`) all of them at once.
+    #[allow(clippy::type_complexity)]
+    fn run_batch<C, T, E, I>(
+        &self,
+        conn: &mut C,
+        deliveries: I,
+        effect: &mut BatchEffect<'_, C, T, E>,
+        together: bool,
+    ) -> Result<Vec<Result<Outcome<T>, E>>, E>
+    where
+        C: InboxConnection,
+        I: IntoIterator,
+        I::Item: IntoDelivery,
+        E: HandlerError,
+    {
         let timer = observe::DeliveryTimer::start(self.consumer());
         let deliveries: Vec<_> = deliveries
             .into_iter()
@@ -109,8 +255,8 @@ impl Inbox {
                 self.deliver_batch(
                     tx,
                     &deliveries,
-                    &mut effect,
-                    isolate,
+                    effect,
+                    Mode::of(together, isolate),
                     &mut panicked_at,
                     scope,
                 )
@@ -143,6 +289,9 @@ impl Inbox {
             .map(|(slot, delivery)| match (slot, delivery) {
                 (Slot::Done(outcome), _) => Ok(outcome),
                 (Slot::Rejected(error), _) => Err(error.into()),
+                (Slot::Pending, _) => {
+                    unreachable!("the batch fills its pending slots before it commits")
+                }
                 (Slot::Failed(error), Ok(delivery)) => {
                     self.after_handler_error(conn, delivery, error, scope)
                 }
@@ -155,18 +304,17 @@ impl Inbox {
     }
 
     /// The body of the batch transaction: one slot per delivery.
-    fn deliver_batch<C, T, E, F>(
+    fn deliver_batch<C, T, E>(
         &self,
         conn: &mut C,
         deliveries: &[Result<Delivery, crate::InvalidEventId>],
-        effect: &mut F,
-        isolate: bool,
+        effect: &mut BatchEffect<'_, C, T, E>,
+        mode: Mode,
         panicked_at: &mut Option<usize>,
         scope: Scope,
     ) -> Result<Vec<Slot<T, E>>, Failure<E>>
     where
         C: InboxConnection,
-        F: FnMut(&mut C, &Delivery) -> Result<T, E>,
     {
         let fingerprints: Vec<Option<[u8; 32]>> = deliveries
             .iter()
@@ -230,17 +378,18 @@ impl Inbox {
                         }),
                     }
                 }
-                Recorded::New if !isolate => {
-                    let value = transaction::call_user(conn, |c: &mut C| effect(c, delivery))?;
-                    Slot::Done(Outcome::Processed(value))
+                Recorded::New if mode == Mode::Together => Slot::Pending,
+                Recorded::New if mode == Mode::Each => {
+                    let value = transaction::call_user(conn, |c: &mut C| effect(c, &[delivery]))?;
+                    Slot::Done(Outcome::Processed(one(value)))
                 }
                 Recorded::New => {
                     let depth = transaction::depth(conn)?;
                     transaction::begin_savepoint(conn)?;
-                    let ran = transaction::call_user(conn, |c: &mut C| effect(c, delivery));
+                    let ran = transaction::call_user(conn, |c: &mut C| effect(c, &[delivery]));
                     match ran {
                         Ok(value) => match transaction::release_savepoint(conn) {
-                            Ok(()) => Slot::Done(Outcome::Processed(value)),
+                            Ok(()) => Slot::Done(Outcome::Processed(one(value))),
                             // PostgreSQL refuses to release a savepoint in an aborted
                             // transaction: the effect swallowed a failed statement.
                             Err(source) => {
@@ -259,6 +408,11 @@ impl Inbox {
                 }
             };
             slots.push(slot);
+        }
+        if mode == Mode::Together {
+            // No one event is to blame for a panic in the call for all of them.
+            *panicked_at = None;
+            run_together(conn, deliveries, effect, &mut slots)?;
         }
         // Once for the batch: an effect that swallowed a failed statement leaves a PostgreSQL
         // transaction aborted, which COMMIT would hide.

@@ -7,7 +7,7 @@ use diesel::prelude::*;
 use diesel_inbox::{DeadLetterState, Delivery, Error, Inbox, Outcome};
 
 use super::{effect, HandlerError};
-use crate::support::{concurrently, setup, transaction_depth, Backend, TestConn};
+use crate::support::{concurrently, setup, transaction_depth, Backend, StatementLog, TestConn};
 
 fn batch_effect<C: TestConn>(tx: &mut C, delivery: &Delivery) -> QueryResult<()> {
     tx.record_effect(delivery.id().as_str())
@@ -200,5 +200,99 @@ pub fn an_effect_that_ends_the_transaction_stops_the_batch_before_anything_commi
         (conn.effect_count(), conn.inbox_rows()),
         (0, 0),
         "nothing may commit"
+    );
+}
+
+/// The ids of `new`, as a bulk effect receives them.
+fn ids<'a>(new: &[&'a Delivery]) -> Vec<&'a str> {
+    new.iter().map(|d| d.id().as_str()).collect()
+}
+
+pub fn a_bulk_effect_receives_the_new_deliveries_once_in_one_call<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::default();
+    assert!(inbox
+        .process(&mut conn, "b", effect("b"))
+        .unwrap()
+        .is_processed());
+    let mut calls: Vec<Vec<String>> = Vec::new();
+    let log = StatementLog::install(&mut conn);
+
+    let results = inbox
+        .process_bulk(&mut conn, ["a", "b", "c", "a", ""], |tx, new| {
+            calls.push(ids(new).into_iter().map(str::to_owned).collect());
+            tx.record_effects(&ids(new)).map_err(Error::from)
+        })
+        .unwrap();
+
+    assert_eq!(calls, [["a", "c"]], "one call, with the new ids in order");
+    let effect_statements = log
+        .take()
+        .iter()
+        .filter(|sql| sql.contains("INSERT INTO") && sql.contains("effects"))
+        .count();
+    assert_eq!(
+        effect_statements, 1,
+        "the effect wrote them in one statement"
+    );
+    assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
+    assert!(results[1].as_ref().is_ok_and(Outcome::is_duplicate));
+    assert!(results[2].as_ref().is_ok_and(Outcome::is_processed));
+    assert!(results[3].as_ref().is_ok_and(Outcome::is_duplicate));
+    assert!(
+        matches!(results[4], Err(Error::InvalidEventId(_))),
+        "{:?}",
+        results[4]
+    );
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
+
+    calls.clear();
+    let again = inbox
+        .process_bulk(&mut conn, ["a", "c"], |_, new| {
+            calls.push(ids(new).into_iter().map(str::to_owned).collect());
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    assert!(again
+        .iter()
+        .all(|r| r.as_ref().is_ok_and(Outcome::is_duplicate)));
+    assert!(calls.is_empty(), "no new delivery, no call: {calls:?}");
+}
+
+pub fn a_failing_bulk_effect_runs_again_event_by_event_and_only_the_failing_one_rolls_back<
+    B: Backend,
+>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::default();
+    let mut calls: Vec<Vec<String>> = Vec::new();
+
+    let results = inbox
+        .process_bulk(&mut conn, ["a", "bad", "c"], |tx, new| {
+            calls.push(ids(new).into_iter().map(str::to_owned).collect());
+            tx.record_effects(&ids(new)).unwrap();
+            if ids(new).contains(&"bad") {
+                return Err(HandlerError::Refused);
+            }
+            Ok(())
+        })
+        .unwrap();
+
+    assert_eq!(
+        calls,
+        [vec!["a", "bad", "c"], vec!["a"], vec!["bad"], vec!["c"]],
+        "all at once, then one by one in savepoints"
+    );
+    assert_eq!(results[0], Ok(Outcome::Processed(())));
+    assert_eq!(results[1], Err(HandlerError::Refused));
+    assert_eq!(results[2], Ok(Outcome::Processed(())));
+    assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
+    assert_eq!(conn.effects_of("bad"), 0);
+    assert_eq!(
+        inbox
+            .dead_letters()
+            .show(&mut conn, "bad")
+            .unwrap()
+            .attempts,
+        1
     );
 }

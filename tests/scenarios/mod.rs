@@ -76,6 +76,8 @@ macro_rules! backend_tests {
             a_panicking_handler_counts_as_a_failed_attempt,
             discarding_a_dead_letter_whose_inbox_row_was_deleted_still_holds_it_back,
             a_batch_runs_new_ids_once_and_reports_duplicates_in_order,
+            a_bulk_effect_receives_the_new_deliveries_once_in_one_call,
+            a_failing_bulk_effect_runs_again_event_by_event_and_only_the_failing_one_rolls_back,
             a_failing_event_in_a_batch_loses_and_doubles_nothing,
             a_batch_dead_letters_an_event_at_max_attempts,
             a_panic_in_a_batch_rolls_back_the_whole_batch,

@@ -465,6 +465,8 @@ diesel::table! {
 pub(crate) trait TestConn: InboxConnection + Send + 'static {
     /// The effect every scenario counts: one row in `effects` per run.
     fn record_effect(&mut self, event_id: &str) -> QueryResult<()>;
+    /// Inserts one row into `effects` per id, in one statement.
+    fn record_effects(&mut self, event_ids: &[&str]) -> QueryResult<()>;
     /// Rows in `effects`.
     fn effect_count(&mut self) -> usize;
     /// Rows in the inbox table, of every consumer.
@@ -490,6 +492,17 @@ macro_rules! test_conn {
             fn record_effect(&mut self, event_id: &str) -> QueryResult<()> {
                 diesel::insert_into(effects::table)
                     .values(effects::event_id.eq(event_id))
+                    .execute(self)
+                    .map(drop)
+            }
+
+            fn record_effects(&mut self, event_ids: &[&str]) -> QueryResult<()> {
+                let rows: Vec<_> = event_ids
+                    .iter()
+                    .map(|id| effects::event_id.eq(*id))
+                    .collect();
+                diesel::insert_into(effects::table)
+                    .values(rows)
                     .execute(self)
                     .map(drop)
             }
