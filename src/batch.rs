@@ -414,9 +414,6 @@ impl Inbox {
             *panicked_at = None;
             run_together(conn, deliveries, effect, &mut slots)?;
         }
-        // Once for the batch: an effect that swallowed a failed statement leaves a PostgreSQL
-        // transaction aborted, which COMMIT would hide.
-        transaction::ensure_committable(conn)?;
         if scope == Scope::TopLevel {
             tally.count(conn, self.consumer())?;
         }

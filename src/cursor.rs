@@ -341,7 +341,6 @@ impl Cursor {
                 gaps.extend(found);
                 outcomes.push(outcome);
             }
-            transaction::ensure_committable(tx)?;
             self.save(tx, &stream, now)?;
             if scope == Scope::TopLevel {
                 let duplicates = outcomes.iter().filter(|o| o.is_duplicate()).count();
@@ -600,11 +599,7 @@ impl Cursor {
         F: FnMut(&mut C) -> Result<T, E>,
     {
         let value = match &delivery.event {
-            None => {
-                let value = transaction::call_user(conn, effect)?;
-                transaction::ensure_committable(conn)?;
-                value
-            }
+            None => transaction::call_user(conn, effect)?,
             Some(event) => {
                 let key = self.inbox.key(event);
                 let fingerprint = event.payload.as_ref().map(crate::Payload::fingerprint);

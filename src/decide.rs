@@ -114,24 +114,12 @@ pub(crate) fn after_user_code<T, E>(
     }
 }
 
-/// What the check before commit (where a failed statement aborts the transaction) comes to.
-pub(crate) fn before_commit<E>(
-    alive: diesel::QueryResult<bool>,
-    classify: fn(&diesel::result::Error) -> ErrorClass,
-) -> Result<(), Failure<E>> {
-    match alive {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Failure::Inbox(Error::TransactionAborted { source: None })),
-        Err(error) => Err(check_failed(error, classify)),
-    }
-}
-
 fn check_failed<E>(
     error: diesel::result::Error,
     classify: fn(&diesel::result::Error) -> ErrorClass,
 ) -> Failure<E> {
     match classify(&error) {
-        ErrorClass::Other => Failure::Inbox(Error::TransactionAborted {
+        ErrorClass::Aborted | ErrorClass::Other => Failure::Inbox(Error::TransactionAborted {
             source: Some(error),
         }),
         // Retried, or reported as a lost connection, by `after_failure`.
@@ -157,6 +145,10 @@ pub(crate) fn after_commit_error<E>(
 ) -> Failure<E> {
     match classify(&error) {
         ErrorClass::ConnectionLost => Failure::Inbox(Error::CommitUnknown { source: error }),
+        // The commit's own check refused a transaction an earlier statement aborted.
+        ErrorClass::Aborted => Failure::Inbox(Error::TransactionAborted {
+            source: Some(error),
+        }),
         ErrorClass::Contention | ErrorClass::Other => Failure::Database(error),
     }
 }
@@ -204,6 +196,11 @@ pub(crate) fn after_failure<E: HandlerError>(
         (ErrorClass::ConnectionLost, _) => {
             Next::Return(Failure::Inbox(Error::ConnectionLost { source: error }))
         }
+        // One of the inbox's statements after user code, or the commit, found the transaction
+        // aborted by a statement whose error the user code swallowed.
+        (ErrorClass::Aborted, _) => Next::Return(Failure::Inbox(Error::TransactionAborted {
+            source: Some(error),
+        })),
         (ErrorClass::Contention, Scope::TopLevel) if retry_left => Next::Retry {
             delay: policy.delay(attempt, rng),
             reason: error.to_string(),
@@ -252,7 +249,7 @@ pub(crate) fn handler_failure<E: HandlerError>(
         FailureKind::Counted => match error.diesel_error().map(classify) {
             Some(ErrorClass::Contention) => HandlerFailure::Contention,
             Some(ErrorClass::ConnectionLost) => HandlerFailure::ConnectionLost,
-            Some(ErrorClass::Other) | None => HandlerFailure::Counted,
+            Some(ErrorClass::Aborted | ErrorClass::Other) | None => HandlerFailure::Counted,
         },
     }
 }
@@ -321,8 +318,19 @@ mod tests {
                 diesel::result::DatabaseErrorKind::ClosedConnection,
                 _,
             ) => ErrorClass::ConnectionLost,
+            diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::Unknown, _) => {
+                ErrorClass::Aborted
+            }
             _ => ErrorClass::Other,
         }
+    }
+
+    /// A statement PostgreSQL refused because an earlier one aborted the transaction.
+    fn aborted() -> diesel::result::Error {
+        diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::Unknown,
+            Box::new("current transaction is aborted".to_owned()),
+        )
     }
 
     fn lost() -> diesel::result::Error {
@@ -363,28 +371,38 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_connection_before_commit_is_connection_lost_not_an_aborted_transaction() {
+    fn a_lost_connection_after_user_code_is_connection_lost_not_an_aborted_transaction() {
         let policy = RetryPolicy::default();
         let mut rng = fastrand::Rng::with_seed(1);
-        let failures = [
-            after_user_code::<(), Error>(
-                Ok(()),
-                Observed::CheckFailed(lost()),
-                FailedStatement::DeadlockEndsTransaction,
-                classify,
-            ),
-            before_commit::<Error>(Err(lost()), classify),
-        ];
-        for failure in failures {
-            let failure = failure.expect_err("the connection is gone");
+        let failure = after_user_code::<(), Error>(
+            Ok(()),
+            Observed::CheckFailed(lost()),
+            FailedStatement::DeadlockEndsTransaction,
+            classify,
+        )
+        .expect_err("the connection is gone");
+        assert!(matches!(
+            after_failure(failure, Scope::TopLevel, 1, &policy, classify, &mut rng),
+            Next::Return(Failure::Inbox(Error::ConnectionLost { .. }))
+        ));
+    }
+
+    #[test]
+    fn a_statement_refused_by_an_aborted_transaction_is_an_aborted_transaction_never_retried() {
+        let policy = RetryPolicy::default();
+        let mut rng = fastrand::Rng::with_seed(1);
+        for scope in [Scope::TopLevel, Scope::Savepoint] {
+            let failure = Failure::<Error>::Database(aborted());
             assert!(matches!(
-                after_failure(failure, Scope::TopLevel, 1, &policy, classify, &mut rng),
-                Next::Return(Failure::Inbox(Error::ConnectionLost { .. }))
+                after_failure(failure, scope, 1, &policy, classify, &mut rng),
+                Next::Return(Failure::Inbox(Error::TransactionAborted {
+                    source: Some(_)
+                }))
             ));
         }
         assert!(matches!(
-            before_commit::<Error>(Ok(false), classify),
-            Err(Failure::Inbox(Error::TransactionAborted { source: None }))
+            after_commit_error::<Error>(aborted(), classify),
+            Failure::Inbox(Error::TransactionAborted { source: Some(_) })
         ));
     }
 

@@ -410,7 +410,6 @@ where
     F: FnMut(&mut C) -> Result<T, E>,
 {
     let value = transaction::call_user(conn, effect)?;
-    transaction::ensure_committable(conn)?;
     let encoded = encode(&value).map_err(|e| Failure::Inbox(Error::StoredResult(e)))?;
     if let Some(json) = encoded {
         conn.sql().store_result(key, &json)?;

@@ -4,8 +4,8 @@
 //! [`run`] opens a transaction (or a savepoint, by [`Scope`]), runs a body, and commits what it
 //! returns; anything else rolls back to where the connection was, panics included. Bodies call
 //! user code through [`call_user`], which catches panics and checks that the transaction
-//! survived, and check [`ensure_committable`] before they return. What each observation means,
-//! and whether to retry, is decided in [`crate::decide`]; this module only does the I/O.
+//! survived; the commit refuses a transaction the database aborted. What each observation
+//! means, and whether to retry, is decided in [`crate::decide`]; this module only does the I/O.
 //!
 //! Every use of Diesel's transaction manager is here, always on the concrete connection
 //! (`InboxConnection::sql`), whose `AnsiTransactionManager` an r2d2 pooled connection shares.
@@ -13,15 +13,21 @@
 //! `AnsiTransactionManager` itself rather than through `Connection::transaction`, because it
 //! needs what that closure API hides: the depth before and after user code (to see a handler
 //! that committed or rolled back on its own), a rollback to an exact depth that survives a
-//! failed level, an immediate `BEGIN` on SQLite, and a retry loop around all of it.
+//! failed level, and a retry loop around all of it. The top level's `BEGIN` and `COMMIT` are
+//! the backend's own ([`InboxSql::begin_top_level`], [`InboxSql::commit_top_level`]: an
+//! immediate `BEGIN` on SQLite, a commit that checks on PostgreSQL, prepared statements on
+//! MySQL), and this module counts the level in the transaction manager as Diesel would; so
+//! Diesel's instrumentation sees them as queries, not as transaction events.
 
 use std::panic::{self, AssertUnwindSafe};
 
-use diesel::connection::{AnsiTransactionManager, TransactionManager};
+use diesel::connection::{
+    AnsiTransactionManager, TransactionDepthChange, TransactionManager, TransactionManagerStatus,
+};
 use diesel::QueryResult;
 use tracing::{debug, warn};
 
-use crate::backend::sealed::{FailedStatement, InboxSql};
+use crate::backend::sealed::InboxSql;
 use crate::decide::{self, Next, Observed};
 pub(crate) use crate::decide::{Failure, Scope};
 use crate::{Error, HandlerError, InboxConnection, RetryPolicy};
@@ -101,14 +107,13 @@ where
     C: InboxConnection,
 {
     let before = depth(conn)?;
-    let sql = conn.sql();
     match scope {
-        // Diesel's own `BEGIN` is deferred; SQLite needs `BEGIN IMMEDIATE` (see `InboxSql::BEGIN`),
-        // and this is the transaction manager's one way to send another statement and still
-        // count the level.
-        Scope::TopLevel => AnsiTransactionManager::begin_transaction_sql(sql, C::Sql::BEGIN)?,
+        Scope::TopLevel => {
+            conn.sql().begin_top_level()?;
+            count_level(conn, TransactionDepthChange::IncreaseDepth)?;
+        }
         // Inside the caller's transaction: a savepoint, counted like any other level.
-        Scope::Savepoint => AnsiTransactionManager::begin_transaction(sql)?,
+        Scope::Savepoint => AnsiTransactionManager::begin_transaction(conn.sql())?,
     }
     // A panic the body did not catch itself (a `Serialize` impl, say) must not leave the
     // connection inside the transaction either.
@@ -158,16 +163,6 @@ where
     decide::after_user_code(result, observed, failed_statement, C::Sql::classify)
 }
 
-/// Refuses to commit a transaction the database has already aborted: PostgreSQL keeps an
-/// aborted transaction open and turns its COMMIT into a silent rollback. Where a failed
-/// statement ends the transaction instead, [`call_user`] has checked already.
-pub(crate) fn ensure_committable<C: InboxConnection, E>(conn: &mut C) -> Result<(), Failure<E>> {
-    if C::Sql::FAILED_STATEMENT != FailedStatement::AbortsTransaction {
-        return Ok(());
-    }
-    decide::before_commit(conn.sql().transaction_is_alive(), C::Sql::classify)
-}
-
 /// Opens a savepoint inside the inbox's own transaction (a batch isolating one event).
 pub(crate) fn begin_savepoint<C: InboxConnection>(conn: &mut C) -> QueryResult<()> {
     AnsiTransactionManager::begin_transaction(conn.sql())
@@ -192,7 +187,16 @@ pub(crate) fn depth<C: InboxConnection>(conn: &mut C) -> QueryResult<u32> {
 /// savepoint release can), it is rolled back, so the caller's depth is restored either way.
 fn commit<C: InboxConnection, E>(conn: &mut C, scope: Scope) -> Result<(), Failure<E>> {
     let depth = depth(conn)?;
-    let Err(error) = AnsiTransactionManager::commit_transaction(conn.sql()) else {
+    let committed = match scope {
+        Scope::TopLevel => conn
+            .sql()
+            .commit_top_level()
+            .and_then(|()| count_level(conn, TransactionDepthChange::DecreaseDepth)),
+        // PostgreSQL refuses to release a savepoint in an aborted transaction: the release is
+        // its own check.
+        Scope::Savepoint => AnsiTransactionManager::commit_transaction(conn.sql()),
+    };
+    let Err(error) = committed else {
         return Ok(());
     };
     rollback_to(conn, depth.saturating_sub(1));
@@ -200,6 +204,22 @@ fn commit<C: InboxConnection, E>(conn: &mut C, scope: Scope) -> Result<(), Failu
         Scope::TopLevel => decide::after_commit_error(error, C::Sql::classify),
         Scope::Savepoint => Failure::Database(error),
     })
+}
+
+/// Counts a top-level `BEGIN` or `COMMIT` the backend sent itself in Diesel's transaction
+/// manager, as its own would. PostgreSQL's connection may have counted the commit already: it
+/// resets the count whenever the server reports no open transaction.
+fn count_level<C: InboxConnection>(
+    conn: &mut C,
+    change: TransactionDepthChange,
+) -> QueryResult<()> {
+    match AnsiTransactionManager::transaction_manager_status_mut(conn.sql()) {
+        TransactionManagerStatus::Valid(status) => match (change, status.transaction_depth()) {
+            (TransactionDepthChange::DecreaseDepth, None) => Ok(()),
+            _ => status.change_transaction_depth(change),
+        },
+        TransactionManagerStatus::InError => Err(diesel::result::Error::BrokenTransactionManager),
+    }
 }
 
 /// Rolls back every transaction level above `depth`, so a failure anywhere inside leaves the

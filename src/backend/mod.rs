@@ -278,6 +278,9 @@ pub(crate) mod sealed {
         Contention,
         /// The connection (session) is gone; whatever was not committed is lost.
         ConnectionLost,
+        /// The statement was refused because an earlier one aborted the transaction
+        /// (PostgreSQL's 25P02): user code swallowed that earlier error. Nothing can commit.
+        Aborted,
         /// Anything else.
         Other,
     }
@@ -288,7 +291,7 @@ pub(crate) mod sealed {
     #[allow(clippy::enum_variant_names)] // each variant says what happens to the transaction
     pub enum FailedStatement {
         /// The transaction stays open but aborted, and COMMIT turns into a silent ROLLBACK
-        /// (PostgreSQL): check once, before committing.
+        /// (PostgreSQL): every later statement is refused, and the commit checks first.
         AbortsTransaction,
         /// Some errors roll the whole transaction back, and later statements would
         /// autocommit one by one (SQLite: I/O errors, a full disk): check after user code.
@@ -303,9 +306,21 @@ pub(crate) mod sealed {
         /// What a failed statement does to the transaction.
         const FAILED_STATEMENT: FailedStatement;
 
-        /// The statement that opens a top-level transaction. SQLite takes the write lock at
-        /// once (`BEGIN IMMEDIATE`), so writers queue instead of failing to upgrade.
-        const BEGIN: &'static str = "BEGIN";
+        /// Opens a top-level transaction. SQLite takes the write lock at once (`BEGIN
+        /// IMMEDIATE`), so writers queue instead of failing to upgrade. The engine counts the
+        /// level in Diesel's transaction manager.
+        fn begin_top_level(&mut self) -> QueryResult<()> {
+            self.batch_execute("BEGIN")
+        }
+
+        /// Commits the top-level transaction the inbox opened, and never one the database has
+        /// already aborted: PostgreSQL turns that COMMIT into a silent ROLLBACK, so there the
+        /// same round trip first runs a statement an aborted transaction refuses. Where a
+        /// failed statement ends the transaction instead, the check after user code covers it.
+        /// The engine counts the level in Diesel's transaction manager.
+        fn commit_top_level(&mut self) -> QueryResult<()> {
+            self.batch_execute("COMMIT")
+        }
 
         /// Inserts the inbox row, or counts one more delivery on the existing one. The
         /// database's unique key decides which, in one statement where the backend allows.

@@ -1,13 +1,17 @@
 //! MySQL and MariaDB (InnoDB): `INSERT .. ON DUPLICATE KEY UPDATE`, never `INSERT IGNORE`,
 //! which would also hide truncation and conversion errors.
 
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
 use chrono::{DateTime, Utc};
-use diesel::mysql::MysqlConnection;
+use diesel::connection::SimpleConnection;
+use diesel::mysql::{Mysql, MysqlConnection};
 use diesel::prelude::*;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::result::DatabaseErrorKind;
-use diesel::sql_types::{BigInt, Integer, Nullable, Text};
+use diesel::sql_types::{BigInt, Integer, Nullable, Text, Untyped};
 
 use super::sealed::{
     ClaimRow, ErrorClass, FailedStatement, HasInboxSql, InboxSql, NewClaim, Recorded,
@@ -73,9 +77,84 @@ impl HasInboxSql for MysqlConnection {
 /// with or without the client's found-rows flag.
 const INSERTED: usize = 1;
 
+/// Set once a server refused to prepare `BEGIN` or `COMMIT` (Oracle MySQL prepares no
+/// `BEGIN`); from then on this process sends them as Diesel does, correct on either server,
+/// at two round trips more each.
+static PORTABLE_FORMS_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Runs `mariadb`, or `portable` where the server refuses to prepare its statement, so that
+/// nothing ran.
+fn mariadb_or<T>(
+    conn: &mut MysqlConnection,
+    mariadb: impl FnOnce(&mut MysqlConnection) -> QueryResult<T>,
+    portable: impl FnOnce(&mut MysqlConnection) -> QueryResult<T>,
+) -> QueryResult<T> {
+    if !PORTABLE_FORMS_ONLY.load(Ordering::Relaxed) {
+        match mariadb(conn) {
+            Err(error)
+                if super::message_contains(
+                    &error,
+                    &["not supported in the prepared statement protocol"],
+                ) =>
+            {
+                PORTABLE_FORMS_ONLY.store(true, Ordering::Relaxed);
+                tracing::warn!(%error, "this server does not prepare BEGIN or COMMIT; the inbox sends them as text, at two round trips more each");
+            }
+            result => return result,
+        }
+    }
+    portable(conn)
+}
+
+/// A statement of fixed text that Diesel prepares once per connection and caches by its text:
+/// one round trip a run. Diesel runs `batch_execute` (its `BEGIN` and `COMMIT` included) as
+/// three, switching multi-statement mode on and off around the text, and prepares `sql_query`
+/// and `dsl::sql` anew each time, two.
+#[derive(Debug, Clone, Copy)]
+struct Prepared<ST = Untyped>(&'static str, PhantomData<ST>);
+
+const BEGIN: Prepared = Prepared("BEGIN", PhantomData);
+const COMMIT: Prepared = Prepared("COMMIT", PhantomData);
+const IN_TRANSACTION: Prepared<BigInt> = Prepared("SELECT @@in_transaction", PhantomData);
+
+impl<ST> QueryFragment<Mysql> for Prepared<ST> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        out.push_sql(self.0);
+        Ok(())
+    }
+}
+
+/// Cached by the SQL text, since every `Prepared` has the same type.
+impl<ST> QueryId for Prepared<ST> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl Query for Prepared<BigInt> {
+    type SqlType = BigInt;
+}
+
+impl<ST, Conn> RunQueryDsl<Conn> for Prepared<ST> {}
+
 impl InboxSql for MysqlConnection {
     const OUTBOX_FOLLOWERS: bool = false;
     const FAILED_STATEMENT: FailedStatement = FailedStatement::DeadlockEndsTransaction;
+
+    fn begin_top_level(&mut self) -> QueryResult<()> {
+        mariadb_or(
+            self,
+            |conn| BEGIN.execute(conn).map(drop),
+            |conn| conn.batch_execute("BEGIN"),
+        )
+    }
+
+    fn commit_top_level(&mut self) -> QueryResult<()> {
+        mariadb_or(
+            self,
+            |conn| COMMIT.execute(conn).map(drop),
+            |conn| conn.batch_execute("COMMIT"),
+        )
+    }
 
     fn record_delivery(
         &mut self,
@@ -161,8 +240,7 @@ impl InboxSql for MysqlConnection {
         // one and COMMIT succeeds on nothing. MariaDB's session variable tells. Oracle MySQL
         // has none: there the check cannot tell, which is asked of each connection anew (one
         // process may talk to both servers) and said in a warning once per process.
-        match diesel::select(diesel::dsl::sql::<BigInt>("@@in_transaction")).get_result::<i64>(self)
-        {
+        match IN_TRANSACTION.get_result::<i64>(self) {
             Ok(in_transaction) => Ok(in_transaction == 1),
             Err(diesel::result::Error::DatabaseError(_, info))
                 if info.message().contains("Unknown system variable") =>

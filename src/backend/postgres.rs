@@ -68,16 +68,29 @@ impl InboxSql for PgConnection {
         self.batch_execute("SET LOCAL synchronous_commit = off")
     }
 
+    fn commit_top_level(&mut self) -> QueryResult<()> {
+        // In an aborted transaction PostgreSQL refuses every statement, while COMMIT
+        // "succeeds" as a silent ROLLBACK. In one simple-protocol message the server stops at
+        // the first error, so `SELECT 1` refuses an aborted transaction and its COMMIT never
+        // runs: the check costs no round trip of its own.
+        self.batch_execute("SELECT 1; COMMIT")
+    }
+
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
-        // In an aborted transaction PostgreSQL refuses every statement, while COMMIT "succeeds"
-        // as a silent ROLLBACK; one simple-protocol round trip tells the two apart.
-        self.batch_execute("SELECT 1").map(|()| true)
+        // Never asked (see `FailedStatement::AbortsTransaction`): a failed statement leaves
+        // the transaction open and aborted, every later statement is refused, and the commit
+        // checks.
+        Ok(true)
     }
 
     fn classify(error: &diesel::result::Error) -> ErrorClass {
         // 40001 arrives as SerializationFailure, a dead session as ClosedConnection; 40P01
         // and 55P03 only as their messages, and so does a session terminated by an
-        // administrator while libpq still thinks the connection is fine.
+        // administrator while libpq still thinks the connection is fine; and so does 25P02,
+        // a statement refused because an earlier one aborted the transaction.
+        if super::message_contains(error, &["current transaction is aborted"]) {
+            return ErrorClass::Aborted;
+        }
         super::classify_by_message(
             error,
             &["deadlock detected", "due to lock timeout"],

@@ -62,7 +62,9 @@ impl HasInboxSql for SqliteConnection {
 
 impl InboxSql for SqliteConnection {
     const FAILED_STATEMENT: FailedStatement = FailedStatement::MayEndTransaction;
-    const BEGIN: &'static str = "BEGIN IMMEDIATE";
+    fn begin_top_level(&mut self) -> QueryResult<()> {
+        self.batch_execute("BEGIN IMMEDIATE")
+    }
 
     statement!(record_delivery, schema, codec, rows, upsert_returning);
     statement!(record_deliveries, schema, codec, rows, upsert_returning);

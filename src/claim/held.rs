@@ -154,8 +154,7 @@ impl Claim {
         };
         let completed = self.run(conn, |claim, tx| {
             claim.write_in(tx, ClaimState::Completed, None, Some(&json), None)?;
-            transaction::call_user(tx, &mut record)?;
-            transaction::ensure_committable(tx)
+            transaction::call_user(tx, &mut record)
         });
         let failure = match completed {
             Ok(()) => {

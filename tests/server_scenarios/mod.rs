@@ -23,7 +23,7 @@ macro_rules! server_backend_tests {
             concurrent_deliveries_at_serializable_isolation_take_effect_once_per_id,
             a_handler_whose_session_dies_gets_its_own_error_back,
             a_handler_returning_the_dead_sessions_diesel_error_gets_that_error_back,
-            a_session_killed_before_commit_is_a_lost_connection_and_commits_nothing,
+            a_session_killed_before_commit_commits_nothing_and_asks_for_redelivery,
             a_connection_lost_at_commit_is_an_unknown_outcome_that_redelivery_settles,
         );
     };

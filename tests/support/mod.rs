@@ -38,6 +38,13 @@ pub(crate) trait Backend {
     /// Does the database abort the whole transaction when one statement fails?
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool;
 
+    /// What a processed delivery, whose effect is one insert into `effects`, sends: the start
+    /// of each statement's SQL, without quotes. Pinned, so that no round trip creeps back in.
+    const PROCESSED_PATH: &'static [&'static str];
+
+    /// What a duplicate delivery sends, as [`PROCESSED_PATH`](Self::PROCESSED_PATH).
+    const DUPLICATE_PATH: &'static [&'static str];
+
     /// Does the inbox take a transaction that ended under the handler for a deadlock, which
     /// is contention, rather than for an aborted transaction? MySQL/MariaDB: a deadlock is
     /// what ends a transaction there while the session goes on.
@@ -211,6 +218,20 @@ impl Backend for Postgres {
     type Conn = PgConnection;
     const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = true;
+    // The check that the transaction is not aborted travels with the COMMIT.
+    const PROCESSED_PATH: &'static [&'static str] = &[
+        "BEGIN",
+        "INSERT INTO diesel_inbox_events",
+        "INSERT INTO effects",
+        "SELECT 1; COMMIT",
+    ];
+    const DUPLICATE_PATH: &'static [&'static str] = &[
+        "BEGIN",
+        "INSERT INTO diesel_inbox_events",
+        "SET LOCAL synchronous_commit = off",
+        "INSERT INTO diesel_inbox_counters",
+        "SELECT 1; COMMIT",
+    ];
     const DEADLOCK_ENDS_TRANSACTION: bool = false;
     const LOCK_WAIT: Duration = Duration::from_millis(20);
 
@@ -334,6 +355,24 @@ impl Backend for Mysql {
     const DROP_SETTLED_INDEX: &'static str =
         "DROP INDEX diesel_inbox_events_settled ON diesel_inbox_events";
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
+    // Every one a prepared statement (`-- binds`), one round trip: Diesel sends text ones,
+    // its `BEGIN` and `COMMIT` among them, as three. Without RETURNING through Diesel (MariaDB
+    // sends no result metadata when preparing `INSERT .. RETURNING`), a duplicate reads its
+    // row with a second statement.
+    const PROCESSED_PATH: &'static [&'static str] = &[
+        "BEGIN -- binds: []",
+        "INSERT INTO diesel_inbox_events",
+        "INSERT INTO effects",
+        "SELECT @@in_transaction -- binds: []",
+        "COMMIT -- binds: []",
+    ];
+    const DUPLICATE_PATH: &'static [&'static str] = &[
+        "BEGIN -- binds: []",
+        "INSERT INTO diesel_inbox_events",
+        "SELECT diesel_inbox_events.processed_at",
+        "INSERT INTO diesel_inbox_counters",
+        "COMMIT -- binds: []",
+    ];
     const DEADLOCK_ENDS_TRANSACTION: bool = true;
     const LOCK_WAIT: Duration = Duration::from_secs(1);
 
@@ -381,6 +420,21 @@ impl Backend for Sqlite {
     const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
     const SINGLE_WRITER: bool = true;
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
+    // In process: no round trips. The `BEGIN` after the effect is the check that it left the
+    // transaction open (it fails inside one).
+    const PROCESSED_PATH: &'static [&'static str] = &[
+        "BEGIN IMMEDIATE",
+        "INSERT INTO diesel_inbox_events",
+        "INSERT INTO effects",
+        "BEGIN",
+        "COMMIT",
+    ];
+    const DUPLICATE_PATH: &'static [&'static str] = &[
+        "BEGIN IMMEDIATE",
+        "INSERT INTO diesel_inbox_events",
+        "INSERT INTO diesel_inbox_counters",
+        "COMMIT",
+    ];
     const DEADLOCK_ENDS_TRANSACTION: bool = false;
     const LOCK_WAIT: Duration = Duration::ZERO;
 
