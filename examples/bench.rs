@@ -4,11 +4,16 @@
 //! ```sh
 //! cargo run --release --example bench --features postgres,sqlite,mysql,testing
 //! cargo run --release --example bench --features postgres,sqlite,mysql,testing -- \
-//!     --events 5000 --prefill 1000000 --backends postgres,sqlite
+//!     --events 5000 --concurrency-events 20000 --prefill 1000000 --backends postgres,sqlite
 //! ```
 //!
-//! Every scenario delivers `--events` events, one connection, one at a time, each crediting one
-//! of 1,000 accounts (`UPDATE accounts SET balance = balance + 1 WHERE id = ?`):
+//! Flags: `--events N` per single-connection scenario (2,000), `--concurrency-events N` per
+//! concurrent scenario (as `--events`), `--rounds N` (8), `--prefill N` inbox rows for the
+//! large runs (1,000,000), `--backends` (postgres,mysql,sqlite). Each scenario's events are
+//! split over the rounds.
+//!
+//! Every single-connection scenario delivers `--events` events, one at a time, each crediting
+//! one of 1,000 accounts (`UPDATE accounts SET balance = balance + 1 WHERE id = ?`):
 //!
 //! - bare: the update in its own transaction, no inbox;
 //! - cursor: the same through `Cursor::process`, one stream's consecutive sequences (the
@@ -17,23 +22,58 @@
 //!   (`UUIDv7`);
 //! - duplicates: every delivery a duplicate of one processed before;
 //! - naive: the hand-written check, `SELECT` the id then `INSERT` it, in the same transaction;
-//! - batch N: `process_batch` with N new ids per batch;
+//! - minimal: the smallest correct hand-written inbox: in one transaction, an insert of the id
+//!   that skips a duplicate (`ON CONFLICT DO NOTHING`; `INSERT IGNORE` on MariaDB), and the
+//!   credit if it inserted a row; nothing else (no attempts, payloads, failures or retries);
+//! - batch N: `process_batch` with N new ids per batch, each crediting the batch's account;
+//! - bulk N: `process_bulk` with N new ids per batch, the effect crediting every new event's
+//!   account by 1 in one `UPDATE .. WHERE id IN (..)` (the accounts of a batch are distinct);
 //! - large inbox: `with_inbox` after `--prefill` rows were put in the inbox table, with random
 //!   (`UUIDv4`) and time-ordered (`UUIDv7`) ids.
 //!
-//! Servers come from `DIESEL_INBOX_POSTGRES_URL` and `DIESEL_INBOX_MYSQL_URL` (defaults as in
-//! the test suite); each backend gets a fresh database, dropped at the end.
+//! Between the single-connection rounds and the prefill comes the concurrency phase, so that
+//! many connections meet the inbox table at the size the single one did: an r2d2 pool, and 1,
+//! 4 and 16 threads, each on a pooled connection of its own, taking deliveries from a shared
+//! counter. Delivery `i` credits the accounts in turn (`i mod 1000`), so threads rarely meet
+//! on an account. Bare (the credit in a transaction) and inbox (`with_inbox`) alternate over
+//! three mixes of `UUIDv4` ids:
+//!
+//! - new: every id new;
+//! - half duplicates: every other delivery repeats an id delivered before it in the run;
+//! - hot set: ids drawn in turn from 10, so nearly every delivery is a duplicate of a hot row.
+//!
+//! Bare has no idempotency and credits every delivery, duplicates too, so its three mixes do
+//! the same work and contend on nothing; the inbox's duplicates contend on their inbox rows,
+//! which is the point of the hot set. Each run reports events/s, the p50 and p99 of every
+//! delivery's latency over all threads, and the contention retries the inbox made (counted off
+//! its debug event). An error is reported, not raised: under contention it is a finding. On
+//! SQLite the pool's connections are set up with `SqliteSetup` (WAL, a busy timeout), and the
+//! one writer at a time makes more connections wait rather than help.
+//!
+//! Rates and latencies are medians over rounds; each ratio is the median of the per-round
+//! ratios. Servers come from `DIESEL_INBOX_POSTGRES_URL` and `DIESEL_INBOX_MYSQL_URL`
+//! (defaults as in the test suite); each backend gets a fresh database, dropped at the end.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Barrier;
 use std::time::Instant;
 
 use diesel::prelude::*;
-use diesel::r2d2::R2D2Connection;
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel_inbox::testing::TestDatabase;
-use diesel_inbox::{with_inbox, Inbox, InboxConnection, Outcome};
+use diesel_inbox::{with_inbox, Delivery, Inbox, InboxConnection, Outcome};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
 use uuid::Uuid;
 
 const ACCOUNTS: i32 = 1_000;
 const BATCH_SIZES: [usize; 3] = [10, 100, 1000];
+/// The connection counts of the concurrency phase, one worker thread each.
+const CONNS: [usize; 3] = [1, 4, 16];
+/// How many ids the hot-set mix draws from.
+const HOT_IDS: usize = 10;
 
 mod schema {
     //! The bench's own tables.
@@ -68,11 +108,25 @@ trait BenchConn: InboxConnection + R2D2Connection + Send + Sized + 'static {
 
     fn database() -> TestDatabase<Self>;
     fn credit(&mut self, account: i32) -> QueryResult<()>;
+    /// Credits each of `accounts` by 1 in one statement; they are distinct.
+    fn credit_all(&mut self, accounts: &[i32]) -> QueryResult<()>;
     fn naive(&mut self, event_id: &str, account: i32) -> QueryResult<()>;
+    /// The smallest correct hand-written inbox; returns whether it credited.
+    fn minimal(&mut self, event_id: &str, account: i32) -> QueryResult<bool>;
 }
 
+/// `$key => $insert`: the minimal inbox's insert of `$key` (the row's columns) that skips a
+/// duplicate and reports 1 affected row only for a new one.
 macro_rules! bench_conn {
-    ($conn:ty, $name:literal, $database:expr, $setup:literal, $prefill:literal, $settle:expr) => {
+    (
+        $conn:ty,
+        $name:literal,
+        $database:expr,
+        $setup:literal,
+        $prefill:literal,
+        $settle:expr,
+        $key:ident => $insert:expr
+    ) => {
         impl BenchConn for $conn {
             const NAME: &'static str = $name;
             const SETUP: &'static str = $setup;
@@ -85,6 +139,13 @@ macro_rules! bench_conn {
 
             fn credit(&mut self, account: i32) -> QueryResult<()> {
                 diesel::update(accounts::table.find(account))
+                    .set(accounts::balance.eq(accounts::balance + 1))
+                    .execute(self)
+                    .map(drop)
+            }
+
+            fn credit_all(&mut self, accounts: &[i32]) -> QueryResult<()> {
+                diesel::update(accounts::table.filter(accounts::id.eq_any(accounts)))
                     .set(accounts::balance.eq(accounts::balance + 1))
                     .execute(self)
                     .map(drop)
@@ -109,6 +170,20 @@ macro_rules! bench_conn {
                     Ok(())
                 })
             }
+
+            fn minimal(&mut self, event_id: &str, account: i32) -> QueryResult<bool> {
+                self.transaction(|tx| {
+                    let $key = (
+                        naive_inbox::consumer.eq("bench"),
+                        naive_inbox::event_id.eq(event_id),
+                    );
+                    let new = $insert.execute(tx)? == 1;
+                    if new {
+                        tx.credit(account)?;
+                    }
+                    Ok(new)
+                })
+            }
         }
     };
 }
@@ -127,7 +202,10 @@ bench_conn!(
     "INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at)
      SELECT 'prefill', md5(g::text), now(), now() FROM generate_series(1, {rows}) g;
      ANALYZE diesel_inbox_events;",
-    &["VACUUM diesel_inbox_events", "CHECKPOINT"]
+    &["VACUUM diesel_inbox_events", "CHECKPOINT"],
+    key => diesel::insert_into(naive_inbox::table)
+        .values(key)
+        .on_conflict_do_nothing()
 );
 
 bench_conn!(
@@ -142,7 +220,12 @@ bench_conn!(
      WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows})
      SELECT 'prefill', MD5(n), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM seq;
      ANALYZE TABLE diesel_inbox_events;",
-    &[]
+    &[],
+    // `INSERT IGNORE`, what a MySQL user writes to skip a duplicate key. Not Diesel's
+    // `on_conflict_do_nothing()`: on MySQL that is `ON DUPLICATE KEY UPDATE pk = pk`, and as
+    // Diesel's MySQL connections count found rows (CLIENT_FOUND_ROWS), a duplicate reports 1
+    // affected row too, so the check below it would credit every duplicate again.
+    key => diesel::insert_or_ignore_into(naive_inbox::table).values(key)
 );
 
 bench_conn!(
@@ -156,11 +239,16 @@ bench_conn!(
      WITH RECURSIVE seq (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < {rows})
      SELECT 'prefill', lower(hex(randomblob(16))), strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now') FROM seq;
      ANALYZE;",
-    &["PRAGMA wal_checkpoint(TRUNCATE)"]
+    &["PRAGMA wal_checkpoint(TRUNCATE)"],
+    key => diesel::insert_into(naive_inbox::table)
+        .values(key)
+        .on_conflict_do_nothing()
 );
 
 struct Options {
     events: usize,
+    /// Deliveries per concurrent scenario, over all rounds; `--events` unless given.
+    concurrency_events: Option<usize>,
     rounds: usize,
     prefill: u64,
     backends: Vec<String>,
@@ -169,6 +257,7 @@ struct Options {
 fn options() -> Result<Options, String> {
     let mut options = Options {
         events: 2_000,
+        concurrency_events: None,
         rounds: 8,
         prefill: 1_000_000,
         backends: vec!["postgres".into(), "mysql".into(), "sqlite".into()],
@@ -179,11 +268,15 @@ fn options() -> Result<Options, String> {
         let number = |name: &str| value.parse::<u64>().map_err(|e| format!("{name}: {e}"));
         match flag.as_str() {
             "--events" => options.events = usize::try_from(number("--events")?).unwrap_or(usize::MAX),
+            "--concurrency-events" => {
+                options.concurrency_events =
+                    Some(usize::try_from(number("--concurrency-events")?).unwrap_or(usize::MAX));
+            }
             "--rounds" => options.rounds = usize::try_from(number("--rounds")?.max(1)).unwrap_or(1),
             "--prefill" => options.prefill = number("--prefill")?,
             "--backends" => options.backends = value.split(',').map(str::to_owned).collect(),
             _ => return Err(format!(
-                "unknown flag {flag}; flags: --events N --rounds N --prefill N --backends postgres,mysql,sqlite"
+                "unknown flag {flag}; flags: --events N --concurrency-events N --rounds N --prefill N --backends postgres,mysql,sqlite"
             )),
         }
     }
@@ -202,10 +295,68 @@ enum Scenario {
     },
     Duplicates,
     Naive,
+    Minimal,
     Batch(usize),
+    Bulk(usize),
     Large {
         v7: bool,
     },
+    /// `conns` threads, each on its own pooled connection, delivering `mix`: the bare
+    /// transaction, or `with_inbox`.
+    Concurrent {
+        inbox: bool,
+        conns: usize,
+        mix: Mix,
+    },
+}
+
+/// The ids a concurrent scenario delivers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mix {
+    /// Every id new.
+    New,
+    /// Every other delivery repeats an id delivered before it in the run.
+    HalfDuplicates,
+    /// Ids drawn from `HOT_IDS` ids, in turn: nearly every delivery a duplicate of a hot row.
+    HotSet,
+}
+
+impl Mix {
+    const ALL: [Self; 3] = [Self::New, Self::HalfDuplicates, Self::HotSet];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::New => "new",
+            Self::HalfDuplicates => "half duplicates",
+            Self::HotSet => "hot set",
+        }
+    }
+
+    /// `events` fresh `UUIDv4` ids laid out as the mix has them, and how many are distinct.
+    fn ids(self, events: usize) -> (Vec<String>, usize) {
+        match self {
+            Self::New => (ids(events, false), events),
+            Self::HalfDuplicates => {
+                // Delivery 2k is the k-th new id; 2k + 1 repeats the (k / 2)-th, which delivery
+                // k or k - 1 brought: close behind at the start, ever further back later on.
+                let fresh = ids(events.div_ceil(2), false);
+                let ids = (0..events)
+                    .map(|i| fresh[if i % 2 == 0 { i / 2 } else { i / 4 }].clone())
+                    .collect();
+                (ids, fresh.len())
+            }
+            Self::HotSet => {
+                let hot = ids(HOT_IDS.min(events), false);
+                let ids = (0..events).map(|i| hot[i % hot.len()].clone()).collect();
+                (ids, hot.len())
+            }
+        }
+    }
+}
+
+/// "1 conn", "16 conns".
+fn conns_label(conns: usize) -> String {
+    format!("{conns} conn{}", if conns == 1 { "" } else { "s" })
 }
 
 impl Scenario {
@@ -218,9 +369,17 @@ impl Scenario {
             Self::Inbox { v7: true } => "inbox, UUIDv7 ids".into(),
             Self::Duplicates => "duplicates".into(),
             Self::Naive => "naive".into(),
+            Self::Minimal => "minimal".into(),
             Self::Batch(size) => format!("batch {size}"),
+            Self::Bulk(size) => format!("bulk {size}"),
             Self::Large { v7: false } => "large inbox, UUIDv4 ids".into(),
             Self::Large { v7: true } => "large inbox, UUIDv7 ids".into(),
+            Self::Concurrent { inbox, conns, mix } => format!(
+                "{}, {}, {}",
+                if inbox { "inbox" } else { "bare" },
+                conns_label(conns),
+                mix.label()
+            ),
         }
     }
 }
@@ -246,6 +405,15 @@ struct Feed {
 /// Runs one scenario over `ids`; returns the seconds it took.
 fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mut Feed) -> f64 {
     let cursor = Inbox::default().cursor("bench").unwrap();
+    // The bulk effect's lookup of each new delivery's account, made before the clock starts.
+    let account_of: HashMap<&str, i32> = match scenario {
+        Scenario::Bulk(_) => ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), account(i)))
+            .collect(),
+        _ => HashMap::new(),
+    };
     let start = Instant::now();
     match scenario {
         Scenario::Bare | Scenario::BareAfterPrefill => {
@@ -280,6 +448,11 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
                 conn.naive(id, account(i)).unwrap();
             }
         }
+        Scenario::Minimal => {
+            for (i, id) in ids.iter().enumerate() {
+                assert!(conn.minimal(id, account(i)).unwrap());
+            }
+        }
         Scenario::Batch(size) => {
             for (b, batch) in ids.chunks(size).enumerate() {
                 let results = Inbox::default()
@@ -290,6 +463,23 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
                     .all(|r| r.as_ref().is_ok_and(Outcome::is_processed)));
             }
         }
+        Scenario::Bulk(size) => {
+            // A batch's consecutive indexes map to distinct accounts (size <= ACCOUNTS), so
+            // the one update credits each new event's account by 1, as the inbox's does.
+            for batch in ids.chunks(size) {
+                let results = Inbox::default()
+                    .process_bulk(conn, batch, |tx, new: &[&Delivery]| {
+                        let accounts: Vec<i32> =
+                            new.iter().map(|d| account_of[d.id().as_str()]).collect();
+                        tx.credit_all(&accounts)
+                    })
+                    .unwrap();
+                assert!(results
+                    .iter()
+                    .all(|r| r.as_ref().is_ok_and(Outcome::is_processed)));
+            }
+        }
+        Scenario::Concurrent { .. } => unreachable!("concurrent scenarios run on a pool"),
     }
     start.elapsed().as_secs_f64()
 }
@@ -308,7 +498,7 @@ fn rounds<C: BenchConn>(
         for (scenario, per_round_rates) in &mut rates {
             // A batch scenario runs at least one full batch per round.
             let events = match *scenario {
-                Scenario::Batch(size) => per_round.max(size),
+                Scenario::Batch(size) | Scenario::Bulk(size) => per_round.max(size),
                 Scenario::Duplicates => feed.processed.len(),
                 _ => per_round,
             };
@@ -328,14 +518,191 @@ fn rate(events: usize, seconds: f64) -> f64 {
     events as f64 / seconds
 }
 
+/// Contention retries the inbox has made in this process, counted off its debug event.
+static RETRIES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts the events it is shown: the inbox's "contention; retrying" (see `main`).
+struct CountRetries;
+
+impl<S: tracing::Subscriber> Layer<S> for CountRetries {
+    fn on_event(&self, _: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        RETRIES.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What one concurrent run measured, of the deliveries that succeeded.
+struct Measured {
+    rate: f64,
+    /// Per-delivery latency over all threads, p50 and p99, in milliseconds.
+    latency: [f64; 2],
+    retries: u64,
+    errors: Vec<String>,
+}
+
+/// One worker thread's share of a concurrent run.
+struct Worker {
+    started: Instant,
+    finished: Instant,
+    /// Each successful delivery's duration, in milliseconds.
+    took: Vec<f64>,
+    processed: usize,
+    errors: Vec<String>,
+}
+
+/// Delivers `ids` from `conns` threads, each on a pooled connection of its own and taking the
+/// next delivery from a shared counter (a queue with `conns` consumers): the bare transaction,
+/// or `with_inbox`. Delivery `i` credits `account(i)`, so threads rarely meet on an account.
+/// `distinct` is how many different ids there are: the inbox processes each once. An error
+/// is counted, not raised: under contention it is a finding.
+fn run_concurrently<C: BenchConn>(
+    pool: &Pool<ConnectionManager<C>>,
+    inbox: bool,
+    conns: usize,
+    ids: &[String],
+    distinct: usize,
+) -> Measured {
+    let next = AtomicUsize::new(0);
+    let ready = Barrier::new(conns);
+    let retries = RETRIES.load(Ordering::Relaxed);
+    let workers: Vec<Worker> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..conns)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut pooled = pool.get().unwrap();
+                    let conn: &mut C = &mut pooled;
+                    let (mut took, mut processed, mut errors) = (Vec::new(), 0, Vec::new());
+                    ready.wait();
+                    let started = Instant::now();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(id) = ids.get(i) else { break };
+                        let delivered = Instant::now();
+                        let result = if inbox {
+                            with_inbox(&mut *conn, id, |tx| tx.credit(account(i)))
+                                .map(|outcome| outcome.is_processed())
+                        } else {
+                            conn.transaction(|tx| tx.credit(account(i))).map(|()| true)
+                        };
+                        match result {
+                            Ok(new) => {
+                                took.push(delivered.elapsed().as_secs_f64() * 1e3);
+                                processed += usize::from(new);
+                            }
+                            Err(error) => errors.push(error.to_string()),
+                        }
+                    }
+                    Worker {
+                        started,
+                        finished: Instant::now(),
+                        took,
+                        processed,
+                        errors,
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let started = workers.iter().map(|w| w.started).min().unwrap();
+    let finished = workers.iter().map(|w| w.finished).max().unwrap();
+    let processed: usize = workers.iter().map(|w| w.processed).sum();
+    let errors: Vec<String> = workers.iter().flat_map(|w| w.errors.clone()).collect();
+    // The bare transaction has no idempotency: it credits every delivery, duplicates too.
+    let expected = if inbox { distinct } else { ids.len() };
+    assert!(
+        processed == expected || !errors.is_empty() && processed < expected,
+        "{} of {expected} ids processed, {} errors",
+        processed,
+        errors.len()
+    );
+    let mut took: Vec<f64> = workers
+        .iter()
+        .flat_map(|w| w.took.iter().copied())
+        .collect();
+    took.sort_by(f64::total_cmp);
+    Measured {
+        rate: rate(took.len(), (finished - started).as_secs_f64()),
+        latency: [percentile(&took, 50), percentile(&took, 99)],
+        retries: RETRIES.load(Ordering::Relaxed) - retries,
+        errors,
+    }
+}
+
+/// The nearest-rank `percent`-th percentile of `sorted`.
+fn percentile(sorted: &[f64], percent: usize) -> f64 {
+    let rank = (sorted.len() * percent).div_ceil(100).max(1);
+    sorted.get(rank - 1).copied().unwrap_or(f64::NAN)
+}
+
+/// The concurrency phase: each connection count and mix, bare then inbox, interleaved round
+/// after round as the single-connection scenarios are.
+fn concurrency<C: BenchConn>(db: &TestDatabase<C>, options: &Options) -> Vec<Concurrency> {
+    let most = *CONNS.iter().max().unwrap();
+    let pool = db.pool(u32::try_from(most).unwrap());
+    // Warm every pooled connection's prepared statements.
+    for inbox in [false, true] {
+        let (ids, distinct) = Mix::New.ids(most * 5);
+        run_concurrently(&pool, inbox, most, &ids, distinct);
+    }
+    let mut runs: Vec<Concurrency> = CONNS
+        .iter()
+        .flat_map(|&conns| Mix::ALL.map(|mix| (conns, mix)))
+        .flat_map(|(conns, mix)| {
+            [false, true].map(|inbox| Scenario::Concurrent { inbox, conns, mix })
+        })
+        .map(|scenario| Concurrency {
+            scenario,
+            rates: Vec::new(),
+            latencies: Vec::new(),
+            retries: 0,
+            errors: Vec::new(),
+        })
+        .collect();
+    let events = options.concurrency_events.unwrap_or(options.events);
+    let per_round = (events / options.rounds).max(1);
+    for _ in 0..options.rounds {
+        for run in &mut runs {
+            let Scenario::Concurrent { inbox, conns, mix } = run.scenario else {
+                unreachable!()
+            };
+            let (ids, distinct) = mix.ids(per_round.max(conns));
+            let measured = run_concurrently(&pool, inbox, conns, &ids, distinct);
+            if let Some(error) = measured.errors.first() {
+                eprintln!(
+                    "{}: {}: {} errors, the first: {error}",
+                    C::NAME,
+                    run.scenario.label(),
+                    measured.errors.len()
+                );
+            }
+            run.rates.push(measured.rate);
+            run.latencies.push(measured.latency);
+            run.retries += measured.retries;
+            run.errors.extend(measured.errors);
+        }
+    }
+    runs
+}
+
 /// A scenario and its rate in each round.
 type Rates = (Scenario, Vec<f64>);
 
+/// A concurrent scenario's figures: rate and latencies per round, retries and errors over all.
+struct Concurrency {
+    scenario: Scenario,
+    rates: Vec<f64>,
+    /// p50 and p99 per round, in milliseconds.
+    latencies: Vec<[f64; 2]>,
+    retries: u64,
+    errors: Vec<String>,
+}
+
 /// One backend's rates, per scenario and round. The large-inbox phase has a bare run of its
-/// own, under `BareAfterPrefill`.
+/// own, under `BareAfterPrefill`; the concurrent scenarios have latencies besides.
 struct Figures {
     name: &'static str,
     rates: Vec<Rates>,
+    concurrency: Vec<Concurrency>,
 }
 
 impl Figures {
@@ -343,7 +710,14 @@ impl Figures {
         self.rates
             .iter()
             .find(|(s, _)| *s == scenario)
-            .map_or(&[], |(_, r)| r.as_slice())
+            .map(|(_, r)| r.as_slice())
+            .or_else(|| {
+                self.concurrency
+                    .iter()
+                    .find(|c| c.scenario == scenario)
+                    .map(|c| c.rates.as_slice())
+            })
+            .unwrap_or(&[])
     }
 
     /// The median over rounds: robust to the bursts a shared machine throws in.
@@ -355,6 +729,19 @@ impl Figures {
     fn ratio(&self, over: Scenario, under: Scenario) -> f64 {
         let pairs = self.rounds(over).iter().zip(self.rounds(under));
         median(pairs.map(|(o, u)| o / u).collect())
+    }
+
+    fn concurrent(&self, scenario: Scenario) -> &Concurrency {
+        self.concurrency
+            .iter()
+            .find(|c| c.scenario == scenario)
+            .unwrap()
+    }
+
+    /// The medians over rounds of a concurrent scenario's p50 and p99, in milliseconds.
+    fn latency(&self, scenario: Scenario) -> [f64; 2] {
+        let latencies = &self.concurrent(scenario).latencies;
+        [0, 1].map(|k| median(latencies.iter().map(|l| l[k]).collect()))
     }
 }
 
@@ -375,6 +762,9 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
     let db = C::database();
     let mut conn = db.connect();
     conn.batch_execute(C::SETUP).unwrap();
+    // The minimal inbox is correct: a duplicate does not credit again.
+    assert!(conn.minimal("minimal-check", 1).unwrap());
+    assert!(!conn.minimal("minimal-check", 1).unwrap());
     // Warm caches, prepared statements and the servers' buffers before timing anything; the
     // cursor's first sequence creates its row, the timed ones continue from the last.
     let mut feed = Feed::default();
@@ -390,9 +780,21 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
         Scenario::Inbox { v7: false },
         Scenario::Duplicates,
         Scenario::Naive,
+        Scenario::Minimal,
     ];
     small.extend(BATCH_SIZES.map(Scenario::Batch));
+    small.extend(BATCH_SIZES.map(Scenario::Bulk));
     let mut rates = rounds(&mut conn, &small, options, &mut feed);
+
+    // Before the prefill, so that the many connections meet the inbox table at the size the
+    // single connection did.
+    let concurrent = Instant::now();
+    let concurrency = concurrency(&db, options);
+    eprintln!(
+        "{}: concurrency phase in {:.1?}",
+        C::NAME,
+        concurrent.elapsed()
+    );
 
     let prefill = Instant::now();
     conn.batch_execute(&C::PREFILL.replace("{rows}", &options.prefill.to_string()))
@@ -416,11 +818,29 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
     Figures {
         name: C::NAME,
         rates,
+        concurrency,
     }
 }
 
 fn main() -> Result<(), String> {
     let options = options()?;
+    // The inbox's warnings on stderr (`RUST_LOG` sets more), and its contention retries
+    // counted off the debug event each one logs; the filter passes no other callsite.
+    let warnings = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let retries = tracing_subscriber::filter::filter_fn(|meta| {
+        meta.is_event()
+            && meta.target() == "diesel_inbox::transaction"
+            && meta.fields().field("attempt").is_some()
+    });
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(warnings),
+        )
+        .with(CountRetries.with_filter(retries))
+        .init();
     let mut columns = Vec::new();
     for backend in &options.backends {
         let started = Instant::now();
@@ -452,27 +872,65 @@ fn main() -> Result<(), String> {
             .collect();
         print_row(&scenario.label(), &cells);
     }
+
+    println!(
+        "\n{} deliveries per concurrent scenario in {} interleaved rounds, a pooled connection per thread; medians of rounds, ratio = inbox/s over bare/s; the inbox's retries over all rounds\n",
+        options.concurrency_events.unwrap_or(options.events),
+        options.rounds
+    );
+    for figures in &columns {
+        print_concurrency(figures);
+    }
+
     println!();
+    print_ratios(&columns);
+    Ok(())
+}
+
+/// The ratio table: the rows readers compare between runs, by name.
+fn print_ratios(columns: &[Figures]) {
+    let names: Vec<String> = columns.iter().map(|c| c.name.to_owned()).collect();
     print_row("ratio (median of rounds)", &names);
     print_rule(columns.len());
     let (v4, v7) = (Scenario::Inbox { v7: false }, Scenario::Inbox { v7: true });
-    let ratios = [
-        ("cursor / bare", Scenario::Cursor, Scenario::Bare),
-        ("inbox / bare, UUIDv4", v4, Scenario::Bare),
-        ("inbox / bare, UUIDv7", v7, Scenario::Bare),
-        ("duplicates / bare", Scenario::Duplicates, Scenario::Bare),
-        ("naive / bare", Scenario::Naive, Scenario::Bare),
-        ("inbox / naive, UUIDv4", v4, Scenario::Naive),
-        ("batch 10 / inbox, UUIDv4", Scenario::Batch(10), v4),
-        ("batch 100 / inbox, UUIDv4", Scenario::Batch(100), v4),
-        ("batch 1000 / inbox, UUIDv4", Scenario::Batch(1000), v4),
+    let mut ratios = vec![
+        ("cursor / bare".to_owned(), Scenario::Cursor, Scenario::Bare),
+        ("inbox / bare, UUIDv4".to_owned(), v4, Scenario::Bare),
+        ("inbox / bare, UUIDv7".to_owned(), v7, Scenario::Bare),
+        (
+            "duplicates / bare".to_owned(),
+            Scenario::Duplicates,
+            Scenario::Bare,
+        ),
+        ("naive / bare".to_owned(), Scenario::Naive, Scenario::Bare),
+        ("inbox / naive, UUIDv4".to_owned(), v4, Scenario::Naive),
+        (
+            "minimal / bare".to_owned(),
+            Scenario::Minimal,
+            Scenario::Bare,
+        ),
+        ("inbox / minimal, UUIDv4".to_owned(), v4, Scenario::Minimal),
     ];
+    for size in BATCH_SIZES {
+        ratios.push((
+            format!("batch {size} / inbox, UUIDv4"),
+            Scenario::Batch(size),
+            v4,
+        ));
+    }
+    for size in BATCH_SIZES {
+        ratios.push((
+            format!("bulk {size} / inbox, UUIDv4"),
+            Scenario::Bulk(size),
+            v4,
+        ));
+    }
     for (name, over, under) in ratios {
         let cells: Vec<_> = columns
             .iter()
             .map(|c| format!("{:.2}", c.ratio(over, under)))
             .collect();
-        print_row(name, &cells);
+        print_row(&name, &cells);
     }
     // Each side over the bare rate of its own phase, so drift between the phases cancels.
     for v7 in [false, true] {
@@ -491,21 +949,83 @@ fn main() -> Result<(), String> {
             .collect();
         print_row(label, &cells);
     }
-    Ok(())
+    for mix in Mix::ALL {
+        for conns in CONNS {
+            let [bare, inbox] =
+                [false, true].map(|inbox| Scenario::Concurrent { inbox, conns, mix });
+            let cells: Vec<_> = columns
+                .iter()
+                .map(|c| format!("{:.2}", c.ratio(inbox, bare)))
+                .collect();
+            let name = format!("inbox / bare, {}, {}", conns_label(conns), mix.label());
+            print_row(&name, &cells);
+        }
+    }
 }
 
-fn print_row(label: &str, cells: &[String]) {
-    print!("| {label:<28} |");
-    for cell in cells {
-        print!(" {cell:>12} |");
+/// One backend's concurrent scenarios: bare and inbox side by side, a row per connection
+/// count and mix.
+fn print_concurrency(figures: &Figures) {
+    const HEADERS: [&str; 8] = [
+        "bare/s", "p50 ms", "p99 ms", "inbox/s", "p50 ms", "p99 ms", "retries", "ratio",
+    ];
+    let title = format!("{}, concurrent", figures.name);
+    print_cells(&title, 26, &HEADERS.map(str::to_owned), 8);
+    print_rule_of(26, HEADERS.len(), 8);
+    for conns in CONNS {
+        for mix in Mix::ALL {
+            let [bare, inbox] =
+                [false, true].map(|inbox| Scenario::Concurrent { inbox, conns, mix });
+            let mut cells = Vec::new();
+            for scenario in [bare, inbox] {
+                let [p50, p99] = figures.latency(scenario);
+                cells.push(format!("{:.0}", figures.rate(scenario)));
+                cells.push(format!("{p50:.2}"));
+                cells.push(format!("{p99:.2}"));
+            }
+            cells.push(figures.concurrent(inbox).retries.to_string());
+            cells.push(format!("{:.2}", figures.ratio(inbox, bare)));
+            print_cells(
+                &format!("{}, {}", conns_label(conns), mix.label()),
+                26,
+                &cells,
+                8,
+            );
+        }
+    }
+    for run in &figures.concurrency {
+        if let Some(error) = run.errors.first() {
+            println!(
+                "{}: {} errors, the first: {error}",
+                run.scenario.label(),
+                run.errors.len()
+            );
+        }
     }
     println!();
 }
 
+/// A row of the single-connection and ratio tables.
+fn print_row(label: &str, cells: &[String]) {
+    print_cells(label, 40, cells, 12);
+}
+
 fn print_rule(columns: usize) {
-    print!("|{}|", "-".repeat(30));
+    print_rule_of(40, columns, 12);
+}
+
+fn print_cells(label: &str, label_width: usize, cells: &[String], width: usize) {
+    print!("| {label:<label_width$} |");
+    for cell in cells {
+        print!(" {cell:>width$} |");
+    }
+    println!();
+}
+
+fn print_rule_of(label_width: usize, columns: usize, width: usize) {
+    print!("|{}|", "-".repeat(label_width + 2));
     for _ in 0..columns {
-        print!("{}:|", "-".repeat(13));
+        print!("{}:|", "-".repeat(width + 1));
     }
     println!();
 }
