@@ -168,6 +168,7 @@ impl Inbox {
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::connection::SimpleConnection;
     /// use diesel::prelude::*;
     /// use diesel_inbox::Inbox;
     ///
