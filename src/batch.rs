@@ -416,7 +416,9 @@ impl Inbox {
             run_together(conn, deliveries, effect, &mut slots)?;
         }
         if scope == Scope::TopLevel {
-            tally.count(conn, self.consumer())?;
+            // Any of the batch's events picks the counters' stripe.
+            let stripe_by = items.first().map_or("", |&(id, _)| id);
+            tally.count(conn, (self.consumer(), stripe_by))?;
         }
         Ok(slots)
     }

@@ -344,7 +344,8 @@ impl Cursor {
             self.save(tx, &stream, now)?;
             if scope == Scope::TopLevel {
                 let duplicates = outcomes.iter().filter(|o| o.is_duplicate()).count();
-                Tally::duplicates(duplicates).count(tx, self.consumer())?;
+                // The stream picks the counters' stripe: its deliveries queue on the cursor row.
+                Tally::duplicates(duplicates).count(tx, (self.consumer(), self.stream()))?;
             }
             Ok((outcomes, gaps))
         });
@@ -578,7 +579,7 @@ impl Cursor {
             (delivered, gaps)
         };
         if scope == Scope::TopLevel {
-            Tally::of(&delivered).count(conn, self.consumer())?;
+            Tally::of(&delivered).count(conn, (self.consumer(), self.stream()))?;
         }
         Ok(Advanced { delivered, gaps })
     }

@@ -431,7 +431,7 @@ fn finish_transition<C: InboxConnection, E>(
             at: now,
         },
     )?;
-    sql.bump_counter(key.0, transition.counter(), 1, now)?;
+    sql.bump_counter(key, transition.counter(), 1, now)?;
     Ok(())
 }
 

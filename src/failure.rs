@@ -103,9 +103,9 @@ fn record_attempt<C: InboxConnection>(
     };
     // Counted last, so the hot counter row is locked for the shortest time and always after
     // the event's own rows, as every inbox transaction takes them.
-    sql.bump_counter(key.0, Counter::FailedAttempt, 1, now)?;
+    sql.bump_counter(key, Counter::FailedAttempt, 1, now)?;
     if dead.is_some() {
-        sql.bump_counter(key.0, Counter::DeadLettered, 1, now)?;
+        sql.bump_counter(key, Counter::DeadLettered, 1, now)?;
     }
     Ok((attempts, dead))
 }

@@ -313,7 +313,7 @@ impl Inbox {
                 let delivered = seen(conn, key, fingerprint.as_ref(), existing)?;
                 if scope == Scope::TopLevel {
                     conn.sql().commit_without_waiting_for_disk()?;
-                    Tally::of(&delivered).count(conn, self.consumer())?;
+                    Tally::of(&delivered).count(conn, key)?;
                 }
                 Ok(delivered)
             }
@@ -455,21 +455,18 @@ impl Tally {
         self.conflicts += other.conflicts;
     }
 
-    /// Adds to the counters, as the last statements of an inbox transaction of its own (never
-    /// inside a caller's): the consumer's counter row is one for every delivery, so whoever
-    /// holds it must take no other lock after it, or two deliveries could deadlock on it.
-    pub(crate) fn count<C: InboxConnection>(
-        &self,
-        conn: &mut C,
-        consumer: &str,
-    ) -> QueryResult<()> {
+    /// Adds to the counters, on the stripe of `key`'s event, as the last statements of an
+    /// inbox transaction of its own (never inside a caller's): a counter row is shared by
+    /// many deliveries, so whoever holds it must take no other lock after it, or two
+    /// deliveries could deadlock on it.
+    pub(crate) fn count<C: InboxConnection>(&self, conn: &mut C, key: Key<'_>) -> QueryResult<()> {
         let now = Utc::now();
         for (counter, by) in [
             (Counter::Duplicate, self.duplicates),
             (Counter::PayloadConflict, self.conflicts),
         ] {
             if by > 0 {
-                conn.sql().bump_counter(consumer, counter, by, now)?;
+                conn.sql().bump_counter(key, counter, by, now)?;
             }
         }
         Ok(())

@@ -106,7 +106,7 @@ macro_rules! inbox_tables {
             /// Counts per consumer and hour of duplicate deliveries, payload conflicts,
             /// failed attempts, dead letters and transitions: what stats over a recent window
             /// sum.
-            diesel_inbox_counters (consumer, counter, bucket) {
+            diesel_inbox_counters (consumer, counter, bucket, stripe) {
                 /// The consumer name.
                 consumer -> $key,
                 /// What is counted.
@@ -115,6 +115,9 @@ macro_rules! inbox_tables {
                 bucket -> $time,
                 /// How many in that hour.
                 total -> BigInt,
+                /// Which of the counter's rows for the hour: counts are spread over a few, by
+                /// event id, so that concurrent deliveries rarely meet on one.
+                stripe -> SmallInt,
             }
         }
 

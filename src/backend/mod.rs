@@ -450,10 +450,11 @@ pub(crate) mod sealed {
         /// The doctor's checks of this backend's settings.
         fn backend_checks(&mut self) -> QueryResult<Vec<crate::check::Check>>;
 
-        /// Adds `by` to the consumer's `counter` for the hour `now` falls in.
+        /// Adds `by` to the consumer's `counter` for the hour `now` falls in, on the stripe
+        /// of the key's event (see [`counter_stripe`](super::counter_stripe)).
         fn bump_counter(
             &mut self,
-            consumer: &str,
+            key: Key<'_>,
             counter: Counter,
             by: i64,
             now: DateTime<Utc>,
@@ -825,6 +826,20 @@ pub(crate) fn counter_bucket(now: DateTime<Utc>) -> DateTime<Utc> {
     now.duration_trunc(TimeDelta::hours(1)).unwrap_or(now)
 }
 
+/// How many rows each counter has per hour. Concurrent deliveries of different events then
+/// rarely bump the same row, which would queue every duplicate of a consumer behind one lock;
+/// stats sum the stripes.
+const COUNTER_STRIPES: u32 = 16;
+
+/// The counter row (stripe) a count for `event_id` goes to: fixed per event, so that the
+/// deliveries of one event, which queue on its inbox row anyway, share one.
+pub(crate) fn counter_stripe(event_id: &str) -> i16 {
+    let hash = event_id.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    i16::try_from(hash % COUNTER_STRIPES).unwrap_or(0)
+}
+
 /// Rows per multi-row statement: far below every backend's bind-parameter limit.
 pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 
@@ -842,4 +857,19 @@ pub(crate) fn in_order(
                 .ok_or(diesel::result::Error::NotFound)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_keeps_its_counter_stripe_and_many_events_spread_over_all_of_them() {
+        assert_eq!(counter_stripe("evt-1"), counter_stripe("evt-1"));
+        let stripes: std::collections::HashSet<i16> = (0..200)
+            .map(|i| counter_stripe(&format!("evt-{i}")))
+            .collect();
+        assert_eq!(stripes.len(), COUNTER_STRIPES as usize, "{stripes:?}");
+        assert!(stripes.iter().all(|s| (0..16).contains(s)));
+    }
 }

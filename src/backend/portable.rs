@@ -890,7 +890,7 @@ macro_rules! statement {
     (bump_counter, $schema:ident, $codec:ident, conflict = $target:expr) => {
         fn bump_counter(
             &mut self,
-            consumer: &str,
+            (consumer, event_id): $crate::backend::Key<'_>,
             counter: $crate::state::Counter,
             by: i64,
             now: DateTime<Utc>,
@@ -902,6 +902,7 @@ macro_rules! statement {
                     c::consumer.eq($codec::key(consumer)),
                     c::counter.eq(counter),
                     c::bucket.eq(bucket),
+                    c::stripe.eq($crate::backend::counter_stripe(event_id)),
                     c::total.eq(by),
                 ))
                 .on_conflict($target)

@@ -166,7 +166,8 @@ impl InboxSql for PgConnection {
         conflict = (
             schema::diesel_inbox_counters::consumer,
             schema::diesel_inbox_counters::counter,
-            schema::diesel_inbox_counters::bucket
+            schema::diesel_inbox_counters::bucket,
+            schema::diesel_inbox_counters::stripe
         )
     );
     statement!(inbox_totals, schema, codec);
