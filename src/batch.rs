@@ -29,16 +29,6 @@ enum Mode {
     Isolated,
 }
 
-impl Mode {
-    fn of(together: bool, isolate: bool) -> Self {
-        match (together, isolate) {
-            (_, true) => Self::Isolated,
-            (true, false) => Self::Together,
-            (false, false) => Self::Each,
-        }
-    }
-}
-
 /// The one value an effect returned for the one delivery it was given.
 fn one<T>(mut values: Vec<T>) -> T {
     values
@@ -56,13 +46,15 @@ fn run_together<C, T, E>(
 where
     C: InboxConnection,
 {
-    let pending: Vec<usize> = (0..slots.len())
-        .filter(|&i| matches!(slots[i], Slot::Pending))
-        .collect();
-    let new: Vec<&Delivery> = pending
+    let (pending, new): (Vec<usize>, Vec<&Delivery>) = slots
         .iter()
-        .filter_map(|&i| deliveries[i].as_ref().ok())
-        .collect();
+        .zip(deliveries)
+        .enumerate()
+        .filter_map(|(i, entry)| match entry {
+            (Slot::Pending, Ok(delivery)) => Some((i, delivery)),
+            _ => None,
+        })
+        .unzip();
     if new.is_empty() {
         return Ok(());
     }
@@ -150,7 +142,7 @@ impl Inbox {
             conn,
             deliveries,
             &mut |c: &mut C, new: &[&Delivery]| new.iter().map(|d| effect(c, d)).collect(),
-            false,
+            Mode::Each,
         )
     }
 
@@ -160,11 +152,11 @@ impl Inbox {
     /// invalid ids and payload conflicts are not passed to it; when no delivery is new it is
     /// not called.
     ///
-    /// Failure isolation is as for `process_batch`: when the call fails (or leaves the
-    /// transaction aborted), the whole batch rolls back and runs again with a savepoint per
-    /// new event, calling `effect` once per event with that event alone, so only the failing
-    /// ones roll back and have their failure recorded. A panic rolls back the whole batch and
-    /// continues unwinding; no failure is recorded then, since no one event is to blame.
+    /// Failure isolation is as for `process_batch`: when the call fails, panics or leaves the
+    /// transaction aborted, the whole batch rolls back and runs again with a savepoint per new
+    /// event, calling `effect` once per event with that event alone, so only the failing ones
+    /// roll back and have their failure recorded. A panic in that run rolls back the whole
+    /// batch, is recorded against its event, and continues unwinding, as in `process_batch`.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
@@ -212,19 +204,19 @@ impl Inbox {
             conn,
             deliveries,
             &mut |c: &mut C, new: &[&Delivery]| effect(c, new).map(|()| vec![(); new.len()]),
-            true,
+            Mode::Together,
         )
     }
 
     /// The batch forms: `effect` returns one value per delivery it is given, and is given
-    /// each new delivery alone, or (`together`) all of them at once.
+    /// each new delivery alone (`Mode::Each`), or all of them at once (`Mode::Together`).
     #[allow(clippy::type_complexity)]
     fn run_batch<C, T, E, I>(
         &self,
         conn: &mut C,
         deliveries: I,
         effect: &mut BatchEffect<'_, C, T, E>,
-        together: bool,
+        mode: Mode,
     ) -> Result<Vec<Result<Outcome<T>, E>>, E>
     where
         C: InboxConnection,
@@ -257,7 +249,7 @@ impl Inbox {
                     tx,
                     &deliveries,
                     effect,
-                    Mode::of(together, isolate),
+                    if isolate { Mode::Isolated } else { mode },
                     &mut panicked_at,
                     scope,
                 )
@@ -268,6 +260,10 @@ impl Inbox {
                 {
                     isolate = true;
                 }
+                // A panic in the one call for all of them names no event: one by one, a
+                // panic again names its own, so that its failure is recorded and the event
+                // is dead-lettered in time instead of stopping every batch it comes in.
+                Err(Failure::Panicked(_)) if mode == Mode::Together && !isolate => isolate = true,
                 slots => break slots,
             }
         };

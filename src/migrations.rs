@@ -282,11 +282,6 @@ macro_rules! migrations_sql {
             migration_sql!($dialect, "2000-01-01-000004", "diesel_inbox_cursors"),
             migration_sql!($dialect, "2000-01-01-000005", "diesel_inbox_claims"),
             migration_sql!($dialect, "2000-01-01-000006", "diesel_inbox_outbox"),
-            migration_sql!(
-                $dialect,
-                "2000-01-01-000007",
-                "diesel_inbox_counter_stripes"
-            ),
         ]
     };
 }

@@ -106,18 +106,17 @@ macro_rules! inbox_tables {
             /// Counts per consumer and hour of duplicate deliveries, payload conflicts,
             /// failed attempts, dead letters and transitions: what stats over a recent window
             /// sum.
-            diesel_inbox_counters (consumer, counter, bucket, stripe) {
+            diesel_inbox_counters (consumer, counter, bucket) {
                 /// The consumer name.
                 consumer -> $key,
                 /// What is counted.
                 counter -> Text,
-                /// The start of the hour (UTC) the counts fall in.
+                /// The start of the hour (UTC) the counts fall in, plus the row's stripe in
+                /// microseconds (0 to 15): a counter's counts for an hour are spread over a
+                /// few rows, by event id, so that concurrent deliveries rarely meet on one.
                 bucket -> $time,
                 /// How many in that hour.
                 total -> BigInt,
-                /// Which of the counter's rows for the hour: counts are spread over a few, by
-                /// event id, so that concurrent deliveries rarely meet on one.
-                stripe -> SmallInt,
             }
         }
 

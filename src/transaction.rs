@@ -207,8 +207,9 @@ fn commit<C: InboxConnection, E>(conn: &mut C, scope: Scope) -> Result<(), Failu
 }
 
 /// Counts a top-level `BEGIN` or `COMMIT` the backend sent itself in Diesel's transaction
-/// manager, as its own would. PostgreSQL's connection may have counted the commit already: it
-/// resets the count whenever the server reports no open transaction.
+/// manager, as its own would, and like its own commit finds nothing to count when the
+/// connection counted the commit already: PostgreSQL's resets the count whenever the server
+/// reports no open transaction.
 fn count_level<C: InboxConnection>(
     conn: &mut C,
     change: TransactionDepthChange,

@@ -1072,8 +1072,8 @@ fn prints_and_installs_migrations(url: &str) {
     ));
     assert_eq!(
         written.as_array().unwrap().len(),
-        7,
-        "since the counter stripes (000007): {written}"
+        6,
+        "since the outbox table (000006): {written}"
     );
     for path in written.as_array().unwrap() {
         assert!(Path::new(path.as_str().unwrap()).join("up.sql").is_file());

@@ -828,16 +828,20 @@ pub(crate) fn counter_bucket(now: DateTime<Utc>) -> DateTime<Utc> {
 
 /// How many rows each counter has per hour. Concurrent deliveries of different events then
 /// rarely bump the same row, which would queue every duplicate of a consumer behind one lock;
-/// stats sum the stripes.
+/// stats sum the rows.
 const COUNTER_STRIPES: u32 = 16;
 
-/// The counter row (stripe) a count for `event_id` goes to: fixed per event, so that the
-/// deliveries of one event, which queue on its inbox row anyway, share one.
-pub(crate) fn counter_stripe(event_id: &str) -> i16 {
+/// Which of its counter's rows for the hour a count for `event_id` goes to, as an offset of
+/// 0 to 15 microseconds from the start of the hour in the row's `bucket`: fixed per event, so
+/// that the deliveries of one event, which queue on its inbox row anyway, share one. In the
+/// bucket rather than a column of its own, so the table keeps its key, and earlier releases,
+/// which upsert on that key, can run beside this one; windows and retention compare buckets
+/// with whole hours, which the offset never crosses.
+pub(crate) fn counter_stripe(event_id: &str) -> chrono::TimeDelta {
     let hash = event_id.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
     });
-    i16::try_from(hash % COUNTER_STRIPES).unwrap_or(0)
+    chrono::TimeDelta::microseconds(i64::from(hash % COUNTER_STRIPES))
 }
 
 /// Rows per multi-row statement: far below every backend's bind-parameter limit.
@@ -866,8 +870,12 @@ mod tests {
     #[test]
     fn an_event_keeps_its_counter_stripe_and_many_events_spread_over_all_of_them() {
         assert_eq!(counter_stripe("evt-1"), counter_stripe("evt-1"));
-        let stripes: std::collections::HashSet<i16> = (0..200)
-            .map(|i| counter_stripe(&format!("evt-{i}")))
+        let stripes: std::collections::HashSet<i64> = (0..200)
+            .map(|i| {
+                counter_stripe(&format!("evt-{i}"))
+                    .num_microseconds()
+                    .unwrap()
+            })
             .collect();
         assert_eq!(stripes.len(), COUNTER_STRIPES as usize, "{stripes:?}");
         assert!(stripes.iter().all(|s| (0..16).contains(s)));

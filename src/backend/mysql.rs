@@ -80,30 +80,26 @@ const INSERTED: usize = 1;
 /// Set once a server refused to prepare `BEGIN` or `COMMIT` (Oracle MySQL prepares no
 /// `BEGIN`); from then on this process sends them as Diesel does, correct on either server,
 /// at two round trips more each.
-static PORTABLE_FORMS_ONLY: AtomicBool = AtomicBool::new(false);
+static TEXT_BEGIN_AND_COMMIT: AtomicBool = AtomicBool::new(false);
 
-/// Runs `mariadb`, or `portable` where the server refuses to prepare its statement, so that
-/// nothing ran.
-fn mariadb_or<T>(
-    conn: &mut MysqlConnection,
-    mariadb: impl FnOnce(&mut MysqlConnection) -> QueryResult<T>,
-    portable: impl FnOnce(&mut MysqlConnection) -> QueryResult<T>,
-) -> QueryResult<T> {
-    if !PORTABLE_FORMS_ONLY.load(Ordering::Relaxed) {
-        match mariadb(conn) {
+/// Runs `statement` prepared, or as text where the server refuses to prepare it (so that
+/// nothing ran).
+fn prepared_or_text(conn: &mut MysqlConnection, statement: Prepared) -> QueryResult<()> {
+    if !TEXT_BEGIN_AND_COMMIT.load(Ordering::Relaxed) {
+        match statement.execute(conn) {
             Err(error)
                 if super::message_contains(
                     &error,
                     &["not supported in the prepared statement protocol"],
                 ) =>
             {
-                PORTABLE_FORMS_ONLY.store(true, Ordering::Relaxed);
+                TEXT_BEGIN_AND_COMMIT.store(true, Ordering::Relaxed);
                 tracing::warn!(%error, "this server does not prepare BEGIN or COMMIT; the inbox sends them as text, at two round trips more each");
             }
-            result => return result,
+            result => return result.map(drop),
         }
     }
-    portable(conn)
+    conn.batch_execute(statement.0)
 }
 
 /// A statement of fixed text that Diesel prepares once per connection and caches by its text:
@@ -141,19 +137,11 @@ impl InboxSql for MysqlConnection {
     const FAILED_STATEMENT: FailedStatement = FailedStatement::DeadlockEndsTransaction;
 
     fn begin_top_level(&mut self) -> QueryResult<()> {
-        mariadb_or(
-            self,
-            |conn| BEGIN.execute(conn).map(drop),
-            |conn| conn.batch_execute("BEGIN"),
-        )
+        prepared_or_text(self, BEGIN)
     }
 
     fn commit_top_level(&mut self) -> QueryResult<()> {
-        mariadb_or(
-            self,
-            |conn| COMMIT.execute(conn).map(drop),
-            |conn| conn.batch_execute("COMMIT"),
-        )
+        prepared_or_text(self, COMMIT)
     }
 
     fn record_delivery(

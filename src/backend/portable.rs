@@ -896,13 +896,13 @@ macro_rules! statement {
             now: DateTime<Utc>,
         ) -> QueryResult<()> {
             use $schema::diesel_inbox_counters::dsl as c;
-            let bucket = $codec::time($crate::backend::counter_bucket(now));
+            let bucket = $crate::backend::counter_bucket(now)
+                + $crate::backend::counter_stripe(event_id);
             diesel::insert_into(c::diesel_inbox_counters)
                 .values((
                     c::consumer.eq($codec::key(consumer)),
                     c::counter.eq(counter),
-                    c::bucket.eq(bucket),
-                    c::stripe.eq($crate::backend::counter_stripe(event_id)),
+                    c::bucket.eq($codec::time(bucket)),
                     c::total.eq(by),
                 ))
                 .on_conflict($target)

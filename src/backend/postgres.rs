@@ -77,10 +77,9 @@ impl InboxSql for PgConnection {
     }
 
     fn transaction_is_alive(&mut self) -> QueryResult<bool> {
-        // Never asked (see `FailedStatement::AbortsTransaction`): a failed statement leaves
-        // the transaction open and aborted, every later statement is refused, and the commit
-        // checks.
-        Ok(true)
+        // Not asked after user code (see `FailedStatement::AbortsTransaction`): the commit
+        // checks. An aborted transaction refuses this, and anything else.
+        self.batch_execute("SELECT 1").map(|()| true)
     }
 
     fn classify(error: &diesel::result::Error) -> ErrorClass {
@@ -166,8 +165,7 @@ impl InboxSql for PgConnection {
         conflict = (
             schema::diesel_inbox_counters::consumer,
             schema::diesel_inbox_counters::counter,
-            schema::diesel_inbox_counters::bucket,
-            schema::diesel_inbox_counters::stripe
+            schema::diesel_inbox_counters::bucket
         )
     );
     statement!(inbox_totals, schema, codec);

@@ -179,8 +179,7 @@ impl InboxSql for SqliteConnection {
         conflict = (
             schema::diesel_inbox_counters::consumer,
             schema::diesel_inbox_counters::counter,
-            schema::diesel_inbox_counters::bucket,
-            schema::diesel_inbox_counters::stripe
+            schema::diesel_inbox_counters::bucket
         )
     );
     statement!(inbox_totals, schema, codec);

@@ -296,3 +296,71 @@ pub fn a_failing_bulk_effect_runs_again_event_by_event_and_only_the_failing_one_
         1
     );
 }
+
+pub fn a_poison_event_panicking_in_a_bulk_effect_is_dead_lettered_and_the_batch_gets_past_it<
+    B: Backend,
+>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::default().max_attempts(2);
+    let decode_all = |tx: &mut B::Conn, new: &[&Delivery]| {
+        for id in ids(new) {
+            assert_ne!(id, "poison", "cannot decode the poison event");
+            tx.record_effect(id)?;
+        }
+        Ok::<_, Error>(())
+    };
+
+    for _ in 0..2 {
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+            let _ = inbox.process_bulk(&mut conn, ["a", "poison"], decode_all);
+        }));
+        assert!(caught.is_err(), "the panic continues");
+        assert_eq!(transaction_depth(&mut conn), 0);
+        assert_eq!(conn.effect_count(), 0, "the whole batch rolled back");
+    }
+    let results = inbox
+        .process_bulk(&mut conn, ["a", "poison"], decode_all)
+        .unwrap();
+
+    assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
+    assert!(results[1].as_ref().is_ok_and(Outcome::is_dead_lettered));
+    let record = inbox.dead_letters().show(&mut conn, "poison").unwrap();
+    assert_eq!(
+        (record.state, record.attempts),
+        (DeadLetterState::DeadLettered, 2)
+    );
+    assert_eq!((conn.effect_count(), conn.effects_of("a")), (1, 1));
+}
+
+pub fn a_swallowed_statement_error_in_a_bulk_effect_spoils_only_its_own_event<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+
+    let results = Inbox::default()
+        .process_bulk(&mut conn, ["a", "c", "sloppy"], |tx, new| {
+            for id in ids(new) {
+                tx.record_effect(id)?;
+                if id == "sloppy" {
+                    let _ignored = tx.batch_execute("INSERT INTO no_such_table VALUES (1)");
+                }
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+
+    assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
+    assert!(results[1].as_ref().is_ok_and(Outcome::is_processed));
+    if B::FAILED_STATEMENT_ABORTS_TRANSACTION {
+        // The commit's check finds the aborted transaction; the rerun, one event a savepoint,
+        // pins it on its event.
+        assert!(
+            matches!(results[2], Err(Error::TransactionAborted { .. })),
+            "{:?}",
+            results[2]
+        );
+        assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
+    } else {
+        assert!(results[2].as_ref().is_ok_and(Outcome::is_processed));
+        assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
+    }
+    assert_eq!(transaction_depth(&mut conn), 0);
+}
