@@ -8,8 +8,10 @@
 //! touches this folder only.
 
 use chrono::{DateTime, Utc};
+use diesel::backend::Backend;
 use diesel::connection::AnsiTransactionManager;
-use diesel::{Connection, QueryResult};
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::{Connection, QueryResult, RunQueryDsl};
 
 #[macro_use]
 mod portable;
@@ -843,6 +845,39 @@ pub(crate) fn counter_stripe(event_id: &str) -> chrono::TimeDelta {
     });
     chrono::TimeDelta::microseconds(i64::from(hash % COUNTER_STRIPES))
 }
+
+/// A query of a fixed shape that Diesel keeps prepared, keyed by its SQL text. Diesel 2.3
+/// prepares every `UPDATE` and upsert anew, since their SQL can vary with the values given and
+/// its cache is keyed by type; that costs a round trip more on the servers (and a parse on
+/// SQLite) each time. Keyed by the text, a statement cannot be mistaken for another, so the
+/// inbox's hot statements are wrapped in this. Only for statements whose text takes a bounded
+/// number of shapes (each stays prepared for the connection's life), and only for statements
+/// run with `get_result` or `load`: `execute` passes the statement on by reference, and
+/// Diesel's impl for references asks the statement inside, which says no.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cached<Q>(pub(crate) Q);
+
+impl<Q: QueryFragment<DB>, DB: Backend> QueryFragment<DB> for Cached<Q> {
+    fn walk_ast<'b>(&'b self, pass: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.0.walk_ast(pass)
+    }
+
+    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> QueryResult<bool> {
+        Ok(true)
+    }
+}
+
+/// Cached by the SQL text, never by the type.
+impl<Q> QueryId for Cached<Q> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<Q: Query> Query for Cached<Q> {
+    type SqlType = Q::SqlType;
+}
+
+impl<Q, Conn> RunQueryDsl<Conn> for Cached<Q> {}
 
 /// Rows per multi-row statement: far below every backend's bind-parameter limit.
 pub(crate) const ROWS_PER_STATEMENT: usize = 1000;

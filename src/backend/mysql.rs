@@ -1,7 +1,6 @@
 //! MySQL and MariaDB (InnoDB): `INSERT .. ON DUPLICATE KEY UPDATE`, never `INSERT IGNORE`,
 //! which would also hide truncation and conversion errors.
 
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
@@ -9,9 +8,9 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::mysql::{Mysql, MysqlConnection};
 use diesel::prelude::*;
-use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::result::DatabaseErrorKind;
-use diesel::sql_types::{BigInt, Integer, Nullable, Text, Untyped};
+use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
 
 use super::sealed::{
     ClaimRow, ErrorClass, FailedStatement, HasInboxSql, InboxSql, NewClaim, Recorded,
@@ -20,7 +19,7 @@ use super::Key;
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::mysql as schema;
-use crate::state::InboxState;
+use crate::state::{Counter, InboxState};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
 /// them) and times (UTC `DATETIME(6)`).
@@ -82,11 +81,101 @@ const INSERTED: usize = 1;
 /// at two round trips more each.
 static TEXT_BEGIN_AND_COMMIT: AtomicBool = AtomicBool::new(false);
 
-/// Runs `statement` prepared, or as text where the server refuses to prepare it (so that
-/// nothing ran).
-fn prepared_or_text(conn: &mut MysqlConnection, statement: Prepared) -> QueryResult<()> {
+/// A statement of fixed text without binds, which Diesel prepares once per connection and keeps
+/// (by its text: every `Fixed` has the same type). `sql_query` it prepares anew each time.
+#[derive(Debug, Clone, Copy)]
+struct Fixed(&'static str);
+
+impl QueryFragment<Mysql> for Fixed {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        out.push_sql(self.0);
+        Ok(())
+    }
+}
+
+impl QueryId for Fixed {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<Conn> RunQueryDsl<Conn> for Fixed {}
+
+/// Inserts an inbox row, or counts one more delivery on the existing one: the statement
+/// Diesel's upsert builder makes, written out, since Diesel prepares a built upsert anew each
+/// time, a round trip more, and keeps this one.
+struct RecordDelivery<'a> {
+    consumer: &'a [u8],
+    event_id: &'a [u8],
+    now: codec::Time,
+    payload_hash: Option<&'a [u8]>,
+}
+
+impl QueryFragment<Mysql> for RecordDelivery<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        out.push_sql(
+            "INSERT INTO diesel_inbox_events \
+             (consumer, event_id, processed_at, last_seen_at, deliveries, payload_hash) VALUES (",
+        );
+        out.push_bind_param::<Binary, _>(&self.consumer)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Binary, _>(&self.event_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Datetime, _>(&self.now)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Datetime, _>(&self.now)?;
+        out.push_sql(", 1, ");
+        out.push_bind_param::<Nullable<Binary>, _>(&self.payload_hash)?;
+        out.push_sql(") ON DUPLICATE KEY UPDATE deliveries = deliveries + 1, last_seen_at = ");
+        out.push_bind_param::<Datetime, _>(&self.now)
+    }
+}
+
+impl QueryId for RecordDelivery<'_> {
+    type QueryId = RecordDelivery<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<Conn> RunQueryDsl<Conn> for RecordDelivery<'_> {}
+
+/// Adds to a counter row, or inserts it: written out for the same reason as `RecordDelivery`.
+struct BumpCounter<'a> {
+    consumer: &'a [u8],
+    counter: Counter,
+    bucket: codec::Time,
+    by: i64,
+}
+
+impl QueryFragment<Mysql> for BumpCounter<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        out.push_sql(
+            "INSERT INTO diesel_inbox_counters (consumer, counter, bucket, total) VALUES (",
+        );
+        out.push_bind_param::<Binary, _>(&self.consumer)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&self.counter)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Datetime, _>(&self.bucket)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&self.by)?;
+        out.push_sql(") ON DUPLICATE KEY UPDATE total = total + ");
+        out.push_bind_param::<BigInt, _>(&self.by)
+    }
+}
+
+impl QueryId for BumpCounter<'_> {
+    type QueryId = BumpCounter<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<Conn> RunQueryDsl<Conn> for BumpCounter<'_> {}
+
+/// Runs `sql` as a prepared statement Diesel keeps, one round trip a run, or as text where
+/// the server refuses to prepare it (so that nothing ran). Diesel sends `batch_execute` (its
+/// own `BEGIN` and `COMMIT` included) as three round trips, switching multi-statement mode on
+/// and off around the text.
+fn prepared_or_text(conn: &mut MysqlConnection, sql: &'static str) -> QueryResult<()> {
     if !TEXT_BEGIN_AND_COMMIT.load(Ordering::Relaxed) {
-        match statement.execute(conn) {
+        match Fixed(sql).execute(conn) {
             Err(error)
                 if super::message_contains(
                     &error,
@@ -99,49 +188,19 @@ fn prepared_or_text(conn: &mut MysqlConnection, statement: Prepared) -> QueryRes
             result => return result.map(drop),
         }
     }
-    conn.batch_execute(statement.0)
+    conn.batch_execute(sql)
 }
-
-/// A statement of fixed text that Diesel prepares once per connection and caches by its text:
-/// one round trip a run. Diesel runs `batch_execute` (its `BEGIN` and `COMMIT` included) as
-/// three, switching multi-statement mode on and off around the text, and prepares `sql_query`
-/// and `dsl::sql` anew each time, two.
-#[derive(Debug, Clone, Copy)]
-struct Prepared<ST = Untyped>(&'static str, PhantomData<ST>);
-
-const BEGIN: Prepared = Prepared("BEGIN", PhantomData);
-const COMMIT: Prepared = Prepared("COMMIT", PhantomData);
-const IN_TRANSACTION: Prepared<BigInt> = Prepared("SELECT @@in_transaction", PhantomData);
-
-impl<ST> QueryFragment<Mysql> for Prepared<ST> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-        out.push_sql(self.0);
-        Ok(())
-    }
-}
-
-/// Cached by the SQL text, since every `Prepared` has the same type.
-impl<ST> QueryId for Prepared<ST> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl Query for Prepared<BigInt> {
-    type SqlType = BigInt;
-}
-
-impl<ST, Conn> RunQueryDsl<Conn> for Prepared<ST> {}
 
 impl InboxSql for MysqlConnection {
     const OUTBOX_FOLLOWERS: bool = false;
     const FAILED_STATEMENT: FailedStatement = FailedStatement::DeadlockEndsTransaction;
 
     fn begin_top_level(&mut self) -> QueryResult<()> {
-        prepared_or_text(self, BEGIN)
+        prepared_or_text(self, "BEGIN")
     }
 
     fn commit_top_level(&mut self) -> QueryResult<()> {
-        prepared_or_text(self, COMMIT)
+        prepared_or_text(self, "COMMIT")
     }
 
     fn record_delivery(
@@ -152,19 +211,13 @@ impl InboxSql for MysqlConnection {
     ) -> QueryResult<Recorded> {
         use schema::diesel_inbox_events::dsl as t;
         let now = codec::time(now);
-        let affected = diesel::insert_into(t::diesel_inbox_events)
-            .values(new_inbox_row!(
-                schema,
-                codec,
-                key.0,
-                key.1,
-                now,
-                payload_hash
-            ))
-            .on_conflict(diesel::dsl::DuplicatedKeys)
-            .do_update()
-            .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(now)))
-            .execute(self)?;
+        let affected = RecordDelivery {
+            consumer: codec::key(key.0),
+            event_id: codec::key(key.1),
+            now,
+            payload_hash,
+        }
+        .execute(self)?;
         if affected == INSERTED {
             return Ok(Recorded::New);
         }
@@ -228,7 +281,8 @@ impl InboxSql for MysqlConnection {
         // one and COMMIT succeeds on nothing. MariaDB's session variable tells. Oracle MySQL
         // has none: there the check cannot tell, which is asked of each connection anew (one
         // process may talk to both servers) and said in a warning once per process.
-        match IN_TRANSACTION.get_result::<i64>(self) {
+        let in_transaction = diesel::select(diesel::dsl::sql::<BigInt>("@@in_transaction"));
+        match super::Cached(in_transaction).get_result::<i64>(self) {
             Ok(in_transaction) => Ok(in_transaction == 1),
             Err(diesel::result::Error::DatabaseError(_, info))
                 if info.message().contains("Unknown system variable") =>
@@ -345,12 +399,23 @@ impl InboxSql for MysqlConnection {
         )])
     }
 
-    statement!(
-        bump_counter,
-        schema,
-        codec,
-        conflict = diesel::dsl::DuplicatedKeys
-    );
+    fn bump_counter(
+        &mut self,
+        (consumer, event_id): Key<'_>,
+        counter: Counter,
+        by: i64,
+        now: DateTime<Utc>,
+    ) -> QueryResult<()> {
+        let bucket = super::counter_bucket(now) + super::counter_stripe(event_id);
+        BumpCounter {
+            consumer: codec::key(consumer),
+            counter,
+            bucket: codec::time(bucket),
+            by,
+        }
+        .execute(self)
+        .map(drop)
+    }
     statement!(inbox_totals, schema, codec);
     statement!(failure_totals, schema, codec);
     statement!(processed_since, schema, codec);

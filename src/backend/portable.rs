@@ -434,15 +434,15 @@ macro_rules! statement {
             payload_hash: Option<&[u8]>,
         ) -> QueryResult<$crate::backend::sealed::Recorded> {
             use $schema::diesel_inbox_events::dsl as t;
-            // The single-row statement has a fixed shape, so Diesel keeps it prepared.
+            // Diesel would prepare the upsert anew each time; `Cached` keeps it prepared.
             let when = $codec::time(now);
-            let row = diesel::insert_into(t::diesel_inbox_events)
+            let upsert = diesel::insert_into(t::diesel_inbox_events)
                 .values(new_inbox_row!($schema, $codec, key.0, key.1, when, payload_hash))
                 .on_conflict((t::consumer, t::event_id))
                 .do_update()
                 .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(when)))
-                .returning($rows::existing_columns())
-                .get_result::<$rows::ExistingColumns>(self)?;
+                .returning($rows::existing_columns());
+            let row = $crate::backend::Cached(upsert).get_result::<$rows::ExistingColumns>(self)?;
             Ok($crate::backend::recorded($rows::existing(row)))
         }
     };
@@ -887,6 +887,8 @@ macro_rules! statement {
         }
     };
     // `conflict` is the backend's upsert target for `diesel_inbox_counters`.
+    // Where the backend has `RETURNING`: read back the total, so that Diesel keeps the upsert
+    // prepared (see `Cached`).
     (bump_counter, $schema:ident, $codec:ident, conflict = $target:expr) => {
         fn bump_counter(
             &mut self,
@@ -898,7 +900,7 @@ macro_rules! statement {
             use $schema::diesel_inbox_counters::dsl as c;
             let bucket = $crate::backend::counter_bucket(now)
                 + $crate::backend::counter_stripe(event_id);
-            diesel::insert_into(c::diesel_inbox_counters)
+            let upsert = diesel::insert_into(c::diesel_inbox_counters)
                 .values((
                     c::consumer.eq($codec::key(consumer)),
                     c::counter.eq(counter),
@@ -908,8 +910,8 @@ macro_rules! statement {
                 .on_conflict($target)
                 .do_update()
                 .set(c::total.eq(c::total + by))
-                .execute(self)
-                .map(drop)
+                .returning(c::total);
+            $crate::backend::Cached(upsert).get_result::<i64>(self).map(drop)
         }
     };
     // `lock`: `for_update` where the backend has row locks; SQLite locks the whole database

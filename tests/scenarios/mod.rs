@@ -757,7 +757,18 @@ pub fn each_delivery_path_sends_only_the_statements_it_needs<B: Backend>() {
         .unwrap()
         .is_duplicate());
     let duplicate = log.take();
+    let kept = log.take_kept();
 
+    // Every prepared statement (Diesel's log shows its binds) stays prepared: Diesel prepares
+    // an `UPDATE` or an upsert anew each time unless told it may keep it, a round trip more.
+    for statement in processed.iter().chain(&duplicate) {
+        if let Some((sql, _binds)) = statement.split_once(" -- binds: ") {
+            assert!(
+                kept.iter().any(|k| k == sql),
+                "prepared anew each time: {sql}\n{kept:#?}"
+            );
+        }
+    }
     for (path, sent, expected) in [
         ("processed", processed, B::PROCESSED_PATH),
         ("duplicate", duplicate, B::DUPLICATE_PATH),

@@ -704,15 +704,23 @@ where
 /// What a connection sent, in order: `BEGIN`, `COMMIT` and `ROLLBACK` for the transaction
 /// manager's events (at any depth), and each statement's SQL.
 #[derive(Clone, Default)]
-pub(crate) struct StatementLog(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+pub(crate) struct StatementLog {
+    sent: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The SQL of each statement Diesel prepared and kept in its cache.
+    kept: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
 
 impl StatementLog {
     /// Starts logging what `conn` sends from now on.
     pub(crate) fn install<C: Connection>(conn: &mut C) -> Self {
         let log = Self::default();
-        let entries = log.0.clone();
+        let (entries, kept) = (log.sent.clone(), log.kept.clone());
         conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
             let entry = match event {
+                InstrumentationEvent::CacheQuery { sql, .. } => {
+                    kept.lock().unwrap().push(sql.to_owned());
+                    return;
+                }
                 InstrumentationEvent::BeginTransaction { .. } => "BEGIN".to_owned(),
                 InstrumentationEvent::CommitTransaction { .. } => "COMMIT".to_owned(),
                 InstrumentationEvent::RollbackTransaction { .. } => "ROLLBACK".to_owned(),
@@ -726,7 +734,12 @@ impl StatementLog {
 
     /// Takes what was logged so far, leaving the log empty.
     pub(crate) fn take(&self) -> Vec<String> {
-        std::mem::take(&mut self.0.lock().unwrap())
+        std::mem::take(&mut self.sent.lock().unwrap())
+    }
+
+    /// Takes the SQL of the statements Diesel prepared and kept so far.
+    pub(crate) fn take_kept(&self) -> Vec<String> {
+        std::mem::take(&mut self.kept.lock().unwrap())
     }
 }
 
