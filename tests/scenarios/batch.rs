@@ -149,33 +149,44 @@ pub fn concurrent_overlapping_batches_take_effect_once_per_id<B: Backend>() {
 }
 
 pub fn a_swallowed_statement_error_in_a_batch_spoils_only_its_own_event<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-
-    // Last, so that no later statement trips over an aborted transaction: only the batch's
-    // own check before COMMIT can see it.
-    let results = Inbox::default()
-        .process_batch(&mut conn, ["a", "c", "sloppy"], |tx, delivery| {
-            let id = delivery.id().as_str();
-            tx.record_effect(id)?;
-            if id == "sloppy" {
-                let _ignored = tx.batch_execute("INSERT INTO no_such_table VALUES (1)");
-            }
-            Ok::<_, Error>(())
-        })
+    // The effect writes, and for "sloppy" swallows a failed statement. Last in the batch, so
+    // that no later statement of the effect trips over an aborted transaction: only the
+    // inbox's own statements after it, and its commit, can see it.
+    fn sloppy<C: TestConn>(tx: &mut C, id: &str) -> Result<(), Error> {
+        tx.record_effect(id)?;
+        if id == "sloppy" {
+            let _ignored = tx.batch_execute("INSERT INTO no_such_table VALUES (1)");
+        }
+        Ok(())
+    }
+    let ids = ["a", "c", "sloppy"];
+    for bulk in [false, true] {
+        let (_db, mut conn) = setup::<B>();
+        let inbox = Inbox::default();
+        let results = if bulk {
+            inbox.process_bulk(&mut conn, ids, |tx, new| {
+                new.iter().try_for_each(|d| sloppy(tx, d.id().as_str()))
+            })
+        } else {
+            inbox.process_batch(&mut conn, ids, |tx, d| sloppy(tx, d.id().as_str()))
+        }
         .unwrap();
 
-    assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
-    assert!(results[1].as_ref().is_ok_and(Outcome::is_processed));
-    if B::FAILED_STATEMENT_ABORTS_TRANSACTION {
-        assert!(
-            matches!(results[2], Err(Error::TransactionAborted { .. })),
-            "{:?}",
-            results[2]
-        );
-        assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
-    } else {
-        assert!(results[2].as_ref().is_ok_and(Outcome::is_processed));
-        assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
+        assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
+        assert!(results[1].as_ref().is_ok_and(Outcome::is_processed));
+        if B::FAILED_STATEMENT_ABORTS_TRANSACTION {
+            // The rerun, one event a savepoint, pins it on its event.
+            assert!(
+                matches!(results[2], Err(Error::TransactionAborted { .. })),
+                "bulk {bulk}: {:?}",
+                results[2]
+            );
+            assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
+        } else {
+            assert!(results[2].as_ref().is_ok_and(Outcome::is_processed));
+            assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
+        }
+        assert_eq!(transaction_depth(&mut conn), 0);
     }
 }
 
@@ -330,37 +341,4 @@ pub fn a_poison_event_panicking_in_a_bulk_effect_is_dead_lettered_and_the_batch_
         (DeadLetterState::DeadLettered, 2)
     );
     assert_eq!((conn.effect_count(), conn.effects_of("a")), (1, 1));
-}
-
-pub fn a_swallowed_statement_error_in_a_bulk_effect_spoils_only_its_own_event<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-
-    let results = Inbox::default()
-        .process_bulk(&mut conn, ["a", "c", "sloppy"], |tx, new| {
-            for id in ids(new) {
-                tx.record_effect(id)?;
-                if id == "sloppy" {
-                    let _ignored = tx.batch_execute("INSERT INTO no_such_table VALUES (1)");
-                }
-            }
-            Ok::<_, Error>(())
-        })
-        .unwrap();
-
-    assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
-    assert!(results[1].as_ref().is_ok_and(Outcome::is_processed));
-    if B::FAILED_STATEMENT_ABORTS_TRANSACTION {
-        // The commit's check finds the aborted transaction; the rerun, one event a savepoint,
-        // pins it on its event.
-        assert!(
-            matches!(results[2], Err(Error::TransactionAborted { .. })),
-            "{:?}",
-            results[2]
-        );
-        assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
-    } else {
-        assert!(results[2].as_ref().is_ok_and(Outcome::is_processed));
-        assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
-    }
-    assert_eq!(transaction_depth(&mut conn), 0);
 }

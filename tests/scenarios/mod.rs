@@ -80,7 +80,6 @@ macro_rules! backend_tests {
             a_bulk_effect_receives_the_new_deliveries_once_in_one_call,
             a_failing_bulk_effect_runs_again_event_by_event_and_only_the_failing_one_rolls_back,
             a_poison_event_panicking_in_a_bulk_effect_is_dead_lettered_and_the_batch_gets_past_it,
-            a_swallowed_statement_error_in_a_bulk_effect_spoils_only_its_own_event,
             a_failing_event_in_a_batch_loses_and_doubles_nothing,
             a_batch_dead_letters_an_event_at_max_attempts,
             a_panic_in_a_batch_rolls_back_the_whole_batch,
