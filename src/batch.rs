@@ -1,5 +1,5 @@
 //! Many deliveries in one transaction: one statement records them all, the effect runs for the
-//! new ones only, one commit.
+//! new ones only (once each, or once for all of them), one commit.
 
 use std::collections::{HashMap, HashSet};
 
