@@ -28,6 +28,9 @@
 //! - batch N: `process_batch` with N new ids per batch, each crediting the batch's account;
 //! - bulk N: `process_bulk` with N new ids per batch, the effect crediting every new event's
 //!   account by 1 in one `UPDATE .. WHERE id IN (..)` (the accounts of a batch are distinct);
+//! - enqueue: the credit and an `Outbox::enqueue` of one event in its transaction, for one of
+//!   the 1,000 accounts' aggregates in turn (with the order lock that keeps concurrent
+//!   producers of one aggregate in enqueue order);
 //! - large inbox: `with_inbox` after `--prefill` rows were put in the inbox table, with random
 //!   (`UUIDv4`) and time-ordered (`UUIDv7`) ids.
 //!
@@ -68,7 +71,7 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel_inbox::testing::TestDatabase;
-use diesel_inbox::{with_inbox, Delivery, Inbox, InboxConnection, Outcome};
+use diesel_inbox::{with_inbox, Delivery, Envelope, Inbox, InboxConnection, Outbox, Outcome};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
@@ -348,6 +351,7 @@ enum Scenario {
         v7: bool,
     },
     Duplicates,
+    Enqueue,
     Naive,
     Minimal,
     Batch(usize),
@@ -422,6 +426,7 @@ impl Scenario {
             Self::Inbox { v7: false } => "inbox, UUIDv4 ids".into(),
             Self::Inbox { v7: true } => "inbox, UUIDv7 ids".into(),
             Self::Duplicates => "duplicates".into(),
+            Self::Enqueue => "enqueue".into(),
             Self::Naive => "naive".into(),
             Self::Minimal => "minimal".into(),
             Self::Batch(size) => format!("batch {size}"),
@@ -495,6 +500,19 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
             for (i, id) in feed.processed.iter().enumerate() {
                 let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
                 assert!(outcome.is_duplicate());
+            }
+        }
+        Scenario::Enqueue => {
+            let outbox = Outbox::new("bench").unwrap();
+            for (i, id) in ids.iter().enumerate() {
+                let event = Envelope::new("account.credited", "account", &account(i).to_string())
+                    .with_id(id.as_str())
+                    .unwrap();
+                conn.in_transaction(|tx| {
+                    tx.credit(account(i))?;
+                    Ok(outbox.enqueue(tx, "accounts", &event)?)
+                })
+                .unwrap();
             }
         }
         Scenario::Naive => {
@@ -834,6 +852,7 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
         Scenario::Inbox { v7: true },
         Scenario::Inbox { v7: false },
         Scenario::Duplicates,
+        Scenario::Enqueue,
         Scenario::Naive,
         Scenario::Minimal,
     ];
@@ -955,6 +974,11 @@ fn print_ratios(columns: &[Figures]) {
         (
             "duplicates / bare".to_owned(),
             Scenario::Duplicates,
+            Scenario::Bare,
+        ),
+        (
+            "enqueue / bare".to_owned(),
+            Scenario::Enqueue,
             Scenario::Bare,
         ),
         ("naive / bare".to_owned(), Scenario::Naive, Scenario::Bare),

@@ -30,11 +30,11 @@
 //!
 //! // Embedded: at start-up, on every start.
 //! let mut conn = SqliteConnection::establish(":memory:")?;
-//! assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 6);
+//! assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 7);
 //!
 //! // Installed: once, into the application's migrations folder (a temporary one here).
 //! let app_migrations = tempfile::tempdir()?;
-//! assert_eq!(install(app_migrations.path(), Dialect::Sqlite)?.len(), 6);
+//! assert_eq!(install(app_migrations.path(), Dialect::Sqlite)?.len(), 7);
 //! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -83,7 +83,7 @@ pub const POSTGRES: EmbeddedMigrations =
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// let applied = conn.run_pending_migrations(diesel_inbox::migrations::SQLITE)?;
-/// assert_eq!(applied.len(), 6); // now in __diesel_schema_migrations
+/// assert_eq!(applied.len(), 7); // now in __diesel_schema_migrations
 /// let noop = |_tx: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
 /// assert!(diesel_inbox::with_inbox(&mut conn, "evt-1", noop)?.is_processed());
 /// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
@@ -125,7 +125,7 @@ pub const MYSQL: EmbeddedMigrations = diesel_migrations::embed_migrations!("migr
 /// use diesel::prelude::*;
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
-/// assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 6);
+/// assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 7);
 /// assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 0);
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -282,6 +282,7 @@ macro_rules! migrations_sql {
             migration_sql!($dialect, "2000-01-01-000004", "diesel_inbox_cursors"),
             migration_sql!($dialect, "2000-01-01-000005", "diesel_inbox_claims"),
             migration_sql!($dialect, "2000-01-01-000006", "diesel_inbox_outbox"),
+            migration_sql!($dialect, "2000-01-01-000007", "diesel_inbox_outbox_order"),
         ]
     };
 }
@@ -333,7 +334,7 @@ pub fn sql(dialect: Dialect) -> &'static [MigrationSql] {
 ///
 /// let app_migrations = tempfile::tempdir()?; // your project's `migrations/`
 /// let written = install(app_migrations.path(), Dialect::Postgres)?;
-/// assert_eq!(written.len(), 6);
+/// assert_eq!(written.len(), 7);
 /// assert!(written[0].to_string_lossy().ends_with("_diesel_inbox_create"));
 /// assert!(written[1].join("down.sql").is_file());
 /// assert!(install(app_migrations.path(), Dialect::Postgres)?.is_empty());

@@ -689,6 +689,29 @@ pub(crate) mod sealed {
         /// when an outbox row has the event id already; that leaves the transaction usable.
         fn insert_outbox(&mut self, row: &NewOutboxRow<'_>) -> QueryResult<bool>;
 
+        /// Holds the enqueue order of the aggregate `(aggregate_type, aggregate_id)` until the
+        /// caller's transaction ends, before its row takes a position: a second producer of
+        /// the same aggregate waits here until the first commits or rolls back. So the rows of
+        /// one aggregate commit in position order, and a relay never publishes a later one
+        /// while an earlier one is still uncommitted. PostgreSQL: a transaction-scoped advisory
+        /// lock; MySQL/MariaDB: an upsert of the aggregate's row in
+        /// `diesel_inbox_outbox_aggregates`, whose row lock a Galera cluster certifies too;
+        /// SQLite: nothing, one writer holds the database from its first write to its commit.
+        fn lock_outbox_aggregate(
+            &mut self,
+            aggregate_type: &str,
+            aggregate_id: &str,
+            now: DateTime<Utc>,
+        ) -> QueryResult<()>;
+
+        /// Deletes up to `limit` rows of the aggregates' order locks that no enqueue used since
+        /// `cutoff`; returns how many (0 where the backend keeps no such rows).
+        fn delete_idle_outbox_aggregates(
+            &mut self,
+            cutoff: DateTime<Utc>,
+            limit: i64,
+        ) -> QueryResult<usize>;
+
         /// Up to `limit` outbox rows a relay may publish now, in position order: pending, due,
         /// not held by a live lease, and first among the pending rows of their aggregate.
         /// Each comes with whether later pending rows of its aggregate follow it. Locked for

@@ -169,6 +169,37 @@ impl QueryId for BumpCounter<'_> {
 
 impl<Conn> RunQueryDsl<Conn> for BumpCounter<'_> {}
 
+/// Upserts an aggregate's row in `diesel_inbox_outbox_aggregates`, which locks it until the
+/// transaction ends (see `lock_outbox_aggregate`): written out for the same reason as
+/// `RecordDelivery`.
+struct LockAggregate<'a> {
+    aggregate_type: &'a [u8],
+    aggregate_id: &'a [u8],
+    now: codec::Time,
+}
+
+impl QueryFragment<Mysql> for LockAggregate<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        out.push_sql(
+            "INSERT INTO diesel_inbox_outbox_aggregates (aggregate_type, aggregate_id, enqueued_at) VALUES (",
+        );
+        out.push_bind_param::<Binary, _>(&self.aggregate_type)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Binary, _>(&self.aggregate_id)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Datetime, _>(&self.now)?;
+        out.push_sql(") ON DUPLICATE KEY UPDATE enqueued_at = ");
+        out.push_bind_param::<Datetime, _>(&self.now)
+    }
+}
+
+impl QueryId for LockAggregate<'_> {
+    type QueryId = LockAggregate<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<Conn> RunQueryDsl<Conn> for LockAggregate<'_> {}
+
 /// Runs `sql` as a prepared statement Diesel keeps, one round trip a run, or as text where
 /// the server refuses to prepare it (so that nothing ran). Diesel sends `batch_execute` (its
 /// own `BEGIN` and `COMMIT` included) as three round trips, switching multi-statement mode on
@@ -504,4 +535,34 @@ impl InboxSql for MysqlConnection {
     statement!(claims, schema, codec, rows);
     statement!(update_claim, schema, codec);
     outbox_statements!(schema, codec, insert = unique_error, lock = for_update);
+
+    fn lock_outbox_aggregate(
+        &mut self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        now: DateTime<Utc>,
+    ) -> QueryResult<()> {
+        LockAggregate {
+            aggregate_type: codec::key(aggregate_type),
+            aggregate_id: codec::key(aggregate_id),
+            now: codec::time(now),
+        }
+        .execute(self)
+        .map(drop)
+    }
+
+    fn delete_idle_outbox_aggregates(
+        &mut self,
+        cutoff: DateTime<Utc>,
+        limit: i64,
+    ) -> QueryResult<usize> {
+        // A row an open enqueue holds is waited for, and read again after its commit: with
+        // its new time it stays. One deleted between enqueues is inserted again by the next.
+        diesel::sql_query(
+            "DELETE FROM diesel_inbox_outbox_aggregates WHERE enqueued_at < ? ORDER BY enqueued_at LIMIT ?",
+        )
+        .bind::<Datetime, _>(codec::time(cutoff))
+        .bind::<BigInt, _>(limit)
+        .execute(self)
+    }
 }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Text};
+use diesel::sql_types::{BigInt, Bool, Integer, Text};
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
 use crate::check::{Check, CheckStatus};
@@ -48,6 +48,11 @@ row_mappings!(schema = schema, codec = codec);
 
 /// The advisory lock key that lets one prune run at a time: the bytes of `inbxprun`.
 const PRUNE_LOCK_KEY: i64 = 0x696e_6278_7072_756e;
+
+/// The first key of the two-key advisory locks that order an aggregate's enqueues (the bytes
+/// of `obux`); the second is a hash of the aggregate. Two-key locks never meet one-key ones
+/// such as [`PRUNE_LOCK_KEY`].
+const OUTBOX_ORDER_LOCK_CLASS: i32 = 0x6f62_7578;
 
 impl HasInboxSql for PgConnection {
     type Sql = Self;
@@ -228,4 +233,33 @@ impl InboxSql for PgConnection {
     statement!(claims, schema, codec, rows);
     statement!(update_claim, schema, codec);
     outbox_statements!(schema, codec, insert = do_nothing, lock = for_update);
+
+    fn lock_outbox_aggregate(
+        &mut self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        _now: DateTime<Utc>,
+    ) -> QueryResult<()> {
+        // Held until the transaction ends. Two aggregates whose hashes collide only wait for
+        // each other. The lock returns `void`, which reads as not null.
+        diesel::select(
+            diesel::dsl::sql::<Bool>("pg_advisory_xact_lock(")
+                .bind::<Integer, _>(OUTBOX_ORDER_LOCK_CLASS)
+                .sql(", hashtext(")
+                .bind::<Text, _>(aggregate_type)
+                .sql(" || chr(31) || ")
+                .bind::<Text, _>(aggregate_id)
+                .sql(")) IS NOT NULL"),
+        )
+        .get_result::<bool>(self)
+        .map(drop)
+    }
+
+    fn delete_idle_outbox_aggregates(
+        &mut self,
+        _cutoff: DateTime<Utc>,
+        _limit: i64,
+    ) -> QueryResult<usize> {
+        Ok(0) // advisory locks leave no rows
+    }
 }

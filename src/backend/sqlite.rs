@@ -221,6 +221,25 @@ impl InboxSql for SqliteConnection {
     statement!(claims, schema, codec, rows);
     statement!(update_claim, schema, codec);
     outbox_statements!(schema, codec, insert = do_nothing);
+
+    fn lock_outbox_aggregate(
+        &mut self,
+        _aggregate_type: &str,
+        _aggregate_id: &str,
+        _now: DateTime<Utc>,
+    ) -> QueryResult<()> {
+        // One writer at a time holds the database from its first write to its commit, so
+        // outbox rows commit in position order already.
+        Ok(())
+    }
+
+    fn delete_idle_outbox_aggregates(
+        &mut self,
+        _cutoff: DateTime<Utc>,
+        _limit: i64,
+    ) -> QueryResult<usize> {
+        Ok(0)
+    }
 }
 
 /// The connection settings the inbox expects on SQLite: WAL journal and a busy timeout.

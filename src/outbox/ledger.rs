@@ -132,7 +132,8 @@ impl Outbox {
     }
 
     /// Deletes the rows published more than `older_than` ago, in batches of `batch` rows (at
-    /// least 1); returns how many. Pending and failed rows are never deleted.
+    /// least 1); returns how many. Pending and failed rows are never deleted. The aggregates'
+    /// order locks (MySQL/MariaDB) that no enqueue used since then go too.
     ///
     /// # Errors
     ///
@@ -144,15 +145,13 @@ impl Outbox {
     ) -> Result<u64, Error> {
         let cutoff = before(now(), older_than);
         let limit = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
-        let mut deleted = 0_u64;
-        loop {
-            let n = conn.sql().delete_published_outbox(cutoff, limit)?;
-            deleted += n as u64;
-            if i64::try_from(n).unwrap_or(i64::MAX) < limit {
-                break;
-            }
-        }
+        let deleted = in_batches(limit, || conn.sql().delete_published_outbox(cutoff, limit))?;
         observe::pruned("outbox", "diesel_inbox_outbox", deleted);
+        // The aggregates' order locks that no enqueue used since then (MySQL/MariaDB).
+        let idle = in_batches(limit, || {
+            conn.sql().delete_idle_outbox_aggregates(cutoff, limit)
+        })?;
+        observe::pruned("outbox", "diesel_inbox_outbox_aggregates", idle);
         Ok(deleted)
     }
 
@@ -176,5 +175,20 @@ impl Outbox {
         }
         observe::outbox_pending(stats.pending);
         Ok(stats)
+    }
+}
+
+/// Runs `delete` until it deletes fewer than `limit` rows; returns how many it deleted.
+fn in_batches(
+    limit: i64,
+    mut delete: impl FnMut() -> diesel::QueryResult<usize>,
+) -> Result<u64, Error> {
+    let mut deleted = 0_u64;
+    loop {
+        let n = delete()?;
+        deleted += n as u64;
+        if i64::try_from(n).unwrap_or(i64::MAX) < limit {
+            return Ok(deleted);
+        }
     }
 }

@@ -16,7 +16,7 @@ use crate::support::Backend;
 
 /// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
 /// indexes and counters that retention and stats use.
-const MIGRATIONS: usize = 6;
+const MIGRATIONS: usize = 7;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
 const INBOX_TABLES: [&str; 9] = [

@@ -156,6 +156,7 @@ macro_rules! backend_tests {
             concurrent_relays_publish_every_row_once_in_order_per_aggregate,
             a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced,
             an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs,
+            two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order,
         );
         // Against the JetStream server too.
         #[cfg(feature = "nats")]

@@ -1,14 +1,15 @@
 //! The transactional outbox and its relay, on every backend: enqueue commits or rolls back with
 //! the business writes (inside an inbox effect too), the relay keeps order per aggregate,
 //! retries with backoff, fails a poison row and goes on, shares the work with other relays, and
-//! takes over rows of a relay that died holding them.
+//! takes over rows of a relay that died holding them; producers of one aggregate in several
+//! processes at once are published in enqueue order.
 //!
 //! The publisher here is [`Recorder`]: it keeps what it was given, in order, and refuses what
 //! it is told to. The same relay against a real JetStream server is in `relay_crash.rs`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
@@ -17,7 +18,7 @@ use diesel_inbox::{
     Relay, SchemaVersions,
 };
 
-use crate::support::{concurrently, setup, Backend, TestConn};
+use crate::support::{concurrently, setup, Backend, ChildTest, TestConn};
 
 /// A publisher that records what it publishes, and refuses the event ids it is told to.
 #[derive(Clone, Default)]
@@ -478,4 +479,79 @@ pub fn an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs
         tx.record_effect("order-9").map_err(Error::from)
     });
     assert!(outcome.unwrap().is_processed());
+}
+
+/// Set in a producer child of the race below: the database URL, the child's part (`first` or
+/// `second`), and the order (aggregate) of the round.
+const PRODUCER_CHILD: &str = "DIESEL_INBOX_PRODUCER_CHILD";
+const PRODUCER_PART: &str = "DIESEL_INBOX_PRODUCER_PART";
+const PRODUCER_ORDER: &str = "DIESEL_INBOX_PRODUCER_ORDER";
+/// How long the first producer keeps its transaction open after its enqueue.
+const FIRST_HOLDS: Duration = Duration::from_millis(300);
+const RACE_ROUNDS: usize = 6;
+
+/// A producer child: enqueues its event of `order` in a transaction; the first keeps the
+/// transaction open a while after its enqueue, as a slow producer does.
+fn produce<B: Backend>(url: &str, part: &str, order: &str) {
+    let mut conn = B::connect_to(url);
+    let first = part == "first";
+    conn.transaction(|tx| {
+        outbox().enqueue(tx, "orders", &placed(order, if first { 1 } else { 2 }))?;
+        println!("{part} enqueued");
+        if first {
+            std::thread::sleep(FIRST_HOLDS);
+        }
+        Ok::<_, Error>(())
+    })
+    .unwrap();
+    println!("{part} committed");
+}
+
+pub fn two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order<B: Backend>() {
+    const TEST: &str = "two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order";
+    if let Ok(url) = std::env::var(PRODUCER_CHILD) {
+        let var = |name| std::env::var(name).unwrap();
+        produce::<B>(&url, &var(PRODUCER_PART), &var(PRODUCER_ORDER));
+        return;
+    }
+    let (db, mut conn) = setup::<B>();
+    let (relay, mut recorder) = (relay(), Recorder::default());
+    let wait = Duration::from_secs(60);
+    for round in 0..RACE_ROUNDS {
+        let order = format!("race{round}");
+        let vars = |part| {
+            [
+                (PRODUCER_CHILD, db.url()),
+                (PRODUCER_PART, part),
+                (PRODUCER_ORDER, order.as_str()),
+            ]
+        };
+        // The first enqueues (the lower position) and holds its transaction open; the second
+        // enqueues for the same order meanwhile, and commits as soon as it may.
+        let mut first = ChildTest::spawn(TEST, &vars("first"));
+        first.wait_for("first enqueued", wait);
+        let mut second = ChildTest::spawn(TEST, &vars("second"));
+        // Relay passes all along, so that one runs between the two commits if the second may
+        // commit first.
+        let deadline = Instant::now() + wait;
+        while of_order(&recorder.ids(), &order).len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: not both published"
+            );
+            relay.run_once(&mut conn, &mut recorder).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        first.wait_for("first committed", wait);
+        second.wait_for("second committed", wait);
+        let ids = recorder.ids();
+        assert_eq!(
+            of_order(&ids, &order),
+            [format!("{order}-1"), format!("{order}-2")],
+            "round {round}: published in enqueue order"
+        );
+    }
+    println!(
+        "{RACE_ROUNDS} rounds of two producer processes racing on one order: each published in enqueue order"
+    );
 }

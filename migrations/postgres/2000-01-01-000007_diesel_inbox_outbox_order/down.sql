@@ -1,0 +1,2 @@
+-- Nothing to drop: PostgreSQL orders producers with advisory locks.
+SELECT 1;

@@ -1,0 +1,2 @@
+-- Nothing to drop: SQLite serialises writers.
+SELECT 1;
