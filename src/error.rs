@@ -383,8 +383,7 @@ mod tests {
         let database = Error::Database(diesel::result::Error::QueryBuilderError(
             failure.to_string().into(),
         ));
-        for shown in [database.to_string()] {
-            assert!(!shown.contains("S3cret"), "{shown}");
-        }
+        let shown = database.to_string();
+        assert!(!shown.contains("S3cret"), "{shown}");
     }
 }

@@ -186,7 +186,10 @@ impl Dialect {
     ///   `/var/lib/app/inbox.db`, `./inbox:2.db`. So is `:memory:`, and a Windows path
     ///   (`C:\data\inbox.db`).
     ///
-    /// The error never holds the URL, which may carry a password; at most its scheme.
+    /// # Errors
+    ///
+    /// [`UnknownDatabaseUrl`] for an unknown scheme, or a known one not followed by `//`. It
+    /// never holds the URL, which may carry a password; at most its scheme.
     ///
     /// ```
     /// use diesel_inbox::migrations::Dialect;

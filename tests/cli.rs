@@ -1364,7 +1364,7 @@ fn one_dead_letter() -> TestDatabase<diesel::SqliteConnection> {
     let mut conn = db.connect();
     let inbox = Inbox::new("orders").unwrap().max_attempts(1);
     let _ = inbox
-        .process(&mut conn, &Delivery::new("evt-1").unwrap(), refuse)
+        .process(&mut conn, Delivery::new("evt-1").unwrap(), refuse)
         .unwrap();
     db
 }
@@ -1418,7 +1418,7 @@ fn prune_refuses_a_window_below_an_hour_without_force_and_says_what_it_deletes_f
     let mut conn = db.connect();
     let inbox = Inbox::new("orders").unwrap();
     let _ = inbox
-        .process(&mut conn, &Delivery::new("evt-1").unwrap(), |_tx| {
+        .process(&mut conn, Delivery::new("evt-1").unwrap(), |_tx| {
             Ok::<_, Error>(())
         })
         .unwrap();

@@ -232,18 +232,17 @@ impl AuditArgs {
     /// The audit; bad usage when the actor or the reason is blank, or no actor is found.
     /// An actor not given with `--actor` is named on stderr, with where it came from.
     fn audit(&self) -> Result<Audit, Failure> {
-        let actor = match &self.actor {
-            Some(actor) => actor.clone(),
-            None => {
-                let (actor, source) = default_actor().ok_or_else(|| {
-                    Failure::Usage(
-                        "error: no actor: pass --actor (neither $USER, $LOGNAME nor the OS user name is set)"
-                            .to_owned(),
-                    )
-                })?;
-                let _ = writeln!(std::io::stderr(), "actor: {actor} (from {source})");
-                actor
-            }
+        let actor = if let Some(actor) = &self.actor {
+            actor.clone()
+        } else {
+            let (actor, source) = default_actor().ok_or_else(|| {
+                Failure::Usage(
+                    "error: no actor: pass --actor (neither $USER, $LOGNAME nor the OS user name is set)"
+                        .to_owned(),
+                )
+            })?;
+            let _ = writeln!(std::io::stderr(), "actor: {actor} (from {source})");
+            actor
         };
         Audit::new(actor.as_str(), self.reason.as_str())
             .map_err(|e| Failure::Usage(format!("error: {}", errors::message(&e))))
