@@ -25,7 +25,8 @@ pub enum Error {
     #[error(transparent)]
     InvalidConsumerName(#[from] InvalidConsumerName),
     /// A database error that is not contention: connection lost, schema missing, permissions.
-    #[error("database error in the inbox transaction: {0} (if the diesel_inbox_events table is missing, apply the schema with diesel_inbox::run_pending_migrations)")]
+    /// Its message names the schema's remedy only when the error is a missing table.
+    #[error("database error in the inbox transaction: {}{}", crate::redact(&.0.to_string()), if crate::backend::is_missing_table(.0) { " (a table is missing: apply the inbox schema with diesel_inbox::run_pending_migrations)" } else { "" })]
     Database(#[from] diesel::result::Error),
     /// Contention (serialization failure, deadlock, lock timeout, busy database) outlasted the
     /// retry policy. Nothing was committed; redeliver later or raise
@@ -130,8 +131,9 @@ pub enum Error {
     /// publishes, and its marks after. Run the relay on a connection of its own.
     #[error("the outbox relay runs its own transactions: call it outside any transaction, on a connection of its own")]
     RelayInsideTransaction,
-    /// No connection could be taken from the pool.
-    #[error("no database connection from the pool: {0}")]
+    /// No connection could be taken from the pool. The text is the pool's error with any
+    /// password redacted ([`redact`](crate::redact)) when the crate builds it.
+    #[error("no database connection from the pool: {}", crate::redact(.0))]
     Pool(String),
     /// The handler marked its failure permanent ([`Error::permanent`]): it will fail the same
     /// way every time, so the event is dead-lettered on this first attempt.
@@ -142,7 +144,7 @@ pub enum Error {
     #[error("transient failure, not counted; redeliver the message later: {0}")]
     Transient(#[source] Reason),
     /// Applying the inbox migrations failed.
-    #[error("applying the inbox migrations failed: {0}")]
+    #[error("applying the inbox migrations failed: {}", crate::redact(&.0.to_string()))]
     Migration(#[source] MigrationError),
     /// [`migrations::install`](crate::migrations::install) could not write the inbox
     /// migrations: the folder is missing, is not a directory, or cannot be written. What that
@@ -269,6 +271,27 @@ pub enum Error {
 }
 
 impl Error {
+    /// [`Error::Pool`] from the pool's error, its text redacted: a driver's connection error
+    /// may echo the URL, password included.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn pool(error: &impl std::fmt::Display) -> Self {
+        Error::Pool(crate::redact(&error.to_string()))
+    }
+
+    /// Whether this is a database error saying a table does not exist (PostgreSQL's
+    /// `relation ... does not exist`, MySQL's 1146, SQLite's `no such table`): the schema is
+    /// not applied, and [`run_pending_migrations`](crate::run_pending_migrations) is the
+    /// remedy. Only such errors name that remedy in their message.
+    ///
+    /// ```
+    /// use diesel_inbox::Error;
+    ///
+    /// assert!(!Error::Database(diesel::result::Error::NotFound).is_missing_table());
+    /// ```
+    pub fn is_missing_table(&self) -> bool {
+        matches!(self, Error::Database(source) if crate::backend::is_missing_table(source))
+    }
+
     /// A failure that will recur on every attempt (an unknown order, a payload the handler
     /// cannot read): returned from a handler, it dead-letters the event on this first attempt
     /// ([`FailureKind::Permanent`](crate::FailureKind::Permanent)).
@@ -332,5 +355,35 @@ impl From<Error> for diesel::result::Error {
             Error::Database(source) | Error::RetriesExhausted { source, .. } => source,
             other => diesel::result::Error::QueryBuilderError(Box::new(other)),
         }
+    }
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    use super::Error;
+
+    /// libpq echoes a malformed URL whole in its error, and r2d2 passes it on.
+    #[test]
+    fn a_connection_failure_shows_no_password_in_display_or_debug() {
+        let url = "postgres://app:S3cret@[127.0.0.1:5432/db";
+        let manager = diesel::r2d2::ConnectionManager::<diesel::PgConnection>::new(url);
+        let pool = diesel::r2d2::Pool::builder().build_unchecked(manager);
+        let Err(failure) = pool.get_timeout(std::time::Duration::from_millis(300)) else {
+            panic!("a malformed URL connects");
+        };
+        assert!(
+            failure.to_string().contains("S3cret"),
+            "the driver echoes it: {failure}"
+        );
+        let error = Error::pool(&failure);
+        for shown in [error.to_string(), format!("{error:?}")] {
+            assert!(!shown.contains("S3cret"), "{shown}");
+            assert!(shown.contains("app:***@"), "{shown}");
+        }
+        let database = Error::Database(diesel::result::Error::QueryBuilderError(
+            failure.to_string().into(),
+        ));
+        let shown = database.to_string();
+        assert!(!shown.contains("S3cret"), "{shown}");
     }
 }

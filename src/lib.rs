@@ -170,6 +170,7 @@ pub mod nats;
 mod observe;
 mod outbox;
 mod outcome;
+mod redact;
 mod retention;
 mod retry;
 pub mod schema;
@@ -211,6 +212,7 @@ pub use outbox::{
     Relay, RelayPass, MAX_TOPIC_BYTES,
 };
 pub use outcome::{DeadLettered, Duplicate, Outcome};
+pub use redact::{redact, redact_url_secrets};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE};
 pub use retry::RetryPolicy;
 pub use state::{

@@ -153,10 +153,11 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    /// The dialect a database URL names, as the Diesel CLI reads `DATABASE_URL`:
-    /// `postgres://` and `postgresql://` are PostgreSQL, `mysql://` and `mariadb://` are
-    /// MySQL/MariaDB, `sqlite://`, `file:` and a plain file path are SQLite. `None` for any
-    /// other scheme.
+    /// The dialect a database URL names, or `None` where [`parse_database_url`] gives an
+    /// error.
+    ///
+    /// Changed in 0.1: the backend is decided by the scheme alone, so a URL with an unknown or
+    /// malformed scheme (`postgres:/app@db`, one slash) is `None`, no longer a SQLite path.
     ///
     /// ```
     /// use diesel_inbox::migrations::Dialect;
@@ -165,16 +166,80 @@ impl Dialect {
     /// assert_eq!(Dialect::from_database_url("mariadb://root@127.0.0.1/app"), Some(Dialect::Mysql));
     /// assert_eq!(Dialect::from_database_url("/var/lib/app/inbox.db"), Some(Dialect::Sqlite));
     /// assert_eq!(Dialect::from_database_url("redis://cache"), None);
+    /// assert_eq!(Dialect::from_database_url("postgres:/app@db/orders"), None);
     /// ```
+    ///
+    /// [`parse_database_url`]: Self::parse_database_url
     pub fn from_database_url(url: &str) -> Option<Self> {
-        let Some((scheme, _)) = url.split_once("://") else {
-            // A path, `:memory:` or a `file:` URI.
-            return Some(Self::Sqlite);
-        };
-        if scheme.eq_ignore_ascii_case("file") {
-            return Some(Self::Sqlite);
+        Self::parse_database_url(url).ok()
+    }
+
+    /// The dialect a database URL names, from its scheme alone:
+    ///
+    /// - `postgres://` and `postgresql://` are PostgreSQL; `mysql://` and `mariadb://` are
+    ///   MySQL/MariaDB; `sqlite://` and `file:` (a SQLite URI) are SQLite. Schemes match in
+    ///   any case (libpq itself takes lowercase only: lowercase the scheme before connecting).
+    /// - The URL has a scheme when a `:` comes before its first `/` (or it has a `:` and no
+    ///   `/`): the scheme is the text before that `:`. Any other scheme, or a known one not
+    ///   followed by `//`, is an error.
+    /// - Without a scheme it is a SQLite file path: `inbox.db`, `./data/inbox.db`,
+    ///   `/var/lib/app/inbox.db`, `./inbox:2.db`. So is `:memory:`, and a Windows path
+    ///   (`C:\data\inbox.db`).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownDatabaseUrl`] for an unknown scheme, or a known one not followed by `//`. It
+    /// never holds the URL, which may carry a password; at most its scheme.
+    ///
+    /// ```
+    /// use diesel_inbox::migrations::Dialect;
+    ///
+    /// assert_eq!(Dialect::parse_database_url("POSTGRES://app@db/orders"), Ok(Dialect::Postgres));
+    /// assert_eq!(Dialect::parse_database_url("file:inbox.db?mode=ro"), Ok(Dialect::Sqlite));
+    /// assert_eq!(Dialect::parse_database_url("./inbox.db"), Ok(Dialect::Sqlite));
+    /// let error = Dialect::parse_database_url("postgres:/app:S3cret@db/orders").unwrap_err();
+    /// assert!(!error.to_string().contains("S3cret"));
+    /// assert!(Dialect::parse_database_url("app:S3cret@db/orders").is_err());
+    /// ```
+    pub fn parse_database_url(url: &str) -> Result<Self, UnknownDatabaseUrl> {
+        if url == ":memory:" {
+            return Ok(Self::Sqlite);
         }
-        scheme.parse().ok()
+        let Some(colon) = url.find(':') else {
+            return Ok(Self::Sqlite);
+        };
+        if url.find('/').is_some_and(|slash| slash < colon) {
+            return Ok(Self::Sqlite);
+        }
+        let (scheme, rest) = (&url[..colon], &url[colon + 1..]);
+        let is_drive = scheme.len() == 1
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && rest.starts_with(['\\', '/']);
+        if is_drive {
+            return Ok(Self::Sqlite);
+        }
+        let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        let dialect = match scheme.to_ascii_lowercase().as_str() {
+            "file" => return Ok(Self::Sqlite),
+            "postgres" | "postgresql" => Some(Self::Postgres),
+            "mysql" | "mariadb" => Some(Self::Mysql),
+            "sqlite" => Some(Self::Sqlite),
+            _ => None,
+        };
+        match dialect {
+            Some(dialect) if rest.starts_with("//") => Ok(dialect),
+            Some(_) => Err(UnknownDatabaseUrl {
+                scheme: Some(scheme.to_owned()),
+                malformed: true,
+            }),
+            None => Err(UnknownDatabaseUrl {
+                scheme: valid.then(|| scheme.to_owned()),
+                malformed: false,
+            }),
+        }
     }
 
     /// The dialect's name, as [`FromStr`](std::str::FromStr) reads it: `postgres`, `sqlite`,
@@ -229,6 +294,37 @@ impl UnknownDialect {
     /// The name that was given.
     pub fn name(&self) -> &str {
         &self.name
+    }
+}
+
+/// A database URL that names no backend: an unknown scheme, or a known one without `//`.
+/// It keeps the scheme (when it is one), never the URL, which may carry a password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}; write postgres://, postgresql://, mysql://, mariadb://, sqlite://, a file: URI, or a SQLite file path without a scheme (./inbox.db)", self.problem())]
+pub struct UnknownDatabaseUrl {
+    scheme: Option<String>,
+    malformed: bool,
+}
+
+impl UnknownDatabaseUrl {
+    /// The URL's scheme, when the text before its first `:` is one.
+    pub fn scheme(&self) -> Option<&str> {
+        self.scheme.as_deref()
+    }
+
+    fn problem(&self) -> String {
+        match (&self.scheme, self.malformed) {
+            (Some(scheme), true) => format!(
+                "the database URL's scheme {scheme:?} must be followed by // (as in {}://)",
+                scheme.to_ascii_lowercase()
+            ),
+            (Some(scheme), false) => {
+                format!("the database URL's scheme {scheme:?} names no backend this tool knows")
+            }
+            (None, _) => {
+                "the database URL has a `:` before any `/`, so it is no file path, but the text before it is no scheme".to_owned()
+            }
+        }
     }
 }
 
@@ -669,6 +765,40 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    #[test]
+    fn the_backend_is_decided_by_the_scheme_alone() {
+        for (url, expected) in [
+            ("postgres://h/db", Some(Dialect::Postgres)),
+            ("POSTGRESQL://h/db", Some(Dialect::Postgres)),
+            ("MySQL://h/db", Some(Dialect::Mysql)),
+            ("mariadb://h/db", Some(Dialect::Mysql)),
+            ("sqlite://inbox.db", Some(Dialect::Sqlite)),
+            ("file:inbox.db?mode=ro", Some(Dialect::Sqlite)),
+            ("FILE:/var/inbox.db", Some(Dialect::Sqlite)),
+            (":memory:", Some(Dialect::Sqlite)),
+            ("inbox.db", Some(Dialect::Sqlite)),
+            ("./data/inbox:2.db", Some(Dialect::Sqlite)),
+            ("/var/lib/a:b/inbox.db", Some(Dialect::Sqlite)),
+            ("//app:S3cret@h/db", Some(Dialect::Sqlite)),
+            ("C:\\data\\inbox.db", Some(Dialect::Sqlite)),
+            ("postgres:/app:S3cret@h/db", None),
+            ("postgres:app:S3cret@h/db", None),
+            ("sqlite:inbox.db", None),
+            ("app:S3cret@h/db", None),
+            ("redis://h", None),
+            ("a@b:S3cret", None),
+        ] {
+            assert_eq!(Dialect::from_database_url(url), expected, "{url}");
+            if let Err(e) = Dialect::parse_database_url(url) {
+                assert!(!e.to_string().contains("S3cret"), "{e}");
+            }
+        }
+        assert_eq!(
+            Dialect::parse_database_url("a@b:x").unwrap_err().scheme(),
+            None
+        );
+    }
 
     #[test]
     fn installed_folders_are_named_and_versioned_as_the_diesel_cli_does() {

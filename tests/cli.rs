@@ -193,7 +193,16 @@ fn discards_and_releases<C: InboxConnection>(
     assert_eq!(inbox.dead_letters().list(conn).unwrap().len(), 2);
     let no_actor = cli(
         url,
-        &with(&["dead-letters", "discard", "evt-2", "--reason", "x", "--yes"]),
+        &with(&[
+            "dead-letters",
+            "discard",
+            "evt-2",
+            "--actor",
+            " ",
+            "--reason",
+            "x",
+            "--yes",
+        ]),
     );
     expect(&no_actor, 2);
     let discarded = json(&cli(
@@ -1147,4 +1156,311 @@ fn usage_errors_exit_with_2_and_print_needs_no_database() {
     assert!(stderr.contains("the result is not JSON"), "{stderr}");
     let help = expect(&run(&["--help"]), 0);
     assert!(help.contains("Exit codes"), "{help}");
+}
+
+const SECRET: &str = "S3cret";
+
+/// URLs with the password `S3cret`: malformed, miscased, unreachable, refused, file-ish.
+fn urls_with_a_password() -> Vec<String> {
+    let sqlite = TestDatabase::sqlite();
+    let mut urls: Vec<String> = [
+        "postgres:/app:S3cret@127.0.0.1:5432/db",
+        "postgres:app:S3cret@127.0.0.1:5432/db",
+        "app:S3cret@127.0.0.1:5432/db",
+        "//app:S3cret@127.0.0.1:5432/db",
+        "postgres://app:S3cret@127.0.0.1:1/db",
+        "POSTGRES://app:S3cret@127.0.0.1:1/db",
+        "Postgresql://app:S3cret@127.0.0.1:1/db",
+        "postgres://app:S3cret@[127.0.0.1:5432/db",
+        "postgres://root:S3cret@127.0.0.1:5432/no_such_database",
+        "postgres://127.0.0.1:1/db?password=S3cret",
+        "postgres://app:S3%63ret@127.0.0.1:1/db",
+        "mysql://root:S3cret@127.0.0.1:1/db",
+        "MySQL://root:S3cret@127.0.0.1:3306/test",
+        "mariadb://root:S3cret@127.0.0.1:3306/test",
+        "mariadb://root:S3cret@[127.0.0.1:3306/test",
+        "redis://app:S3cret@127.0.0.1/0",
+        "sqlite://app:S3cret@127.0.0.1/db",
+        "file:app:S3cret@127.0.0.1/db",
+        "host=127.0.0.1 password=S3cret",
+    ]
+    .iter()
+    .map(|u| (*u).to_owned())
+    .collect();
+    // reachable, and accepted: the trust server takes any password
+    urls.push(format!(
+        "{}?password=S3cret",
+        std::env::var("DIESEL_INBOX_POSTGRES_URL")
+            .as_deref()
+            .unwrap_or("postgres://root@127.0.0.1:5432/test")
+    ));
+    urls.push(format!("sqlite://{}?password=S3cret", sqlite.url()));
+    urls
+}
+
+#[test]
+fn no_command_prints_a_password_from_any_url_flag_or_environment() {
+    let bin = env!("CARGO_BIN_EXE_diesel-inbox");
+    let commands: [&[&str]; 6] = [
+        &["stats"],
+        &["doctor"],
+        &["dead-letters", "list"],
+        &["migration", "print"],
+        &[
+            "prune",
+            "--older-than",
+            "30d",
+            "--redelivery-window",
+            "7d",
+            "--yes",
+        ],
+        &["outbox", "--format", "json"],
+    ];
+    let mut runs = 0;
+    for url in urls_with_a_password() {
+        for command in commands {
+            for from_env in [false, true] {
+                let mut run = Command::new(bin);
+                run.env("RUST_LOG", "trace").env_remove("DATABASE_URL");
+                if from_env {
+                    run.env("DATABASE_URL", &url);
+                } else {
+                    run.arg("--database-url").arg(&url);
+                }
+                let output = run.args(command).output().unwrap();
+                let said = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                assert!(
+                    !said.contains(SECRET) && !said.contains("S3%63ret"),
+                    "{url} {command:?} (from env: {from_env}):\n{said}"
+                );
+                assert!(output.status.code().is_some(), "{url}: killed: {said}");
+                runs += 1;
+            }
+        }
+    }
+    assert_eq!(runs, 21 * 6 * 2);
+}
+
+#[test]
+fn the_cli_logs_at_rust_log_with_the_password_redacted() {
+    let url = format!(
+        "{}?password=S3cret",
+        std::env::var("DIESEL_INBOX_POSTGRES_URL")
+            .as_deref()
+            .unwrap_or("postgres://root@127.0.0.1:5432/test")
+    );
+    let db = TestDatabase::postgres(&url);
+    let output = Command::new(env!("CARGO_BIN_EXE_diesel-inbox"))
+        .args(["--database-url", db.url(), "prune", "--older-than", "30d"])
+        .args(["--redelivery-window", "7d", "--yes"])
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    expect(&output, 0);
+    assert!(stderr.contains("inbox_prune"), "a log line: {stderr}");
+    assert!(!stderr.contains(SECRET), "{stderr}");
+}
+
+#[test]
+fn a_misspelled_scheme_is_bad_usage_naming_the_schemes() {
+    for url in [
+        "postgres:/app:S3cret@127.0.0.1/db",
+        "redis://x",
+        "app:S3cret@h/db",
+    ] {
+        let output = cli(url, &["stats"]);
+        fails(
+            &output,
+            2,
+            "write postgres://, postgresql://, mysql://, mariadb://",
+        );
+    }
+}
+
+#[test]
+fn a_miscased_scheme_reaches_its_backend() {
+    let url = std::env::var("DIESEL_INBOX_POSTGRES_URL");
+    let url = url
+        .as_deref()
+        .unwrap_or("postgres://root@127.0.0.1:5432/test");
+    let db = TestDatabase::postgres(url);
+    let upper = db.url().replacen("postgres://", "POSTGRES://", 1);
+    let stats = json(&cli(&upper, &["stats", "--format", "json"]));
+    assert_eq!(stats["consumer"], "default", "{stats}");
+}
+
+#[test]
+fn the_doctor_and_every_command_never_create_a_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing.db");
+    let path = path.to_str().unwrap();
+    for url in [
+        path.to_owned(),
+        format!("sqlite://{path}"),
+        format!("file:{path}"),
+        format!("file:{path}?mode=rwc"),
+    ] {
+        for command in [&["doctor"][..], &["stats"], &["dead-letters", "list"]] {
+            fails(&cli(&url, command), 1, "no SQLite database at");
+            assert!(!Path::new(path).exists(), "{url} {command:?} created it");
+        }
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_the_command_quietly_with_exit_0() {
+    for args in [
+        &["migration", "print", "--dialect", "postgres"][..],
+        &[
+            "migration",
+            "print",
+            "--dialect",
+            "mysql",
+            "--format",
+            "json",
+        ],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = Command::new(env!("CARGO_BIN_EXE_diesel-inbox"))
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert_eq!(String::from_utf8_lossy(&output.stderr), "", "quietly");
+    }
+    let db = TestDatabase::sqlite();
+    let mut conn = db.connect();
+    let inbox = Inbox::new("orders").unwrap().max_attempts(1);
+    for i in 0..3 {
+        let delivery = Delivery::new(format!("evt-{i}"))
+            .unwrap()
+            .with_payload(Payload::Bytes(vec![7; 100_000]));
+        let _ = inbox.process(&mut conn, &delivery, refuse).unwrap();
+    }
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_diesel-inbox"))
+        .args(["--database-url", db.url()])
+        .args(with(&["dead-letters", "export"]))
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stderr), "", "quietly");
+}
+
+/// A dead letter of `orders` to discard, on a fresh SQLite database.
+fn one_dead_letter() -> TestDatabase<diesel::SqliteConnection> {
+    let db = TestDatabase::sqlite();
+    let mut conn = db.connect();
+    let inbox = Inbox::new("orders").unwrap().max_attempts(1);
+    let _ = inbox
+        .process(&mut conn, Delivery::new("evt-1").unwrap(), refuse)
+        .unwrap();
+    db
+}
+
+#[test]
+fn the_actor_falls_back_to_user_then_logname_then_the_os_user_name_and_says_so() {
+    let os_user = Command::new("id").arg("-un").output().unwrap();
+    let os_user = String::from_utf8(os_user.stdout).unwrap().trim().to_owned();
+    for (env, actor, source) in [
+        (
+            &[("USER", "alice"), ("LOGNAME", "bob")][..],
+            "alice",
+            "$USER",
+        ),
+        (&[("LOGNAME", "bob")], "bob", "$LOGNAME"),
+        (&[], os_user.as_str(), "the OS user name"),
+    ] {
+        let db = one_dead_letter();
+        let output = Command::new(env!("CARGO_BIN_EXE_diesel-inbox"))
+            .args(["--database-url", db.url()])
+            .args(with(&[
+                "dead-letters",
+                "discard",
+                "evt-1",
+                "--reason",
+                "x",
+                "--yes",
+            ]))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        fails(&output, 0, &format!("actor: {actor} (from {source})"));
+        let mut conn = db.connect();
+        let record = Inbox::new("orders")
+            .unwrap()
+            .dead_letters()
+            .show(&mut conn, "evt-1")
+            .unwrap();
+        assert_eq!(
+            record.history.last().and_then(|h| h.actor.as_deref()),
+            Some(actor)
+        );
+    }
+}
+
+#[test]
+fn prune_refuses_a_window_below_an_hour_without_force_and_says_what_it_deletes_first() {
+    let db = TestDatabase::sqlite();
+    let mut conn = db.connect();
+    let inbox = Inbox::new("orders").unwrap();
+    let _ = inbox
+        .process(&mut conn, Delivery::new("evt-1").unwrap(), |_tx| {
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let zero = with(&[
+        "prune",
+        "--older-than",
+        "0s",
+        "--redelivery-window",
+        "0s",
+        "--yes",
+    ]);
+    fails(&cli(db.url(), &zero), 2, "below the floor of 1h");
+    let stats = json(&cli(db.url(), &with(&["stats", "--format", "json"])));
+    assert_eq!(stats["totals"]["processed"], 1, "nothing pruned: {stats}");
+    let forced = cli(
+        db.url(),
+        &[&zero[..], &["--force", "--format", "json"]].concat(),
+    );
+    fails(&forced, 0, "about to prune from consumer orders: 1 events");
+    let pruned: Value = serde_json::from_slice(&forced.stdout).unwrap();
+    assert_eq!(pruned["events"], 1, "{pruned}");
+}
+
+#[test]
+fn cli_errors_name_cli_commands_and_the_schema_remedy_only_for_a_missing_table() {
+    let db = one_dead_letter();
+    let missing = cli(db.url(), &with(&["dead-letters", "show", "nope"]));
+    fails(&missing, 1, "`diesel-inbox dead-letters list`");
+    assert!(!String::from_utf8_lossy(&missing.stderr).contains("::"));
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.db");
+    std::fs::File::create(&empty).unwrap();
+    let no_schema = cli(empty.to_str().unwrap(), &["stats"]);
+    fails(
+        &no_schema,
+        1,
+        "a table is missing: apply the inbox schema; `diesel-inbox migration print`",
+    );
+    let lost = cli("postgres://root@127.0.0.1:1/test", &["stats"]);
+    expect(&lost, 1);
+    assert!(
+        !String::from_utf8_lossy(&lost.stderr).contains("schema"),
+        "{lost:?}"
+    );
 }

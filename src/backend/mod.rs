@@ -804,6 +804,22 @@ pub(crate) mod sealed {
 /// reports as `Unknown` (PostgreSQL deadlocks, MySQL lock-wait timeouts and lost connections,
 /// SQLite busy/locked), whose codes Diesel does not expose; messages are the servers' and
 /// client libraries' English defaults.
+/// Whether `error` says a table does not exist: PostgreSQL's 42P01 (`relation "…" does not
+/// exist`), MySQL's 1146 (`Table '…' doesn't exist`), SQLite's `no such table`. Only these get
+/// the "apply the schema" remedy; a lost connection or a refused statement does not.
+pub(crate) fn is_missing_table(error: &diesel::result::Error) -> bool {
+    match error {
+        diesel::result::Error::DatabaseError(_, info) => missing_table_message(info.message()),
+        _ => false,
+    }
+}
+
+fn missing_table_message(message: &str) -> bool {
+    let postgres = message.starts_with("relation \"") && message.ends_with("\" does not exist");
+    let mysql = message.starts_with("Table '") && message.ends_with("' doesn't exist");
+    postgres || mysql || message.starts_with("no such table")
+}
+
 fn message_contains(error: &diesel::result::Error, needles: &[&str]) -> bool {
     use diesel::result::{DatabaseErrorKind, Error};
     match error {
@@ -937,5 +953,26 @@ mod tests {
             .collect();
         assert_eq!(stripes.len(), COUNTER_STRIPES as usize, "{stripes:?}");
         assert!(stripes.iter().all(|s| (0..16).contains(s)));
+    }
+
+    #[test]
+    fn only_a_missing_table_is_classified_as_one() {
+        for missing in [
+            "relation \"diesel_inbox_events\" does not exist",
+            "Table 'test.diesel_inbox_events' doesn't exist",
+            "no such table: diesel_inbox_events",
+        ] {
+            assert!(missing_table_message(missing), "{missing}");
+        }
+        for other in [
+            "server closed the connection unexpectedly",
+            "Lost connection to MySQL server during query",
+            "database is locked",
+            "column \"state\" does not exist",
+            "",
+        ] {
+            assert!(!missing_table_message(other), "{other}");
+        }
+        assert!(!is_missing_table(&diesel::result::Error::NotFound));
     }
 }

@@ -443,7 +443,7 @@ where
 {
     let pool = pool.clone();
     let joined = tokio::task::spawn_blocking(move || {
-        let mut conn = pool.get().map_err(|error| Error::Pool(error.to_string()))?;
+        let mut conn = pool.get().map_err(|error| Error::pool(&error))?;
         step(&mut conn)
     })
     .await;

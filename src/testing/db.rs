@@ -52,7 +52,7 @@ struct DropWith {
 impl<C> fmt::Debug for TestDatabase<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TestDatabase")
-            .field("url", &self.url)
+            .field("url", &crate::redact(&self.url))
             .finish_non_exhaustive()
     }
 }
@@ -73,9 +73,21 @@ where
     /// When the database cannot be reached.
     #[track_caller]
     pub fn connect(&self) -> C {
-        let mut conn = C::establish(&self.url)
-            .unwrap_or_else(|e| panic!("cannot connect to test database {}: {e}", self.url));
-        (self.setup)(&mut conn).unwrap_or_else(|e| panic!("cannot set up {}: {e}", self.url));
+        let mut conn = C::establish(&self.url).unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                crate::redact(&format!(
+                    "cannot connect to test database {}: {e}",
+                    self.url
+                ))
+            )
+        });
+        (self.setup)(&mut conn).unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                crate::redact(&format!("cannot set up {}: {e}", self.url))
+            )
+        });
         conn
     }
 
@@ -90,14 +102,23 @@ where
             .max_size(max_size)
             .connection_customizer(Box::new(Setup(self.setup)))
             .build(ConnectionManager::new(self.url.clone()))
-            .unwrap_or_else(|e| panic!("cannot build a pool for {}: {e}", self.url))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}",
+                    crate::redact(&format!("cannot build a pool for {}: {e}", self.url))
+                )
+            })
     }
 
     #[track_caller]
     fn migrated(self) -> Self {
         let mut conn = self.connect();
-        crate::run_pending_migrations(&mut conn)
-            .unwrap_or_else(|e| panic!("cannot migrate {}: {e}", self.url));
+        crate::run_pending_migrations(&mut conn).unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                crate::redact(&format!("cannot migrate {}: {e}", self.url))
+            )
+        });
         self
     }
 }
@@ -108,7 +129,10 @@ impl<C> Drop for TestDatabase<C> {
             if let Some(dir) = self.dir.take() {
                 let _ = dir.keep();
             }
-            eprintln!("test failed: keeping its database {} to inspect", self.url);
+            eprintln!(
+                "test failed: keeping its database {} to inspect",
+                crate::redact(&self.url)
+            );
             return;
         }
         if let Some(DropWith {
@@ -238,7 +262,7 @@ where
         admin::<C>(admin_url)
             .and_then(|mut conn| conn.batch_execute(&format!("CREATE DATABASE {name}")))
             .unwrap_or_else(|e| {
-                panic!("cannot create test database {name} through {admin_url}: {e}; is the server running?")
+                panic!("{}", crate::redact(&format!("cannot create test database {name} through {admin_url}: {e}; is the server running?")))
             });
         Self {
             url: with_database(admin_url, &name),
@@ -258,7 +282,7 @@ where
 fn admin<C: Connection>(admin_url: &str) -> QueryResult<C> {
     C::establish(admin_url).map_err(|e| {
         diesel::result::Error::QueryBuilderError(
-            format!("cannot connect to {admin_url}: {e}").into(),
+            crate::redact(&format!("cannot connect to {admin_url}: {e}")).into(),
         )
     })
 }

@@ -28,14 +28,36 @@
 //!   migration install <DIR> [--dialect D]     write the inbox's migrations into DIR
 //! ```
 //!
-//! The database URL comes from `--database-url` or `DATABASE_URL`; its scheme picks the
-//! backend (`postgres://` or `postgresql://`, `mysql://` or `mariadb://`, `sqlite://` or a
-//! file path without a scheme for SQLite; any other scheme is bad usage).
+//! The database URL comes from `--database-url` or `DATABASE_URL`; its scheme alone picks the
+//! backend (`postgres://` or `postgresql://`, `mysql://` or `mariadb://`, `sqlite://`, `file:`,
+//! in any case; a path without a scheme, i.e. no `:` before its first `/`, is a SQLite file;
+//! anything else is bad usage, see `Dialect::parse_database_url`). A SQLite database is never
+//! created: a missing file is an error. Passwords never reach the output: every message and
+//! log line (`RUST_LOG`) goes through `diesel_inbox::redact_url_secrets`.
 //! A change to rows needs `--yes`: without it the command says what it would change and
 //! exits with 2, changing nothing.
 //!
-//! Exit codes: 0 success; 1 error (database, not found, invalid transition; message on stderr);
-//! 2 bad usage (clap's own, and a change without `--yes`); 3 `doctor` found a failing check.
+//! Exit codes: 0 success, and a stdout closed by its reader (`| head`); 1 error (database, not
+//! found, invalid transition; message on stderr); 2 bad usage (clap's own, and a change
+//! without `--yes`); 3 `doctor` found a failing check.
+
+/// Every `print!` of the tool writes through [`output::write_stdout`], which ends the command
+/// quietly (exit 0) when the reader has closed stdout, where std's would panic.
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// [`print!`] with a newline.
+macro_rules! println {
+    () => {
+        $crate::output::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 /// Runs `$body` with `$conn` bound to the concrete connection: one dispatch, then generic code.
 macro_rules! with_connection {
@@ -51,6 +73,7 @@ macro_rules! with_connection {
 mod claims;
 mod dead_letters;
 mod doctor;
+mod errors;
 mod gaps;
 mod migration;
 mod outbox;
@@ -58,8 +81,10 @@ mod output;
 mod prune;
 mod stats;
 
+use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::OnceLock;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use diesel::{Connection, MysqlConnection, PgConnection, SqliteConnection};
@@ -70,8 +95,14 @@ const LONG_ABOUT: &str =
     "Operate a diesel-inbox database: stats, dead letters, sequence gaps, claims in doubt, the outbox, \
 retention, health checks, migrations.
 
-The database URL comes from --database-url or DATABASE_URL; its scheme picks the backend \
-(postgres:// or postgresql://, mysql:// or mariadb://, sqlite:// or a file path for SQLite).
+The database URL comes from --database-url or DATABASE_URL; its scheme alone picks the backend \
+(postgres:// or postgresql://, mysql:// or mariadb://, sqlite:// or file: for SQLite, in any case). \
+Text with no `:` before its first `/` is a SQLite file path (./inbox.db); any other scheme is bad \
+usage. A missing SQLite file is an error: the tool never creates one. Passwords are never printed: \
+messages and log lines (RUST_LOG=debug, to stderr) have them replaced by ***.
+
+Audited commands record --actor, or else $USER, else $LOGNAME, else the OS user name, and say \
+on stderr which they used.
 
 Commands that change rows (dead-letters discard, dead-letters release, gaps resolve, \
 claims resolve, outbox retry, outbox prune, prune) need --yes: \
@@ -80,7 +111,7 @@ without it they print what they would change and exit with 2, changing nothing.
 Durations read as a number and a unit: 90s, 15m, 24h, 30d, 2w.
 
 Exit codes:
-  0  success
+  0  success, or stdout closed by its reader (as by `| head`): the command stops quietly
   1  error: database, dead letter, gap, claim or outbox row not found, invalid transition \
 (message on stderr)
   2  bad usage, or a change without --yes
@@ -189,20 +220,49 @@ struct Global {
 /// ledger, or on the claim; for an outbox retry, logged only.
 #[derive(Debug, clap::Args)]
 struct AuditArgs {
-    /// Who makes the change (default: $USER).
-    #[arg(long, env = "USER")]
-    actor: String,
+    /// Who makes the change (default: $USER, else $LOGNAME, else the OS user name).
+    #[arg(long)]
+    actor: Option<String>,
     /// Why (required).
     #[arg(long)]
     reason: String,
 }
 
 impl AuditArgs {
-    /// The audit; bad usage when the actor or the reason is blank.
+    /// The audit; bad usage when the actor or the reason is blank, or no actor is found.
+    /// An actor not given with `--actor` is named on stderr, with where it came from.
     fn audit(&self) -> Result<Audit, Failure> {
-        Audit::new(self.actor.as_str(), self.reason.as_str())
-            .map_err(|e| Failure::Usage(format!("error: {e}")))
+        let actor = if let Some(actor) = &self.actor {
+            actor.clone()
+        } else {
+            let (actor, source) = default_actor().ok_or_else(|| {
+                Failure::Usage(
+                    "error: no actor: pass --actor (neither $USER, $LOGNAME nor the OS user name is set)"
+                        .to_owned(),
+                )
+            })?;
+            let _ = writeln!(std::io::stderr(), "actor: {actor} (from {source})");
+            actor
+        };
+        Audit::new(actor.as_str(), self.reason.as_str())
+            .map_err(|e| Failure::Usage(format!("error: {}", errors::message(&e))))
     }
+}
+
+/// The actor when `--actor` is not given, and where it came from: `$USER`, `$LOGNAME`, then
+/// the OS user name (`id -un`: the crate forbids the unsafe a `getpwuid` call needs, and one
+/// process spawn beats a dependency for a line of audit).
+fn default_actor() -> Option<(String, &'static str)> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    if let Some(user) = var("USER") {
+        return Some((user, "$USER"));
+    }
+    if let Some(user) = var("LOGNAME") {
+        return Some((user, "$LOGNAME"));
+    }
+    let output = std::process::Command::new("id").arg("-un").output().ok()?;
+    let name = String::from_utf8(output.stdout).ok()?.trim().to_owned();
+    (output.status.success() && !name.is_empty()).then_some((name, "the OS user name"))
 }
 
 /// Why a command did not succeed, and its exit code.
@@ -214,32 +274,94 @@ enum Failure {
     Usage(String),
     /// Exit 3: doctor found a failing check (the report is printed already).
     CheckFailed,
+    /// Exit 0, quietly: the reader closed stdout (`| head`), so there is no one to tell.
+    Closed,
 }
 
 impl From<diesel_inbox::Error> for Failure {
     fn from(error: diesel_inbox::Error) -> Self {
-        Self::Error(error.to_string())
+        Self::Error(errors::message(&error))
     }
 }
 
 impl From<std::io::Error> for Failure {
     fn from(error: std::io::Error) -> Self {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            return Self::Closed;
+        }
         Self::Error(error.to_string())
     }
 }
 
 type Outcome = Result<(), Failure>;
 
+/// The database URL, for the redaction of every message and log line.
+static URL: OnceLock<String> = OnceLock::new();
+
+/// `text` without the URL's secrets, nor any password a URL or connection string carries.
+fn redacted(text: &str) -> String {
+    match URL.get() {
+        Some(url) => diesel_inbox::redact_url_secrets(text, url),
+        None => diesel_inbox::redact(text),
+    }
+}
+
+/// Log lines to stderr, as `RUST_LOG` asks (nothing without it), each redacted whole.
+fn install_logging() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() else {
+        return;
+    };
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(|| RedactedLine(Vec::new()))
+                .with_ansi(false),
+        )
+        .with(filter)
+        .try_init();
+}
+
+/// One log line, buffered, written redacted to stderr when the formatter is done with it.
+struct RedactedLine(Vec<u8>);
+
+impl std::io::Write for RedactedLine {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RedactedLine {
+    fn drop(&mut self) {
+        let line = redacted(&String::from_utf8_lossy(&self.0));
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(url) = &cli.database_url {
+        let _ = URL.set(url.clone());
+    }
+    install_logging();
+    let say = |message: &str| {
+        let _ = writeln!(std::io::stderr(), "{}", redacted(message));
+    };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) | Err(Failure::Closed) => ExitCode::SUCCESS,
         Err(Failure::Error(message)) => {
-            eprintln!("error: {message}");
+            say(&format!("error: {message}"));
             ExitCode::from(1)
         }
         Err(Failure::Usage(message)) => {
-            eprintln!("{message}");
+            say(&message);
             ExitCode::from(2)
         }
         Err(Failure::CheckFailed) => ExitCode::from(3),
@@ -305,27 +427,87 @@ impl Database {
     fn connect(url: Option<&str>) -> Result<Self, Failure> {
         let url = require_url(url)?;
         let dialect = dialect_of(url)?;
+        let url = driver_url(url);
         let failed = |e: diesel::ConnectionError| Failure::Error(format!("cannot connect: {e}"));
         Ok(match dialect {
-            Dialect::Postgres => Self::Postgres(PgConnection::establish(url).map_err(failed)?),
-            Dialect::Mysql => {
-                // Diesel's MySQL client takes the mysql:// scheme only; MariaDB speaks it.
-                let url = match url.split_once("://") {
-                    Some((_, rest)) => format!("mysql://{rest}"),
-                    None => url.to_owned(),
-                };
-                Self::Mysql(MysqlConnection::establish(&url).map_err(failed)?)
-            }
+            Dialect::Postgres => Self::Postgres(PgConnection::establish(&url).map_err(failed)?),
+            Dialect::Mysql => Self::Mysql(MysqlConnection::establish(&url).map_err(failed)?),
             _ => {
-                // SQLite would create a missing file and report on an empty database.
-                let path = url.strip_prefix("sqlite://").unwrap_or(url);
-                if !path.starts_with("file:") && path != ":memory:" && !Path::new(path).exists() {
-                    return Err(Failure::Error(format!("no SQLite database at {path}")));
+                let (path, uri) = sqlite_open(&url);
+                if let Some(path) = path {
+                    if !Path::new(path).exists() {
+                        return Err(no_sqlite_database(path));
+                    }
                 }
-                Self::Sqlite(SqliteConnection::establish(url).map_err(failed)?)
+                Self::Sqlite(SqliteConnection::establish(&uri).map_err(|e| match &e {
+                    diesel::ConnectionError::BadConnection(m) if m.contains("unable to open") => {
+                        no_sqlite_database(path.unwrap_or(&url))
+                    }
+                    _ => failed(e),
+                })?)
             }
         })
     }
+}
+
+fn no_sqlite_database(path: &str) -> Failure {
+    Failure::Error(format!(
+        "no SQLite database at {path}: this tool never creates one; check the path, or create the database with the app's migrations"
+    ))
+}
+
+/// `url` as its driver takes it: the scheme lowercased (libpq takes only lowercase
+/// `postgres://` and `postgresql://`), and `mariadb://` as `mysql://` (Diesel's MySQL client
+/// takes that scheme only; MariaDB speaks it).
+fn driver_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    if scheme.contains(['/', '@', ':']) {
+        return url.to_owned();
+    }
+    match scheme.to_ascii_lowercase().as_str() {
+        "mariadb" => format!("mysql://{rest}"),
+        lower => format!("{lower}://{rest}"),
+    }
+}
+
+/// How the tool opens a SQLite URL: the file path when it names one (to check it exists), and
+/// the URI to open, read-write but never created (`mode=rw`). `sqlite://` and plain paths
+/// become `file:` URIs (`%`, `?` and `#` escaped); a `file:` URI keeps its parameters, with
+/// `mode=rwc` made `mode=rw`; `:memory:` stays as it is.
+fn sqlite_open(url: &str) -> (Option<&str>, String) {
+    if url == ":memory:" {
+        return (None, url.to_owned());
+    }
+    if url.len() >= 5 && url[..5].eq_ignore_ascii_case("file:") {
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut params: Vec<String> = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| match p.split_once('=') {
+                Some((key, "rwc")) if key.eq_ignore_ascii_case("mode") => "mode=rw".to_owned(),
+                _ => p.to_owned(),
+            })
+            .collect();
+        if !params
+            .iter()
+            .any(|p| p.to_ascii_lowercase().starts_with("mode="))
+        {
+            params.push("mode=rw".to_owned());
+        }
+        return (None, format!("file:{}?{}", &base[5..], params.join("&")));
+    }
+    let path = if url.len() >= 9 && url[..9].eq_ignore_ascii_case("sqlite://") {
+        &url[9..]
+    } else {
+        url
+    };
+    let escaped = path
+        .replace('%', "%25")
+        .replace('?', "%3f")
+        .replace('#', "%23");
+    (Some(path), format!("file:{escaped}?mode=rw"))
 }
 
 fn require_url(url: Option<&str>) -> Result<&str, Failure> {
@@ -335,12 +517,7 @@ fn require_url(url: Option<&str>) -> Result<&str, Failure> {
 }
 
 fn dialect_of(url: &str) -> Result<Dialect, Failure> {
-    Dialect::from_database_url(url).ok_or_else(|| {
-        Failure::Usage(format!(
-            "error: cannot tell the backend from the database URL's scheme ({}): use postgres://, mysql://, mariadb://, sqlite:// or a file path",
-            url.split_once("://").map_or(url, |(scheme, _)| scheme)
-        ))
-    })
+    Dialect::parse_database_url(url).map_err(|e| Failure::Usage(format!("error: {e}")))
 }
 
 /// A duration as people type it: a whole number and a unit, `s`, `m`, `h`, `d` or `w`.
@@ -374,7 +551,7 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 mod tests {
     use std::time::Duration;
 
-    use super::parse_duration;
+    use super::{driver_url, parse_duration, sqlite_open};
 
     #[test]
     fn durations_read_as_a_number_and_a_unit() {
@@ -385,5 +562,32 @@ mod tests {
         for bad in ["", "d", "30", "30 d", "1.5h", "-1d", "30y"] {
             assert!(parse_duration(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn drivers_get_a_lowercase_scheme_and_mariadb_as_mysql() {
+        assert_eq!(driver_url("POSTGRES://a:b@h/db"), "postgres://a:b@h/db");
+        assert_eq!(driver_url("Postgresql://h/db"), "postgresql://h/db");
+        assert_eq!(driver_url("MariaDB://root@h/db"), "mysql://root@h/db");
+        assert_eq!(driver_url("./inbox.db"), "./inbox.db");
+    }
+
+    #[test]
+    fn sqlite_is_opened_read_write_and_never_created() {
+        assert_eq!(
+            sqlite_open("./in?box.db"),
+            (Some("./in?box.db"), "file:./in%3fbox.db?mode=rw".to_owned())
+        );
+        assert_eq!(
+            sqlite_open("sqlite:///var/x.db"),
+            (Some("/var/x.db"), "file:/var/x.db?mode=rw".to_owned())
+        );
+        assert_eq!(sqlite_open("file:x.db").1, "file:x.db?mode=rw");
+        assert_eq!(
+            sqlite_open("file:x.db?mode=rwc&cache=shared").1,
+            "file:x.db?mode=rw&cache=shared"
+        );
+        assert_eq!(sqlite_open("file:x.db?mode=ro").1, "file:x.db?mode=ro");
+        assert_eq!(sqlite_open(":memory:"), (None, ":memory:".to_owned()));
     }
 }

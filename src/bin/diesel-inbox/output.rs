@@ -42,6 +42,23 @@ pub(crate) fn fields(pairs: &[(&str, String)]) -> String {
     out
 }
 
+/// Writes to stdout (what the tool's `print!` and `println!` do); when the reader has closed
+/// it (`| head`), ends the process quietly with exit 0: nothing more can be shown, and every
+/// change the command makes is committed before it prints. Another write error ends it with
+/// exit 1.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = out.write_fmt(args).and_then(|()| out.flush()) {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        let _ = writeln!(std::io::stderr(), "error: cannot write the output: {error}");
+        std::process::exit(1);
+    }
+}
+
 /// Prints one JSON document.
 pub(crate) fn print_json(value: &Value) {
     println!(

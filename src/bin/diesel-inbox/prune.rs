@@ -1,5 +1,6 @@
 //! `diesel-inbox prune`.
 
+use std::io::Write as _;
 use std::time::Duration;
 
 use clap::Args;
@@ -26,10 +27,18 @@ pub(crate) struct PruneArgs {
     /// Only count what would be pruned.
     #[arg(long)]
     dry_run: bool,
+    /// Allow an --older-than below one hour (the floor against a typo such as 0s, which
+    /// prunes every settled event, minutes old ones included).
+    #[arg(long)]
+    force: bool,
 }
 
+/// The shortest --older-than taken without --force.
+const FLOOR: Duration = Duration::from_secs(3_600);
+
 /// Prunes, or counts what a prune would remove; without `--yes`, a real prune only counts
-/// and exits with 2.
+/// and exits with 2. A real prune first says on stderr what it is about to delete. An
+/// --older-than below [`FLOOR`] is refused without --force.
 pub(crate) fn run<C: InboxConnection>(
     conn: &mut C,
     inbox: &Inbox,
@@ -41,9 +50,28 @@ pub(crate) fn run<C: InboxConnection>(
             "error: --batch-size must be at least 1".to_owned(),
         ));
     }
+    if args.older_than < FLOOR && !args.force {
+        return Err(Failure::Usage(format!(
+            "error: --older-than {}s is below the floor of 1h: it would prune every event settled since then, minutes-old ones included; pass --force if that is meant",
+            args.older_than.as_secs()
+        )));
+    }
     let inbox = inbox.clone().redelivery_window(args.redelivery_window);
     let retention = Retention::older_than(args.older_than).batch_size(args.batch_size);
     let dry_run = args.dry_run || !global.yes;
+    if !dry_run {
+        let would = inbox.prune(conn, &retention.dry_run(true))?;
+        let _ = writeln!(
+            std::io::stderr(),
+            "about to prune from consumer {}: {} events, {} failures, {} history rows, {} counter rows, {} claims",
+            inbox.consumer(),
+            would.events,
+            would.failures,
+            would.history,
+            would.counters,
+            would.claims
+        );
+    }
     let pruned = inbox.prune(conn, &retention.dry_run(dry_run))?;
     print(&pruned, inbox.consumer(), global);
     if dry_run && !args.dry_run {
