@@ -214,7 +214,8 @@ pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE};
 pub use retry::RetryPolicy;
 pub use state::{
-    ClaimState, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState, UnknownState,
+    ClaimState, CorruptRow, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState,
+    UnknownState,
 };
 pub use stats::{Counts, Stats};
 

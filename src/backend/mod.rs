@@ -95,7 +95,9 @@ pub(crate) mod sealed {
     #[derive(Debug)]
     pub struct FailureRow {
         pub event_id: String,
-        pub state: DeadLetterState,
+        /// Read as text and parsed per row, so that one row this version cannot read does
+        /// not fail a listing.
+        pub state: Result<DeadLetterState, crate::state::UnknownState>,
         pub attempts: i64,
         pub last_error: String,
         pub first_failed_at: DateTime<Utc>,
@@ -119,7 +121,8 @@ pub(crate) mod sealed {
     /// What the inbox table holds for one consumer in one state.
     #[derive(Debug)]
     pub struct InboxTotals {
-        pub state: InboxState,
+        /// Parsed from the text, so that a state this version cannot read is counted.
+        pub state: Result<InboxState, crate::state::UnknownState>,
         pub rows: i64,
         /// `SUM(deliveries - 1)`: the deliveries after the settling one.
         pub repeats: i64,
@@ -129,7 +132,8 @@ pub(crate) mod sealed {
     /// What the failure table holds for one consumer in one state.
     #[derive(Debug)]
     pub struct FailureTotals {
-        pub state: DeadLetterState,
+        /// Parsed from the text, so that a state this version cannot read is counted.
+        pub state: Result<DeadLetterState, crate::state::UnknownState>,
         pub rows: i64,
         pub attempts: i64,
     }
@@ -406,11 +410,15 @@ pub(crate) mod sealed {
         /// locks (SQLite's immediate transaction holds the whole database instead).
         fn failure(&mut self, key: Key<'_>) -> QueryResult<Option<FailureRow>>;
 
-        /// The consumer's failure rows in `state`, oldest failure first.
+        /// Up to `limit` of the consumer's failure rows in `state` (and those whose state this
+        /// version cannot read), after event id `after` where given, in event id order;
+        /// without their payloads.
         fn failures(
             &mut self,
             consumer: &str,
             state: DeadLetterState,
+            after: Option<&str>,
+            limit: i64,
         ) -> QueryResult<Vec<FailureRow>>;
 
         /// Changes the failure row's state from `from` to `to`; `false` when it was not in `from`.
