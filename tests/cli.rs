@@ -97,6 +97,7 @@ fn the_cli_operates_dead_letters_gaps_claims_the_outbox_doctor_and_migrations<C>
     counts_then_prunes(url, &mut conn);
     lists_and_resolves_gaps(url, &mut conn);
     lists_shows_and_resolves_claims(url, &mut conn);
+    pages_through_gaps_and_claims_once_in_key_order(url);
     lists_shows_retries_and_prunes_the_outbox(url, &mut conn);
     doctor_passes_then_fails(url, &mut conn, drop_index);
     prints_and_installs_migrations(url);
@@ -399,7 +400,7 @@ fn resolves_a_gap<C: InboxConnection>(url: &str, conn: &mut C, cursor: &Cursor, 
     assert_eq!(resolved["gap"]["resolution"], "deleted upstream");
     assert_eq!(resolved["cursor"]["resume_at"], 6, "{resolved}");
     assert_eq!(cursor.resume(conn).unwrap(), Resume::At(6));
-    let closed = &cursor.gaps().list(conn).unwrap()[0];
+    let closed = &cursor.gaps().list(conn, 0, 100).unwrap()[0];
     assert_eq!(closed.state(), GapState::Resolved);
     assert_eq!(closed.resolution().map(Audit::actor), Some("ops"));
 
@@ -709,10 +710,11 @@ fn lists_every_claim_with_all(url: &str) {
         .collect();
     assert_eq!(
         states,
+        // in event id order
         [
             ("pay-1", "completed"),
-            ("pay-3", "abandoned"),
-            ("pay-2", "in progress")
+            ("pay-2", "in progress"),
+            ("pay-3", "abandoned")
         ],
         "{all}"
     );
@@ -1151,6 +1153,58 @@ fn usage_errors_exit_with_2_and_print_needs_no_database() {
     assert!(stderr.contains("the result is not JSON"), "{stderr}");
     let help = expect(&run(&["--help"]), 0);
     assert!(help.contains("Exit codes"), "{help}");
+}
+
+/// Pages of `--limit 1` through `args` (a listing with `--all`, as JSON), following
+/// `more_after`: the keys of every row, in the order the pages gave them.
+fn pages_of_one(url: &str, args: &[&str], rows: &str, key: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..100 {
+        let mut page_args = with(args);
+        page_args.extend(["--all", "--limit", "1", "--format", "json"]);
+        if let Some(after) = &after {
+            page_args.extend(["--after", after.as_str()]);
+        }
+        let page = json(&cli(url, &page_args));
+        let keys: Vec<String> = page[rows]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[key].to_string().trim_matches('"').to_owned())
+            .collect();
+        assert!(keys.len() <= 1, "{page}");
+        seen.extend(keys);
+        match &page["more_after"] {
+            Value::Null => break,
+            next => after = Some(next.to_string().trim_matches('"').to_owned()),
+        }
+    }
+    seen
+}
+
+fn pages_through_gaps_and_claims_once_in_key_order(url: &str) {
+    for (args, rows, key) in [
+        (&["gaps"][..], "gaps", "id"),
+        (&["claims"][..], "claims", "event_id"),
+    ] {
+        let mut all_args = with(args);
+        all_args.extend(["--all", "--format", "json"]);
+        let everything = json(&cli(url, &all_args));
+        let mut expected: Vec<String> = everything[rows]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[key].to_string().trim_matches('"').to_owned())
+            .collect();
+        assert!(expected.len() >= 2, "{everything}");
+        if key == "id" {
+            expected.sort_by_key(|id| id.parse::<i64>().unwrap());
+        } else {
+            expected.sort();
+        }
+        assert_eq!(pages_of_one(url, args, rows, key), expected, "{args:?}");
+    }
 }
 
 /// Dead letters a view is measured with: `BIG_COUNT` of `BIG_BYTES` each, 80 MB in all.

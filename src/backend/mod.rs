@@ -623,6 +623,17 @@ pub(crate) mod sealed {
             state: Option<GapState>,
         ) -> QueryResult<Vec<GapRow>>;
 
+        /// Up to `limit` of the consumer's gaps after id `after`, of one stream and in one
+        /// state where given, in id order: a page of a listing.
+        fn gap_page(
+            &mut self,
+            consumer: &str,
+            stream: Option<&str>,
+            state: Option<GapState>,
+            after: i64,
+            limit: i64,
+        ) -> QueryResult<Vec<GapRow>>;
+
         /// The consumer, stream and state of the gap `id`, if there is one.
         fn gap_by_id(&mut self, id: i64) -> QueryResult<Option<(String, String, GapState)>>;
 
@@ -667,12 +678,14 @@ pub(crate) mod sealed {
         /// locks it.
         fn claim(&mut self, key: Key<'_>, lock: bool) -> QueryResult<Option<ClaimRow>>;
 
-        /// The consumer's claims, in the stored states given (all where `None`), oldest
-        /// claim first.
+        /// Up to `limit` of the consumer's claims, in the stored states given (all where
+        /// `None`), after event id `after` where given, in event id order.
         fn claims(
             &mut self,
             consumer: &str,
             states: Option<&[ClaimState]>,
+            after: Option<&str>,
+            limit: i64,
         ) -> QueryResult<Vec<ClaimRow>>;
 
         /// Applies `change` to the claim if its attempt is `attempt` and its stored state one

@@ -1297,6 +1297,34 @@ macro_rules! statement {
                 .map(|rows| rows.into_iter().map($rows::gap_row).collect())
         }
     };
+    (gap_page, $schema:ident, $codec:ident, $rows:ident) => {
+        fn gap_page(
+            &mut self,
+            consumer: &str,
+            stream: Option<&str>,
+            state: Option<$crate::state::GapState>,
+            after: i64,
+            limit: i64,
+        ) -> QueryResult<Vec<$crate::backend::sealed::GapRow>> {
+            use $schema::diesel_inbox_gaps::dsl as g;
+            let mut query = g::diesel_inbox_gaps
+                .filter(g::consumer.eq($codec::key(consumer)))
+                .filter(g::id.gt(after))
+                .into_boxed();
+            if let Some(stream) = stream {
+                query = query.filter(g::stream.eq($codec::key(stream)));
+            }
+            if let Some(state) = state {
+                query = query.filter(g::state.eq(state));
+            }
+            query
+                .order(g::id)
+                .limit(limit)
+                .select($rows::gap_columns())
+                .load::<$rows::GapColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::gap_row).collect())
+        }
+    };
     // `returning`: how the backend learns the new row's id.
     (insert_gap, $schema:ident, $codec:ident, returning) => {
         fn insert_gap(
@@ -1506,6 +1534,8 @@ macro_rules! statement {
             &mut self,
             consumer: &str,
             states: Option<&[$crate::state::ClaimState]>,
+            after: Option<&str>,
+            limit: i64,
         ) -> QueryResult<Vec<$crate::backend::sealed::ClaimRow>> {
             use $schema::diesel_inbox_claims::dsl as k;
             let mut query = k::diesel_inbox_claims
@@ -1514,8 +1544,12 @@ macro_rules! statement {
             if let Some(states) = states {
                 query = query.filter(k::state.eq_any(states.to_vec()));
             }
+            if let Some(after) = after {
+                query = query.filter(k::event_id.gt($codec::key(after)));
+            }
             query
-                .order((k::claimed_at, k::event_id))
+                .order(k::event_id)
+                .limit(limit)
                 .select($rows::claim_columns())
                 .load::<$rows::ClaimColumns>(self)
                 .map(|rows| rows.into_iter().map($rows::claim_row).collect())

@@ -121,7 +121,7 @@ impl Claims {
     /// [`Error::Database`].
     pub fn in_doubt<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<ClaimRecord>, Error> {
         let states = [ClaimState::InProgress, ClaimState::InDoubt];
-        let records = self.read(conn, Some(&states))?;
+        let records = self.read(conn, Some(&states), None, i64::MAX)?;
         let in_doubt: Vec<_> = records
             .into_iter()
             .filter(|record| record.state == ClaimState::InDoubt)
@@ -130,13 +130,20 @@ impl Claims {
         Ok(in_doubt)
     }
 
-    /// Every claim of the consumer, oldest first.
+    /// Up to `limit` of the consumer's claims, in any state, after event id `after` where
+    /// given, in event id order. The next page starts after the last event id of this one;
+    /// a page shorter than `limit` is the last.
     ///
     /// # Errors
     ///
     /// [`Error::Database`].
-    pub fn list<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<ClaimRecord>, Error> {
-        self.read(conn, None)
+    pub fn list<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ClaimRecord>, Error> {
+        self.read(conn, None, after, i64::try_from(limit).unwrap_or(i64::MAX))
     }
 
     /// The claim of `event_id`, if there is one.
@@ -268,9 +275,11 @@ impl Claims {
         &self,
         conn: &mut C,
         states: Option<&[ClaimState]>,
+        after: Option<&str>,
+        limit: i64,
     ) -> Result<Vec<ClaimRecord>, Error> {
         let now = now();
-        let rows = conn.sql().claims(self.consumer(), states)?;
+        let rows = conn.sql().claims(self.consumer(), states, after, limit)?;
         rows.into_iter()
             .map(|row| ClaimRecord::from_row(self.consumer(), row, now))
             .collect()
