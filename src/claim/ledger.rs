@@ -111,7 +111,8 @@ impl Resolution {
 }
 
 impl Claims {
-    /// The consumer's claims in doubt, oldest first: each one's side effect may or may not
+    /// The consumer's claims in doubt, oldest first (every one: they wait for ops and stay
+    /// few): each one's side effect may or may not
     /// have happened, and waits for ops ([`resolve`](Self::resolve)). Sets the gauge
     /// `diesel_inbox_claims_in_doubt` (with the `metrics` feature): call it from a periodic
     /// health check, and a claim whose lease ran out with no delivery since still shows.

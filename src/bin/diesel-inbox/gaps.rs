@@ -56,6 +56,29 @@ pub(crate) fn run<C: InboxConnection>(
     }
 }
 
+/// A page of gaps in id order, and the id the next page starts after when this one is full.
+fn page<C: InboxConnection>(
+    conn: &mut C,
+    ledger: &diesel_inbox::Gaps,
+    args: &GapsArgs,
+) -> Result<(Vec<Gap>, Option<i64>), Failure> {
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+    let gaps = if args.all {
+        ledger.list(conn, args.after, limit)?
+    } else {
+        // Open gaps are few (a cursor allows so many): read them, then page in id order.
+        let mut open = ledger.open(conn)?;
+        open.retain(|g| g.id() > args.after);
+        open.sort_by_key(Gap::id);
+        open.truncate(limit);
+        open
+    };
+    let more_after = (gaps.len() >= limit)
+        .then(|| gaps.last().map(Gap::id))
+        .flatten();
+    Ok((gaps, more_after))
+}
+
 /// Prints where each stream's cursor stands, then its gaps.
 fn list<C: InboxConnection>(
     conn: &mut C,
@@ -72,20 +95,7 @@ fn list<C: InboxConnection>(
         }
         None => (inbox.gaps(), Cursor::all(conn, inbox)?),
     };
-    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-    let gaps = if args.all {
-        ledger.list(conn, args.after, limit)?
-    } else {
-        // Open gaps are few (a cursor allows so many): read them, then page in id order.
-        let mut open = ledger.open(conn)?;
-        open.retain(|g| g.id() > args.after);
-        open.sort_by_key(Gap::id);
-        open.truncate(limit);
-        open
-    };
-    let more_after = (gaps.len() >= limit)
-        .then(|| gaps.last().map(Gap::id))
-        .flatten();
+    let (gaps, more_after) = page(conn, &ledger, args)?;
     match global.format {
         Format::Json => output::print_json(&json!({
             "consumer": inbox.consumer(),
