@@ -190,9 +190,10 @@ impl Gaps {
     ) -> Result<Vec<Gap>, Error> {
         let state = None;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows =
-            conn.sql()
-                .gap_page(&self.consumer, self.stream.as_deref(), state, after, limit)?;
+        let rows = conn
+            .sql()
+            .gap_page(&self.consumer, self.stream.as_deref(), state, after, limit)
+            .map_err(|e| crate::state::unreadable_among(e, &[("consumer", &self.consumer)]))?;
         Ok(rows.into_iter().map(Gap::from_row).collect())
     }
 
@@ -278,7 +279,8 @@ impl Gaps {
     ) -> Result<Vec<Gap>, Error> {
         let rows = conn
             .sql()
-            .gaps(&self.consumer, self.stream.as_deref(), state)?;
+            .gaps(&self.consumer, self.stream.as_deref(), state)
+            .map_err(|e| crate::state::unreadable_among(e, &[("consumer", &self.consumer)]))?;
         Ok(rows.into_iter().map(Gap::from_row).collect())
     }
 }

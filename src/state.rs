@@ -463,19 +463,48 @@ pub(crate) fn unreadable(
     error: diesel::result::Error,
     key: &[(&str, &str)],
 ) -> Result<CorruptRow, diesel::result::Error> {
-    let diesel::result::Error::DeserializationError(inner) = error else {
-        return Err(error);
+    match unknown_in(&error) {
+        Some(unknown) => Ok(unknown.clone().in_row(key)),
+        None => Err(error),
+    }
+}
+
+/// A listing's error, when one of its rows holds a state this version cannot read, as
+/// [`Error::CorruptRow`](crate::Error::CorruptRow): the rows in `scope` whose column holds that
+/// text (the load fails before it can say which row, so the key is the scope and the text);
+/// any other error as [`Error::Database`](crate::Error::Database).
+pub(crate) fn unreadable_among(
+    error: diesel::result::Error,
+    scope: &[(&str, &str)],
+) -> crate::Error {
+    let (column, text) = match unknown_in(&error) {
+        Some(unknown) => (
+            unknown
+                .column
+                .split_once('.')
+                .map_or(unknown.column, |(_, c)| c),
+            unknown.text.clone(),
+        ),
+        None => return crate::Error::Database(error),
     };
-    // Diesel wraps a field's error in `DeserializeFieldError` with the field's name.
-    let unknown = inner.downcast_ref::<UnknownState>().or_else(|| {
+    let mut key = scope.to_vec();
+    key.push((column, text.as_str()));
+    match unreadable(error, &key) {
+        Ok(corrupt) => corrupt.into(),
+        Err(error) => crate::Error::Database(error),
+    }
+}
+
+/// The state text a statement's error could not read, if that is what it is.
+fn unknown_in(error: &diesel::result::Error) -> Option<&UnknownState> {
+    let diesel::result::Error::DeserializationError(inner) = error else {
+        return None;
+    };
+    inner.downcast_ref::<UnknownState>().or_else(|| {
         inner
             .downcast_ref::<diesel::result::DeserializeFieldError>()
             .and_then(|field| field.error.downcast_ref::<UnknownState>())
-    });
-    match unknown {
-        Some(unknown) => Ok(unknown.clone().in_row(key)),
-        None => Err(diesel::result::Error::DeserializationError(inner)),
-    }
+    })
 }
 
 #[cfg(test)]

@@ -158,9 +158,17 @@ impl Claims {
         event_id: impl IntoEventId,
     ) -> Result<Option<ClaimRecord>, Error> {
         let event_id = event_id.into_event_id()?;
+        let key = [
+            ("consumer", self.consumer()),
+            ("event_id", event_id.as_str()),
+        ];
         let row = conn
             .sql()
-            .claim((self.consumer(), event_id.as_str()), false)?;
+            .claim((self.consumer(), event_id.as_str()), false)
+            .map_err(|e| match crate::state::unreadable(e, &key) {
+                Ok(corrupt) => Error::CorruptRow(corrupt),
+                Err(e) => Error::Database(e),
+            })?;
         row.map(|row| ClaimRecord::from_row(self.consumer(), row, now()))
             .transpose()
     }
@@ -280,7 +288,10 @@ impl Claims {
         limit: i64,
     ) -> Result<Vec<ClaimRecord>, Error> {
         let now = now();
-        let rows = conn.sql().claims(self.consumer(), states, after, limit)?;
+        let rows = conn
+            .sql()
+            .claims(self.consumer(), states, after, limit)
+            .map_err(|e| crate::state::unreadable_among(e, &[("consumer", self.consumer())]))?;
         rows.into_iter()
             .map(|row| ClaimRecord::from_row(self.consumer(), row, now))
             .collect()
