@@ -448,12 +448,17 @@ async fn report(pool: &SqlitePool, counts: &Counts) -> Result {
             diesel::sql_query("SELECT COUNT(*) AS n FROM invoices").get_result::<Count>(conn)?;
         Ok((
             invoices.n,
-            Inbox::new("billing")?.dead_letters().list(conn)?,
+            Inbox::new("billing")?
+                .dead_letters()
+                .list(conn, None, 100)?,
         ))
     })
     .await?;
     for letter in &dead {
-        println!("dead letter {}: {}", letter.event_id, letter.last_error);
+        match letter {
+            Ok(letter) => println!("dead letter {}: {}", letter.event_id, letter.last_error),
+            Err(unreadable) => println!("unreadable dead letter: {unreadable}"),
+        }
     }
     let pending = outbox_stats(pool).await?.pending;
     let checks = [

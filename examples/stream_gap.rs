@@ -211,7 +211,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cursor.gaps().resolve(&mut conn, gap.id(), &audit)?;
     }
     println!("the ledger after ops resolved it:");
-    print_ledger(&cursor.gaps().list(&mut conn)?);
+    print_ledger(&cursor.gaps().list(&mut conn, 0, 100)?);
     let resume = cursor.resume(&mut conn)?;
     println!("resume {resume:?} (an evicted gap never holds the cursor back)");
 

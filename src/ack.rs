@@ -149,7 +149,9 @@ impl Error {
             | Error::Permanent(_)
             | Error::InvalidStreamName(_)
             | Error::BeforeFirstAvailable { .. }
-            | Error::SequenceOutOfRange(_) => Ack::Reject,
+            | Error::SequenceOutOfRange(_)
+            // A stored row this version cannot read: redelivering reads it again, forever.
+            | Error::CorruptRow(_) => Ack::Reject,
             // Nothing was committed, or the commit's outcome is unknown: the inbox answers a
             // redelivery correctly either way.
             Error::Database(_)

@@ -360,7 +360,8 @@ impl Inbox {
                 Some(first) => first,
                 None => conn
                     .sql()
-                    .record_delivery(key, Utc::now(), fingerprint.map(|f| &f[..]))?,
+                    .record_delivery(key, Utc::now(), fingerprint.map(|f| &f[..]))
+                    .map_err(|error| Failure::reading_events(error, key))?,
             };
             // Read only when an effect panics: then it names the event whose effect it was.
             *panicked_at = Some(i);

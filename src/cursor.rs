@@ -605,7 +605,11 @@ impl Cursor {
                 let key = self.inbox.key(event);
                 let fingerprint = event.payload.as_ref().map(crate::Payload::fingerprint);
                 let fingerprint_ref = fingerprint.as_ref().map(|f| &f[..]);
-                match conn.sql().record_delivery(key, now, fingerprint_ref)? {
+                let recorded = conn
+                    .sql()
+                    .record_delivery(key, now, fingerprint_ref)
+                    .map_err(|error| Failure::reading_events(error, key))?;
+                match recorded {
                     Recorded::Seen(existing) => {
                         return inbox::seen(conn, key, fingerprint.as_ref(), existing);
                     }

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use crate::backend::sealed::{FailureRow, HistoryRow, InboxSql, Recorded};
 use crate::backend::Key;
-use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
+use crate::state::{CorruptRow, Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Failure};
 use crate::{Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
 
@@ -80,8 +80,12 @@ pub struct DeadLetter {
     pub last_failed_at: DateTime<Utc>,
     /// The last state change.
     pub updated_at: DateTime<Utc>,
-    /// The payload as last delivered, if the delivery carried one.
+    /// The payload as last delivered, if the delivery carried one (only from
+    /// [`DeadLetters::show`]: a listing leaves payloads out).
     pub payload: Option<Payload>,
+    /// What the stored payload is, `"json"` or `"bytes"`; `None` when the delivery carried
+    /// none. Listings fill it too.
+    pub payload_kind: Option<String>,
     /// Every failed attempt and transition, oldest first (only from [`DeadLetters::show`]).
     pub history: Vec<HistoryEntry>,
 }
@@ -126,7 +130,7 @@ pub struct HistoryEntry {
 /// assert!(outcome.is_dead_lettered());
 ///
 /// let dead = inbox.dead_letters();
-/// assert_eq!(dead.list(&mut conn)?.len(), 1);
+/// assert_eq!(dead.list(&mut conn, None, 100)?.len(), 1);
 /// let audit = Audit::new("ops@example.com", "qty fixed upstream")?;
 /// let redriven = dead.redrive(&mut conn, "order-9", &audit, |_tx, payload| {
 ///     assert!(matches!(payload, Some(Payload::Json(_))));
@@ -142,24 +146,41 @@ pub struct DeadLetters {
 }
 
 impl DeadLetters {
-    /// The consumer's dead letters awaiting a decision, oldest first, without history.
+    /// Up to `limit` of the consumer's dead letters awaiting a decision, after event id
+    /// `after` where given, in event id order: without payload and history (see
+    /// [`show`](Self::show)), so a page costs little whatever the payloads weigh. The next
+    /// page starts after the last event id of this one; a page shorter than `limit` is the
+    /// last.
+    ///
+    /// A row this version cannot read (a state it does not know, an invalid event id) is
+    /// listed in its place as an `Err` naming the table, the key and the text, never left
+    /// out; it sorts by its stored event id as the others do.
     ///
     /// # Errors
     ///
     /// [`Error::Database`] when the query fails.
-    pub fn list<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<DeadLetter>, Error> {
-        conn.sql()
-            .failures(self.inbox.consumer(), DeadLetterState::DeadLettered)?
+    pub fn list<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Result<DeadLetter, CorruptRow>>, Error> {
+        let consumer = self.inbox.consumer();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        Ok(conn
+            .sql()
+            .failures(consumer, DeadLetterState::DeadLettered, after, limit)?
             .into_iter()
-            .map(|row| dead_letter(row, Vec::new()))
-            .collect()
+            .map(|row| dead_letter(consumer, row, Vec::new()))
+            .collect())
     }
 
-    /// One failed event, in any state, with its history.
+    /// One failed event, in any state, with its payload and history.
     ///
     /// # Errors
     ///
-    /// [`Error::DeadLetterNotFound`] when the event never failed for this consumer.
+    /// [`Error::DeadLetterNotFound`] when the event never failed for this consumer;
+    /// [`Error::CorruptRow`] when its row cannot be read as it is.
     pub fn show<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -172,7 +193,7 @@ impl DeadLetters {
             event_id: event_id.clone(),
         })?;
         let history = conn.sql().history(key)?;
-        dead_letter(row, history)
+        Ok(dead_letter(key.0, row, history)?)
     }
 
     /// Runs `effect` on the stored payload of a dead-lettered event, through the normal inbox
@@ -399,10 +420,14 @@ fn transition_from_dead_lettered<C: InboxConnection, E>(
             event_id: event_id(),
         }));
     };
-    if row.state != DeadLetterState::DeadLettered {
+    let state = row
+        .state
+        .clone()
+        .map_err(|unknown| Failure::Inbox(unknown.in_row(&failure_key(key)).into()))?;
+    if state != DeadLetterState::DeadLettered {
         return Err(Failure::Inbox(Error::InvalidTransition {
             event_id: event_id(),
-            state: row.state,
+            state,
             attempted: transition.to(),
         }));
     }
@@ -440,12 +465,27 @@ fn stored_payload(row: &FailureRow) -> Option<Payload> {
     Payload::from_stored(kind, bytes)
 }
 
-fn dead_letter(row: FailureRow, history: Vec<HistoryRow>) -> Result<DeadLetter, Error> {
+/// The failure table's key columns, as a [`CorruptRow`] names them.
+fn failure_key(key: Key<'_>) -> [(&'static str, &str); 2] {
+    [("consumer", key.0), ("event_id", key.1)]
+}
+
+fn dead_letter(
+    consumer: &str,
+    row: FailureRow,
+    history: Vec<HistoryRow>,
+) -> Result<DeadLetter, CorruptRow> {
+    let key = failure_key((consumer, &row.event_id));
+    let event_id = EventId::new(row.event_id.as_str()).map_err(|_| {
+        CorruptRow::invalid_id("diesel_inbox_failures", &key, "event_id", &row.event_id)
+    })?;
+    let state = row.state.clone().map_err(|unknown| unknown.in_row(&key))?;
     Ok(DeadLetter {
-        event_id: EventId::new(row.event_id.as_str())?,
-        state: row.state,
+        event_id,
+        state,
         attempts: row.attempts.unsigned_abs(),
         payload: stored_payload(&row),
+        payload_kind: row.payload_kind,
         last_error: row.last_error,
         first_failed_at: row.first_failed_at,
         last_failed_at: row.last_failed_at,

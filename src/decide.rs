@@ -54,6 +54,20 @@ impl<E> From<diesel::result::Error> for Failure<E> {
     }
 }
 
+impl<E> Failure<E> {
+    /// A statement's error on the inbox row at `key`: when the row holds a state this version
+    /// cannot read, [`Error::CorruptRow`], which a delivery rejects rather than redelivers.
+    pub(crate) fn reading_events(
+        error: diesel::result::Error,
+        key: crate::backend::Key<'_>,
+    ) -> Self {
+        match crate::state::unreadable(error, &[("consumer", key.0), ("event_id", key.1)]) {
+            Ok(corrupt) => Failure::Inbox(corrupt.into()),
+            Err(error) => Failure::Database(error),
+        }
+    }
+}
+
 impl<E: From<Error>> Failure<E> {
     /// The error the caller gets; a panic continues unwinding.
     pub(crate) fn into_error(self) -> E {

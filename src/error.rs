@@ -179,6 +179,11 @@ pub enum Error {
     /// The stream name was rejected.
     #[error(transparent)]
     InvalidStreamName(#[from] InvalidStreamName),
+    /// A stored row cannot be read as it is (a state this version does not know, an invalid
+    /// event id): the error names the table, the key and the text, and the UPDATE that
+    /// repairs the row. A delivery of its event is rejected, never redelivered in a loop.
+    #[error(transparent)]
+    CorruptRow(#[from] crate::state::CorruptRow),
     /// Another instance acquired the stream since this cursor's epoch was handed out (a
     /// rebalance): this instance is a zombie. Nothing was committed, the effect included.
     /// Stop consuming the stream, or [`acquire`](crate::Cursor::acquire) it again.

@@ -175,13 +175,26 @@ impl Gaps {
         self.read(conn, Some(GapState::Open))
     }
 
-    /// Every gap, open or closed, by stream and first sequence.
+    /// Up to `limit` gaps, open or closed, after gap id `after` (0: from the first), in id
+    /// order (the order they were detected). The next page starts after the last id of this
+    /// one; a page shorter than `limit` is the last.
     ///
     /// # Errors
     ///
     /// [`Error::Database`].
-    pub fn list<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<Gap>, Error> {
-        self.read(conn, None)
+    pub fn list<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Gap>, Error> {
+        let state = None;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = conn
+            .sql()
+            .gap_page(&self.consumer, self.stream.as_deref(), state, after, limit)
+            .map_err(|e| crate::state::unreadable_among(e, &[("consumer", &self.consumer)]))?;
+        Ok(rows.into_iter().map(Gap::from_row).collect())
     }
 
     /// Resolves the open gap `id`: its sequences are given up (or were recovered some other
@@ -266,7 +279,8 @@ impl Gaps {
     ) -> Result<Vec<Gap>, Error> {
         let rows = conn
             .sql()
-            .gaps(&self.consumer, self.stream.as_deref(), state)?;
+            .gaps(&self.consumer, self.stream.as_deref(), state)
+            .map_err(|e| crate::state::unreadable_among(e, &[("consumer", &self.consumer)]))?;
         Ok(rows.into_iter().map(Gap::from_row).collect())
     }
 }

@@ -301,9 +301,10 @@ impl Inbox {
     {
         let key = self.key(delivery);
         let fingerprint = delivery.payload.as_ref().map(crate::Payload::fingerprint);
-        let recorded =
-            conn.sql()
-                .record_delivery(key, Utc::now(), fingerprint.as_ref().map(|f| &f[..]))?;
+        let recorded = conn
+            .sql()
+            .record_delivery(key, Utc::now(), fingerprint.as_ref().map(|f| &f[..]))
+            .map_err(|error| Failure::reading_events(error, key))?;
         match recorded {
             Recorded::New => run_effect(conn, key, effect, encode)
                 .map(|value| Delivered::Outcome(Outcome::Processed(value))),

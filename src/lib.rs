@@ -216,7 +216,8 @@ pub use redact::{redact, redact_url_secrets};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE};
 pub use retry::RetryPolicy;
 pub use state::{
-    ClaimState, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState, UnknownState,
+    ClaimState, CorruptRow, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState,
+    UnknownState,
 };
 pub use stats::{Counts, Stats};
 

@@ -18,6 +18,10 @@ use diesel::sql_types::Text;
 macro_rules! stored_as_text {
     ($state:ident, $column:literal { $($variant:ident = $text:literal),+ $(,)? }) => {
         impl $state {
+            /// Every text stored for a state of this version.
+            #[allow(dead_code, reason = "used for the state columns that listings read as text")]
+            pub(crate) const TEXTS: &'static [&'static str] = &[$($text),+];
+
             /// The text stored for this state.
             pub(crate) fn as_str(self) -> &'static str {
                 match self {
@@ -35,6 +39,7 @@ macro_rules! stored_as_text {
                     _ => Err(UnknownState {
                         column: $column,
                         text: text.to_owned(),
+                        known: Self::TEXTS,
                     }),
                 }
             }
@@ -317,6 +322,189 @@ stored_as_text!(Counter, "diesel_inbox_counters.counter" {
 pub struct UnknownState {
     column: &'static str,
     text: String,
+    known: &'static [&'static str],
+}
+
+impl UnknownState {
+    /// The column's qualified name, such as `diesel_inbox_failures.state`.
+    pub fn column(&self) -> &str {
+        self.column
+    }
+
+    /// The text the column holds.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// This row of `table` at `key` held the text: a [`CorruptRow`] naming all three.
+    pub(crate) fn in_row(self, key: &[(&str, &str)]) -> CorruptRow {
+        let (table, column) = self.column.split_once('.').unwrap_or(("", self.column));
+        let known = self
+            .known
+            .iter()
+            .map(|t| quote(t))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let remedy = format!(
+            "set it to one of {known} with UPDATE {table} SET {column} = '...' WHERE {}, or upgrade diesel-inbox if a newer version wrote it",
+            where_clause(key)
+        );
+        CorruptRow::new(table, key, column, self.text, remedy)
+    }
+}
+
+/// A row that cannot be read as it is: a column holds text this version does not accept
+/// (a state no variant maps to, an empty or over-long event id). It names the table, the
+/// row's key, the column and the text, and says how to repair the row. Listings show such
+/// a row as unreadable instead of leaving it out; [`Stats`](crate::Stats) counts it; a
+/// delivery of its event is rejected with it ([`Error::CorruptRow`](crate::Error::CorruptRow)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unreadable row in {table} ({}): {column} holds {text:?}; {remedy}", where_clause_owned(.key))]
+pub struct CorruptRow {
+    table: &'static str,
+    key: Vec<(String, String)>,
+    column: &'static str,
+    text: String,
+    remedy: String,
+}
+
+impl CorruptRow {
+    pub(crate) fn new(
+        table: &str,
+        key: &[(&str, &str)],
+        column: &str,
+        text: String,
+        remedy: String,
+    ) -> Self {
+        Self {
+            table: static_name(table),
+            key: key
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            column: static_name(column),
+            text,
+            remedy,
+        }
+    }
+
+    /// A stored event id that is not a valid one (empty, too long): the row can only be
+    /// repaired by hand or deleted.
+    pub(crate) fn invalid_id(table: &str, key: &[(&str, &str)], column: &str, text: &str) -> Self {
+        let remedy = format!(
+            "not a valid event id: give the row a valid one with UPDATE {table} SET {column} = '...' WHERE {}, or delete it",
+            where_clause(key)
+        );
+        Self::new(table, key, column, text.to_owned(), remedy)
+    }
+
+    /// The table, such as `diesel_inbox_failures`.
+    pub fn table(&self) -> &str {
+        self.table
+    }
+
+    /// The row's key, column by column, such as `[("consumer", "orders"), ("event_id", "evt-1")]`.
+    pub fn key(&self) -> &[(String, String)] {
+        &self.key
+    }
+
+    /// The column that cannot be read.
+    pub fn column(&self) -> &str {
+        self.column
+    }
+
+    /// The text it holds.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// The inbox's table and column names are few and fixed: keep them as `&'static str`.
+fn static_name(name: &str) -> &'static str {
+    const NAMES: &[&str] = &[
+        "diesel_inbox_events",
+        "diesel_inbox_failures",
+        "diesel_inbox_claims",
+        "diesel_inbox_gaps",
+        "diesel_inbox_outbox",
+        "diesel_inbox_failure_log",
+        "diesel_inbox_counters",
+        "state",
+        "event_id",
+        "kind",
+        "cause",
+        "counter",
+    ];
+    NAMES.iter().find(|n| **n == name).copied().unwrap_or("?")
+}
+
+/// `'text'` as an SQL string literal.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+fn where_clause(key: &[(&str, &str)]) -> String {
+    key.iter()
+        .map(|(k, v)| format!("{k} = {}", quote(v)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+fn where_clause_owned(key: &[(String, String)]) -> String {
+    key.iter()
+        .map(|(k, v)| format!("{k} = {}", quote(v)))
+        .collect::<Vec<_>>()
+        .join(" AND ")
+}
+
+/// A statement's error, when it is a column this version cannot read, as the row at `key` it
+/// came from; any other error back as it is.
+pub(crate) fn unreadable(
+    error: diesel::result::Error,
+    key: &[(&str, &str)],
+) -> Result<CorruptRow, diesel::result::Error> {
+    match unknown_in(&error) {
+        Some(unknown) => Ok(unknown.clone().in_row(key)),
+        None => Err(error),
+    }
+}
+
+/// A listing's error, when one of its rows holds a state this version cannot read, as
+/// [`Error::CorruptRow`](crate::Error::CorruptRow): the rows in `scope` whose column holds that
+/// text (the load fails before it can say which row, so the key is the scope and the text);
+/// any other error as [`Error::Database`](crate::Error::Database).
+pub(crate) fn unreadable_among(
+    error: diesel::result::Error,
+    scope: &[(&str, &str)],
+) -> crate::Error {
+    let (column, text) = match unknown_in(&error) {
+        Some(unknown) => (
+            unknown
+                .column
+                .split_once('.')
+                .map_or(unknown.column, |(_, c)| c),
+            unknown.text.clone(),
+        ),
+        None => return crate::Error::Database(error),
+    };
+    let mut key = scope.to_vec();
+    key.push((column, text.as_str()));
+    match unreadable(error, &key) {
+        Ok(corrupt) => corrupt.into(),
+        Err(error) => crate::Error::Database(error),
+    }
+}
+
+/// The state text a statement's error could not read, if that is what it is.
+fn unknown_in(error: &diesel::result::Error) -> Option<&UnknownState> {
+    let diesel::result::Error::DeserializationError(inner) = error else {
+        return None;
+    };
+    inner.downcast_ref::<UnknownState>().or_else(|| {
+        inner
+            .downcast_ref::<diesel::result::DeserializeFieldError>()
+            .and_then(|field| field.error.downcast_ref::<UnknownState>())
+    })
 }
 
 #[cfg(test)]
@@ -384,5 +572,24 @@ mod tests {
         assert_eq!(error.column, "diesel_inbox_failures.state");
         assert!(error.to_string().contains("\"paused\""));
         assert!("Processed".parse::<InboxState>().is_err());
+    }
+
+    #[test]
+    fn a_corrupt_row_names_its_table_key_and_text_and_the_update_that_repairs_it() {
+        let error = "bogus"
+            .parse::<DeadLetterState>()
+            .unwrap_err()
+            .in_row(&[("consumer", "orders"), ("event_id", "it's")]);
+        assert_eq!(error.table(), "diesel_inbox_failures");
+        assert_eq!(error.column(), "state");
+        assert_eq!(error.text(), "bogus");
+        let message = error.to_string();
+        assert!(
+            message.contains("diesel_inbox_failures (consumer = 'orders' AND event_id = 'it''s')"),
+            "{message}"
+        );
+        assert!(message.contains("UPDATE diesel_inbox_failures SET state = '...' WHERE consumer = 'orders' AND event_id = 'it''s'"), "{message}");
+        assert!(message.contains("'dead_lettered'"), "{message}");
+        assert!(message.contains("\"bogus\""), "{message}");
     }
 }

@@ -65,7 +65,10 @@ pub struct Stats {
     /// - `dead_lettered`: dead letters awaiting a decision (failure rows in state
     ///   dead-lettered), not every event ever dead-lettered;
     /// - `discarded`, `redriven`, `released`: dead letters ops discarded, redrove or released
-    ///   (failure rows in that state; a released event that fails again counts as retrying).
+    ///   (failure rows in that state; a released event that fails again counts as retrying);
+    /// - `unreadable`: inbox and failure rows whose state this version cannot read (a
+    ///   corrupt row or one a newer version wrote), counted here instead of failing the
+    ///   stats; `diesel-inbox dead-letters list` names the failure rows.
     pub totals: Counts,
     /// What happened since [`recent_since`](Self::recent_since):
     /// - `processed`: inbox rows in state processed with `processed_at` at or after it;
@@ -103,6 +106,8 @@ pub struct Counts {
     pub redriven: u64,
     /// Dead letters ops released to be published again.
     pub released: u64,
+    /// Rows whose state this version cannot read (totals only; 0 in recent).
+    pub unreadable: u64,
 }
 
 impl Inbox {
@@ -114,8 +119,8 @@ impl Inbox {
     ///
     /// # Errors
     ///
-    /// [`Error::Database`], also when a state column holds text this version does not know
-    /// ([`UnknownState`](crate::UnknownState)).
+    /// [`Error::Database`]. A state column that holds text this version does not know is
+    /// counted in [`Counts::unreadable`], not an error.
     pub fn stats<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -156,20 +161,25 @@ fn count(n: i64) -> u64 {
 fn read<S: InboxSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Result<Stats, Error> {
     let mut totals = Counts::default();
     for row in sql.inbox_totals(consumer)? {
-        if row.state == InboxState::Processed {
-            totals.processed += count(row.rows);
-            totals.duplicates += count(row.repeats);
+        match row.state {
+            Ok(InboxState::Processed) => {
+                totals.processed += count(row.rows);
+                totals.duplicates += count(row.repeats);
+            }
+            Ok(_) => {}
+            Err(_) => totals.unreadable += count(row.rows),
         }
         totals.payload_conflicts += count(row.payload_conflicts);
     }
     for row in sql.failure_totals(consumer)? {
         totals.failed_attempts += count(row.attempts);
         match row.state {
-            DeadLetterState::DeadLettered => totals.dead_lettered += count(row.rows),
-            DeadLetterState::Discarded => totals.discarded += count(row.rows),
-            DeadLetterState::Redriven => totals.redriven += count(row.rows),
-            DeadLetterState::Released => totals.released += count(row.rows),
-            DeadLetterState::Retrying => {}
+            Ok(DeadLetterState::DeadLettered) => totals.dead_lettered += count(row.rows),
+            Ok(DeadLetterState::Discarded) => totals.discarded += count(row.rows),
+            Ok(DeadLetterState::Redriven) => totals.redriven += count(row.rows),
+            Ok(DeadLetterState::Released) => totals.released += count(row.rows),
+            Ok(DeadLetterState::Retrying) => {}
+            Err(_) => totals.unreadable += count(row.rows),
         }
     }
 

@@ -97,6 +97,7 @@ fn the_cli_operates_dead_letters_gaps_claims_the_outbox_doctor_and_migrations<C>
     counts_then_prunes(url, &mut conn);
     lists_and_resolves_gaps(url, &mut conn);
     lists_shows_and_resolves_claims(url, &mut conn);
+    pages_through_gaps_and_claims_once_in_key_order(url);
     lists_shows_retries_and_prunes_the_outbox(url, &mut conn);
     doctor_passes_then_fails(url, &mut conn, drop_index);
     prints_and_installs_migrations(url);
@@ -190,7 +191,7 @@ fn discards_and_releases<C: InboxConnection>(
     let refused = cli(url, &discard);
     expect(&refused, 2);
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--yes"));
-    assert_eq!(inbox.dead_letters().list(conn).unwrap().len(), 2);
+    assert_eq!(inbox.dead_letters().list(conn, None, 100).unwrap().len(), 2);
     let no_actor = cli(
         url,
         &with(&[
@@ -243,7 +244,11 @@ fn discards_and_releases<C: InboxConnection>(
     let again = cli(url, &release);
     expect(&again, 1);
     assert!(String::from_utf8_lossy(&again.stderr).contains("released"));
-    assert!(inbox.dead_letters().list(conn).unwrap().is_empty());
+    assert!(inbox
+        .dead_letters()
+        .list(conn, None, 100)
+        .unwrap()
+        .is_empty());
 }
 
 /// After the releases: evt-1 processed once and delivered twice, evt-2 discarded.
@@ -404,7 +409,7 @@ fn resolves_a_gap<C: InboxConnection>(url: &str, conn: &mut C, cursor: &Cursor, 
     assert_eq!(resolved["gap"]["resolution"], "deleted upstream");
     assert_eq!(resolved["cursor"]["resume_at"], 6, "{resolved}");
     assert_eq!(cursor.resume(conn).unwrap(), Resume::At(6));
-    let closed = &cursor.gaps().list(conn).unwrap()[0];
+    let closed = &cursor.gaps().list(conn, 0, 100).unwrap()[0];
     assert_eq!(closed.state(), GapState::Resolved);
     assert_eq!(closed.resolution().map(Audit::actor), Some("ops"));
 
@@ -714,10 +719,11 @@ fn lists_every_claim_with_all(url: &str) {
         .collect();
     assert_eq!(
         states,
+        // in event id order
         [
             ("pay-1", "completed"),
-            ("pay-3", "abandoned"),
-            ("pay-2", "in progress")
+            ("pay-2", "in progress"),
+            ("pay-3", "abandoned")
         ],
         "{all}"
     );
@@ -1463,4 +1469,349 @@ fn cli_errors_name_cli_commands_and_the_schema_remedy_only_for_a_missing_table()
         !String::from_utf8_lossy(&lost.stderr).contains("schema"),
         "{lost:?}"
     );
+
+/// Pages of `--limit 1` through `args` (a listing with `--all`, as JSON), following
+/// `more_after`: the keys of every row, in the order the pages gave them.
+fn pages_of_one(url: &str, args: &[&str], rows: &str, key: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..100 {
+        let mut page_args = with(args);
+        page_args.extend(["--all", "--limit", "1", "--format", "json"]);
+        if let Some(after) = &after {
+            page_args.extend(["--after", after.as_str()]);
+        }
+        let page = json(&cli(url, &page_args));
+        let keys: Vec<String> = page[rows]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[key].to_string().trim_matches('"').to_owned())
+            .collect();
+        assert!(keys.len() <= 1, "{page}");
+        seen.extend(keys);
+        match &page["more_after"] {
+            Value::Null => break,
+            next => after = Some(next.to_string().trim_matches('"').to_owned()),
+        }
+    }
+    seen
+}
+
+fn pages_through_gaps_and_claims_once_in_key_order(url: &str) {
+    for (args, rows, key) in [
+        (&["gaps"][..], "gaps", "id"),
+        (&["claims"][..], "claims", "event_id"),
+    ] {
+        let mut all_args = with(args);
+        all_args.extend(["--all", "--format", "json"]);
+        let everything = json(&cli(url, &all_args));
+        let mut expected: Vec<String> = everything[rows]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r[key].to_string().trim_matches('"').to_owned())
+            .collect();
+        assert!(expected.len() >= 2, "{everything}");
+        if key == "id" {
+            expected.sort_by_key(|id| id.parse::<i64>().unwrap());
+        } else {
+            expected.sort();
+        }
+        assert_eq!(pages_of_one(url, args, rows, key), expected, "{args:?}");
+    }
+}
+
+/// Dead letters a view is measured with: `BIG_COUNT` of `BIG_BYTES` each, 80 MB in all.
+const BIG_COUNT: usize = 40;
+const BIG_BYTES: usize = 2 * 1024 * 1024;
+/// The CLI's peak memory while it lists or exports them: well below what they weigh.
+const PEAK_BOUND_KB: u64 = 64 * 1024;
+
+/// `args` for the consumer `views`.
+fn views<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    [&["--consumer", "views"][..], args].concat()
+}
+
+/// Runs the binary under `/usr/bin/time -v`; its output, and its peak resident set in KiB.
+fn cli_measured(url: &str, args: &[&str]) -> (Output, u64) {
+    let output = Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg(env!("CARGO_BIN_EXE_diesel-inbox"))
+        .arg("--database-url")
+        .arg(url)
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("USER")
+        .output()
+        .expect("/usr/bin/time runs the binary");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let peak = stderr
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Maximum resident set size (kbytes): ")
+        })
+        .and_then(|kb| kb.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak in:\n{stderr}"));
+    (output, peak)
+}
+
+/// The dead-letter views on one backend: large payloads listed and exported in bounded
+/// memory, every row once across pages in key order, and corrupt rows named where they sit.
+fn the_dead_letter_views_are_bounded_paged_and_name_corrupt_rows<C>(db: &TestDatabase<C>)
+where
+    C: InboxConnection + R2D2Connection + Send + 'static,
+{
+    let url = db.url();
+    let mut conn = db.connect();
+    let inbox = Inbox::new("views").unwrap().max_attempts(1);
+    let ids: Vec<String> = (0..BIG_COUNT).map(|i| format!("big-{i:02}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let fill = u8::try_from(i).unwrap();
+        let delivery = Delivery::new(id.as_str())
+            .unwrap()
+            .with_payload(Payload::Bytes(vec![fill; BIG_BYTES]));
+        assert!(inbox
+            .process(&mut conn, &delivery, refuse)
+            .unwrap()
+            .is_dead_lettered());
+    }
+
+    lists_and_exports_large_payloads_in_bounded_memory(url, &ids);
+    pages_through_every_dead_letter_once_in_key_order(url, &ids);
+    names_corrupt_rows_and_never_hides_their_neighbours(url, &mut conn, &inbox);
+    says_which_consumers_have_dead_letters(url);
+}
+
+fn lists_and_exports_large_payloads_in_bounded_memory(url: &str, ids: &[String]) {
+    let limit = BIG_COUNT.to_string();
+    let (listed, list_peak) = cli_measured(
+        url,
+        &views(&[
+            "dead-letters",
+            "list",
+            "--limit",
+            &limit,
+            "--format",
+            "json",
+        ]),
+    );
+    let listed: Value = serde_json::from_str(&expect(&listed, 0)).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), BIG_COUNT);
+    assert_eq!(listed[0]["payload_kind"], "bytes");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("export.jsonl");
+    let file_arg = file.to_str().unwrap();
+    let (exported, export_peak) = cli_measured(
+        url,
+        &views(&["dead-letters", "export", "--output", file_arg]),
+    );
+    expect(&exported, 0);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let exported_ids: Vec<&str> = lines
+        .iter()
+        .map(|l| l["event_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(exported_ids, ids, "every dead letter once, in key order");
+    let base64_len = BIG_BYTES.div_ceil(3) * 4;
+    assert!(lines
+        .iter()
+        .all(|l| l["payload"].as_str().map(str::len) == Some(base64_len)));
+    eprintln!(
+        "peak memory with {BIG_COUNT} dead letters of {} MiB on {}: list {list_peak} KiB, export {export_peak} KiB",
+        BIG_BYTES >> 20,
+        url.split_once("://").map_or("sqlite", |(scheme, _)| scheme),
+    );
+    assert!(list_peak < PEAK_BOUND_KB, "list peaked at {list_peak} KiB");
+    assert!(
+        export_peak < PEAK_BOUND_KB,
+        "export peaked at {export_peak} KiB"
+    );
+}
+
+fn pages_through_every_dead_letter_once_in_key_order(url: &str, ids: &[String]) {
+    let mut seen: Vec<String> = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..=BIG_COUNT {
+        let mut args = vec!["dead-letters", "list", "--limit", "7"];
+        if let Some(after) = &after {
+            args.extend(["--after", after.as_str()]);
+        }
+        let table = expect(&cli(url, &views(&args)), 0);
+        let page: Vec<String> = table
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|id| id.starts_with("big-"))
+            .map(str::to_owned)
+            .collect();
+        seen.extend(page.iter().cloned());
+        let Some(next) = table
+            .lines()
+            .find_map(|l| l.strip_prefix("more dead letters may follow: rerun with --after "))
+        else {
+            break;
+        };
+        assert_eq!(next.trim_matches('"'), page.last().unwrap());
+        after = Some(next.trim_matches('"').to_owned());
+    }
+    assert_eq!(seen, ids, "every dead letter exactly once, in key order");
+    // the library pages the same way
+    let json_page = json(&cli(
+        url,
+        &views(&[
+            "dead-letters",
+            "list",
+            "--limit",
+            "3",
+            "--after",
+            "big-10",
+            "--format",
+            "json",
+        ]),
+    ));
+    let page: Vec<&str> = json_page
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["event_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(page, ["big-11", "big-12", "big-13"]);
+}
+
+fn names_corrupt_rows_and_never_hides_their_neighbours<C: InboxConnection>(
+    url: &str,
+    conn: &mut C,
+    inbox: &Inbox,
+) {
+    conn.batch_execute(
+        "UPDATE diesel_inbox_failures SET state = 'bogus' WHERE consumer = 'views' AND event_id = 'big-05'",
+    )
+    .unwrap();
+    conn.batch_execute(
+        "UPDATE diesel_inbox_failures SET event_id = '' WHERE consumer = 'views' AND event_id = 'big-06'",
+    )
+    .unwrap();
+    conn.batch_execute(
+        "UPDATE diesel_inbox_events SET state = 'bogus' WHERE consumer = 'views' AND event_id = 'big-07'",
+    )
+    .unwrap();
+
+    // list: every row, the corrupt ones in place and marked
+    let listed = json(&cli(
+        url,
+        &views(&["dead-letters", "list", "--limit", "100", "--format", "json"]),
+    ));
+    let rows = listed.as_array().unwrap();
+    assert_eq!(rows.len(), BIG_COUNT, "{listed}");
+    let unreadable: Vec<&Value> = rows.iter().filter(|r| r["state"] == "unreadable").collect();
+    assert_eq!(unreadable.len(), 2, "{listed}");
+    assert_eq!(rows[0]["event_id"], "", "the empty id sorts first");
+    let bogus = rows.iter().find(|r| r["event_id"] == "big-05").unwrap();
+    let error = bogus["error"].as_str().unwrap();
+    for names in [
+        "diesel_inbox_failures",
+        "consumer = 'views' AND event_id = 'big-05'",
+        "\"bogus\"",
+        "UPDATE diesel_inbox_failures SET state",
+    ] {
+        assert!(error.contains(names), "{names:?} not in {error}");
+    }
+    assert!(rows[0]["error"].as_str().unwrap().contains("event_id"));
+    assert!(rows
+        .iter()
+        .any(|r| r["event_id"] == "big-04" && r["state"] == "dead-lettered"));
+    let table = expect(&cli(url, &views(&["dead-letters", "list"])), 0);
+    assert!(table.contains("unreadable: "), "{table}");
+
+    // export: every readable row with its payload, the corrupt ones as error lines; exit 1
+    let exported = cli(url, &views(&["dead-letters", "export"]));
+    fails(&exported, 1, "could not be read");
+    let lines: Vec<Value> = stdout(&exported)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), BIG_COUNT);
+    assert_eq!(lines.iter().filter(|l| l.get("error").is_some()).count(), 2);
+
+    // show names the table, the key and the text
+    fails(
+        &cli(url, &views(&["dead-letters", "show", "big-05"])),
+        1,
+        "diesel_inbox_failures (consumer = 'views' AND event_id = 'big-05'): state holds \"bogus\"",
+    );
+    assert!(matches!(
+        inbox.dead_letters().show(conn, "big-05"),
+        Err(Error::CorruptRow(corrupt)) if corrupt.table() == "diesel_inbox_failures" && corrupt.text() == "bogus"
+    ));
+
+    // stats count the unreadable rows (one failure row, one inbox row) instead of failing
+    let stats = json(&cli(url, &views(&["stats", "--format", "json"])));
+    assert_eq!(stats["totals"]["unreadable"], 2, "{stats}");
+    assert_eq!(stats["totals"]["dead_lettered"], BIG_COUNT - 1, "{stats}");
+
+    // a delivery of the corrupt inbox row is rejected with the error; its neighbour is not
+    let delivered = inbox.process(conn, "big-07", |_: &mut C| Ok::<_, Error>(()));
+    assert_eq!(
+        diesel_inbox::Ack::of(&delivered),
+        diesel_inbox::Ack::Reject,
+        "{delivered:?}"
+    );
+    let message = delivered.unwrap_err().to_string();
+    for names in ["diesel_inbox_events", "event_id = 'big-07'", "\"bogus\""] {
+        assert!(message.contains(names), "{names:?} not in {message}");
+    }
+    let neighbour = inbox.process(conn, "big-08", |_: &mut C| Ok::<_, Error>(()));
+    assert!(neighbour.unwrap().is_dead_lettered());
+}
+
+fn says_which_consumers_have_dead_letters(url: &str) {
+    let table = expect(&cli(url, &["dead-letters", "list"]), 0);
+    assert!(
+        table.contains("no dead letters for consumer default; consumers with some: views (pass --consumer NAME, or --all-consumers)"),
+        "{table}"
+    );
+    let all = json(&cli(
+        url,
+        &[
+            "dead-letters",
+            "list",
+            "--all-consumers",
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(all.as_array().unwrap().len(), BIG_COUNT);
+    assert!(all
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["consumer"] == "views"));
+}
+
+#[test]
+fn the_dead_letter_views_on_sqlite() {
+    the_dead_letter_views_are_bounded_paged_and_name_corrupt_rows(&TestDatabase::sqlite());
+}
+
+#[test]
+fn the_dead_letter_views_on_postgres() {
+    let url = std::env::var("DIESEL_INBOX_POSTGRES_URL");
+    the_dead_letter_views_are_bounded_paged_and_name_corrupt_rows(&TestDatabase::postgres(
+        url.as_deref()
+            .unwrap_or("postgres://root@127.0.0.1:5432/test"),
+    ));
+}
+
+#[test]
+fn the_dead_letter_views_on_mysql() {
+    let url = std::env::var("DIESEL_INBOX_MYSQL_URL");
+    the_dead_letter_views_are_bounded_paged_and_name_corrupt_rows(&TestDatabase::mysql(
+        url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"),
+    ));
 }

@@ -95,7 +95,9 @@ pub(crate) mod sealed {
     #[derive(Debug)]
     pub struct FailureRow {
         pub event_id: String,
-        pub state: DeadLetterState,
+        /// Read as text and parsed per row, so that one row this version cannot read does
+        /// not fail a listing.
+        pub state: Result<DeadLetterState, crate::state::UnknownState>,
         pub attempts: i64,
         pub last_error: String,
         pub first_failed_at: DateTime<Utc>,
@@ -119,7 +121,8 @@ pub(crate) mod sealed {
     /// What the inbox table holds for one consumer in one state.
     #[derive(Debug)]
     pub struct InboxTotals {
-        pub state: InboxState,
+        /// Parsed from the text, so that a state this version cannot read is counted.
+        pub state: Result<InboxState, crate::state::UnknownState>,
         pub rows: i64,
         /// `SUM(deliveries - 1)`: the deliveries after the settling one.
         pub repeats: i64,
@@ -129,7 +132,8 @@ pub(crate) mod sealed {
     /// What the failure table holds for one consumer in one state.
     #[derive(Debug)]
     pub struct FailureTotals {
-        pub state: DeadLetterState,
+        /// Parsed from the text, so that a state this version cannot read is counted.
+        pub state: Result<DeadLetterState, crate::state::UnknownState>,
         pub rows: i64,
         pub attempts: i64,
     }
@@ -406,11 +410,15 @@ pub(crate) mod sealed {
         /// locks (SQLite's immediate transaction holds the whole database instead).
         fn failure(&mut self, key: Key<'_>) -> QueryResult<Option<FailureRow>>;
 
-        /// The consumer's failure rows in `state`, oldest failure first.
+        /// Up to `limit` of the consumer's failure rows in `state` (and those whose state this
+        /// version cannot read), after event id `after` where given, in event id order;
+        /// without their payloads.
         fn failures(
             &mut self,
             consumer: &str,
             state: DeadLetterState,
+            after: Option<&str>,
+            limit: i64,
         ) -> QueryResult<Vec<FailureRow>>;
 
         /// Changes the failure row's state from `from` to `to`; `false` when it was not in `from`.
@@ -615,6 +623,17 @@ pub(crate) mod sealed {
             state: Option<GapState>,
         ) -> QueryResult<Vec<GapRow>>;
 
+        /// Up to `limit` of the consumer's gaps after id `after`, of one stream and in one
+        /// state where given, in id order: a page of a listing.
+        fn gap_page(
+            &mut self,
+            consumer: &str,
+            stream: Option<&str>,
+            state: Option<GapState>,
+            after: i64,
+            limit: i64,
+        ) -> QueryResult<Vec<GapRow>>;
+
         /// The consumer, stream and state of the gap `id`, if there is one.
         fn gap_by_id(&mut self, id: i64) -> QueryResult<Option<(String, String, GapState)>>;
 
@@ -659,12 +678,14 @@ pub(crate) mod sealed {
         /// locks it.
         fn claim(&mut self, key: Key<'_>, lock: bool) -> QueryResult<Option<ClaimRow>>;
 
-        /// The consumer's claims, in the stored states given (all where `None`), oldest
-        /// claim first.
+        /// Up to `limit` of the consumer's claims, in the stored states given (all where
+        /// `None`), after event id `after` where given, in event id order.
         fn claims(
             &mut self,
             consumer: &str,
             states: Option<&[ClaimState]>,
+            after: Option<&str>,
+            limit: i64,
         ) -> QueryResult<Vec<ClaimRow>>;
 
         /// Applies `change` to the claim if its attempt is `attempt` and its stored state one

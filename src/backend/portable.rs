@@ -16,9 +16,7 @@ macro_rules! row_mappings {
             use $crate::backend::sealed::{
                 ClaimRow, CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow,
             };
-            use $crate::state::{
-                ClaimState, DeadLetterState, GapCause, GapState, HistoryKind, InboxState,
-            };
+            use $crate::state::{ClaimState, GapCause, GapState, HistoryKind, InboxState};
             use $schema::diesel_inbox_claims as k;
             use $schema::diesel_inbox_cursors as c;
             use $schema::diesel_inbox_events as t;
@@ -102,7 +100,7 @@ macro_rules! row_mappings {
 
             pub(super) type FailureColumns = (
                 $codec::KeyOwned,
-                DeadLetterState,
+                String,
                 i64,
                 String,
                 $codec::Time,
@@ -141,12 +139,61 @@ macro_rules! row_mappings {
                     row;
                 FailureRow {
                     event_id: $codec::key_string(event_id),
-                    state,
+                    state: state.parse(),
                     attempts,
                     last_error,
                     first_failed_at: $codec::utc(first),
                     last_failed_at: $codec::utc(last),
                     payload,
+                    payload_kind: kind,
+                    updated_at: $codec::utc(updated),
+                }
+            }
+
+            /// The failure row's columns but its payload: what a listing reads.
+            pub(super) type FailureSummaryColumns = (
+                $codec::KeyOwned,
+                String,
+                i64,
+                String,
+                $codec::Time,
+                $codec::Time,
+                Option<String>,
+                $codec::Time,
+            );
+
+            pub(super) fn failure_summary_columns() -> (
+                f::event_id,
+                f::state,
+                f::attempts,
+                f::last_error,
+                f::first_failed_at,
+                f::last_failed_at,
+                f::payload_kind,
+                f::updated_at,
+            ) {
+                (
+                    f::event_id,
+                    f::state,
+                    f::attempts,
+                    f::last_error,
+                    f::first_failed_at,
+                    f::last_failed_at,
+                    f::payload_kind,
+                    f::updated_at,
+                )
+            }
+
+            pub(super) fn failure_summary_row(row: FailureSummaryColumns) -> FailureRow {
+                let (event_id, state, attempts, last_error, first, last, kind, updated) = row;
+                FailureRow {
+                    event_id: $codec::key_string(event_id),
+                    state: state.parse(),
+                    attempts,
+                    last_error,
+                    first_failed_at: $codec::utc(first),
+                    last_failed_at: $codec::utc(last),
+                    payload: None,
                     payload_kind: kind,
                     updated_at: $codec::utc(updated),
                 }
@@ -638,14 +685,29 @@ macro_rules! statement {
             &mut self,
             consumer: &str,
             state: $crate::state::DeadLetterState,
+            after: Option<&str>,
+            limit: i64,
         ) -> QueryResult<Vec<$crate::backend::sealed::FailureRow>> {
             use $schema::diesel_inbox_failures::dsl as f;
-            f::diesel_inbox_failures
-                .filter(f::consumer.eq($codec::key(consumer)).and(f::state.eq(state)))
-                .order((f::first_failed_at, f::event_id))
-                .select($rows::failure_columns())
-                .load::<$rows::FailureColumns>(self)
-                .map(|rows| rows.into_iter().map($rows::failure_row).collect())
+            // The state is compared as text: a row whose state this version cannot read is
+            // listed too, as unreadable, rather than left out.
+            let mut query = f::diesel_inbox_failures
+                .filter(f::consumer.eq($codec::key(consumer)))
+                .filter(
+                    f::state
+                        .eq(state)
+                        .or(f::state.ne_all($crate::state::DeadLetterState::TEXTS)),
+                )
+                .into_boxed();
+            if let Some(after) = after {
+                query = query.filter(f::event_id.gt($codec::key(after)));
+            }
+            query
+                .order(f::event_id)
+                .limit(limit)
+                .select($rows::failure_summary_columns())
+                .load::<$rows::FailureSummaryColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::failure_summary_row).collect())
         }
     };
     (set_failure_state, $schema:ident, $codec:ident) => {
@@ -763,11 +825,11 @@ macro_rules! statement {
                     $codec::sum_i64("deliveries - 1"),
                     $codec::sum_i64("payload_conflicts"),
                 ))
-                .load::<(InboxState, i64, Option<i64>, Option<i64>)>(self)
+                .load::<(String, i64, Option<i64>, Option<i64>)>(self)
                 .map(|rows| {
                     rows.into_iter()
                         .map(|(state, rows, repeats, conflicts)| InboxTotals {
-                            state,
+                            state: state.parse::<InboxState>(),
                             rows,
                             repeats: repeats.unwrap_or(0),
                             payload_conflicts: conflicts.unwrap_or(0),
@@ -789,11 +851,11 @@ macro_rules! statement {
                 .filter(f::consumer.eq($codec::key(consumer)))
                 .group_by(f::state)
                 .select((f::state, count_star(), $codec::sum_i64("attempts")))
-                .load::<(DeadLetterState, i64, Option<i64>)>(self)
+                .load::<(String, i64, Option<i64>)>(self)
                 .map(|rows| {
                     rows.into_iter()
                         .map(|(state, rows, attempts)| FailureTotals {
-                            state,
+                            state: state.parse::<DeadLetterState>(),
                             rows,
                             attempts: attempts.unwrap_or(0),
                         })
@@ -1235,6 +1297,34 @@ macro_rules! statement {
                 .map(|rows| rows.into_iter().map($rows::gap_row).collect())
         }
     };
+    (gap_page, $schema:ident, $codec:ident, $rows:ident) => {
+        fn gap_page(
+            &mut self,
+            consumer: &str,
+            stream: Option<&str>,
+            state: Option<$crate::state::GapState>,
+            after: i64,
+            limit: i64,
+        ) -> QueryResult<Vec<$crate::backend::sealed::GapRow>> {
+            use $schema::diesel_inbox_gaps::dsl as g;
+            let mut query = g::diesel_inbox_gaps
+                .filter(g::consumer.eq($codec::key(consumer)))
+                .filter(g::id.gt(after))
+                .into_boxed();
+            if let Some(stream) = stream {
+                query = query.filter(g::stream.eq($codec::key(stream)));
+            }
+            if let Some(state) = state {
+                query = query.filter(g::state.eq(state));
+            }
+            query
+                .order(g::id)
+                .limit(limit)
+                .select($rows::gap_columns())
+                .load::<$rows::GapColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::gap_row).collect())
+        }
+    };
     // `returning`: how the backend learns the new row's id.
     (insert_gap, $schema:ident, $codec:ident, returning) => {
         fn insert_gap(
@@ -1444,6 +1534,8 @@ macro_rules! statement {
             &mut self,
             consumer: &str,
             states: Option<&[$crate::state::ClaimState]>,
+            after: Option<&str>,
+            limit: i64,
         ) -> QueryResult<Vec<$crate::backend::sealed::ClaimRow>> {
             use $schema::diesel_inbox_claims::dsl as k;
             let mut query = k::diesel_inbox_claims
@@ -1452,8 +1544,12 @@ macro_rules! statement {
             if let Some(states) = states {
                 query = query.filter(k::state.eq_any(states.to_vec()));
             }
+            if let Some(after) = after {
+                query = query.filter(k::event_id.gt($codec::key(after)));
+            }
             query
-                .order((k::claimed_at, k::event_id))
+                .order(k::event_id)
+                .limit(limit)
                 .select($rows::claim_columns())
                 .load::<$rows::ClaimColumns>(self)
                 .map(|rows| rows.into_iter().map($rows::claim_row).collect())

@@ -209,6 +209,7 @@ impl InboxSql for SqliteConnection {
     statement!(save_cursor, schema, codec);
     statement!(bump_epoch, schema, codec);
     statement!(gaps, schema, codec, rows);
+    statement!(gap_page, schema, codec, rows);
     statement!(gap_by_id, schema, codec);
     statement!(insert_gap, schema, codec, returning);
     statement!(update_gap, schema, codec);

@@ -111,7 +111,8 @@ impl Resolution {
 }
 
 impl Claims {
-    /// The consumer's claims in doubt, oldest first: each one's side effect may or may not
+    /// The consumer's claims in doubt, oldest first (every one: they wait for ops and stay
+    /// few): each one's side effect may or may not
     /// have happened, and waits for ops ([`resolve`](Self::resolve)). Sets the gauge
     /// `diesel_inbox_claims_in_doubt` (with the `metrics` feature): call it from a periodic
     /// health check, and a claim whose lease ran out with no delivery since still shows.
@@ -121,7 +122,7 @@ impl Claims {
     /// [`Error::Database`].
     pub fn in_doubt<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<ClaimRecord>, Error> {
         let states = [ClaimState::InProgress, ClaimState::InDoubt];
-        let records = self.read(conn, Some(&states))?;
+        let records = self.read(conn, Some(&states), None, i64::MAX)?;
         let in_doubt: Vec<_> = records
             .into_iter()
             .filter(|record| record.state == ClaimState::InDoubt)
@@ -130,13 +131,20 @@ impl Claims {
         Ok(in_doubt)
     }
 
-    /// Every claim of the consumer, oldest first.
+    /// Up to `limit` of the consumer's claims, in any state, after event id `after` where
+    /// given, in event id order. The next page starts after the last event id of this one;
+    /// a page shorter than `limit` is the last.
     ///
     /// # Errors
     ///
     /// [`Error::Database`].
-    pub fn list<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<ClaimRecord>, Error> {
-        self.read(conn, None)
+    pub fn list<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<ClaimRecord>, Error> {
+        self.read(conn, None, after, i64::try_from(limit).unwrap_or(i64::MAX))
     }
 
     /// The claim of `event_id`, if there is one.
@@ -150,9 +158,17 @@ impl Claims {
         event_id: impl IntoEventId,
     ) -> Result<Option<ClaimRecord>, Error> {
         let event_id = event_id.into_event_id()?;
+        let key = [
+            ("consumer", self.consumer()),
+            ("event_id", event_id.as_str()),
+        ];
         let row = conn
             .sql()
-            .claim((self.consumer(), event_id.as_str()), false)?;
+            .claim((self.consumer(), event_id.as_str()), false)
+            .map_err(|e| match crate::state::unreadable(e, &key) {
+                Ok(corrupt) => Error::CorruptRow(corrupt),
+                Err(e) => Error::Database(e),
+            })?;
         row.map(|row| ClaimRecord::from_row(self.consumer(), row, now()))
             .transpose()
     }
@@ -268,9 +284,14 @@ impl Claims {
         &self,
         conn: &mut C,
         states: Option<&[ClaimState]>,
+        after: Option<&str>,
+        limit: i64,
     ) -> Result<Vec<ClaimRecord>, Error> {
         let now = now();
-        let rows = conn.sql().claims(self.consumer(), states)?;
+        let rows = conn
+            .sql()
+            .claims(self.consumer(), states, after, limit)
+            .map_err(|e| crate::state::unreadable_among(e, &[("consumer", self.consumer())]))?;
         rows.into_iter()
             .map(|row| ClaimRecord::from_row(self.consumer(), row, now))
             .collect()

@@ -87,7 +87,10 @@ impl Outbox {
         after: i64,
         limit: i64,
     ) -> Result<Vec<OutboxRecord>, Error> {
-        let rows = conn.sql().outbox_rows(state, after, limit)?;
+        let rows = conn
+            .sql()
+            .outbox_rows(state, after, limit)
+            .map_err(|e| crate::state::unreadable_among(e, &[]))?;
         Ok(rows.into_iter().map(OutboxRecord::from).collect())
     }
 
@@ -97,8 +100,15 @@ impl Outbox {
     ///
     /// [`Error::OutboxRowNotFound`]; [`Error::Database`].
     pub fn record<C: InboxConnection>(conn: &mut C, position: i64) -> Result<OutboxRecord, Error> {
+        let at = position.to_string();
         conn.sql()
-            .outbox_row(position)?
+            .outbox_row(position)
+            .map_err(
+                |e| match crate::state::unreadable(e, &[("position", &at)]) {
+                    Ok(corrupt) => Error::CorruptRow(corrupt),
+                    Err(e) => Error::Database(e),
+                },
+            )?
             .map(OutboxRecord::from)
             .ok_or(Error::OutboxRowNotFound { position })
     }

@@ -172,7 +172,7 @@ pub fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<B: Backend>() {
     assert!(deliver(&mut conn, &cursor, 6).unwrap().is_processed());
 
     assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
-    let closed = cursor.gaps().list(&mut conn).unwrap();
+    let closed = cursor.gaps().list(&mut conn, 0, 100).unwrap();
     assert_eq!(closed.len(), 2, "{closed:?}");
     for gap in &closed {
         assert_eq!(gap.state(), GapState::Filled, "{gap:?}");
@@ -261,7 +261,7 @@ pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_res
     assert_eq!(resolved.resolution(), Some(&audit));
     assert!(resolved.closed_at().is_some());
     assert_eq!(
-        cursor.gaps().list(&mut conn).unwrap(),
+        cursor.gaps().list(&mut conn, 0, 100).unwrap(),
         std::slice::from_ref(&resolved)
     );
     assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
@@ -618,7 +618,7 @@ pub fn an_effect_error_in_a_batch_rolls_the_whole_run_back<B: Backend>() {
     }
     assert_eq!(position(&mut conn, &cursor), (Some(1), Some(1)));
     assert!(
-        cursor.gaps().list(&mut conn).unwrap().is_empty(),
+        cursor.gaps().list(&mut conn, 0, 100).unwrap().is_empty(),
         "the gap rolled back too"
     );
     let outcomes = cursor
@@ -752,7 +752,7 @@ pub fn a_dead_lettered_sequence_moves_the_cursor_past_it<B: Backend>() {
         Outcome::Processed(()),
         "the next sequence, with no gap"
     );
-    assert!(cursor.gaps().list(&mut conn).unwrap().is_empty());
+    assert!(cursor.gaps().list(&mut conn, 0, 100).unwrap().is_empty());
     assert!(deliver(&mut conn, &cursor, 2).unwrap().is_duplicate());
     assert_eq!(effects(&mut conn, &cursor, 2), 0);
     assert_eq!(cursor.prune_events(&mut conn, 10).unwrap(), 2);

@@ -104,7 +104,11 @@ where
         );
     }
     assert_eq!(conn.effect_count(), 2);
-    assert!(inbox.dead_letters().list(&mut conn).unwrap().is_empty());
+    assert!(inbox
+        .dead_letters()
+        .list(&mut conn, None, 100)
+        .unwrap()
+        .is_empty());
     for thread in 0..2 {
         let record = inbox
             .dead_letters()

@@ -16,6 +16,7 @@ use crate::support::{
 
 mod batch;
 mod claims;
+mod corrupt_rows;
 mod cursor;
 mod failure_classes;
 mod failure_policy;
@@ -29,6 +30,7 @@ mod retention;
 mod stats;
 pub use batch::*;
 pub use claims::*;
+pub use corrupt_rows::*;
 pub use cursor::*;
 pub use failure_classes::*;
 pub use failure_policy::*;
@@ -157,6 +159,8 @@ macro_rules! backend_tests {
             a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced,
             an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs,
             two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order,
+            a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_row,
+            a_corrupt_claim_or_outbox_row_is_named_with_its_table_key_and_text,
         );
         // Against the JetStream server too.
         #[cfg(feature = "nats")]

@@ -49,7 +49,7 @@ pub fn a_released_dead_letter_runs_once_on_its_next_delivery<B: Backend>() {
             Some("re-published after the fix")
         )
     );
-    assert!(dead.list(&mut conn).unwrap().is_empty());
+    assert!(dead.list(&mut conn, None, 100).unwrap().is_empty());
 
     let next = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
     assert_eq!(next, Outcome::Processed(()));
@@ -128,7 +128,7 @@ pub fn a_released_event_that_fails_max_attempts_again_is_dead_lettered_again<B: 
     let later = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
     assert!(later.is_dead_lettered(), "held back again: {later:?}");
     assert_eq!(conn.effect_count(), 0);
-    assert_eq!(dead.list(&mut conn).unwrap().len(), 1);
+    assert_eq!(dead.list(&mut conn, None, 100).unwrap().len(), 1);
 }
 
 pub fn the_doctor_passes_a_healthy_database<B: Backend>() {

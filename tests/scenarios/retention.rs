@@ -478,18 +478,19 @@ pub fn pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones<
 
     assert_eq!((would.claims, pruned.claims), (2, 2), "{pruned:?}");
     let left: Vec<_> = claims
-        .list(&mut conn)
+        .list(&mut conn, None, 100)
         .unwrap()
         .into_iter()
         .map(|c| (c.event_id.as_str().to_owned(), c.state))
         .collect();
     assert_eq!(
         left,
+        // in event id order
         [
-            ("young-completed".to_owned(), ClaimState::Completed),
+            ("old-in-doubt".to_owned(), ClaimState::InDoubt),
             ("old-redelivered".to_owned(), ClaimState::Completed),
             ("old-released".to_owned(), ClaimState::Released),
-            ("old-in-doubt".to_owned(), ClaimState::InDoubt),
+            ("young-completed".to_owned(), ClaimState::Completed),
         ]
     );
 }

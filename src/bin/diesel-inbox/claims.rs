@@ -18,6 +18,12 @@ pub(crate) struct ClaimsArgs {
     /// Every claim (in progress, completed, released, abandoned), not only those in doubt.
     #[arg(long)]
     all: bool,
+    /// At most this many claims, in event id order.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
+    /// Only claims after this event id: the next page starts after the last one shown.
+    #[arg(long)]
+    after: Option<String>,
 }
 
 /// The `claims` subcommands.
@@ -95,7 +101,7 @@ pub(crate) fn run<C: InboxConnection>(
     global: &Global,
 ) -> Outcome {
     match &args.command {
-        None => list(conn, inbox, args.all, global),
+        None => list(conn, inbox, args, global),
         Some(Command::Show { id }) => show(conn, inbox, id, global),
         Some(Command::Resolve { id, outcome, audit }) => {
             resolve(conn, inbox, id, outcome, audit, global)
@@ -104,13 +110,32 @@ pub(crate) fn run<C: InboxConnection>(
 }
 
 /// Prints the claims in doubt (with `--all`, every claim), then how many there are.
-fn list<C: InboxConnection>(conn: &mut C, inbox: &Inbox, all: bool, global: &Global) -> Outcome {
+fn list<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    args: &ClaimsArgs,
+    global: &Global,
+) -> Outcome {
+    let all = args.all;
     let claims = inbox.claims();
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let records = if all {
-        claims.list(conn)?
+        claims.list(conn, args.after.as_deref(), limit)?
     } else {
-        claims.in_doubt(conn)?
+        // Claims in doubt wait for ops and stay few: read them, then page in id order.
+        let mut in_doubt = claims.in_doubt(conn)?;
+        in_doubt.sort_by(|a, b| a.event_id.as_str().cmp(b.event_id.as_str()));
+        in_doubt.retain(|r| {
+            args.after
+                .as_deref()
+                .is_none_or(|after| r.event_id.as_str() > after)
+        });
+        in_doubt.truncate(limit);
+        in_doubt
     };
+    let more_after = (records.len() >= limit)
+        .then(|| records.last().map(|r| r.event_id.as_str().to_owned()))
+        .flatten();
     let in_doubt = records
         .iter()
         .filter(|r| r.state == ClaimState::InDoubt)
@@ -120,6 +145,7 @@ fn list<C: InboxConnection>(conn: &mut C, inbox: &Inbox, all: bool, global: &Glo
             "consumer": inbox.consumer(),
             "in_doubt": in_doubt,
             "claims": records.iter().map(summary).collect::<Vec<_>>(),
+            "more_after": more_after,
         })),
         Format::Table => {
             let mut headers = vec!["event id", "state", "attempt", "deliveries"];
@@ -160,6 +186,9 @@ fn list<C: InboxConnection>(conn: &mut C, inbox: &Inbox, all: bool, global: &Glo
                 println!("{}, {in_doubt} in doubt", count(records.len()));
             } else {
                 println!("{} in doubt", count(in_doubt));
+            }
+            if let Some(last) = &more_after {
+                println!("more claims may follow: rerun with --after {last:?}");
             }
         }
     }

@@ -5,11 +5,28 @@ use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use diesel_inbox::{DeadLetter, DeadLetterState, Inbox, InboxConnection};
+use diesel_inbox::{CorruptRow, DeadLetter, DeadLetterState, Inbox, InboxConnection, Stats};
 use serde_json::{json, Value};
 
-use crate::output::{self, payload_kind, payload_value};
+use crate::output::{self, payload_value};
 use crate::{AuditArgs, Failure, Format, Global, Outcome};
+
+/// The `dead-letters list` options.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ListArgs {
+    /// At most this many dead letters (of each consumer with --all-consumers).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
+    /// Only dead letters after this event id: the next page starts after the last one shown.
+    #[arg(long, conflicts_with = "all_consumers")]
+    after: Option<String>,
+    /// Every consumer's dead letters, not only --consumer's.
+    #[arg(long)]
+    all_consumers: bool,
+}
+
+/// Rows an export reads at a time: with their payloads, these are all it holds in memory.
+const EXPORT_PAGE: usize = 16;
 
 /// The `dead-letters` subcommands.
 #[derive(Debug, Subcommand)]
@@ -18,8 +35,14 @@ use crate::{AuditArgs, Failure, Format, Global, Outcome};
     reason = "the doc comments are the --help text, read as plain text"
 )]
 pub(crate) enum Command {
-    /// The consumer's dead letters awaiting a decision, oldest first.
-    List,
+    /// The consumer's dead letters awaiting a decision, in event id order, a page at a time.
+    ///
+    /// Reads no payloads. A row this version cannot read (a state it does not know, an
+    /// invalid event id) is listed in its place as "unreadable: <why>"; as JSON, with state
+    /// "unreadable" and an error field. When the page is full, says where the next one
+    /// starts: rerun with --after <last event id shown>. When the consumer has none, names
+    /// the consumers that have some.
+    List(ListArgs),
     /// One failed event, in any state, with its history.
     Show {
         /// The event id.
@@ -27,13 +50,26 @@ pub(crate) enum Command {
     },
     /// Every dead letter awaiting a decision as JSON lines, with its payload, to re-publish.
     ///
-    /// One object per line: consumer, event_id, state, attempts, last_error, first_failed_at,
-    /// last_failed_at (RFC 3339), payload_kind ("json", "bytes" or null) and payload (the JSON
-    /// value; for bytes, a standard base64 string).
+    /// One object per line, in event id order: consumer, event_id, state, attempts,
+    /// last_error, first_failed_at, last_failed_at (RFC 3339), payload_kind ("json",
+    /// "bytes" or null) and payload (the JSON value; for bytes, a standard base64 string).
+    /// Streams a few rows at a time, so memory stays small whatever the payloads weigh. A
+    /// row this version cannot read is written as a line with consumer, event_id, state
+    /// "unreadable" and an error field, and the command then exits 1 after every other row
+    /// is written.
     Export {
         /// Write to this file instead of stdout.
         #[arg(long)]
         output: Option<PathBuf>,
+        /// Only dead letters after this event id (to continue an export).
+        #[arg(long, conflicts_with = "all_consumers")]
+        after: Option<String>,
+        /// At most this many dead letters (default: every one).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: Option<u64>,
+        /// Every consumer's dead letters, consumer by consumer, not only --consumer's.
+        #[arg(long)]
+        all_consumers: bool,
     },
     /// Mark a dead letter discarded: kept for the record, never run (needs --yes).
     Discard {
@@ -58,64 +94,49 @@ pub(crate) fn run<C: InboxConnection>(
     command: &Command,
     global: &Global,
 ) -> Outcome {
-    let dead = inbox.dead_letters();
-    let consumer = inbox.consumer();
     match command {
-        Command::List => {
-            let letters = dead.list(conn)?;
-            match global.format {
-                Format::Json => output::print_json(&Value::Array(
-                    letters.iter().map(|d| summary(consumer, d)).collect(),
-                )),
-                Format::Table => {
-                    let rows: Vec<Vec<String>> = letters
-                        .iter()
-                        .map(|d| {
-                            vec![
-                                d.event_id.as_str().to_owned(),
-                                d.attempts.to_string(),
-                                output::time(d.last_failed_at),
-                                output::cell(&d.last_error, 60),
-                            ]
-                        })
-                        .collect();
-                    print!(
-                        "{}",
-                        output::table(
-                            &["event id", "attempts", "last failed", "last error"],
-                            &rows
-                        )
-                    );
-                }
-            }
-        }
+        Command::List(args) => list(conn, inbox, args, global)?,
         Command::Show { id } => {
-            let letter = dead.show(conn, id.as_str())?;
+            let letter = inbox.dead_letters().show(conn, id.as_str())?;
             match global.format {
-                Format::Json => output::print_json(&detailed(consumer, &letter)),
-                Format::Table => print_detailed(consumer, &letter),
+                Format::Json => output::print_json(&detailed(inbox.consumer(), &letter)),
+                Format::Table => print_detailed(inbox.consumer(), &letter),
             }
         }
-        Command::Export { output } => {
-            let letters = dead.list(conn)?;
+        Command::Export {
+            output,
+            after,
+            limit,
+            all_consumers,
+        } => {
             let mut out: Box<dyn Write> = match output {
                 Some(path) => Box::new(BufWriter::new(File::create(path).map_err(|e| {
                     Failure::Error(format!("cannot write {}: {e}", path.display()))
                 })?)),
                 None => Box::new(BufWriter::new(io::stdout().lock())),
             };
-            for letter in &letters {
-                let mut line = summary(consumer, letter);
-                line["payload"] = payload_value(letter.payload.as_ref());
-                writeln!(out, "{line}")?;
+            let mut totals = Exported::default();
+            for inbox in consumers(conn, inbox, *all_consumers)? {
+                let left = limit.map(|l| l.saturating_sub(totals.rows));
+                let done = export(conn, &inbox, after.as_deref(), left, &mut out)?;
+                totals.rows += done.rows;
+                totals.unreadable += done.unreadable;
             }
             out.flush()?;
             if let Some(path) = output {
                 eprintln!(
                     "exported {} dead letters to {}",
-                    letters.len(),
+                    totals.rows,
                     path.display()
                 );
+            }
+            if totals.unreadable > 0 {
+                return Err(Failure::Error(format!(
+                    "{} dead-letter row{} could not be read and {} exported as lines with an error field (the rest were exported): repair them as the error says, then export again",
+                    totals.unreadable,
+                    if totals.unreadable == 1 { "" } else { "s" },
+                    if totals.unreadable == 1 { "was" } else { "were" },
+                )));
             }
         }
         Command::Discard { id, audit } => {
@@ -126,6 +147,254 @@ pub(crate) fn run<C: InboxConnection>(
         }
     }
     Ok(())
+}
+
+/// The inboxes a listing reads: `inbox`, or with `all` every consumer that has failure rows
+/// (readable or not).
+fn consumers<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    all: bool,
+) -> Result<Vec<Inbox>, Failure> {
+    if !all {
+        return Ok(vec![inbox.clone()]);
+    }
+    with_dead_letters(conn)?
+        .iter()
+        .map(|(name, _)| Ok(Inbox::new(name.as_str()).map_err(diesel_inbox::Error::from)?))
+        .collect()
+}
+
+/// Every consumer with dead letters awaiting a decision (or unreadable failure rows), and
+/// how many.
+fn with_dead_letters<C: InboxConnection>(conn: &mut C) -> Result<Vec<(String, u64)>, Failure> {
+    Ok(Stats::all(conn, std::time::Duration::ZERO)?
+        .into_iter()
+        .map(|s| {
+            let n = s.totals.dead_lettered + s.totals.unreadable;
+            (s.consumer, n)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect())
+}
+
+/// The line that says a listing found nothing, and which consumers have rows.
+pub(crate) fn nothing_for(what: &str, consumer: &str, others: &[(String, u64)]) -> String {
+    let others: Vec<String> = others
+        .iter()
+        .filter(|(name, _)| name != consumer)
+        .map(|(name, _)| name.clone())
+        .collect();
+    if others.is_empty() {
+        format!("no {what} for consumer {consumer}")
+    } else {
+        format!(
+            "no {what} for consumer {consumer}; consumers with some: {} (pass --consumer NAME, or --all-consumers)",
+            others.join(", ")
+        )
+    }
+}
+
+/// The stored event id of a listed row, readable or not: where the next page starts.
+fn stored_id(row: &Result<DeadLetter, CorruptRow>) -> String {
+    match row {
+        Ok(letter) => letter.event_id.as_str().to_owned(),
+        Err(corrupt) => key_part(corrupt, "event_id"),
+    }
+}
+
+fn key_part(corrupt: &CorruptRow, column: &str) -> String {
+    corrupt
+        .key()
+        .iter()
+        .find(|(k, _)| k == column)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+/// Prints a page of the consumer's dead letters (of every consumer's, with --all-consumers).
+fn list<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    args: &ListArgs,
+    global: &Global,
+) -> Outcome {
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+    let mut pages = Vec::new();
+    for inbox in consumers(conn, inbox, args.all_consumers)? {
+        let rows = inbox
+            .dead_letters()
+            .list(conn, args.after.as_deref(), limit)?;
+        let more = rows.len() >= limit;
+        pages.push((inbox.consumer().to_owned(), rows, more));
+    }
+    let shown: usize = pages.iter().map(|(_, rows, _)| rows.len()).sum();
+    let empty_note = (shown == 0).then(|| {
+        with_dead_letters(conn).map(|others| nothing_for("dead letters", inbox.consumer(), &others))
+    });
+    let empty_note = empty_note.transpose()?;
+    match global.format {
+        Format::Json => {
+            output::print_json(&Value::Array(
+                pages
+                    .iter()
+                    .flat_map(|(consumer, rows, _)| {
+                        rows.iter().map(move |row| listed(consumer, row))
+                    })
+                    .collect(),
+            ));
+            if let Some(note) = empty_note {
+                eprintln!("{note}");
+            }
+            for (consumer, rows, more) in &pages {
+                if let (true, Some(last)) = (*more, rows.last()) {
+                    eprintln!(
+                        "{}",
+                        more_line(consumer, &stored_id(last), args.all_consumers)
+                    );
+                }
+            }
+        }
+        Format::Table => {
+            let mut headers = vec!["event id", "attempts", "last failed", "last error"];
+            if args.all_consumers {
+                headers.insert(0, "consumer");
+            }
+            let table: Vec<Vec<String>> = pages
+                .iter()
+                .flat_map(|(consumer, rows, _)| {
+                    rows.iter().map(move |row| {
+                        let mut cells = match row {
+                            Ok(d) => vec![
+                                d.event_id.as_str().to_owned(),
+                                d.attempts.to_string(),
+                                output::time(d.last_failed_at),
+                                output::cell(&d.last_error, 60),
+                            ],
+                            Err(corrupt) => vec![
+                                format!("{:?}", key_part(corrupt, "event_id")),
+                                "-".to_owned(),
+                                "-".to_owned(),
+                                format!("unreadable: {corrupt}"),
+                            ],
+                        };
+                        if args.all_consumers {
+                            cells.insert(0, consumer.clone());
+                        }
+                        cells
+                    })
+                })
+                .collect();
+            print!("{}", output::table(&headers, &table));
+            if let Some(note) = empty_note {
+                println!("{note}");
+            } else {
+                println!(
+                    "{shown} dead letter{} shown",
+                    if shown == 1 { "" } else { "s" }
+                );
+            }
+            for (consumer, rows, more) in &pages {
+                if let (true, Some(last)) = (*more, rows.last()) {
+                    println!(
+                        "{}",
+                        more_line(consumer, &stored_id(last), args.all_consumers)
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where the next page starts.
+fn more_line(consumer: &str, last: &str, all_consumers: bool) -> String {
+    if all_consumers {
+        format!("more dead letters of consumer {consumer} may follow: rerun with --consumer {consumer} --after {last:?}")
+    } else {
+        format!("more dead letters may follow: rerun with --after {last:?}")
+    }
+}
+
+/// What an export wrote.
+#[derive(Debug, Default)]
+struct Exported {
+    rows: u64,
+    unreadable: u64,
+}
+
+/// Writes the consumer's dead letters after `after` (at most `limit`) as JSON lines, a page
+/// at a time: each page lists the keys without payloads, then each row is read with its
+/// payload, written and dropped before the next.
+fn export<C: InboxConnection>(
+    conn: &mut C,
+    inbox: &Inbox,
+    after: Option<&str>,
+    limit: Option<u64>,
+    out: &mut dyn Write,
+) -> Result<Exported, Failure> {
+    let dead = inbox.dead_letters();
+    let consumer = inbox.consumer();
+    let mut done = Exported::default();
+    let mut after = after.map(str::to_owned);
+    loop {
+        let page = match limit.map(|l| l.saturating_sub(done.rows)) {
+            Some(0) => break,
+            Some(left) => usize::try_from(left).map_or(EXPORT_PAGE, |l| l.min(EXPORT_PAGE)),
+            None => EXPORT_PAGE,
+        };
+        let rows = dead.list(conn, after.as_deref(), page)?;
+        let full = rows.len() >= page;
+        for row in &rows {
+            let line = match row {
+                Ok(listed) => match dead.show(conn, listed.event_id.as_str()) {
+                    // Decided on since it was listed: no longer awaiting a decision.
+                    Ok(letter) if letter.state != DeadLetterState::DeadLettered => continue,
+                    Ok(letter) => {
+                        let mut line = summary(consumer, &letter);
+                        line["payload"] = payload_value(letter.payload.as_ref());
+                        line
+                    }
+                    Err(diesel_inbox::Error::CorruptRow(corrupt)) => {
+                        done.unreadable += 1;
+                        unreadable(consumer, &corrupt)
+                    }
+                    Err(diesel_inbox::Error::DeadLetterNotFound { .. }) => continue,
+                    Err(other) => return Err(other.into()),
+                },
+                Err(corrupt) => {
+                    done.unreadable += 1;
+                    unreadable(consumer, corrupt)
+                }
+            };
+            writeln!(out, "{line}")?;
+            done.rows += 1;
+        }
+        match rows.last() {
+            Some(last) if full => after = Some(stored_id(last)),
+            _ => break,
+        }
+    }
+    Ok(done)
+}
+
+/// A listed row as JSON: the dead letter, or what makes it unreadable.
+fn listed(consumer: &str, row: &Result<DeadLetter, CorruptRow>) -> Value {
+    match row {
+        Ok(letter) => summary(consumer, letter),
+        Err(corrupt) => unreadable(consumer, corrupt),
+    }
+}
+
+/// A row this version cannot read: its key, and the error that names the table, the column
+/// and the text.
+fn unreadable(consumer: &str, corrupt: &CorruptRow) -> Value {
+    json!({
+        "consumer": consumer,
+        "event_id": key_part(corrupt, "event_id"),
+        "state": "unreadable",
+        "error": corrupt.to_string(),
+    })
 }
 
 /// The changes to a dead letter this tool makes.
@@ -206,7 +475,7 @@ fn summary(consumer: &str, letter: &DeadLetter) -> Value {
         "first_failed_at": output::time(letter.first_failed_at),
         "last_failed_at": output::time(letter.last_failed_at),
         "updated_at": output::time(letter.updated_at),
-        "payload_kind": payload_kind(letter.payload.as_ref()),
+        "payload_kind": letter.payload_kind.as_deref(),
     })
 }
 

@@ -19,6 +19,12 @@ pub(crate) struct GapsArgs {
     /// Closed gaps too (filled by late arrivals, or resolved), not only the open ones.
     #[arg(long)]
     all: bool,
+    /// At most this many gaps, in gap id order.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    limit: u64,
+    /// Only gaps after this gap id: the next page starts after the last id shown.
+    #[arg(long, default_value_t = 0)]
+    after: i64,
 }
 
 /// The `gaps` subcommands.
@@ -50,6 +56,29 @@ pub(crate) fn run<C: InboxConnection>(
     }
 }
 
+/// A page of gaps in id order, and the id the next page starts after when this one is full.
+fn page<C: InboxConnection>(
+    conn: &mut C,
+    ledger: &diesel_inbox::Gaps,
+    args: &GapsArgs,
+) -> Result<(Vec<Gap>, Option<i64>), Failure> {
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+    let gaps = if args.all {
+        ledger.list(conn, args.after, limit)?
+    } else {
+        // Open gaps are few (a cursor allows so many): read them, then page in id order.
+        let mut open = ledger.open(conn)?;
+        open.retain(|g| g.id() > args.after);
+        open.sort_by_key(Gap::id);
+        open.truncate(limit);
+        open
+    };
+    let more_after = (gaps.len() >= limit)
+        .then(|| gaps.last().map(Gap::id))
+        .flatten();
+    Ok((gaps, more_after))
+}
+
 /// Prints where each stream's cursor stands, then its gaps.
 fn list<C: InboxConnection>(
     conn: &mut C,
@@ -66,16 +95,13 @@ fn list<C: InboxConnection>(
         }
         None => (inbox.gaps(), Cursor::all(conn, inbox)?),
     };
-    let gaps = if args.all {
-        ledger.list(conn)?
-    } else {
-        ledger.open(conn)?
-    };
+    let (gaps, more_after) = page(conn, &ledger, args)?;
     match global.format {
         Format::Json => output::print_json(&json!({
             "consumer": inbox.consumer(),
             "cursors": positions.iter().map(position_json).collect::<Vec<_>>(),
             "gaps": gaps.iter().map(gap_json).collect::<Vec<_>>(),
+            "more_after": more_after,
         })),
         Format::Table => {
             let rows: Vec<Vec<String>> = positions
@@ -143,6 +169,11 @@ fn list<C: InboxConnection>(
                 })
                 .collect();
             print!("{}", output::table(&headers, &rows));
+            let n = gaps.len();
+            println!("{n} gap{} shown", if n == 1 { "" } else { "s" });
+            if let Some(last) = more_after {
+                println!("more gaps may follow: rerun with --after {last}");
+            }
         }
     }
     Ok(())
@@ -159,7 +190,7 @@ fn resolve<C: InboxConnection>(
     let audit = audit.audit()?;
     let ledger = inbox.gaps();
     let gap = ledger
-        .list(conn)?
+        .list(conn, id.saturating_sub(1), 1)?
         .into_iter()
         .find(|g| g.id() == id)
         .ok_or_else(|| {

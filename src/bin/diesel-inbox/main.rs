@@ -3,15 +3,18 @@
 //! ```text
 //! diesel-inbox [--database-url URL] [--consumer NAME] [--format table|json] [--yes] <COMMAND>
 //!
-//!   dead-letters list                         dead letters awaiting a decision
+//!   dead-letters list [--limit N] [--after ID] [--all-consumers]
+//!                                             dead letters awaiting a decision, a page at a time
 //!   dead-letters show <ID>                    one failed event, with its history
-//!   dead-letters export [--output FILE]       JSON lines, one per dead letter, with payloads
+//!   dead-letters export [--output FILE] [--after ID] [--limit N] [--all-consumers]
+//!                                             JSON lines, one per dead letter, with payloads
 //!   dead-letters discard <ID> --reason R      mark it discarded: never runs (needs --yes)
 //!   dead-letters release <ID> --reason R      its next delivery runs it as new (needs --yes)
 //!   stats [--recent 24h] [--all]              what the consumer did, in total and recently
-//!   gaps [--stream S] [--all]                 where each sequence cursor stands, and its open gaps
+//!   gaps [--stream S] [--all] [--limit N] [--after ID]
+//!                                             where each sequence cursor stands, and its open gaps
 //!   gaps resolve <ID> --reason R              give up an open gap's sequences (needs --yes)
-//!   claims [--all]                            claims in doubt: side effects that may have happened
+//!   claims [--all] [--limit N] [--after ID]   claims in doubt: side effects that may have happened
 //!   claims show <ID>                          one claim, with its payload, result and resolution
 //!   claims resolve <ID> --completed RESULT_JSON | --retry | --abandon --reason R
 //!                                             settle a claim in doubt (needs --yes)
@@ -163,17 +166,26 @@ enum Command {
     /// by), stream, first..last, how many sequences are missing, cause (skipped: may still
     /// arrive; evicted: behind the broker's retention, never will), state, when detected.
     /// With --all also the filled and resolved ones, with when they closed, who resolved them
-    /// and why. As JSON, an object with consumer, cursors and gaps. Exits 0 whatever it finds.
+    /// and why. Gaps come in id order, --limit at a time (default 100); when the page is full
+    /// it says where the next one starts: rerun with --after <last id>. As JSON, an object
+    /// with consumer, cursors, gaps and more_after (the id to pass to --after, or null).
+    /// Exits 0 whatever it finds.
+    #[allow(
+        clippy::doc_markdown,
+        reason = "the doc comment is the --help text, read as plain text"
+    )]
     Gaps(gaps::GapsArgs),
     /// Claims in doubt: side effects outside the database that may or may not have happened;
     /// show one, or resolve it once you know.
     ///
-    /// Lists the consumer's claims in doubt, oldest first: event id, state, attempt (the
+    /// Lists the consumer's claims in doubt, in event id order: event id, state, attempt (the
     /// holder's, whose outcome is unknown), deliveries seen, since when (the end of the lapsed
     /// lease, or the failure that left it in doubt), the idempotency key the side effect was
     /// given (look it up downstream), and why. With --all every claim, with when it completed,
-    /// its result and reason. Then a count. As JSON, an object with consumer, in_doubt and
-    /// claims. Exits 0 whatever it finds.
+    /// its result and reason. Then a count. --limit at a time (default 100); when the page
+    /// is full it says where the next one starts: rerun with --after <last event id>. As
+    /// JSON, an object with consumer, in_doubt, claims and more_after (the event id to pass
+    /// to --after, or null). Exits 0 whatever it finds.
     #[allow(
         clippy::doc_markdown,
         reason = "the doc comment is the --help text, read as plain text"

@@ -16,7 +16,7 @@ pub(crate) struct StatsArgs {
     #[arg(long, default_value = "24h", value_parser = crate::parse_duration)]
     recent: Duration,
     /// Every consumer in the database, not only --consumer.
-    #[arg(long)]
+    #[arg(long, visible_alias = "all-consumers")]
     all: bool,
 }
 
@@ -53,6 +53,7 @@ pub(crate) fn run<C: InboxConnection>(
                 "payload conflicts",
                 "redriven",
                 "released",
+                "unreadable",
                 "oldest unresolved failure",
             ];
             let recent = format!("since {}", output::time(stats_since(&stats)));
@@ -92,6 +93,7 @@ fn row(consumer: &str, over: &str, counts: &Counts, oldest: String) -> Vec<Strin
         counts.payload_conflicts.to_string(),
         counts.redriven.to_string(),
         counts.released.to_string(),
+        counts.unreadable.to_string(),
         oldest,
     ]
 }
@@ -106,6 +108,7 @@ fn counts_json(counts: &Counts) -> Value {
         "payload_conflicts": counts.payload_conflicts,
         "redriven": counts.redriven,
         "released": counts.released,
+        "unreadable": counts.unreadable,
     })
 }
 
