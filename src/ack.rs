@@ -170,6 +170,7 @@ impl Error {
             | Error::DeadLetterNotFound { .. }
             | Error::MissingAudit(_)
             | Error::Migration(_)
+            | Error::MigrationLocked { .. }
             | Error::MigrationInstall { .. }
             | Error::RetentionBelowWindow { .. }
             | Error::PruneRunning

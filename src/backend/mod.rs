@@ -44,7 +44,6 @@ pub(crate) type StreamKey<'a> = (&'a str, &'a str);
 
 pub(crate) mod sealed {
     use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
-    use crate::error::MigrationError;
     use crate::state::{
         ClaimState, Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState,
         OutboxState,
@@ -362,8 +361,13 @@ pub(crate) mod sealed {
         /// busy timeout, the usual cause of avoidable retries there.
         fn before_contention_retry(&mut self) {}
 
-        /// Applies the inbox's embedded migrations that are not applied yet.
-        fn apply_migrations(&mut self) -> Result<usize, MigrationError>;
+        /// Applies the inbox's embedded migrations that are not applied yet, holding the
+        /// backend's migration lock, which it waits for at most `lock_timeout`
+        /// ([`Error::MigrationLocked`](crate::Error::MigrationLocked) after that).
+        fn apply_migrations(
+            &mut self,
+            lock_timeout: std::time::Duration,
+        ) -> Result<usize, crate::Error>;
 
         /// Counts a delivery that reused the id with a different payload as a conflict, and
         /// takes it off the row's deliveries, which `record_delivery` had counted it in.

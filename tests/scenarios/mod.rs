@@ -63,6 +63,8 @@ macro_rules! backend_tests {
             uuid_and_string_forms_of_one_id_are_one_event,
             a_duplicate_relaxes_durability_for_its_own_transaction_only,
             migrations_apply_on_a_fresh_database_and_again_idempotently,
+            replicas_starting_together_all_migrate_and_the_schema_is_applied_once,
+            a_migration_lock_held_past_the_bound_is_a_typed_error_and_applies_nothing,
             failures_are_counted_across_redeliveries,
             an_event_is_dead_lettered_at_exactly_max_attempts,
             dead_letters_keep_the_payload_byte_for_byte,
