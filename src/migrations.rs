@@ -57,6 +57,8 @@ use crate::error::MigrationError;
 use crate::{Error, InboxConnection};
 
 pub(crate) mod lock;
+pub(crate) mod objects;
+mod sql_text;
 
 /// The inbox migrations for PostgreSQL, for an application's own [`MigrationHarness`].
 ///
@@ -394,6 +396,24 @@ pub fn sql(dialect: Dialect) -> &'static [MigrationSql] {
         Dialect::Sqlite => SQLITE_SQL,
         Dialect::Mysql => MYSQL_SQL,
     }
+}
+
+/// The table `name` as the migrations of `dialect` create it: its columns' definitions and
+/// its `CREATE TABLE` statement, read from their SQL.
+pub(crate) fn created_table(dialect: Dialect, name: &str) -> Option<sql_text::CreatedTable> {
+    sql(dialect)
+        .iter()
+        .flat_map(|m| sql_text::created(m.up).0)
+        .find(|table| table.name == name)
+}
+
+/// The version of the inbox migration called `name` (`20000101000002` for
+/// `diesel_inbox_failures`).
+pub(crate) fn version_of_migration(name: &str) -> Option<String> {
+    POSTGRES_SQL
+        .iter()
+        .position(|m| m.name == name)
+        .map(|at| format!("2000010100000{}", at + 1))
 }
 
 /// Writes the inbox migrations into an application's Diesel migrations folder `dir`, as
@@ -810,6 +830,66 @@ mod tests {
             .map(|entry| entry.unwrap().path())
             .collect();
         assert_eq!(left, [blocker]);
+    }
+
+    #[test]
+    fn the_object_list_is_what_the_migrations_create() {
+        for dialect in [Dialect::Postgres, Dialect::Sqlite, Dialect::Mysql] {
+            let mut tables = Vec::new();
+            let mut indexes = Vec::new();
+            for migration in sql(dialect) {
+                let (created, created_indexes) = sql_text::created(migration.up);
+                for table in created {
+                    let columns: Vec<String> = table.columns.into_iter().map(|c| c.0).collect();
+                    tables.push((migration.name, table.name, columns));
+                }
+                for index in created_indexes {
+                    let columns = index.columns.join(", ");
+                    indexes.push((
+                        migration.name,
+                        index.name,
+                        index.table,
+                        columns,
+                        index.unique,
+                    ));
+                }
+            }
+            let listed_tables: Vec<_> = objects::TABLES
+                .iter()
+                .map(|t| {
+                    let columns: Vec<String> = t.columns.iter().map(|c| (*c).to_owned()).collect();
+                    (t.migration, t.name.to_owned(), columns)
+                })
+                .collect();
+            assert_eq!(tables, listed_tables, "{dialect}");
+            let listed_indexes: Vec<_> = objects::INDEXES
+                .iter()
+                .map(|i| {
+                    let (name, table) = (i.name.to_owned(), i.table.to_owned());
+                    (i.migration, name, table, i.columns.join(", "), i.unique)
+                })
+                .collect();
+            let (mut indexes, mut listed_indexes) = (indexes, listed_indexes);
+            indexes.sort();
+            listed_indexes.sort();
+            assert_eq!(indexes, listed_indexes, "{dialect}");
+        }
+    }
+
+    #[test]
+    fn an_index_is_recreated_by_the_statement_its_migration_runs() {
+        let settled = objects::INDEXES
+            .iter()
+            .find(|i| i.name == "diesel_inbox_events_settled")
+            .unwrap();
+        for dialect in [Dialect::Postgres, Dialect::Sqlite, Dialect::Mysql] {
+            let up = sql(dialect)[2].up;
+            assert!(up.contains(&settled.create_statement()), "{dialect}");
+        }
+        assert_eq!(
+            version_of_migration("diesel_inbox_failures").as_deref(),
+            Some("20000101000002")
+        );
     }
 
     #[test]

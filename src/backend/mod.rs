@@ -453,6 +453,19 @@ pub(crate) mod sealed {
         /// schema (database).
         fn index_exists(&mut self, name: &str) -> QueryResult<bool>;
 
+        /// Whether the current database's table `table` has a column `column`.
+        fn column_exists(&mut self, table: &str, column: &str) -> QueryResult<bool>;
+
+        /// Whether the unique index (constraint) `name` on `table` exists. By name, except on
+        /// SQLite, which names a constraint's index itself.
+        fn unique_index_exists(&mut self, table: &str, name: &str) -> QueryResult<bool> {
+            let _ = table;
+            self.index_exists(name)
+        }
+
+        /// The SQL dialect, for the doctor's remedies.
+        fn dialect(&self) -> crate::migrations::Dialect;
+
         /// The doctor's checks of this backend's settings.
         fn backend_checks(&mut self) -> QueryResult<Vec<crate::check::Check>>;
 

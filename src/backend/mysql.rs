@@ -400,6 +400,17 @@ impl InboxSql for MysqlConnection {
         catalogue = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = "
     );
 
+    statement!(
+        column_exists,
+        columns = (
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ",
+            " AND COLUMN_NAME = "
+        )
+    );
+
+    fn dialect(&self) -> crate::migrations::Dialect {
+        crate::migrations::Dialect::Mysql
+    }
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         // The keys must compare byte for byte: under a collation, ids differing in case,
         // accents or trailing spaces would be one event.

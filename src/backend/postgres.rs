@@ -168,6 +168,17 @@ impl InboxSql for PgConnection {
             "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = "
     );
 
+    statement!(
+        column_exists,
+        columns = (
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ",
+            " AND column_name = "
+        )
+    );
+
+    fn dialect(&self) -> crate::migrations::Dialect {
+        crate::migrations::Dialect::Postgres
+    }
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         let encoding = diesel::select(diesel::dsl::sql::<Text>(
             "current_setting('server_encoding')",

@@ -170,6 +170,25 @@ impl InboxSql for SqliteConnection {
         catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = "
     );
 
+    statement!(
+        column_exists,
+        columns = ("SELECT COUNT(*) FROM pragma_table_info(", ") WHERE name = ")
+    );
+
+    fn dialect(&self) -> crate::migrations::Dialect {
+        crate::migrations::Dialect::Sqlite
+    }
+
+    fn unique_index_exists(&mut self, table: &str, name: &str) -> QueryResult<bool> {
+        // A unique constraint's index is `sqlite_autoindex_<table>_<n>`: found by its origin.
+        diesel::dsl::sql::<BigInt>("SELECT COUNT(*) FROM pragma_index_list(")
+            .bind::<Text, _>(table)
+            .sql(") WHERE \"unique\" = 1 AND (origin = 'u' OR name = ")
+            .bind::<Text, _>(name)
+            .sql(")")
+            .get_result::<i64>(self)
+            .map(|found| found > 0)
+    }
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         let journal = diesel::select(diesel::dsl::sql::<Text>(
             "(SELECT journal_mode FROM pragma_journal_mode())",

@@ -113,6 +113,8 @@ macro_rules! backend_tests {
             a_released_event_that_fails_max_attempts_again_is_dead_lettered_again,
             the_doctor_passes_a_healthy_database,
             the_doctor_fails_a_database_missing_an_index_or_a_migration,
+            the_doctor_catches_every_dropped_index_and_its_remedy_restores_it,
+            the_doctor_names_the_sql_for_a_missing_column_or_table_and_it_restores_them,
             stats_count_processed_duplicates_conflicts_failures_and_dead_letters,
             recent_counts_leave_out_what_happened_before_the_window,
             stats_all_lists_every_consumer,
