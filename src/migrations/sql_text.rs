@@ -76,12 +76,12 @@ fn created_table(name: &str, statement: &str, indexes: &mut Vec<CreatedIndex>) -
             unique,
         };
         match (first.as_deref(), second.as_deref()) {
-            (Some("PRIMARY" | "CHECK"), _) => {}
+            // The primary key is part of the table; a check is no object.
+            (Some("PRIMARY" | "CHECK") | None, _) => {}
             (Some("KEY" | "INDEX"), _) => indexes.push(index(1, false)),
             (Some("UNIQUE"), Some("KEY" | "INDEX")) => indexes.push(index(2, true)),
             (Some("CONSTRAINT"), _) => indexes.push(index(1, true)),
             (Some(column), _) => columns.push((column.to_ascii_lowercase(), item.clone())),
-            (None, _) => {}
         }
     }
     CreatedTable {
