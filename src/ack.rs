@@ -172,6 +172,7 @@ impl Error {
             | Error::DeadLetterNotFound { .. }
             | Error::MissingAudit(_)
             | Error::Migration(_)
+            | Error::MigrationLocked { .. }
             | Error::MigrationInstall { .. }
             | Error::RetentionBelowWindow { .. }
             | Error::PruneRunning

@@ -28,13 +28,17 @@ impl fmt::Display for CheckStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Check {
-    /// What was checked, a stable short name: `schema`, `index diesel_inbox_events_settled`,
+    /// What was checked, a stable short name: `schema`, `table diesel_inbox_events`,
+    /// `index diesel_inbox_events_settled`,
     /// `server_encoding`, `journal_mode`, `busy_timeout`, `binary_keys`.
     pub name: &'static str,
     /// How it came out.
     pub status: CheckStatus,
     /// What was found, and for a warning or a failure, what to do.
     pub detail: String,
+    /// For a failure that one SQL statement fixes (a missing index, table or column), that
+    /// statement, for this backend; the detail names it too.
+    pub remedy: Option<String>,
 }
 
 impl Check {
@@ -43,6 +47,17 @@ impl Check {
             name,
             status,
             detail: detail.into(),
+            remedy: None,
+        }
+    }
+
+    /// A failed check that running `sql` fixes; the detail is `found`, then the statement.
+    pub(crate) fn fixed_by(name: &'static str, found: &str, sql: String) -> Self {
+        Self {
+            name,
+            status: CheckStatus::Fail,
+            detail: format!("{found}: run {sql}"),
+            remedy: Some(sql),
         }
     }
 

@@ -1,5 +1,10 @@
-//! A health check of the inbox's database: is the schema applied and current, are its indexes
-//! there, are the backend's settings the ones the inbox relies on.
+//! A health check of the inbox's database: is the schema applied and current, is every table,
+//! column and index that the migrations create there, are the backend's settings the ones the
+//! inbox relies on.
+//!
+//! The objects checked are the migrations' own list (held against their SQL by a test), and a
+//! missing one's check names the SQL that recreates it ([`Check::remedy`]): the `CREATE INDEX`,
+//! `CREATE TABLE` or `ALTER TABLE .. ADD COLUMN` statement of its migration, for the backend.
 //!
 //! [`check`] reads only. Run it from the application, on one of its own connections (so the
 //! connection settings it reports are the application's), or through `diesel-inbox doctor`.
@@ -23,54 +28,17 @@
 
 use crate::backend::sealed::InboxSql;
 pub use crate::check::{Check, CheckStatus};
+use crate::migrations::objects::{Index, Table, INDEXES, TABLES};
+use crate::migrations::{created_table, version_of_migration};
 use crate::{Error, InboxConnection};
-
-/// The indexes the inbox's and the outbox's operations read through (migrations 000003 to
-/// 000006), and their checks' names.
-const INDEXES: [(&str, &str); 7] = [
-    (
-        "diesel_inbox_events_settled",
-        "index diesel_inbox_events_settled",
-    ),
-    (
-        "diesel_inbox_failures_state",
-        "index diesel_inbox_failures_state",
-    ),
-    ("diesel_inbox_gaps_open", "index diesel_inbox_gaps_open"),
-    ("diesel_inbox_claims_open", "index diesel_inbox_claims_open"),
-    (
-        "diesel_inbox_outbox_state",
-        "index diesel_inbox_outbox_state",
-    ),
-    (
-        "diesel_inbox_outbox_aggregate",
-        "index diesel_inbox_outbox_aggregate",
-    ),
-    (
-        "diesel_inbox_outbox_published",
-        "index diesel_inbox_outbox_published",
-    ),
-];
 
 /// Where `run_pending_migrations` records the inbox's versions.
 const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 
-/// The inbox's tables, and the outbox's.
-const TABLES: [&str; 9] = [
-    "diesel_inbox_events",
-    "diesel_inbox_failures",
-    "diesel_inbox_failure_log",
-    "diesel_inbox_counters",
-    "diesel_inbox_cursors",
-    "diesel_inbox_gaps",
-    "diesel_inbox_event_sequences",
-    "diesel_inbox_claims",
-    "diesel_inbox_outbox",
-];
-
-/// Checks `conn`'s database: every inbox migration applied, the inbox's indexes present, and
-/// the backend's settings (PostgreSQL: a UTF8 server encoding; SQLite: WAL journal and a busy
-/// timeout on this connection; MySQL/MariaDB: binary key columns). Reads only.
+/// Checks `conn`'s database: every inbox migration applied; every table, column and index
+/// the migrations create present (a missing one's check says which statement recreates it);
+/// and the backend's settings (PostgreSQL: a UTF8 server encoding; SQLite: WAL journal and a
+/// busy timeout on this connection; MySQL/MariaDB: binary key columns). Reads only.
 ///
 /// # Errors
 ///
@@ -79,45 +47,112 @@ const TABLES: [&str; 9] = [
 pub fn check<C: InboxConnection>(conn: &mut C) -> Result<Vec<Check>, Error> {
     let sql = conn.sql();
     let mut checks = vec![schema(sql)?];
-    for (index, name) in INDEXES {
-        let exists = sql.index_exists(index)?;
-        checks.push(Check::ok_if(
-            name,
-            exists,
-            "present",
-            (
-                CheckStatus::Fail,
-                "missing: apply the inbox migrations (diesel_inbox::run_pending_migrations), or recreate it from `diesel-inbox migration print`".to_owned(),
-            ),
-        ));
+    let mut missing_tables = Vec::new();
+    for table in TABLES {
+        let check = table_check(sql, table)?;
+        if check.status == CheckStatus::Fail && !sql.table_exists(table.name)? {
+            missing_tables.push(table.name);
+        }
+        checks.push(check);
+    }
+    for index in INDEXES {
+        checks.push(index_check(sql, index, &missing_tables)?);
     }
     checks.extend(sql.backend_checks()?);
     Ok(checks)
 }
 
-/// Whether the inbox's tables exist and every embedded migration is recorded as applied;
-/// where the tables exist but no migration is recorded, the schema came another way
-/// (installed into the application's migrations), which this cannot see into.
-fn schema<S: InboxSql>(sql: &mut S) -> diesel::QueryResult<Check> {
-    const NAME: &str = "schema";
+/// Whether `table` exists with every column; if not, the statement that recreates what is
+/// missing, from its migration's SQL.
+fn table_check<S: InboxSql>(sql: &mut S, table: &Table) -> diesel::QueryResult<Check> {
+    let created = created_table(sql.dialect(), table.name);
+    if !sql.table_exists(table.name)? {
+        let found = format!(
+            "missing, though created by migration {} ({})",
+            version_of_migration(table.migration).unwrap_or_default(),
+            table.migration
+        );
+        return Ok(match created {
+            Some(created) => Check::fixed_by(table.check, &found, created.statement),
+            None => Check::new(table.check, CheckStatus::Fail, found),
+        });
+    }
     let mut missing = Vec::new();
-    for table in TABLES {
-        if !sql.table_exists(table)? {
-            missing.push(table);
+    for column in table.columns {
+        if !sql.column_exists(table.name, column)? {
+            missing.push(*column);
         }
     }
-    if !missing.is_empty() {
+    if missing.is_empty() {
+        return Ok(Check::new(
+            table.check,
+            CheckStatus::Ok,
+            format!("present, with its {} columns", table.columns.len()),
+        ));
+    }
+    let definitions: Vec<String> = missing
+        .iter()
+        .filter_map(|column| {
+            let created = created.as_ref()?;
+            let (_, definition) = created.columns.iter().find(|(name, _)| name == column)?;
+            Some(format!(
+                "ALTER TABLE {} ADD COLUMN {definition}",
+                table.name
+            ))
+        })
+        .collect();
+    let found = format!("missing the columns {}", missing.join(", "));
+    Ok(Check::fixed_by(table.check, &found, definitions.join("; ")))
+}
+
+/// Whether `index` exists; if not, the statement that recreates it (after its table, when
+/// that is missing too).
+fn index_check<S: InboxSql>(
+    sql: &mut S,
+    index: &Index,
+    missing_tables: &[&str],
+) -> diesel::QueryResult<Check> {
+    if missing_tables.contains(&index.table) {
+        return Ok(Check::fixed_by(
+            index.check,
+            &format!(
+                "missing with its table {} (recreate that first)",
+                index.table
+            ),
+            index.create_statement(),
+        ));
+    }
+    let exists = if index.unique {
+        sql.unique_index_exists(index.table, index.name)?
+    } else {
+        sql.index_exists(index.name)?
+    };
+    Ok(if exists {
+        Check::new(index.check, CheckStatus::Ok, "present")
+    } else {
+        Check::fixed_by(index.check, "missing", index.create_statement())
+    })
+}
+
+/// Whether every embedded migration is recorded as applied; where the tables exist but no
+/// migration is recorded, the schema came another way (installed into the application's
+/// migrations), which this cannot see into. Missing tables are the tables' own checks.
+fn schema<S: InboxSql>(sql: &mut S) -> diesel::QueryResult<Check> {
+    const NAME: &str = "schema";
+    let mut none = true;
+    for table in TABLES {
+        none &= !sql.table_exists(table.name)?;
+    }
+    let tracked = sql.table_exists(TRACKING_TABLE)?;
+    if none && !tracked {
         return Ok(Check::new(
             NAME,
             CheckStatus::Fail,
-            format!(
-                "missing {}: apply the inbox migrations (diesel_inbox::run_pending_migrations, or `diesel-inbox migration install` into the app's migrations)",
-                missing.join(", ")
-            ),
+            "no inbox table and no inbox migration applied: call diesel_inbox::run_pending_migrations at the application's start-up, or install them into its migrations folder with `diesel-inbox migration install` and run them with the Diesel CLI",
         ));
     }
-    let installed = "the inbox tables exist, but diesel_inbox_migrations records no inbox migration (installed into the app's migrations?): cannot tell whether the schema is current";
-    if !sql.table_exists(TRACKING_TABLE)? {
+    let installed = "diesel_inbox_migrations records no inbox migration (installed into the app's migrations?): cannot tell whether the schema is current; the table, column and index checks below still apply";
+    if !tracked {
         return Ok(Check::new(NAME, CheckStatus::Warn, installed));
     }
     let pending = sql.pending_migrations()?;
@@ -128,7 +163,7 @@ fn schema<S: InboxSql>(sql: &mut S) -> diesel::QueryResult<Check> {
             NAME,
             CheckStatus::Fail,
             format!(
-                "inbox migrations not applied: {}; run diesel_inbox::run_pending_migrations",
+                "inbox migrations not applied: {}; call diesel_inbox::run_pending_migrations at the application's start-up (or print their SQL with `diesel-inbox migration print` and run it)",
                 pending.join(", ")
             ),
         ),

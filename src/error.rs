@@ -146,6 +146,16 @@ pub enum Error {
     /// Applying the inbox migrations failed.
     #[error("applying the inbox migrations failed: {}", crate::redact(&.0.to_string()))]
     Migration(#[source] MigrationError),
+    /// Another process is applying the inbox migrations (it holds the migration lock: a
+    /// PostgreSQL advisory lock, a MySQL/MariaDB `GET_LOCK`, SQLite's write lock), and did not
+    /// finish within [`MigrationOptions::lock_timeout`](crate::migrations::MigrationOptions::lock_timeout).
+    /// This call applied nothing; retry, and once the other process is done there is nothing
+    /// left to apply.
+    #[error("another process is applying the inbox migrations (it holds the migration lock); waited {} for it, and this call applied nothing: retry, or allow a longer wait with MigrationOptions::lock_timeout", crate::duration::human(*.waited))]
+    MigrationLocked {
+        /// How long this call waited for the lock.
+        waited: std::time::Duration,
+    },
     /// [`migrations::install`](crate::migrations::install) could not write the inbox
     /// migrations: the folder is missing, is not a directory, or cannot be written. What that
     /// call had created was removed again.

@@ -204,7 +204,7 @@ pub use gap::{Gap, Gaps};
 pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox};
-pub use migrations::run_pending_migrations;
+pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
 pub use outbox::{

@@ -43,6 +43,7 @@ use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use diesel::migration::{self, Migration, MigrationVersion};
@@ -54,6 +55,10 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 use crate::backend::sealed::InboxSql;
 use crate::error::MigrationError;
 use crate::{Error, InboxConnection};
+
+pub(crate) mod lock;
+pub(crate) mod objects;
+mod sql_text;
 
 /// The inbox migrations for PostgreSQL, for an application's own [`MigrationHarness`].
 ///
@@ -131,11 +136,90 @@ pub const MYSQL: EmbeddedMigrations = diesel_migrations::embed_migrations!("migr
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
+/// Safe in a fleet: any number of processes (replicas starting together) may call it at once.
+/// One at a time applies what is missing, under a lock on the database (PostgreSQL: the
+/// session advisory lock `7597117890791827314`; MySQL/MariaDB: `GET_LOCK` on
+/// `diesel_inbox.migrations:<database>`; SQLite: an immediate transaction around them all);
+/// the others wait for it, then find nothing left to apply. A wait is bounded, by 60 seconds
+/// here; see [`run_pending_migrations_with`] to choose the bound.
+///
 /// # Errors
 ///
-/// [`Error::Migration`] when a migration fails; what it applied before stays applied.
+/// [`Error::Migration`] when a migration fails; what it applied before stays applied (on
+/// SQLite, where all of them run in one transaction, nothing does).
+/// [`Error::MigrationLocked`] when another process held the lock for longer than the bound:
+/// nothing was applied by this call; retry.
 pub fn run_pending_migrations<C: InboxConnection>(conn: &mut C) -> Result<usize, Error> {
-    conn.sql().apply_migrations().map_err(Error::Migration)
+    run_pending_migrations_with(conn, MigrationOptions::default())
+}
+
+/// [`run_pending_migrations`], waiting for the migration lock at most as long as `options`
+/// says.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use std::time::Duration;
+/// use diesel::prelude::*;
+/// use diesel_inbox::migrations::MigrationOptions;
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// let options = MigrationOptions::default().lock_timeout(Duration::from_secs(5));
+/// assert_eq!(diesel_inbox::run_pending_migrations_with(&mut conn, options)?, 6);
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`run_pending_migrations`].
+pub fn run_pending_migrations_with<C: InboxConnection>(
+    conn: &mut C,
+    options: MigrationOptions,
+) -> Result<usize, Error> {
+    conn.sql().apply_migrations(options.lock_timeout)
+}
+
+/// How [`run_pending_migrations_with`] applies the inbox migrations.
+///
+/// ```
+/// use std::time::Duration;
+/// use diesel_inbox::migrations::MigrationOptions;
+///
+/// let options = MigrationOptions::default();
+/// assert_eq!(options.lock_timeout_value(), Duration::from_secs(60));
+/// let options = options.lock_timeout(Duration::from_secs(10));
+/// assert_eq!(options.lock_timeout_value(), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MigrationOptions {
+    lock_timeout: Duration,
+}
+
+impl Default for MigrationOptions {
+    /// A lock timeout of 60 seconds.
+    fn default() -> Self {
+        Self {
+            lock_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+impl MigrationOptions {
+    /// How long to wait for another process that is applying the migrations (it holds the
+    /// migration lock) before giving up with [`Error::MigrationLocked`]. Defaults to 60
+    /// seconds. On MySQL/MariaDB it is rounded to the microsecond, on SQLite to the
+    /// millisecond (as a busy timeout).
+    #[must_use]
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// The lock timeout set.
+    pub fn lock_timeout_value(&self) -> Duration {
+        self.lock_timeout
+    }
 }
 
 /// The SQL dialect to [`install`] or print the inbox migrations for.
@@ -409,6 +493,24 @@ pub fn sql(dialect: Dialect) -> &'static [MigrationSql] {
         Dialect::Sqlite => SQLITE_SQL,
         Dialect::Mysql => MYSQL_SQL,
     }
+}
+
+/// The table `name` as the migrations of `dialect` create it: its columns' definitions and
+/// its `CREATE TABLE` statement, read from their SQL.
+pub(crate) fn created_table(dialect: Dialect, name: &str) -> Option<sql_text::CreatedTable> {
+    sql(dialect)
+        .iter()
+        .flat_map(|m| sql_text::created(m.up).0)
+        .find(|table| table.name == name)
+}
+
+/// The version of the inbox migration called `name` (`20000101000002` for
+/// `diesel_inbox_failures`).
+pub(crate) fn version_of_migration(name: &str) -> Option<String> {
+    POSTGRES_SQL
+        .iter()
+        .position(|m| m.name == name)
+        .map(|at| format!("2000010100000{}", at + 1))
 }
 
 /// Writes the inbox migrations into an application's Diesel migrations folder `dir`, as
@@ -859,6 +961,66 @@ mod tests {
             .map(|entry| entry.unwrap().path())
             .collect();
         assert_eq!(left, [blocker]);
+    }
+
+    #[test]
+    fn the_object_list_is_what_the_migrations_create() {
+        for dialect in [Dialect::Postgres, Dialect::Sqlite, Dialect::Mysql] {
+            let mut tables = Vec::new();
+            let mut indexes = Vec::new();
+            for migration in sql(dialect) {
+                let (created, created_indexes) = sql_text::created(migration.up);
+                for table in created {
+                    let columns: Vec<String> = table.columns.into_iter().map(|c| c.0).collect();
+                    tables.push((migration.name, table.name, columns));
+                }
+                for index in created_indexes {
+                    let columns = index.columns.join(", ");
+                    indexes.push((
+                        migration.name,
+                        index.name,
+                        index.table,
+                        columns,
+                        index.unique,
+                    ));
+                }
+            }
+            let listed_tables: Vec<_> = objects::TABLES
+                .iter()
+                .map(|t| {
+                    let columns: Vec<String> = t.columns.iter().map(|c| (*c).to_owned()).collect();
+                    (t.migration, t.name.to_owned(), columns)
+                })
+                .collect();
+            assert_eq!(tables, listed_tables, "{dialect}");
+            let listed_indexes: Vec<_> = objects::INDEXES
+                .iter()
+                .map(|i| {
+                    let (name, table) = (i.name.to_owned(), i.table.to_owned());
+                    (i.migration, name, table, i.columns.join(", "), i.unique)
+                })
+                .collect();
+            let (mut indexes, mut listed_indexes) = (indexes, listed_indexes);
+            indexes.sort();
+            listed_indexes.sort();
+            assert_eq!(indexes, listed_indexes, "{dialect}");
+        }
+    }
+
+    #[test]
+    fn an_index_is_recreated_by_the_statement_its_migration_runs() {
+        let settled = objects::INDEXES
+            .iter()
+            .find(|i| i.name == "diesel_inbox_events_settled")
+            .unwrap();
+        for dialect in [Dialect::Postgres, Dialect::Sqlite, Dialect::Mysql] {
+            let up = sql(dialect)[2].up;
+            assert!(up.contains(&settled.create_statement()), "{dialect}");
+        }
+        assert_eq!(
+            version_of_migration("diesel_inbox_failures").as_deref(),
+            Some("20000101000002")
+        );
     }
 
     #[test]

@@ -44,7 +44,6 @@ pub(crate) type StreamKey<'a> = (&'a str, &'a str);
 
 pub(crate) mod sealed {
     use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
-    use crate::error::MigrationError;
     use crate::state::{
         ClaimState, Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState,
         OutboxState,
@@ -366,8 +365,13 @@ pub(crate) mod sealed {
         /// busy timeout, the usual cause of avoidable retries there.
         fn before_contention_retry(&mut self) {}
 
-        /// Applies the inbox's embedded migrations that are not applied yet.
-        fn apply_migrations(&mut self) -> Result<usize, MigrationError>;
+        /// Applies the inbox's embedded migrations that are not applied yet, holding the
+        /// backend's migration lock, which it waits for at most `lock_timeout`
+        /// ([`Error::MigrationLocked`](crate::Error::MigrationLocked) after that).
+        fn apply_migrations(
+            &mut self,
+            lock_timeout: std::time::Duration,
+        ) -> Result<usize, crate::Error>;
 
         /// Counts a delivery that reused the id with a different payload as a conflict, and
         /// takes it off the row's deliveries, which `record_delivery` had counted it in.
@@ -456,6 +460,19 @@ pub(crate) mod sealed {
         /// Whether the index `name` exists on one of the inbox's tables in the connection's
         /// schema (database).
         fn index_exists(&mut self, name: &str) -> QueryResult<bool>;
+
+        /// Whether the current database's table `table` has a column `column`.
+        fn column_exists(&mut self, table: &str, column: &str) -> QueryResult<bool>;
+
+        /// Whether the unique index (constraint) `name` on `table` exists. By name, except on
+        /// SQLite, which names a constraint's index itself.
+        fn unique_index_exists(&mut self, table: &str, name: &str) -> QueryResult<bool> {
+            let _ = table;
+            self.index_exists(name)
+        }
+
+        /// The SQL dialect, for the doctor's remedies.
+        fn dialect(&self) -> crate::migrations::Dialect;
 
         /// The doctor's checks of this backend's settings.
         fn backend_checks(&mut self) -> QueryResult<Vec<crate::check::Check>>;

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
@@ -17,7 +18,6 @@ use super::sealed::{
 };
 use super::Key;
 use crate::check::{Check, CheckStatus};
-use crate::error::MigrationError;
 use crate::schema::mysql as schema;
 use crate::state::{Counter, InboxState};
 
@@ -62,6 +62,10 @@ row_mappings!(schema = schema, codec = codec);
 
 /// The named lock that lets one prune run at a time (`GET_LOCK`), before the database name.
 const PRUNE_LOCK_NAME: &str = "diesel_inbox.prune";
+
+/// The named lock that lets one process at a time apply the inbox migrations, before the
+/// database name.
+const MIGRATION_LOCK_NAME: &str = "diesel_inbox.migrations";
 
 impl HasInboxSql for MysqlConnection {
     type Sql = Self;
@@ -338,8 +342,33 @@ impl InboxSql for MysqlConnection {
         )
     }
 
-    fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
-        crate::migrations::apply(self, crate::migrations::MYSQL)
+    fn apply_migrations(&mut self, lock_timeout: Duration) -> Result<usize, crate::Error> {
+        // Named after the database, as the prune lock is; the server waits up to the bound
+        // (MariaDB takes fractions of a second). 1: taken, 0: timed out, NULL: an error.
+        let started = std::time::Instant::now();
+        let taken = diesel::select(
+            diesel::dsl::sql::<Nullable<Integer>>("GET_LOCK(LEFT(CONCAT(")
+                .bind::<Text, _>(MIGRATION_LOCK_NAME)
+                .sql(", ':', DATABASE()), 64), ")
+                .bind::<diesel::sql_types::Double, _>(lock_timeout.as_secs_f64())
+                .sql(")"),
+        )
+        .get_result::<Option<i32>>(self)?;
+        if taken != Some(1) {
+            return Err(crate::Error::MigrationLocked {
+                waited: started.elapsed(),
+            });
+        }
+        let applied = crate::migrations::apply(self, crate::migrations::MYSQL);
+        let released = diesel::select(
+            diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")
+                .bind::<Text, _>(MIGRATION_LOCK_NAME)
+                .sql(", ':', DATABASE()), 64))"),
+        )
+        .get_result::<Option<i32>>(self);
+        let applied = applied.map_err(crate::Error::Migration)?;
+        released?;
+        Ok(applied)
     }
 
     fn insert_held_row(
@@ -402,6 +431,17 @@ impl InboxSql for MysqlConnection {
         catalogue = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = "
     );
 
+    statement!(
+        column_exists,
+        columns = (
+            "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ",
+            " AND COLUMN_NAME = "
+        )
+    );
+
+    fn dialect(&self) -> crate::migrations::Dialect {
+        crate::migrations::Dialect::Mysql
+    }
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         // The keys must compare byte for byte: under a collation, ids differing in case,
         // accents or trailing spaces would be one event.

@@ -1594,6 +1594,18 @@ macro_rules! statement {
                 .map(|changed| changed == 1)
         }
     };
+    // `column_exists`; `columns`: the backend's query counting a table's columns by name, in
+    // two parts: the SQL before the table's name is bound, and the SQL before the column's.
+    ($method:ident, columns = ($before_table:expr, $before_column:expr)) => {
+        fn $method(&mut self, table: &str, column: &str) -> QueryResult<bool> {
+            diesel::dsl::sql::<diesel::sql_types::BigInt>($before_table)
+                .bind::<diesel::sql_types::Text, _>(table)
+                .sql($before_column)
+                .bind::<diesel::sql_types::Text, _>(column)
+                .get_result::<i64>(self)
+                .map(|found| found > 0)
+        }
+    };
     // `index_exists` or `table_exists`; `catalogue`: the backend's query counting the current
     // database's indexes or tables by name, the name bound last.
     ($method:ident, catalogue = $query:expr) => {

@@ -1,5 +1,7 @@
 //! PostgreSQL: `INSERT .. ON CONFLICT DO UPDATE .. RETURNING`, one round trip per delivery.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::pg::PgConnection;
@@ -8,7 +10,6 @@ use diesel::sql_types::{BigInt, Bool, Integer, Text};
 
 use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
 use crate::check::{Check, CheckStatus};
-use crate::error::MigrationError;
 use crate::schema::postgres as schema;
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -53,6 +54,21 @@ const PRUNE_LOCK_KEY: i64 = 0x696e_6278_7072_756e;
 /// of `obux`); the second is a hash of the aggregate. Two-key locks never meet one-key ones
 /// such as [`PRUNE_LOCK_KEY`].
 const OUTBOX_ORDER_LOCK_CLASS: i32 = 0x6f62_7578;
+
+/// The advisory lock key that lets one process at a time apply the inbox migrations: the
+/// bytes of `inbxmigr`.
+const MIGRATION_LOCK_KEY: i64 = 0x696e_6278_6d69_6772;
+
+/// `pg_try_advisory_lock(key)` or `pg_advisory_unlock(key)`, by `function`'s name: session
+/// locks, so they outlive the transactions taken while they are held.
+fn advisory(conn: &mut PgConnection, function: &str, key: i64) -> QueryResult<bool> {
+    diesel::select(
+        diesel::dsl::sql::<Bool>(&format!("{function}("))
+            .bind::<BigInt, _>(key)
+            .sql(")"),
+    )
+    .get_result(conn)
+}
 
 impl HasInboxSql for PgConnection {
     type Sql = Self;
@@ -107,8 +123,18 @@ impl InboxSql for PgConnection {
         )
     }
 
-    fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
-        crate::migrations::apply(self, crate::migrations::POSTGRES)
+    fn apply_migrations(&mut self, lock_timeout: Duration) -> Result<usize, crate::Error> {
+        // Without the lock, two sessions' `CREATE TABLE IF NOT EXISTS` race on the catalog
+        // (pg_type's unique index) and the tracking table's key. Polled, so the wait has a
+        // bound without touching the session's lock_timeout.
+        crate::migrations::lock::poll(lock_timeout, || {
+            advisory(self, "pg_try_advisory_lock", MIGRATION_LOCK_KEY)
+        })?;
+        let applied = crate::migrations::apply(self, crate::migrations::POSTGRES);
+        let released = advisory(self, "pg_advisory_unlock", MIGRATION_LOCK_KEY);
+        let applied = applied.map_err(crate::Error::Migration)?;
+        released?;
+        Ok(applied)
     }
 
     statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
@@ -147,6 +173,17 @@ impl InboxSql for PgConnection {
             "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = "
     );
 
+    statement!(
+        column_exists,
+        columns = (
+            "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ",
+            " AND column_name = "
+        )
+    );
+
+    fn dialect(&self) -> crate::migrations::Dialect {
+        crate::migrations::Dialect::Postgres
+    }
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         let encoding = diesel::select(diesel::dsl::sql::<Text>(
             "current_setting('server_encoding')",

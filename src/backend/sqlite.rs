@@ -102,8 +102,37 @@ impl InboxSql for SqliteConnection {
         }
     }
 
-    fn apply_migrations(&mut self) -> Result<usize, MigrationError> {
-        crate::migrations::apply(self, crate::migrations::SQLITE)
+    fn apply_migrations(&mut self, lock_timeout: Duration) -> Result<usize, crate::Error> {
+        // One immediate transaction around them all: it takes the write lock at BEGIN, so a
+        // second process waits there, on a busy timeout of the bound (the connection's own is
+        // put back after), and then reads the versions the first one recorded.
+        let own_timeout = diesel::select(diesel::dsl::sql::<BigInt>(
+            "(SELECT timeout FROM pragma_busy_timeout())",
+        ))
+        .get_result::<i64>(self)?;
+        let millis = u64::try_from(lock_timeout.as_millis()).unwrap_or(u64::MAX);
+        self.batch_execute(&format!("PRAGMA busy_timeout = {millis}"))?;
+        let started = std::time::Instant::now();
+        let mut began = false;
+        let applied = self.immediate_transaction::<_, MigrationError, _>(|conn| {
+            began = true;
+            crate::migrations::apply(conn, crate::migrations::SQLITE)
+        });
+        let restored = self.batch_execute(&format!("PRAGMA busy_timeout = {own_timeout}"));
+        let applied = applied.map_err(|error| {
+            let locked = error
+                .downcast_ref::<diesel::result::Error>()
+                .is_some_and(|e| Self::classify(e) == ErrorClass::Contention);
+            if locked && !began {
+                crate::Error::MigrationLocked {
+                    waited: started.elapsed(),
+                }
+            } else {
+                crate::Error::Migration(error)
+            }
+        })?;
+        restored?;
+        Ok(applied)
     }
 
     statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
@@ -141,6 +170,25 @@ impl InboxSql for SqliteConnection {
         catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = "
     );
 
+    statement!(
+        column_exists,
+        columns = ("SELECT COUNT(*) FROM pragma_table_info(", ") WHERE name = ")
+    );
+
+    fn dialect(&self) -> crate::migrations::Dialect {
+        crate::migrations::Dialect::Sqlite
+    }
+
+    fn unique_index_exists(&mut self, table: &str, name: &str) -> QueryResult<bool> {
+        // A unique constraint's index is `sqlite_autoindex_<table>_<n>`: found by its origin.
+        diesel::dsl::sql::<BigInt>("SELECT COUNT(*) FROM pragma_index_list(")
+            .bind::<Text, _>(table)
+            .sql(") WHERE \"unique\" = 1 AND (origin = 'u' OR name = ")
+            .bind::<Text, _>(name)
+            .sql(")")
+            .get_result::<i64>(self)
+            .map(|found| found > 0)
+    }
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         let journal = diesel::select(diesel::dsl::sql::<Text>(
             "(SELECT journal_mode FROM pragma_journal_mode())",

@@ -7,12 +7,12 @@ use std::path::Path;
 use diesel::connection::SimpleConnection;
 use diesel::migration::MigrationVersion;
 use diesel::Connection;
-use diesel_inbox::migrations::{install, sql, Dialect};
+use diesel_inbox::migrations::{install, sql, Dialect, MigrationOptions};
 use diesel_inbox::testing::TestDatabase;
-use diesel_inbox::{run_pending_migrations, with_inbox, Error};
+use diesel_inbox::{run_pending_migrations, run_pending_migrations_with, with_inbox, Error};
 use diesel_migrations::{FileBasedMigrations, MigrationHarness};
 
-use crate::support::Backend;
+use crate::support::{Backend, TestConn};
 
 /// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
 /// indexes and counters that retention and stats use.
@@ -302,5 +302,118 @@ where
         run_pending_migrations(&mut conn).unwrap(),
         0,
         "taken over once"
+    );
+}
+
+/// Set in a child process: the database URL it migrates, and the file whose appearance is its
+/// signal to start.
+const MIGRATE_CHILD: &str = "DIESEL_INBOX_MIGRATE_CHILD";
+const MIGRATE_GO: &str = "DIESEL_INBOX_MIGRATE_GO";
+/// Replicas started together per round, and rounds, each on a database without the schema.
+const REPLICAS: usize = 8;
+const ROUNDS: usize = 10;
+
+/// The child: says it is ready, waits for the signal, migrates, and prints what it applied.
+fn migrate_as_a_replica<B: Backend>(url: &str, go: &Path) {
+    let mut conn = B::connect_to(url);
+    println!("ready");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !go.exists() {
+        assert!(std::time::Instant::now() < deadline, "no signal to start");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    match run_pending_migrations(&mut conn) {
+        Ok(applied) => println!("migrated={applied}"),
+        Err(error) => panic!("migration failed: {error}"),
+    }
+}
+
+pub fn replicas_starting_together_all_migrate_and_the_schema_is_applied_once<B: Backend>() {
+    const TEST: &str = "replicas_starting_together_all_migrate_and_the_schema_is_applied_once";
+    if let Ok(url) = std::env::var(MIGRATE_CHILD) {
+        migrate_as_a_replica::<B>(&url, Path::new(&std::env::var(MIGRATE_GO).unwrap()));
+        return;
+    }
+    let (db, mut conn) = database_without_inbox_schema::<B>();
+    let signals = tempfile::tempdir().unwrap();
+    for round in 0..ROUNDS {
+        drop_inbox_schema(&mut conn);
+        let go = signals.path().join(format!("go-{round}"));
+        let go_arg = go.to_str().unwrap();
+        let mut replicas: Vec<_> = (0..REPLICAS)
+            .map(|_| {
+                crate::support::ChildTest::spawn(
+                    TEST,
+                    &[(MIGRATE_CHILD, db.url()), (MIGRATE_GO, go_arg)],
+                )
+            })
+            .collect();
+        for replica in &mut replicas {
+            replica.wait_for("ready", std::time::Duration::from_secs(60));
+        }
+        fs::write(&go, "").unwrap();
+
+        let mut applied = Vec::new();
+        for replica in &mut replicas {
+            let status = replica.exit_status(std::time::Duration::from_secs(120));
+            let printed = replica.printed();
+            assert!(
+                status.success(),
+                "round {round}: a replica failed: {printed:?}"
+            );
+            let count: usize = printed
+                .iter()
+                .find_map(|line| line.rsplit_once("migrated=").map(|(_, n)| n.trim()))
+                .unwrap_or_else(|| panic!("round {round}: no count in {printed:?}"))
+                .parse()
+                .unwrap();
+            applied.push(count);
+        }
+        assert_eq!(
+            applied.iter().sum::<usize>(),
+            MIGRATIONS,
+            "round {round}: each migration applied by exactly one replica: {applied:?}"
+        );
+        let versions = conn.migration_versions();
+        assert_eq!(versions.len(), MIGRATIONS, "round {round}: {versions:?}");
+        assert_eq!(inbox_tables(&mut conn), INBOX_TABLES, "round {round}");
+        for check in diesel_inbox::doctor::check(&mut conn).unwrap() {
+            assert_eq!(
+                check.status,
+                diesel_inbox::doctor::CheckStatus::Ok,
+                "round {round}: {check:?}"
+            );
+        }
+        assert_eq!(run_pending_migrations(&mut conn).unwrap(), 0);
+    }
+    println!(
+        "{} replicas x {ROUNDS} rounds on {}: every one migrated, each migration once",
+        REPLICAS,
+        std::any::type_name::<B>().rsplit("::").next().unwrap()
+    );
+}
+
+pub fn a_migration_lock_held_past_the_bound_is_a_typed_error_and_applies_nothing<B: Backend>() {
+    let (db, mut conn) = database_without_inbox_schema::<B>();
+    let mut other_process = db.connect();
+    B::hold_migration_lock(&mut other_process);
+
+    let options = MigrationOptions::default().lock_timeout(std::time::Duration::from_millis(200));
+    let error = run_pending_migrations_with(&mut conn, options).unwrap_err();
+
+    assert!(matches!(error, Error::MigrationLocked { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("another process is applying the inbox migrations")
+            && message.contains("retry"),
+        "{message}"
+    );
+    assert!(inbox_tables(&mut conn).is_empty(), "nothing was applied");
+
+    // Once the other process is gone, the same call applies them all.
+    drop(other_process);
+    assert_eq!(
+        run_pending_migrations_with(&mut conn, options).unwrap(),
+        MIGRATIONS
     );
 }

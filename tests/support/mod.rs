@@ -58,6 +58,16 @@ pub(crate) trait Backend {
     /// after [`LOCK_WAIT`](Self::LOCK_WAIT).
     fn fail_fast_on_locks(conn: &mut Self::Conn);
 
+    /// Takes the lock that `run_pending_migrations` serialises on, as another process
+    /// applying the migrations holds it, until `conn` is dropped.
+    fn hold_migration_lock(conn: &mut Self::Conn);
+
+    /// Drops the index `index` of `table`.
+    fn drop_index(conn: &mut Self::Conn, table: &str, index: &str) {
+        let _ = table;
+        conn.batch_execute(&format!("DROP INDEX {index}")).unwrap();
+    }
+
     /// A statement that fails inside a transaction and takes the whole transaction with it
     /// (aborted, or rolled back), after preparing on `conn` what it needs; `None` where a
     /// failed statement only undoes itself (MySQL/MariaDB, short of a deadlock).
@@ -243,6 +253,19 @@ impl Backend for Postgres {
         )
     }
 
+    fn hold_migration_lock(conn: &mut PgConnection) {
+        // The bytes of `inbxmigr`, as the crate's key.
+        conn.batch_execute("SELECT pg_advisory_lock(7597117890791827314)")
+            .unwrap();
+    }
+
+    fn drop_index(conn: &mut PgConnection, table: &str, index: &str) {
+        // A unique constraint's index goes with the constraint.
+        let constraint = format!("ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {index}");
+        conn.batch_execute(&format!("{constraint}; DROP INDEX IF EXISTS {index}"))
+            .unwrap();
+    }
+
     fn fail_fast_on_locks(conn: &mut PgConnection) {
         conn.batch_execute("SET lock_timeout = '20ms'").unwrap();
     }
@@ -381,6 +404,18 @@ impl Backend for Mysql {
         TestDatabase::mysql(url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"))
     }
 
+    fn hold_migration_lock(conn: &mut MysqlConnection) {
+        conn.batch_execute(
+            "DO GET_LOCK(LEFT(CONCAT('diesel_inbox.migrations', ':', DATABASE()), 64), 0)",
+        )
+        .unwrap();
+    }
+
+    fn drop_index(conn: &mut MysqlConnection, table: &str, index: &str) {
+        conn.batch_execute(&format!("DROP INDEX {index} ON {table}"))
+            .unwrap();
+    }
+
     fn fail_fast_on_locks(conn: &mut MysqlConnection) {
         // InnoDB's minimum is one second.
         conn.batch_execute("SET SESSION innodb_lock_wait_timeout = 1")
@@ -451,6 +486,11 @@ impl Backend for Sqlite {
         conn
     }
 
+    fn hold_migration_lock(conn: &mut SqliteConnection) {
+        // The write lock, until the connection closes.
+        conn.batch_execute("BEGIN IMMEDIATE").unwrap();
+    }
+
     fn fail_fast_on_locks(conn: &mut SqliteConnection) {
         conn.batch_execute("PRAGMA busy_timeout = 0").unwrap();
     }
@@ -499,6 +539,13 @@ diesel::table! {
 }
 
 diesel::table! {
+    #[sql_name = "diesel_inbox_migrations"]
+    migrations_table (version) {
+        version -> Text,
+    }
+}
+
+diesel::table! {
     #[sql_name = "diesel_inbox_failures"]
     failures (consumer, event_id) {
         consumer -> Text,
@@ -537,6 +584,8 @@ pub(crate) trait TestConn: InboxConnection + Send + 'static {
     fn failure_rows(&mut self, consumer: &str, event_id: &str) -> (usize, usize);
     /// Rows in `effects` for `event_id`.
     fn effects_of(&mut self, event_id: &str) -> usize;
+    /// The versions `diesel_inbox_migrations` records, in order.
+    fn migration_versions(&mut self) -> Vec<String>;
 }
 
 /// The same queries for each concrete connection type (Diesel's DSL is not generic over them).
@@ -608,6 +657,14 @@ macro_rules! test_conn {
                     .count()
                     .get_result(self);
                 (count(failures), count(history))
+            }
+
+            fn migration_versions(&mut self) -> Vec<String> {
+                migrations_table::table
+                    .select(migrations_table::version)
+                    .order(migrations_table::version)
+                    .load(self)
+                    .unwrap()
             }
 
             fn effects_of(&mut self, event_id: &str) -> usize {
@@ -812,6 +869,22 @@ impl ChildTest {
             lines.push(line);
         }
         lines
+    }
+
+    /// Waits until it exits, at most `within`, and returns how; panics (and so kills it, on
+    /// drop) when it is still running then.
+    pub(crate) fn exit_status(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child test did not exit within {within:?}: it hung"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Kills it, by its pid, and waits until it is gone.

@@ -7,13 +7,14 @@ use serde_json::json;
 use crate::output;
 use crate::{Failure, Format, Global, Outcome};
 
-/// Runs the checks, prints them, and fails (exit 3) when one failed.
+/// Runs the checks, prints them (a failure's detail ends with the SQL that fixes it, also
+/// `remedy` in JSON), and fails (exit 3) when one failed.
 pub(crate) fn run<C: InboxConnection>(conn: &mut C, global: &Global) -> Outcome {
     let checks = doctor::check(conn)?;
     match global.format {
         Format::Json => output::print_json(&json!(checks
             .iter()
-            .map(|c| json!({"name": c.name, "status": c.status.to_string(), "detail": c.detail}))
+            .map(|c| json!({"name": c.name, "status": c.status.to_string(), "detail": c.detail, "remedy": c.remedy}))
             .collect::<Vec<_>>())),
         Format::Table => {
             let rows: Vec<Vec<String>> = checks
