@@ -1087,8 +1087,8 @@ fn prints_and_installs_migrations(url: &str) {
     ));
     assert_eq!(
         written.as_array().unwrap().len(),
-        6,
-        "since the outbox table (000006): {written}"
+        7,
+        "since the outbox's order locks (000007): {written}"
     );
     for path in written.as_array().unwrap() {
         assert!(Path::new(path.as_str().unwrap()).join("up.sql").is_file());
@@ -1469,6 +1469,7 @@ fn cli_errors_name_cli_commands_and_the_schema_remedy_only_for_a_missing_table()
         !String::from_utf8_lossy(&lost.stderr).contains("schema"),
         "{lost:?}"
     );
+}
 
 /// Pages of `--limit 1` through `args` (a listing with `--all`, as JSON), following
 /// `more_after`: the keys of every row, in the order the pages gave them.

@@ -199,6 +199,11 @@ pub(crate) const TABLES: &[Table] = &[
             "published_at",
         ]
     ),
+    table!(
+        "diesel_inbox_outbox_order",
+        "diesel_inbox_outbox_aggregates",
+        ["aggregate_type", "aggregate_id", "enqueued_at"]
+    ),
 ];
 
 /// The named indexes (primary keys are part of their tables), in the order the migrations
@@ -213,4 +218,5 @@ pub(crate) const INDEXES: &[Index] = &[
     index!("diesel_inbox_outbox", "diesel_inbox_outbox_state" ON "diesel_inbox_outbox" ["state", "position"]),
     index!("diesel_inbox_outbox", "diesel_inbox_outbox_aggregate" ON "diesel_inbox_outbox" ["aggregate_type", "aggregate_id", "state", "position"]),
     index!("diesel_inbox_outbox", "diesel_inbox_outbox_published" ON "diesel_inbox_outbox" ["state", "published_at"]),
+    index!("diesel_inbox_outbox_order", "diesel_inbox_outbox_aggregates_idle" ON "diesel_inbox_outbox_aggregates" ["enqueued_at"]),
 ];

@@ -19,7 +19,7 @@ use crate::support::{Backend, TestConn};
 const MIGRATIONS: usize = 7;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-const INBOX_TABLES: [&str; 9] = [
+const INBOX_TABLES: [&str; 10] = [
     "diesel_inbox_claims",
     "diesel_inbox_counters",
     "diesel_inbox_cursors",
@@ -29,6 +29,7 @@ const INBOX_TABLES: [&str; 9] = [
     "diesel_inbox_failures",
     "diesel_inbox_gaps",
     "diesel_inbox_outbox",
+    "diesel_inbox_outbox_aggregates",
 ];
 const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 

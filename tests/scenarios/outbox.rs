@@ -539,7 +539,7 @@ pub fn two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order<
                 Instant::now() < deadline,
                 "round {round}: not both published"
             );
-            relay.run_once(&mut conn, &mut recorder).unwrap();
+            let _pass = relay.run_once(&mut conn, &mut recorder).unwrap();
             std::thread::sleep(Duration::from_millis(5));
         }
         first.wait_for("first committed", wait);

@@ -1,2 +1,2 @@
--- Nothing to drop: PostgreSQL orders producers with advisory locks.
-SELECT 1;
+-- Drops the outbox's per-aggregate order locks.
+DROP TABLE IF EXISTS diesel_inbox_outbox_aggregates;

@@ -1,2 +1,2 @@
--- Nothing to drop: SQLite serialises writers.
-SELECT 1;
+-- Drops the outbox's per-aggregate order locks.
+DROP TABLE IF EXISTS diesel_inbox_outbox_aggregates;
