@@ -12,7 +12,9 @@ use std::collections::BTreeSet;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use diesel_inbox::{Ack, Audit, Cursor, Gap, Inbox, Outcome, Resume, Sequenced, SqliteSetup};
+use diesel_inbox::{
+    Ack, Audit, CorruptRow, Cursor, Gap, Inbox, Outcome, Resume, Sequenced, SqliteSetup,
+};
 
 /// A message of the stream, as the broker hands it over.
 #[derive(Clone)]
@@ -113,8 +115,17 @@ fn describe(gap: &Gap) -> String {
     format!("{}..={} {}", gap.first(), gap.last(), gap.cause())
 }
 
-fn print_ledger(gaps: &[Gap]) {
+/// The gap ledger as ops read it. A row this version cannot read is listed in its place,
+/// with what names it and how to repair it.
+fn print_ledger(gaps: &[Result<Gap, CorruptRow>]) {
     for gap in gaps {
+        let gap = match gap {
+            Ok(gap) => gap,
+            Err(corrupt) => {
+                println!("  unreadable: {corrupt}");
+                continue;
+            }
+        };
         let closed = gap
             .closed_at()
             .map(|at| format!(", closed {}", at.format("%H:%M:%S%.3f")))
@@ -207,7 +218,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "ops@shop.example",
         "outage outlasted retention; orders 5..=8 rebuilt by hand from the order service",
     )?;
-    for gap in &open {
+    for gap in open.iter().flatten() {
         cursor.gaps().resolve(&mut conn, gap.id(), &audit)?;
     }
     println!("the ledger after ops resolved it:");

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
 
-use crate::backend::sealed::{InboxSql, Recorded};
+use crate::backend::sealed::{InboxSql, Listed, Recorded};
 use crate::inbox::{self, Delivered, Tally};
 use crate::observe::{self, DeliveryOutcome};
 use crate::state::InboxState;
@@ -95,8 +95,9 @@ impl Inbox {
     /// batch rolls back and runs again with a savepoint per new event, so that event alone is
     /// rolled back, with its inbox row, and its failure is recorded after the commit as for
     /// [`process`](Self::process), while the others commit: every effect of such a batch runs
-    /// twice, once in the transaction that rolled back. An invalid id or a payload conflict
-    /// is rejected alone. An id that appears twice in the batch is handled twice, in order, as
+    /// twice, once in the transaction that rolled back. An invalid id, a payload conflict, or
+    /// an inbox row this version cannot read ([`Error::CorruptRow`], naming the row) is
+    /// rejected alone. An id that appears twice in the batch is handled twice, in order, as
     /// if delivered one after the other. Contention retries the whole batch, effects included.
     /// A panicking effect rolls back the whole batch and continues unwinding.
     ///
@@ -341,7 +342,7 @@ impl Inbox {
         let recorded = conn
             .sql()
             .record_deliveries(self.consumer(), &items, Utc::now())?;
-        let mut recorded: HashMap<&str, Recorded> =
+        let mut recorded: HashMap<&str, Listed<Recorded>> =
             items.iter().map(|&(id, _)| id).zip(recorded).collect();
 
         let mut slots = Vec::with_capacity(deliveries.len());
@@ -356,12 +357,30 @@ impl Inbox {
             };
             let key = self.key(delivery);
             let fingerprint = fingerprints[i].as_ref();
+            // An inbox row this version cannot read rejects its own delivery, named; the
+            // batch's other deliveries go on.
             let this = match recorded.remove(key.1) {
-                Some(first) => first,
-                None => conn
-                    .sql()
-                    .record_delivery(key, Utc::now(), fingerprint.map(|f| &f[..]))
-                    .map_err(|error| Failure::reading_events(error, key))?,
+                Some(Ok(first)) => first,
+                Some(Err(unreadable)) => {
+                    let corrupt = unreadable.in_row(&[("consumer", key.0)], "event_id");
+                    slots.push(Slot::Rejected(corrupt.into()));
+                    continue;
+                }
+                None => {
+                    match conn
+                        .sql()
+                        .record_delivery(key, Utc::now(), fingerprint.map(|f| &f[..]))
+                    {
+                        Ok(this) => this,
+                        Err(error) => match Failure::reading_events(error, key) {
+                            Failure::Inbox(corrupt @ Error::CorruptRow(_)) => {
+                                slots.push(Slot::Rejected(corrupt));
+                                continue;
+                            }
+                            other => return Err(other),
+                        },
+                    }
+                }
             };
             // Read only when an effect panics: then it names the event whose effect it was.
             *panicked_at = Some(i);

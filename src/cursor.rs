@@ -77,7 +77,7 @@ pub const DEFAULT_MAX_OPEN_GAPS: usize = 1000;
 /// assert_eq!(outcome.gaps()[0].sequences(), 2..=3);
 /// // 3 arrives late: processed once, and the gap shrinks to 2.
 /// assert!(orders.process(&mut conn, 3, apply)?.is_processed());
-/// assert_eq!(orders.gaps().open(&mut conn)?[0].sequences(), 2..=2);
+/// assert_eq!(orders.gaps().open(&mut conn)?.remove(0)?.sequences(), 2..=2);
 /// // Seek the broker to the first sequence not settled.
 /// assert_eq!(orders.resume(&mut conn)?, Resume::At(2));
 /// # }
@@ -649,6 +649,8 @@ impl Cursor {
             }));
         }
         let open = sql.gaps(self.consumer(), Some(self.stream()), Some(GapState::Open))?;
+        let open = crate::gap::open_gaps(self.consumer(), open)
+            .map_err(|corrupt| Failure::Inbox(corrupt.into()))?;
         Ok(Stream::new(row.high, open))
     }
 

@@ -180,7 +180,7 @@ impl DeadLetters {
     /// # Errors
     ///
     /// [`Error::DeadLetterNotFound`] when the event never failed for this consumer;
-    /// [`Error::CorruptRow`] when its row cannot be read as it is.
+    /// [`Error::CorruptRow`] when its row, or a line of its history, cannot be read as it is.
     pub fn show<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -192,7 +192,12 @@ impl DeadLetters {
         let row = row.ok_or(Error::DeadLetterNotFound {
             event_id: event_id.clone(),
         })?;
-        let history = conn.sql().history(key)?;
+        let history = conn
+            .sql()
+            .history(key)?
+            .into_iter()
+            .map(|line| line.map_err(|bad| bad.in_row(&failure_key(key), "id")))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(dead_letter(key.0, row, history)?)
     }
 

@@ -5,8 +5,8 @@ use std::ops::RangeInclusive;
 use chrono::{DateTime, Utc};
 use tracing::info;
 
-use crate::backend::sealed::{GapRow, InboxSql};
-use crate::state::{GapCause, GapState};
+use crate::backend::sealed::{GapRow, InboxSql, Listed};
+use crate::state::{CorruptRow, GapCause, GapState};
 use crate::transaction::{self, Failure};
 use crate::watermark::{OpenGap, Stream};
 use crate::{Audit, Error, Inbox, InboxConnection, RetryPolicy};
@@ -136,7 +136,8 @@ impl Gap {
 /// cursor.process(&mut conn, 1, apply)?;
 /// cursor.process(&mut conn, 5, apply)?; // 2..=4 missing
 ///
-/// let gap = &inbox.gaps().open(&mut conn)?[0];
+/// // A row this version cannot read would come back in its place as an `Err` naming it.
+/// let gap = inbox.gaps().open(&mut conn)?.remove(0)?;
 /// assert_eq!(cursor.resume(&mut conn)?, Resume::At(2));
 /// let audit = Audit::new("ops@example.com", "2..=4 were test messages, deleted upstream")?;
 /// let resolved = inbox.gaps().resolve(&mut conn, gap.id(), &audit)?;
@@ -168,16 +169,30 @@ impl Gaps {
 
     /// The open gaps, by stream and first sequence.
     ///
+    /// A row this version cannot read (a cause or state it does not know) is listed in its
+    /// place as an `Err` naming the table, the key and the text, never left out; one whose
+    /// state it cannot read may be open, and is listed too.
+    ///
     /// # Errors
     ///
     /// [`Error::Database`].
-    pub fn open<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<Gap>, Error> {
-        self.read(conn, Some(GapState::Open))
+    pub fn open<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
+        let rows = conn
+            .sql()
+            .gaps(&self.consumer, self.stream.as_deref(), Some(GapState::Open))?;
+        Ok(self.in_place(rows))
     }
 
     /// Up to `limit` gaps, open or closed, after gap id `after` (0: from the first), in id
     /// order (the order they were detected). The next page starts after the last id of this
     /// one; a page shorter than `limit` is the last.
+    ///
+    /// A row this version cannot read (a cause or state it does not know) is listed in its
+    /// place as an `Err` naming the table, the key (its id, to page on) and the text, never
+    /// left out.
     ///
     /// # Errors
     ///
@@ -187,14 +202,20 @@ impl Gaps {
         conn: &mut C,
         after: i64,
         limit: usize,
-    ) -> Result<Vec<Gap>, Error> {
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
         let state = None;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = conn
-            .sql()
-            .gap_page(&self.consumer, self.stream.as_deref(), state, after, limit)
-            .map_err(|e| crate::state::unreadable_among(e, &[("consumer", &self.consumer)]))?;
-        Ok(rows.into_iter().map(Gap::from_row).collect())
+        let rows =
+            conn.sql()
+                .gap_page(&self.consumer, self.stream.as_deref(), state, after, limit)?;
+        Ok(self.in_place(rows))
+    }
+
+    /// Each row as a gap, or as the corrupt row it is, in place.
+    fn in_place(&self, rows: Vec<Listed<GapRow>>) -> Vec<Result<Gap, CorruptRow>> {
+        rows.into_iter()
+            .map(|row| named(&self.consumer, row).map(Gap::from_row))
+            .collect()
     }
 
     /// Resolves the open gap `id`: its sequences are given up (or were recovered some other
@@ -239,7 +260,15 @@ impl Gaps {
         audit: &Audit,
     ) -> Result<Gap, Failure<Error>> {
         let not_found = || Failure::Inbox(Error::GapNotFound { id });
-        let (consumer, stream, state) = conn.sql().gap_by_id(id)?.ok_or_else(not_found)?;
+        let at = id.to_string();
+        let (consumer, stream, state) = conn
+            .sql()
+            .gap_by_id(id)
+            .map_err(|e| match crate::state::unreadable(e, &[("id", &at)]) {
+                Ok(corrupt) => Failure::Inbox(corrupt.into()),
+                Err(e) => Failure::Database(e),
+            })?
+            .ok_or_else(not_found)?;
         if consumer != self.consumer || self.stream.as_ref().is_some_and(|s| *s != stream) {
             return Err(not_found());
         }
@@ -249,9 +278,12 @@ impl Gaps {
         let key = (consumer.as_str(), stream.as_str());
         // The cursor row's lock orders this with the stream's deliveries.
         let high = conn.sql().cursor(key)?.and_then(|row| row.high);
-        let open = conn
-            .sql()
-            .gaps(&consumer, Some(&stream), Some(GapState::Open))?;
+        let open = open_gaps(
+            &consumer,
+            conn.sql()
+                .gaps(&consumer, Some(&stream), Some(GapState::Open))?,
+        )
+        .map_err(|corrupt| Failure::Inbox(corrupt.into()))?;
         let Some(row) = open.iter().find(|gap| gap.id == id).cloned() else {
             // A delivery filled it between the two reads.
             let state = conn.sql().gap_by_id(id)?.map_or(GapState::Filled, |g| g.2);
@@ -271,16 +303,18 @@ impl Gaps {
             ..Gap::from_row(row)
         })
     }
+}
 
-    fn read<C: InboxConnection>(
-        &self,
-        conn: &mut C,
-        state: Option<GapState>,
-    ) -> Result<Vec<Gap>, Error> {
-        let rows = conn
-            .sql()
-            .gaps(&self.consumer, self.stream.as_deref(), state)
-            .map_err(|e| crate::state::unreadable_among(e, &[("consumer", &self.consumer)]))?;
-        Ok(rows.into_iter().map(Gap::from_row).collect())
-    }
+/// A stream's open gaps, as the cursor reads them to move its watermark: one this version
+/// cannot read is the [`CorruptRow`] it is, never guessed open or closed.
+pub(crate) fn open_gaps(
+    consumer: &str,
+    rows: Vec<Listed<GapRow>>,
+) -> Result<Vec<GapRow>, CorruptRow> {
+    rows.into_iter().map(|row| named(consumer, row)).collect()
+}
+
+/// The gap row, or the consumer's row that this version cannot read, named by its id.
+fn named(consumer: &str, row: Listed<GapRow>) -> Result<GapRow, CorruptRow> {
+    row.map_err(|bad| bad.in_row(&[("consumer", consumer)], "id"))
 }

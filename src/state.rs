@@ -434,6 +434,7 @@ fn static_name(name: &str) -> &'static str {
         "kind",
         "cause",
         "counter",
+        "entry",
     ];
     NAMES.iter().find(|n| **n == name).copied().unwrap_or("?")
 }
@@ -466,32 +467,6 @@ pub(crate) fn unreadable(
     match unknown_in(&error) {
         Some(unknown) => Ok(unknown.clone().in_row(key)),
         None => Err(error),
-    }
-}
-
-/// A listing's error, when one of its rows holds a state this version cannot read, as
-/// [`Error::CorruptRow`](crate::Error::CorruptRow): the rows in `scope` whose column holds that
-/// text (the load fails before it can say which row, so the key is the scope and the text);
-/// any other error as [`Error::Database`](crate::Error::Database).
-pub(crate) fn unreadable_among(
-    error: diesel::result::Error,
-    scope: &[(&str, &str)],
-) -> crate::Error {
-    let (column, text) = match unknown_in(&error) {
-        Some(unknown) => (
-            unknown
-                .column
-                .split_once('.')
-                .map_or(unknown.column, |(_, c)| c),
-            unknown.text.clone(),
-        ),
-        None => return crate::Error::Database(error),
-    };
-    let mut key = scope.to_vec();
-    key.push((column, text.as_str()));
-    match unreadable(error, &key) {
-        Ok(corrupt) => corrupt.into(),
-        Err(error) => crate::Error::Database(error),
     }
 }
 

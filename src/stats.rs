@@ -106,7 +106,8 @@ pub struct Counts {
     pub redriven: u64,
     /// Dead letters ops released to be published again.
     pub released: u64,
-    /// Rows whose state this version cannot read (totals only; 0 in recent).
+    /// In totals, rows whose state this version cannot read; in recent, what the hourly
+    /// counters this version does not know count.
     pub unreadable: u64,
 }
 
@@ -190,13 +191,15 @@ fn read<S: InboxSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Resul
     for (counter, total) in sql.counters_since(consumer, counter_bucket(since))? {
         let total = count(total);
         match counter {
-            Counter::Duplicate => recent.duplicates += total,
-            Counter::PayloadConflict => recent.payload_conflicts += total,
-            Counter::FailedAttempt => recent.failed_attempts += total,
-            Counter::DeadLettered => recent.dead_lettered += total,
-            Counter::Discarded => recent.discarded += total,
-            Counter::Redriven => recent.redriven += total,
-            Counter::Released => recent.released += total,
+            Ok(Counter::Duplicate) => recent.duplicates += total,
+            Ok(Counter::PayloadConflict) => recent.payload_conflicts += total,
+            Ok(Counter::FailedAttempt) => recent.failed_attempts += total,
+            Ok(Counter::DeadLettered) => recent.dead_lettered += total,
+            Ok(Counter::Discarded) => recent.discarded += total,
+            Ok(Counter::Redriven) => recent.redriven += total,
+            Ok(Counter::Released) => recent.released += total,
+            // A counter this version does not know (a newer version's, or edited by hand).
+            Err(_) => recent.unreadable += total,
         }
     }
 

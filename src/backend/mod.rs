@@ -13,6 +13,8 @@ use diesel::connection::AnsiTransactionManager;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::{Connection, QueryResult, RunQueryDsl};
 
+use crate::state::UnknownState;
+
 #[macro_use]
 mod portable;
 #[macro_use]
@@ -165,7 +167,22 @@ pub(crate) mod sealed {
         pub updated_at: DateTime<Utc>,
     }
 
-    /// A row of `diesel_inbox_claims`.
+    /// A row as a statement read it, or, when one of its columns holds text this version does
+    /// not know, the row's key and that text: one such row fails neither the statement nor
+    /// its neighbours.
+    pub(crate) type Listed<R> = Result<R, Unreadable>;
+
+    /// A row whose column holds text this version does not know.
+    #[derive(Debug)]
+    pub struct Unreadable {
+        /// The row's key within its listing, as text: the event id of a claim, the id of a
+        /// gap or a history line, the position of an outbox row.
+        pub key: String,
+        /// The column and the text it holds.
+        pub unknown: crate::state::UnknownState,
+    }
+
+    /// A row of `diesel_inbox_claims` (a listing's rows hold no payload, hash or kind).
     #[derive(Debug, Clone)]
     pub struct ClaimRow {
         pub event_id: String,
@@ -244,8 +261,17 @@ pub(crate) mod sealed {
         pub published_at: Option<DateTime<Utc>>,
     }
 
-    /// An outbox state, its rows, and the oldest one's enqueue time.
-    pub(crate) type OutboxTotals = (OutboxState, i64, Option<DateTime<Utc>>);
+    /// A counter and its total; the counter parsed from the text, so that one this version
+    /// does not know is counted as unreadable rather than failing the stats.
+    pub(crate) type CounterTotal = (Result<Counter, crate::state::UnknownState>, i64);
+
+    /// An outbox state, its rows, and the oldest one's enqueue time; the state parsed from
+    /// the text, so that one this version cannot read is counted rather than failing.
+    pub(crate) type OutboxTotals = (
+        Result<OutboxState, crate::state::UnknownState>,
+        i64,
+        Option<DateTime<Utc>>,
+    );
 
     /// What a relay writes to rows it holds, once their publish is over. Each clears the lease.
     #[derive(Debug, Clone, Copy)]
@@ -343,7 +369,7 @@ pub(crate) mod sealed {
             consumer: &str,
             items: &[(&str, Option<&[u8]>)],
             now: DateTime<Utc>,
-        ) -> QueryResult<Vec<Recorded>>;
+        ) -> QueryResult<Vec<Listed<Recorded>>>;
 
         /// Lets the open top-level transaction commit without waiting for the disk, where the
         /// backend can do that per transaction. Only for transactions that record bookkeeping
@@ -448,7 +474,7 @@ pub(crate) mod sealed {
         fn append_history(&mut self, key: Key<'_>, row: &HistoryRow) -> QueryResult<()>;
 
         /// The event's history, oldest first.
-        fn history(&mut self, key: Key<'_>) -> QueryResult<Vec<HistoryRow>>;
+        fn history(&mut self, key: Key<'_>) -> QueryResult<Vec<Listed<HistoryRow>>>;
 
         /// The versions of the inbox's embedded migrations that `diesel_inbox_migrations` does
         /// not record; an error when that table is missing. Reads only.
@@ -504,7 +530,7 @@ pub(crate) mod sealed {
             &mut self,
             consumer: &str,
             since: DateTime<Utc>,
-        ) -> QueryResult<Vec<(Counter, i64)>>;
+        ) -> QueryResult<Vec<CounterTotal>>;
 
         /// The first failure of the consumer's oldest event that still needs something: one
         /// dead-lettered, or one retrying that no delivery has processed since.
@@ -631,17 +657,18 @@ pub(crate) mod sealed {
             now: DateTime<Utc>,
         ) -> QueryResult<()>;
 
-        /// The consumer's gaps, of one stream and in one state where given, by stream and
-        /// first sequence.
+        /// The consumer's gaps, of one stream and in one state where given (and those whose
+        /// state this version cannot read), by stream and first sequence.
         fn gaps(
             &mut self,
             consumer: &str,
             stream: Option<&str>,
             state: Option<GapState>,
-        ) -> QueryResult<Vec<GapRow>>;
+        ) -> QueryResult<Vec<Listed<GapRow>>>;
 
         /// Up to `limit` of the consumer's gaps after id `after`, of one stream and in one
-        /// state where given, in id order: a page of a listing.
+        /// state where given (and those whose state this version cannot read), in id order:
+        /// a page of a listing.
         fn gap_page(
             &mut self,
             consumer: &str,
@@ -649,7 +676,7 @@ pub(crate) mod sealed {
             state: Option<GapState>,
             after: i64,
             limit: i64,
-        ) -> QueryResult<Vec<GapRow>>;
+        ) -> QueryResult<Vec<Listed<GapRow>>>;
 
         /// The consumer, stream and state of the gap `id`, if there is one.
         fn gap_by_id(&mut self, id: i64) -> QueryResult<Option<(String, String, GapState)>>;
@@ -703,7 +730,7 @@ pub(crate) mod sealed {
             states: Option<&[ClaimState]>,
             after: Option<&str>,
             limit: i64,
-        ) -> QueryResult<Vec<ClaimRow>>;
+        ) -> QueryResult<Vec<Listed<ClaimRow>>>;
 
         /// Applies `change` to the claim if its attempt is `attempt` and its stored state one
         /// of `from`; `false` when it is not (fenced).
@@ -790,7 +817,7 @@ pub(crate) mod sealed {
             state: Option<OutboxState>,
             after: i64,
             limit: i64,
-        ) -> QueryResult<Vec<OutboxRow>>;
+        ) -> QueryResult<Vec<Listed<OutboxRow>>>;
 
         /// The outbox row at `position`, if there is one.
         fn outbox_row(&mut self, position: i64) -> QueryResult<Option<OutboxRow>>;
@@ -962,17 +989,41 @@ pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 /// Puts the rows a batch statement returned (keyed by event id) back in the order asked.
 pub(crate) fn in_order(
     items: &[(&str, Option<&[u8]>)],
-    mut found: std::collections::HashMap<String, sealed::Existing>,
-) -> QueryResult<Vec<sealed::Recorded>> {
+    mut found: std::collections::HashMap<String, Result<sealed::Existing, UnknownState>>,
+) -> QueryResult<Vec<sealed::Listed<sealed::Recorded>>> {
     items
         .iter()
         .map(|(event_id, _)| {
-            found
+            let row = found
                 .remove(*event_id)
-                .map(recorded)
-                .ok_or(diesel::result::Error::NotFound)
+                .ok_or(diesel::result::Error::NotFound)?;
+            Ok(row.map(recorded).map_err(|unknown| sealed::Unreadable {
+                key: (*event_id).to_owned(),
+                unknown,
+            }))
         })
         .collect()
+}
+
+/// A column this version cannot read, as the error Diesel gives when a typed column does not
+/// read: what a statement of one row returns, and [`crate::state::unreadable`] names.
+pub(crate) fn known<T>(value: Result<T, UnknownState>) -> QueryResult<T> {
+    value.map_err(|unknown| diesel::result::Error::DeserializationError(Box::new(unknown)))
+}
+
+/// One row read by a listing's mapping, for a statement of one row: see [`known`].
+pub(crate) fn readable<R>(row: sealed::Listed<R>) -> QueryResult<R> {
+    known(row.map_err(|unreadable| unreadable.unknown))
+}
+
+impl sealed::Unreadable {
+    /// The row as a [`CorruptRow`](crate::CorruptRow): its key is `scope`, then `column`
+    /// holding the key this listing read.
+    pub(crate) fn in_row(self, scope: &[(&str, &str)], column: &str) -> crate::CorruptRow {
+        let mut key = scope.to_vec();
+        key.push((column, self.key.as_str()));
+        self.unknown.in_row(&key)
+    }
 }
 
 #[cfg(test)]

@@ -261,7 +261,7 @@ impl InboxSql for MysqlConnection {
             .find((codec::key(key.0), codec::key(key.1)))
             .select(rows::existing_columns())
             .first::<rows::ExistingColumns>(self)?;
-        Ok(super::recorded(rows::existing(row)))
+        Ok(super::recorded(super::known(rows::existing(row))?))
     }
 
     fn record_deliveries(
@@ -269,7 +269,7 @@ impl InboxSql for MysqlConnection {
         consumer: &str,
         items: &[(&str, Option<&[u8]>)],
         now: DateTime<Utc>,
-    ) -> QueryResult<Vec<Recorded>> {
+    ) -> QueryResult<Vec<super::sealed::Listed<Recorded>>> {
         use schema::diesel_inbox_events::dsl as t;
         let when = codec::time(now);
         let mut found = std::collections::HashMap::with_capacity(items.len());

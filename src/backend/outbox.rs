@@ -64,12 +64,10 @@ macro_rules! outbox_statements {
                 ));
             $(let query = query.$lock().skip_locked();)?
             query
-                .load::<(outbox_columns!($codec, types), bool)>(self)
-                .map(|rows| {
-                    rows.into_iter()
-                        .map(|(row, more)| (outbox_row!($codec, row), more))
-                        .collect()
-                })
+                .load::<(outbox_columns!($codec, types), bool)>(self)?
+                .into_iter()
+                .map(|(row, more)| Ok(($crate::backend::readable(outbox_row!($codec, row))?, more)))
+                .collect()
         }
 
         fn outbox_followers(
@@ -88,8 +86,10 @@ macro_rules! outbox_statements {
                 .select(outbox_columns!($schema));
             $(let query = query.$lock();)?
             query
-                .load::<outbox_columns!($codec, types)>(self)
-                .map(|rows| rows.into_iter().map(|row| outbox_row!($codec, row)).collect())
+                .load::<outbox_columns!($codec, types)>(self)?
+                .into_iter()
+                .map(|row| $crate::backend::readable(outbox_row!($codec, row)))
+                .collect()
         }
 
         fn lease_outbox(
@@ -163,7 +163,7 @@ macro_rules! outbox_statements {
             state: Option<$crate::state::OutboxState>,
             after: i64,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::OutboxRow>> {
+        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::OutboxRow>>> {
             use $schema::diesel_inbox_outbox as o;
             let mut query = o::table
                 .filter(o::position.gt(after))
@@ -171,8 +171,14 @@ macro_rules! outbox_statements {
                 .limit(limit)
                 .select(outbox_columns!($schema))
                 .into_boxed();
+            // The state is compared as text: a row whose state this version cannot read is
+            // listed too, as unreadable, rather than left out.
             if let Some(state) = state {
-                query = query.filter(o::state.eq(state));
+                query = query.filter(
+                    o::state
+                        .eq(state)
+                        .or(o::state.ne_all($crate::state::OutboxState::TEXTS)),
+                );
             }
             query
                 .load::<outbox_columns!($codec, types)>(self)
@@ -188,8 +194,9 @@ macro_rules! outbox_statements {
                 .find(position)
                 .select(outbox_columns!($schema))
                 .first::<outbox_columns!($codec, types)>(self)
-                .optional()
-                .map(|row| row.map(|row| outbox_row!($codec, row)))
+                .optional()?
+                .map(|row| $crate::backend::readable(outbox_row!($codec, row)))
+                .transpose()
         }
 
         fn retry_outbox(&mut self, position: i64, now: DateTime<Utc>) -> QueryResult<bool> {
@@ -246,10 +253,10 @@ macro_rules! outbox_statements {
                     diesel::dsl::count_star(),
                     diesel::dsl::min(o::enqueued_at),
                 ))
-                .load::<($crate::state::OutboxState, i64, Option<$codec::Time>)>(self)
+                .load::<(String, i64, Option<$codec::Time>)>(self)
                 .map(|rows| {
                     rows.into_iter()
-                        .map(|(state, rows, oldest)| (state, rows, oldest.map($codec::utc)))
+                        .map(|(state, rows, oldest)| (state.parse(), rows, oldest.map($codec::utc)))
                         .collect()
                 })
         }
@@ -312,7 +319,8 @@ macro_rules! outbox_columns {
             String,
             String,
             Vec<u8>,
-            $crate::state::OutboxState,
+            // The state is read as text, and parsed per row: see `Listed`.
+            String,
             i64,
             $codec::Time,
             Option<$codec::Time>,
@@ -323,7 +331,8 @@ macro_rules! outbox_columns {
     };
 }
 
-/// An `OutboxRow` from the values of `outbox_columns!`.
+/// An `OutboxRow` from the values of `outbox_columns!`, or its position and the state this
+/// version cannot read (a `Listed` row).
 macro_rules! outbox_row {
     ($codec:ident, $row:expr) => {{
         let (
@@ -343,22 +352,28 @@ macro_rules! outbox_row {
             enqueued_at,
             published_at,
         ) = $row;
-        $crate::backend::sealed::OutboxRow {
-            position,
-            event_id: $codec::key_string(event_id),
-            topic,
-            aggregate_type: $codec::key_string(aggregate_type),
-            aggregate_id: $codec::key_string(aggregate_id),
-            event_type,
-            headers,
-            body,
-            state,
-            attempts,
-            available_at: $codec::utc(available_at),
-            lease_until: lease_until.map($codec::utc),
-            last_error,
-            enqueued_at: $codec::utc(enqueued_at),
-            published_at: published_at.map($codec::utc),
+        match state.parse::<$crate::state::OutboxState>() {
+            Err(unknown) => Err($crate::backend::sealed::Unreadable {
+                key: position.to_string(),
+                unknown,
+            }),
+            Ok(state) => Ok($crate::backend::sealed::OutboxRow {
+                position,
+                event_id: $codec::key_string(event_id),
+                topic,
+                aggregate_type: $codec::key_string(aggregate_type),
+                aggregate_id: $codec::key_string(aggregate_id),
+                event_type,
+                headers,
+                body,
+                state,
+                attempts,
+                available_at: $codec::utc(available_at),
+                lease_until: lease_until.map($codec::utc),
+                last_error,
+                enqueued_at: $codec::utc(enqueued_at),
+                published_at: published_at.map($codec::utc),
+            }),
         }
     }};
 }

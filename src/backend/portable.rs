@@ -14,9 +14,10 @@ macro_rules! row_mappings {
         mod rows {
             use super::{$codec, $schema};
             use $crate::backend::sealed::{
-                ClaimRow, CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow,
+                ClaimRow, CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow, Listed,
+                Unreadable,
             };
-            use $crate::state::{ClaimState, GapCause, GapState, HistoryKind, InboxState};
+            use $crate::state::{InboxState, UnknownState};
             use $schema::diesel_inbox_claims as k;
             use $schema::diesel_inbox_cursors as c;
             use $schema::diesel_inbox_events as t;
@@ -24,13 +25,9 @@ macro_rules! row_mappings {
             use $schema::diesel_inbox_failures as f;
             use $schema::diesel_inbox_gaps as g;
 
-            pub(super) type ExistingColumns = (
-                $codec::Time,
-                i64,
-                InboxState,
-                Option<Vec<u8>>,
-                Option<String>,
-            );
+            /// The state is read as text, and parsed per row: see [`Listed`].
+            pub(super) type ExistingColumns =
+                ($codec::Time, i64, String, Option<Vec<u8>>, Option<String>);
 
             pub(super) fn existing_columns() -> (
                 t::processed_at,
@@ -48,15 +45,15 @@ macro_rules! row_mappings {
                 )
             }
 
-            pub(super) fn existing(row: ExistingColumns) -> Existing {
+            pub(super) fn existing(row: ExistingColumns) -> Result<Existing, UnknownState> {
                 let (processed_at, deliveries, state, payload_hash, result) = row;
-                Existing {
+                Ok(Existing {
                     processed_at: $codec::utc(processed_at),
                     deliveries,
-                    state,
+                    state: state.parse()?,
                     payload_hash,
                     result,
-                }
+                })
             }
 
             pub(super) type InboxColumns = (
@@ -98,58 +95,6 @@ macro_rules! row_mappings {
                 }
             }
 
-            pub(super) type FailureColumns = (
-                $codec::KeyOwned,
-                String,
-                i64,
-                String,
-                $codec::Time,
-                $codec::Time,
-                Option<Vec<u8>>,
-                Option<String>,
-                $codec::Time,
-            );
-
-            pub(super) fn failure_columns() -> (
-                f::event_id,
-                f::state,
-                f::attempts,
-                f::last_error,
-                f::first_failed_at,
-                f::last_failed_at,
-                f::payload,
-                f::payload_kind,
-                f::updated_at,
-            ) {
-                (
-                    f::event_id,
-                    f::state,
-                    f::attempts,
-                    f::last_error,
-                    f::first_failed_at,
-                    f::last_failed_at,
-                    f::payload,
-                    f::payload_kind,
-                    f::updated_at,
-                )
-            }
-
-            pub(super) fn failure_row(row: FailureColumns) -> FailureRow {
-                let (event_id, state, attempts, last_error, first, last, payload, kind, updated) =
-                    row;
-                FailureRow {
-                    event_id: $codec::key_string(event_id),
-                    state: state.parse(),
-                    attempts,
-                    last_error,
-                    first_failed_at: $codec::utc(first),
-                    last_failed_at: $codec::utc(last),
-                    payload,
-                    payload_kind: kind,
-                    updated_at: $codec::utc(updated),
-                }
-            }
-
             /// The failure row's columns but its payload: what a listing reads.
             pub(super) type FailureSummaryColumns = (
                 $codec::KeyOwned,
@@ -162,7 +107,7 @@ macro_rules! row_mappings {
                 $codec::Time,
             );
 
-            pub(super) fn failure_summary_columns() -> (
+            pub(super) type FailureSummarySelect = (
                 f::event_id,
                 f::state,
                 f::attempts,
@@ -171,7 +116,9 @@ macro_rules! row_mappings {
                 f::last_failed_at,
                 f::payload_kind,
                 f::updated_at,
-            ) {
+            );
+
+            pub(super) fn failure_summary_columns() -> FailureSummarySelect {
                 (
                     f::event_id,
                     f::state,
@@ -199,8 +146,23 @@ macro_rules! row_mappings {
                 }
             }
 
+            /// The whole failure row: the summary, and the payload.
+            pub(super) type FailureColumns = (FailureSummaryColumns, Option<Vec<u8>>);
+
+            pub(super) fn failure_columns() -> (FailureSummarySelect, f::payload) {
+                (failure_summary_columns(), f::payload)
+            }
+
+            pub(super) fn failure_row((summary, payload): FailureColumns) -> FailureRow {
+                FailureRow {
+                    payload,
+                    ..failure_summary_row(summary)
+                }
+            }
+
             pub(super) type HistoryColumns = (
-                HistoryKind,
+                i64,
+                String,
                 Option<i64>,
                 Option<String>,
                 Option<String>,
@@ -208,21 +170,45 @@ macro_rules! row_mappings {
                 $codec::Time,
             );
 
-            pub(super) fn history_columns(
-            ) -> (l::entry, l::attempt, l::error, l::actor, l::reason, l::at) {
-                (l::entry, l::attempt, l::error, l::actor, l::reason, l::at)
+            pub(super) fn history_columns() -> (
+                l::id,
+                l::entry,
+                l::attempt,
+                l::error,
+                l::actor,
+                l::reason,
+                l::at,
+            ) {
+                (
+                    l::id,
+                    l::entry,
+                    l::attempt,
+                    l::error,
+                    l::actor,
+                    l::reason,
+                    l::at,
+                )
             }
 
-            pub(super) fn history_row(row: HistoryColumns) -> HistoryRow {
-                let (kind, attempt, error, actor, reason, at) = row;
-                HistoryRow {
-                    kind,
+            /// A history line, or its id and the kind this version cannot read.
+            pub(super) fn history_row(row: HistoryColumns) -> Listed<HistoryRow> {
+                let (id, kind, attempt, error, actor, reason, at) = row;
+                Ok(HistoryRow {
+                    kind: known(id, kind.parse())?,
                     attempt,
                     error,
                     actor,
                     reason,
                     at: $codec::utc(at),
-                }
+                })
+            }
+
+            /// A column's value, or the row's key and the text this version cannot read.
+            fn known<T>(key: impl ToString, value: Result<T, UnknownState>) -> Listed<T> {
+                value.map_err(|unknown| Unreadable {
+                    key: key.to_string(),
+                    unknown,
+                })
             }
 
             pub(super) type CursorColumns = (
@@ -265,13 +251,14 @@ macro_rules! row_mappings {
                 ($codec::key_string(stream), cursor)
             }
 
+            /// The cause and state are read as text, and parsed per row: see [`Listed`].
             pub(super) type GapColumns = (
                 i64,
                 $codec::KeyOwned,
                 i64,
                 i64,
-                GapCause,
-                GapState,
+                String,
+                String,
                 $codec::Time,
                 Option<$codec::Time>,
                 Option<String>,
@@ -304,17 +291,17 @@ macro_rules! row_mappings {
                 )
             }
 
-            pub(super) type ClaimColumns = (
+            /// A claim's columns but its payload and the payload's hash: what a listing
+            /// reads. The state is read as text, and parsed per row: see [`Listed`].
+            pub(super) type ClaimSummaryColumns = (
                 $codec::KeyOwned,
-                ClaimState,
+                String,
                 i64,
                 i64,
                 $codec::Time,
                 $codec::Time,
                 $codec::Time,
                 Option<$codec::Time>,
-                Option<Vec<u8>>,
-                Option<Vec<u8>>,
                 Option<String>,
                 Option<String>,
                 Option<String>,
@@ -322,7 +309,7 @@ macro_rules! row_mappings {
                 Option<String>,
             );
 
-            pub(super) fn claim_columns() -> (
+            pub(super) type ClaimSummarySelect = (
                 k::event_id,
                 k::state,
                 k::attempt,
@@ -331,14 +318,14 @@ macro_rules! row_mappings {
                 k::claimed_at,
                 k::updated_at,
                 k::completed_at,
-                k::payload_hash,
-                k::payload,
                 k::payload_kind,
                 k::result,
                 k::last_error,
                 k::resolved_by,
                 k::resolution,
-            ) {
+            );
+
+            pub(super) fn claim_summary_columns() -> ClaimSummarySelect {
                 (
                     k::event_id,
                     k::state,
@@ -348,8 +335,6 @@ macro_rules! row_mappings {
                     k::claimed_at,
                     k::updated_at,
                     k::completed_at,
-                    k::payload_hash,
-                    k::payload,
                     k::payload_kind,
                     k::result,
                     k::last_error,
@@ -358,7 +343,7 @@ macro_rules! row_mappings {
                 )
             }
 
-            pub(super) fn claim_row(row: ClaimColumns) -> ClaimRow {
+            pub(super) fn claim_summary_row(row: ClaimSummaryColumns) -> Listed<ClaimRow> {
                 let (
                     event_id,
                     state,
@@ -368,47 +353,63 @@ macro_rules! row_mappings {
                     claimed_at,
                     updated_at,
                     completed_at,
-                    payload_hash,
-                    payload,
                     payload_kind,
                     result,
                     last_error,
                     resolved_by,
                     resolution,
                 ) = row;
-                ClaimRow {
-                    event_id: $codec::key_string(event_id),
-                    state,
+                let event_id = $codec::key_string(event_id);
+                Ok(ClaimRow {
+                    state: known(&event_id, state.parse())?,
+                    event_id,
                     attempt,
                     deliveries,
                     lease_until: $codec::utc(lease_until),
                     claimed_at: $codec::utc(claimed_at),
                     updated_at: $codec::utc(updated_at),
                     completed_at: completed_at.map($codec::utc),
-                    payload_hash,
-                    payload,
+                    payload_hash: None,
+                    payload: None,
                     payload_kind,
                     result,
                     last_error,
                     resolved_by,
                     resolution,
-                }
+                })
             }
 
-            pub(super) fn gap_row(row: GapColumns) -> GapRow {
+            /// The whole claim: the summary, and the payload's hash and bytes.
+            pub(super) type ClaimColumns =
+                (ClaimSummaryColumns, (Option<Vec<u8>>, Option<Vec<u8>>));
+
+            pub(super) fn claim_columns() -> (ClaimSummarySelect, (k::payload_hash, k::payload)) {
+                (claim_summary_columns(), (k::payload_hash, k::payload))
+            }
+
+            pub(super) fn claim_row((summary, payload): ClaimColumns) -> Listed<ClaimRow> {
+                let (payload_hash, payload) = payload;
+                Ok(ClaimRow {
+                    payload_hash,
+                    payload,
+                    ..claim_summary_row(summary)?
+                })
+            }
+
+            pub(super) fn gap_row(row: GapColumns) -> Listed<GapRow> {
                 let (id, stream, first, last, cause, state, detected, closed, by, why) = row;
-                GapRow {
+                Ok(GapRow {
                     id,
                     stream: $codec::key_string(stream),
                     first,
                     last,
-                    cause,
-                    state,
+                    cause: known(id, cause.parse())?,
+                    state: known(id, state.parse())?,
                     detected_at: $codec::utc(detected),
                     closed_at: closed.map($codec::utc),
                     resolved_by: by,
                     resolution: why,
-                }
+                })
             }
         }
     };
@@ -490,7 +491,8 @@ macro_rules! statement {
                 .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(when)))
                 .returning($rows::existing_columns());
             let row = $crate::backend::Cached(upsert).get_result::<$rows::ExistingColumns>(self)?;
-            Ok($crate::backend::recorded($rows::existing(row)))
+            let row = $crate::backend::known($rows::existing(row))?;
+            Ok($crate::backend::recorded(row))
         }
     };
     (record_deliveries, $schema:ident, $codec:ident, $rows:ident, upsert_returning) => {
@@ -499,7 +501,7 @@ macro_rules! statement {
             consumer: &str,
             items: &[(&str, Option<&[u8]>)],
             now: DateTime<Utc>,
-        ) -> QueryResult<Vec<$crate::backend::sealed::Recorded>> {
+        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::Recorded>>> {
             use $schema::diesel_inbox_events::dsl as t;
             let when = $codec::time(now);
             let mut found = std::collections::HashMap::with_capacity(items.len());
@@ -795,7 +797,7 @@ macro_rules! statement {
         fn history(
             &mut self,
             key: $crate::backend::Key<'_>,
-        ) -> QueryResult<Vec<$crate::backend::sealed::HistoryRow>> {
+        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::HistoryRow>>> {
             use $schema::diesel_inbox_failure_log::dsl as l;
             l::diesel_inbox_failure_log
                 .filter(l::consumer.eq($codec::key(key.0)).and(l::event_id.eq($codec::key(key.1))))
@@ -880,7 +882,7 @@ macro_rules! statement {
             &mut self,
             consumer: &str,
             since: DateTime<Utc>,
-        ) -> QueryResult<Vec<($crate::state::Counter, i64)>> {
+        ) -> QueryResult<Vec<$crate::backend::sealed::CounterTotal>> {
             use $crate::state::Counter;
             use $schema::diesel_inbox_counters::dsl as c;
             c::diesel_inbox_counters
@@ -888,10 +890,10 @@ macro_rules! statement {
                 .filter(c::bucket.ge($codec::time(since)))
                 .group_by(c::counter)
                 .select((c::counter, $codec::sum_i64("total")))
-                .load::<(Counter, Option<i64>)>(self)
+                .load::<(String, Option<i64>)>(self)
                 .map(|rows| {
                     rows.into_iter()
-                        .map(|(counter, total)| (counter, total.unwrap_or(0)))
+                        .map(|(counter, total)| (counter.parse::<Counter>(), total.unwrap_or(0)))
                         .collect()
                 })
         }
@@ -1279,7 +1281,7 @@ macro_rules! statement {
             consumer: &str,
             stream: Option<&str>,
             state: Option<$crate::state::GapState>,
-        ) -> QueryResult<Vec<$crate::backend::sealed::GapRow>> {
+        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::GapRow>>> {
             use $schema::diesel_inbox_gaps::dsl as g;
             let mut query = g::diesel_inbox_gaps
                 .filter(g::consumer.eq($codec::key(consumer)))
@@ -1287,8 +1289,14 @@ macro_rules! statement {
             if let Some(stream) = stream {
                 query = query.filter(g::stream.eq($codec::key(stream)));
             }
+            // The state is compared as text: a row whose state this version cannot read is
+            // listed too, as unreadable, rather than left out.
             if let Some(state) = state {
-                query = query.filter(g::state.eq(state));
+                query = query.filter(
+                    g::state
+                        .eq(state)
+                        .or(g::state.ne_all($crate::state::GapState::TEXTS)),
+                );
             }
             query
                 .order((g::stream, g::first_sequence, g::id))
@@ -1305,7 +1313,7 @@ macro_rules! statement {
             state: Option<$crate::state::GapState>,
             after: i64,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::GapRow>> {
+        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::GapRow>>> {
             use $schema::diesel_inbox_gaps::dsl as g;
             let mut query = g::diesel_inbox_gaps
                 .filter(g::consumer.eq($codec::key(consumer)))
@@ -1314,8 +1322,14 @@ macro_rules! statement {
             if let Some(stream) = stream {
                 query = query.filter(g::stream.eq($codec::key(stream)));
             }
+            // The state is compared as text: a row whose state this version cannot read is
+            // listed too, as unreadable, rather than left out.
             if let Some(state) = state {
-                query = query.filter(g::state.eq(state));
+                query = query.filter(
+                    g::state
+                        .eq(state)
+                        .or(g::state.ne_all($crate::state::GapState::TEXTS)),
+                );
             }
             query
                 .order(g::id)
@@ -1500,7 +1514,7 @@ macro_rules! statement {
                 ))
                 .returning($rows::claim_columns())
                 .get_result::<$rows::ClaimColumns>(self)?;
-            let row = $rows::claim_row(row);
+            let row = $crate::backend::readable($rows::claim_row(row))?;
             Ok((row.deliveries > 1).then_some(row))
         }
     };
@@ -1519,14 +1533,16 @@ macro_rules! statement {
                     return row
                         .$lock()
                         .first::<$rows::ClaimColumns>(self)
-                        .optional()
-                        .map(|row| row.map($rows::claim_row));
+                        .optional()?
+                        .map(|row| $crate::backend::readable($rows::claim_row(row)))
+                        .transpose();
                 }
             )?
             let _ = lock;
             row.first::<$rows::ClaimColumns>(self)
-                .optional()
-                .map(|row| row.map($rows::claim_row))
+                .optional()?
+                .map(|row| $crate::backend::readable($rows::claim_row(row)))
+                .transpose()
         }
     };
     (claims, $schema:ident, $codec:ident, $rows:ident) => {
@@ -1536,7 +1552,7 @@ macro_rules! statement {
             states: Option<&[$crate::state::ClaimState]>,
             after: Option<&str>,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::ClaimRow>> {
+        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::ClaimRow>>> {
             use $schema::diesel_inbox_claims::dsl as k;
             let mut query = k::diesel_inbox_claims
                 .filter(k::consumer.eq($codec::key(consumer)))
@@ -1550,9 +1566,9 @@ macro_rules! statement {
             query
                 .order(k::event_id)
                 .limit(limit)
-                .select($rows::claim_columns())
-                .load::<$rows::ClaimColumns>(self)
-                .map(|rows| rows.into_iter().map($rows::claim_row).collect())
+                .select($rows::claim_summary_columns())
+                .load::<$rows::ClaimSummaryColumns>(self)
+                .map(|rows| rows.into_iter().map($rows::claim_summary_row).collect())
         }
     };
     (update_claim, $schema:ident, $codec:ident) => {

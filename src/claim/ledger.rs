@@ -8,7 +8,7 @@ use super::outcome::reason_in_doubt;
 use super::{verdict, Claims};
 use crate::backend::sealed::{ClaimChange, ClaimRow, InboxSql};
 use crate::duration::now;
-use crate::state::ClaimState;
+use crate::state::{ClaimState, CorruptRow};
 use crate::transaction::{self, Failure};
 use crate::{observe, Audit, Error, EventId, InboxConnection, IntoEventId, Payload};
 
@@ -43,14 +43,22 @@ pub struct ClaimRecord {
     /// Who resolved it last and why, when ops did (completed, retried or abandoned); kept
     /// after a retried claim runs again.
     pub resolution: Option<Audit>,
-    /// The payload as first delivered, when one was given: to publish again after a retry.
+    /// The payload as first delivered, when one was given: to publish again after a retry
+    /// (only from [`Claims::show`] and [`Claims::resolve`]: a listing leaves payloads out).
     pub payload: Option<Payload>,
+    /// What the stored payload is, `"json"` or `"bytes"`; `None` when the first delivery
+    /// carried none. Listings fill it too.
+    pub payload_kind: Option<String>,
     /// The idempotency key its side effect was given ([`Claim::idempotency_key`](crate::Claim::idempotency_key)).
     pub idempotency_key: String,
 }
 
 impl ClaimRecord {
-    fn from_row(consumer: &str, row: ClaimRow, now: DateTime<Utc>) -> Result<Self, Error> {
+    fn from_row(consumer: &str, row: ClaimRow, now: DateTime<Utc>) -> Result<Self, CorruptRow> {
+        let event_id = EventId::new(row.event_id.as_str()).map_err(|_| {
+            let key = [("consumer", consumer), ("event_id", row.event_id.as_str())];
+            CorruptRow::invalid_id("diesel_inbox_claims", &key, "event_id", &row.event_id)
+        })?;
         let state = verdict::state_at(&row, now);
         let in_doubt = state == ClaimState::InDoubt;
         let resolution = audit_of(&row);
@@ -63,11 +71,12 @@ impl ClaimRecord {
             (Some(kind), Some(bytes)) => Payload::from_stored(kind, bytes),
             _ => None,
         };
+        let payload_kind = row.payload_kind;
         Ok(Self {
             // A holder that cannot tell ends its lease: in doubt since the lease's end.
             in_doubt_since: in_doubt.then_some(row.lease_until),
             idempotency_key: idempotency_key(consumer, &row.event_id),
-            event_id: EventId::new(row.event_id)?,
+            event_id,
             state,
             attempt: row.attempt.unsigned_abs(),
             deliveries: row.deliveries.unsigned_abs(),
@@ -79,6 +88,7 @@ impl ClaimRecord {
             reason,
             resolution,
             payload,
+            payload_kind,
         })
     }
 }
@@ -112,28 +122,38 @@ impl Resolution {
 
 impl Claims {
     /// The consumer's claims in doubt, oldest first (every one: they wait for ops and stay
-    /// few): each one's side effect may or may not
+    /// few), without their payloads (see [`show`](Self::show)): each one's side effect may or may not
     /// have happened, and waits for ops ([`resolve`](Self::resolve)). Sets the gauge
     /// `diesel_inbox_claims_in_doubt` (with the `metrics` feature): call it from a periodic
     /// health check, and a claim whose lease ran out with no delivery since still shows.
     ///
     /// # Errors
     ///
+    /// [`Error::CorruptRow`] for a claim in doubt whose event id is not a valid one;
     /// [`Error::Database`].
     pub fn in_doubt<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<ClaimRecord>, Error> {
         let states = [ClaimState::InProgress, ClaimState::InDoubt];
         let records = self.read(conn, Some(&states), None, i64::MAX)?;
-        let in_doubt: Vec<_> = records
-            .into_iter()
-            .filter(|record| record.state == ClaimState::InDoubt)
-            .collect();
+        let mut in_doubt = Vec::new();
+        for record in records {
+            // The states are compared as text: only a row with an invalid id is unreadable.
+            let record = record?;
+            if record.state == ClaimState::InDoubt {
+                in_doubt.push(record);
+            }
+        }
         observe::claims_in_doubt(self.consumer(), in_doubt.len());
         Ok(in_doubt)
     }
 
     /// Up to `limit` of the consumer's claims, in any state, after event id `after` where
-    /// given, in event id order. The next page starts after the last event id of this one;
-    /// a page shorter than `limit` is the last.
+    /// given, in event id order, without their payloads (see [`show`](Self::show)). The next
+    /// page starts after the last event id of this one; a page shorter than `limit` is the
+    /// last.
+    ///
+    /// A row this version cannot read (a state it does not know, an invalid event id) is
+    /// listed in its place as an `Err` naming the table, the key and the text, never left
+    /// out; it sorts by its stored event id as the others do.
     ///
     /// # Errors
     ///
@@ -143,15 +163,16 @@ impl Claims {
         conn: &mut C,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<ClaimRecord>, Error> {
+    ) -> Result<Vec<Result<ClaimRecord, CorruptRow>>, Error> {
         self.read(conn, None, after, i64::try_from(limit).unwrap_or(i64::MAX))
     }
 
-    /// The claim of `event_id`, if there is one.
+    /// The claim of `event_id`, if there is one, with its payload.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEventId`]; [`Error::Database`].
+    /// [`Error::InvalidEventId`]; [`Error::CorruptRow`] when its row cannot be read as it
+    /// is; [`Error::Database`].
     pub fn show<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -169,8 +190,9 @@ impl Claims {
                 Ok(corrupt) => Error::CorruptRow(corrupt),
                 Err(e) => Error::Database(e),
             })?;
-        row.map(|row| ClaimRecord::from_row(self.consumer(), row, now()))
-            .transpose()
+        Ok(row
+            .map(|row| ClaimRecord::from_row(self.consumer(), row, now()))
+            .transpose()?)
     }
 
     /// Resolves the claim of `event_id`, in doubt, as `resolution` says; `audit` says who
@@ -277,7 +299,7 @@ impl Claims {
         conn.sql()
             .update_claim(key, row.attempt, &[row.state], &change)?;
         let row = conn.sql().claim(key, false)?.ok_or_else(not_found)?;
-        ClaimRecord::from_row(self.consumer(), row, now).map_err(Failure::Inbox)
+        ClaimRecord::from_row(self.consumer(), row, now).map_err(|c| Failure::Inbox(c.into()))
     }
 
     fn read<C: InboxConnection>(
@@ -286,15 +308,17 @@ impl Claims {
         states: Option<&[ClaimState]>,
         after: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<ClaimRecord>, Error> {
+    ) -> Result<Vec<Result<ClaimRecord, CorruptRow>>, Error> {
         let now = now();
-        let rows = conn
-            .sql()
-            .claims(self.consumer(), states, after, limit)
-            .map_err(|e| crate::state::unreadable_among(e, &[("consumer", self.consumer())]))?;
-        rows.into_iter()
-            .map(|row| ClaimRecord::from_row(self.consumer(), row, now))
-            .collect()
+        let consumer = self.consumer();
+        let rows = conn.sql().claims(consumer, states, after, limit)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| match row {
+                Ok(row) => ClaimRecord::from_row(consumer, row, now),
+                Err(bad) => Err(bad.in_row(&[("consumer", consumer)], "event_id")),
+            })
+            .collect())
     }
 }
 

@@ -9,7 +9,7 @@ use tracing::info;
 use super::Outbox;
 use crate::backend::sealed::{InboxSql, OutboxRow};
 use crate::duration::{before, now};
-use crate::state::OutboxState;
+use crate::state::{CorruptRow, OutboxState};
 use crate::{observe, Audit, Error, InboxConnection};
 
 /// One outbox row, as ops see it.
@@ -73,10 +73,18 @@ pub struct OutboxStats {
     pub failed: i64,
     /// When the oldest pending row was enqueued.
     pub oldest_pending: Option<DateTime<Utc>>,
+    /// Rows whose state this version cannot read (a corrupt row, or one a newer version
+    /// wrote), counted here instead of failing the stats; `diesel-inbox outbox --all` names
+    /// them.
+    pub unreadable: i64,
 }
 
 impl Outbox {
     /// Up to `limit` rows after position `after`, in position order, in `state` where given.
+    ///
+    /// A row this version cannot read (a state it does not know) is listed in its place as
+    /// an `Err` naming the table, the key (its position, to page on) and the text, never left
+    /// out, whatever `state` asks for.
     ///
     /// # Errors
     ///
@@ -86,19 +94,23 @@ impl Outbox {
         state: Option<OutboxState>,
         after: i64,
         limit: i64,
-    ) -> Result<Vec<OutboxRecord>, Error> {
-        let rows = conn
-            .sql()
-            .outbox_rows(state, after, limit)
-            .map_err(|e| crate::state::unreadable_among(e, &[]))?;
-        Ok(rows.into_iter().map(OutboxRecord::from).collect())
+    ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
+        let rows = conn.sql().outbox_rows(state, after, limit)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                row.map(OutboxRecord::from)
+                    .map_err(|bad| bad.in_row(&[], "position"))
+            })
+            .collect())
     }
 
     /// The row at `position`.
     ///
     /// # Errors
     ///
-    /// [`Error::OutboxRowNotFound`]; [`Error::Database`].
+    /// [`Error::OutboxRowNotFound`]; [`Error::CorruptRow`] when the row cannot be read as
+    /// it is; [`Error::Database`].
     pub fn record<C: InboxConnection>(conn: &mut C, position: i64) -> Result<OutboxRecord, Error> {
         let at = position.to_string();
         conn.sql()
@@ -175,12 +187,13 @@ impl Outbox {
         let mut stats = OutboxStats::default();
         for (state, rows, oldest) in conn.sql().outbox_totals()? {
             match state {
-                OutboxState::Pending => {
+                Ok(OutboxState::Pending) => {
                     stats.pending = rows;
                     stats.oldest_pending = oldest;
                 }
-                OutboxState::Published => stats.published = rows,
-                OutboxState::Failed => stats.failed = rows,
+                Ok(OutboxState::Published) => stats.published = rows,
+                Ok(OutboxState::Failed) => stats.failed = rows,
+                Err(_) => stats.unreadable += rows,
             }
         }
         observe::outbox_pending(stats.pending);

@@ -2,10 +2,42 @@
 //! with their table, key and text, never hidden, and never redelivered in a loop, on every
 //! backend. The CLI's side (dead letters listed as unreadable, stats, export) is in tests/cli.rs.
 
-use diesel::connection::SimpleConnection;
-use diesel_inbox::{Ack, Claimed, CorruptRow, Delivery, Envelope, Error, Inbox, Outbox};
+use std::time::Duration;
 
-use crate::support::{setup, Backend};
+use diesel::connection::SimpleConnection;
+use diesel_inbox::{
+    Ack, Claimed, CorruptRow, Delivery, Envelope, Error, Inbox, Outbox, OutboxState, Payload,
+};
+
+use crate::support::{setup, Backend, TestConn};
+
+/// The listed rows as `Ok(key)` or `Err((table, column, text, where clause))`: what a test
+/// compares, in the listing's order.
+fn shape<T>(
+    rows: &[Result<T, CorruptRow>],
+    key: impl Fn(&T) -> String,
+) -> Vec<Result<String, (String, String, String)>> {
+    rows.iter()
+        .map(|row| match row {
+            Ok(row) => Ok(key(row)),
+            Err(corrupt) => Err((
+                corrupt.table().to_owned(),
+                corrupt.column().to_owned(),
+                corrupt.text().to_owned(),
+            )),
+        })
+        .collect()
+}
+
+/// The value of `column` in a corrupt row's key: where a listing's next page starts.
+fn key_of(corrupt: &CorruptRow, column: &str) -> String {
+    corrupt
+        .key()
+        .iter()
+        .find(|(k, _)| k == column)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("{corrupt} has no {column} in its key"))
+}
 
 /// The corrupt row's error, or a panic saying what came instead.
 #[track_caller]
@@ -47,57 +79,292 @@ pub fn a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_
     assert_eq!((stats.totals.processed, stats.totals.unreadable), (1, 1));
 }
 
-pub fn a_corrupt_claim_or_outbox_row_is_named_with_its_table_key_and_text<B: Backend>() {
+pub fn a_corrupt_claim_is_listed_as_unreadable_between_its_readable_neighbours<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
     let claims = Inbox::new("payments").unwrap().claims();
-    for id in ["pay-1", "pay-2"] {
-        let Claimed::Acquired(claim) = claims.claim(&mut conn, Delivery::new(id).unwrap()).unwrap()
-        else {
+    for id in ["pay-1", "pay-2", "pay-3"] {
+        let delivery = Delivery::new(id)
+            .unwrap()
+            .json(serde_json::json!({ "amount": 5 }));
+        let Claimed::Acquired(claim) = claims.claim(&mut conn, delivery).unwrap() else {
             panic!("a new claim is acquired")
         };
         claim.release(&mut conn, "not now").unwrap();
     }
     conn.batch_execute("UPDATE diesel_inbox_claims SET state = 'frozen' WHERE event_id = 'pay-2'")
         .unwrap();
+
+    let listed = claims.list(&mut conn, None, 100).unwrap();
+    let frozen = || {
+        Err((
+            "diesel_inbox_claims".to_owned(),
+            "state".to_owned(),
+            "frozen".to_owned(),
+        ))
+    };
+    let id = |c: &diesel_inbox::ClaimRecord| c.event_id.as_str().to_owned();
+    assert_eq!(
+        shape(&listed, id),
+        [Ok("pay-1".to_owned()), frozen(), Ok("pay-3".to_owned())]
+    );
+    let Err(bad) = &listed[1] else { unreachable!() };
+    assert!(
+        bad.to_string().contains(
+            "UPDATE diesel_inbox_claims SET state = '...' WHERE consumer = 'payments' AND event_id = 'pay-2'"
+        ),
+        "{bad}"
+    );
+    // A listing shows no payloads; the lookup of one claim does.
+    let Ok(first) = &listed[0] else {
+        unreachable!()
+    };
+    assert_eq!(
+        (first.payload.as_ref(), first.payload_kind.as_deref()),
+        (None, Some("json"))
+    );
+    let shown = claims.show(&mut conn, "pay-1").unwrap().unwrap();
+    assert_eq!(
+        shown.payload,
+        Some(Payload::Json(serde_json::json!({ "amount": 5 })))
+    );
+    // The next page starts after the corrupt row's key, as after any other.
+    let page = claims.list(&mut conn, None, 2).unwrap();
+    assert_eq!(shape(&page, id), [Ok("pay-1".to_owned()), frozen()]);
+    let Err(last) = &page[1] else { unreachable!() };
+    let after = key_of(last, "event_id");
+    let next = claims.list(&mut conn, Some(&after), 2).unwrap();
+    assert_eq!(shape(&next, id), [Ok("pay-3".to_owned())]);
+    // Its own lookup names it.
     let shown = corrupt(claims.show(&mut conn, "pay-2"));
     assert_eq!(
         (shown.table(), shown.text()),
         ("diesel_inbox_claims", "frozen")
     );
-    assert!(shown
-        .to_string()
-        .contains("consumer = 'payments' AND event_id = 'pay-2'"));
-    assert!(
-        claims.show(&mut conn, "pay-1").unwrap().is_some(),
-        "the neighbour reads"
-    );
-    // a listing that meets it names the rows that hold the text, and the UPDATE to repair them
-    let listed = corrupt(claims.list(&mut conn, None, 100)).to_string();
-    assert!(
-        listed.contains("UPDATE diesel_inbox_claims SET state = '...' WHERE consumer = 'payments' AND state = 'frozen'"),
-        "{listed}"
-    );
+}
 
-    let outbox = Outbox::new("orders-service").unwrap();
-    let envelope = Envelope::new("order.placed", "order", "1")
-        .with_id("out-1")
+pub fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("projector").unwrap();
+    let cursor = inbox.cursor("orders-0").unwrap();
+    let apply = |_: &mut B::Conn| Ok::<_, Error>(());
+    for sequence in [1, 3, 5, 7] {
+        assert!(cursor
+            .process(&mut conn, sequence, apply)
+            .unwrap()
+            .is_processed());
+    }
+    let ids: Vec<i64> = inbox
+        .gaps()
+        .list(&mut conn, 0, 100)
         .unwrap()
-        .json(&serde_json::json!({"order": 1}))
-        .unwrap();
-    outbox
-        .enqueue(&mut conn, "orders.placed", &envelope)
-        .unwrap();
-    let position = Outbox::list(&mut conn, None, 0, 10).unwrap()[0].position;
-    conn.batch_execute("UPDATE diesel_inbox_outbox SET state = 'held'")
-        .unwrap();
-    let shown = corrupt(Outbox::record(&mut conn, position));
+        .iter()
+        .map(|gap| gap.as_ref().unwrap().id())
+        .collect();
+    assert_eq!(ids.len(), 3, "gaps at 2, 4 and 6");
+    conn.batch_execute(&format!(
+        "UPDATE diesel_inbox_gaps SET cause = 'lost' WHERE id = {}",
+        ids[1]
+    ))
+    .unwrap();
+
+    let lost = || {
+        Err((
+            "diesel_inbox_gaps".to_owned(),
+            "cause".to_owned(),
+            "lost".to_owned(),
+        ))
+    };
+    let id = |g: &diesel_inbox::Gap| g.id().to_string();
+    let (first, last) = (Ok(ids[0].to_string()), Ok(ids[2].to_string()));
+    let listed = inbox.gaps().list(&mut conn, 0, 100).unwrap();
+    assert_eq!(shape(&listed, id), [first.clone(), lost(), last.clone()]);
+    let open = inbox.gaps().open(&mut conn).unwrap();
+    assert_eq!(shape(&open, id), [first.clone(), lost(), last.clone()]);
+    let Err(bad) = &listed[1] else { unreachable!() };
+    assert!(
+        bad.to_string().contains(&format!(
+            "UPDATE diesel_inbox_gaps SET cause = '...' WHERE consumer = 'projector' AND id = '{}'",
+            ids[1]
+        )),
+        "{bad}"
+    );
+    // Paging goes on past it, by its id.
+    let page = inbox.gaps().list(&mut conn, 0, 2).unwrap();
+    assert_eq!(shape(&page, id), [first, lost()]);
+    let Err(at) = &page[1] else { unreachable!() };
+    let after: i64 = key_of(at, "id").parse().unwrap();
+    let next = inbox.gaps().list(&mut conn, after, 2).unwrap();
+    assert_eq!(shape(&next, id), [last]);
+    // The stream's next delivery cannot tell where its watermark stands: it is rejected,
+    // naming the row, rather than redelivered forever or guessed.
+    let delivered = cursor.process(&mut conn, 9, apply);
+    assert_eq!(Ack::of(&delivered), Ack::Reject, "{delivered:?}");
+    assert_eq!(corrupt(delivered).text(), "lost");
+}
+
+pub fn a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_neighbours<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let outbox = Outbox::new("orders-service").unwrap();
+    for n in 1..=3 {
+        let envelope = Envelope::new("order.placed", "order", &n.to_string())
+            .with_id(format!("out-{n}"))
+            .unwrap()
+            .json(&serde_json::json!({ "order": n }))
+            .unwrap();
+        outbox
+            .enqueue(&mut conn, "orders.placed", &envelope)
+            .unwrap();
+    }
+    let positions: Vec<i64> = Outbox::list(&mut conn, None, 0, 10)
+        .unwrap()
+        .iter()
+        .map(|row| row.as_ref().unwrap().position)
+        .collect();
+    conn.batch_execute(&format!(
+        "UPDATE diesel_inbox_outbox SET state = 'held' WHERE position = {}",
+        positions[1]
+    ))
+    .unwrap();
+
+    let held = || {
+        Err((
+            "diesel_inbox_outbox".to_owned(),
+            "state".to_owned(),
+            "held".to_owned(),
+        ))
+    };
+    let event = |r: &diesel_inbox::OutboxRecord| r.event_id.clone();
+    let listed = Outbox::list(&mut conn, None, 0, 10).unwrap();
+    assert_eq!(
+        shape(&listed, event),
+        [Ok("out-1".to_owned()), held(), Ok("out-3".to_owned())]
+    );
+    // A listing of one state shows it too: it may be in that state.
+    let failed = Outbox::list(&mut conn, Some(OutboxState::Failed), 0, 10).unwrap();
+    assert_eq!(shape(&failed, event), [held()]);
+    let Err(bad) = &listed[1] else { unreachable!() };
+    assert!(
+        bad.to_string()
+            .contains(&format!("WHERE position = '{}'", positions[1])),
+        "{bad}"
+    );
+    // Paging goes on past it, by its position.
+    let page = Outbox::list(&mut conn, None, 0, 2).unwrap();
+    let Err(at) = &page[1] else {
+        panic!("{page:?}")
+    };
+    let after: i64 = key_of(at, "position").parse().unwrap();
+    let next = Outbox::list(&mut conn, None, after, 2).unwrap();
+    assert_eq!(shape(&next, event), [Ok("out-3".to_owned())]);
+    // Its own lookup names it; the stats count it.
+    let shown = corrupt(Outbox::record(&mut conn, positions[1]));
     assert_eq!(
         (shown.table(), shown.text()),
         ("diesel_inbox_outbox", "held")
     );
-    assert!(shown
-        .to_string()
-        .contains(&format!("position = '{position}'")));
-    let listed = corrupt(Outbox::list(&mut conn, None, 0, 10));
-    assert_eq!(listed.table(), "diesel_inbox_outbox");
+    let stats = Outbox::stats(&mut conn).unwrap();
+    assert_eq!((stats.pending, stats.unreadable), (2, 1));
+}
+
+pub fn a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_others<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("orders").unwrap();
+    let ok = |_: &mut B::Conn| Ok::<_, Error>(());
+    assert!(inbox
+        .process(&mut conn, "evt-2", ok)
+        .unwrap()
+        .is_processed());
+    conn.batch_execute("UPDATE diesel_inbox_events SET state = 'paused' WHERE event_id = 'evt-2'")
+        .unwrap();
+
+    let mut results = inbox
+        .process_batch(
+            &mut conn,
+            ["evt-1", "evt-2", "evt-3", "evt-2"],
+            |tx, delivery| {
+                tx.record_effect(delivery.id().as_str())
+                    .map_err(Error::from)
+            },
+        )
+        .unwrap();
+    assert!(results[0].as_ref().is_ok_and(|o| o.is_processed()));
+    assert!(results[2].as_ref().is_ok_and(|o| o.is_processed()));
+    for rejected in [results.remove(3), results.remove(1)] {
+        assert_eq!(Ack::of(&rejected), Ack::Reject, "{rejected:?}");
+        let error = corrupt(rejected);
+        assert_eq!(
+            (error.table(), error.column(), error.text()),
+            ("diesel_inbox_events", "state", "paused")
+        );
+        assert!(error
+            .to_string()
+            .contains("WHERE consumer = 'orders' AND event_id = 'evt-2'"));
+    }
+    assert_eq!(conn.effect_count(), 2, "evt-1 and evt-3 ran, once each");
+
+    // One call for all the new ones: the corrupt one is not among them.
+    let mut given = Vec::new();
+    let results = inbox
+        .process_bulk(&mut conn, ["evt-4", "evt-2", "evt-5"], |_tx, new| {
+            given.extend(new.iter().map(|d| d.id().as_str().to_owned()));
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    assert_eq!(given, ["evt-4", "evt-5"]);
+    assert_eq!(Ack::of(&results[1]), Ack::Reject, "{:?}", results[1]);
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+}
+
+pub fn a_corrupt_history_line_or_counter_is_named_and_hides_nothing<B: Backend>() {
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("orders").unwrap().max_attempts(1);
+    let fail = |_: &mut B::Conn| Err::<(), _>(Error::MissingAudit("demo"));
+    for id in ["evt-1", "evt-2"] {
+        assert!(inbox
+            .process(&mut conn, id, fail)
+            .unwrap()
+            .is_dead_lettered());
+    }
+    conn.batch_execute(
+        "UPDATE diesel_inbox_failure_log SET entry = 'shrugged' WHERE event_id = 'evt-1'",
+    )
+    .unwrap();
+    conn.batch_execute(
+        "UPDATE diesel_inbox_counters SET counter = 'mystery' WHERE counter = 'failed_attempt'",
+    )
+    .unwrap();
+
+    let shown = corrupt(inbox.dead_letters().show(&mut conn, "evt-1"));
+    assert_eq!(
+        (shown.table(), shown.column(), shown.text()),
+        ("diesel_inbox_failure_log", "entry", "shrugged")
+    );
+    assert!(
+        shown
+            .to_string()
+            .contains("WHERE consumer = 'orders' AND event_id = 'evt-1' AND id = '"),
+        "{shown}"
+    );
+    let neighbour = inbox.dead_letters().show(&mut conn, "evt-2").unwrap();
+    assert!(!neighbour.history.is_empty());
+    // The listing reads no history: both are listed.
+    assert_eq!(
+        inbox
+            .dead_letters()
+            .list(&mut conn, None, 100)
+            .unwrap()
+            .len(),
+        2
+    );
+    // A counter this version does not know is counted as unreadable, not an error.
+    let stats = inbox.stats(&mut conn, Duration::from_secs(3600)).unwrap();
+    assert_eq!(
+        (
+            stats.recent.failed_attempts,
+            stats.recent.unreadable,
+            stats.recent.dead_lettered
+        ),
+        (0, 2, 2),
+        "{stats:?}"
+    );
 }

@@ -16,7 +16,7 @@ use diesel_inbox::{
 use proptest::test_runner::{Config, TestRunner};
 
 use super::HandlerError;
-use crate::support::{concurrently, setup, Backend, ChildTest, StatementLog, TestConn};
+use crate::support::{concurrently, readable, setup, Backend, ChildTest, StatementLog, TestConn};
 
 /// The environment variable that makes a crash scenario its own child: the database URL.
 const CRASH_CHILD: &str = "DIESEL_INBOX_CURSOR_CRASH_CHILD";
@@ -60,7 +60,7 @@ fn ranges(gaps: &[Gap]) -> Vec<RangeInclusive<i64>> {
 
 /// The ranges of the stream's open gaps, in order.
 fn open<C: TestConn>(conn: &mut C, cursor: &Cursor) -> Vec<RangeInclusive<i64>> {
-    ranges(&cursor.gaps().open(conn).unwrap())
+    ranges(&readable(cursor.gaps().open(conn).unwrap()))
 }
 
 /// `(watermark, high)` of the stream.
@@ -141,7 +141,7 @@ pub fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<B: Backend>() {
         (gap.stream(), gap.cause(), gap.state(), gap.len()),
         ("orders-0", GapCause::Skipped, GapState::Open, 5)
     );
-    let ledger = cursor.gaps().open(&mut conn).unwrap();
+    let ledger = readable(cursor.gaps().open(&mut conn).unwrap());
     assert_eq!(ledger, gaps, "the ledger holds what the outcome said");
     assert_eq!(position(&mut conn, &cursor), (Some(2), Some(8)));
     assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(3));
@@ -151,7 +151,7 @@ pub fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<B: Backend>() {
         deliver(&mut conn, &cursor, 5).unwrap(),
         Outcome::Processed(())
     );
-    let split = cursor.gaps().open(&mut conn).unwrap();
+    let split = readable(cursor.gaps().open(&mut conn).unwrap());
     assert_eq!(ranges(&split), [3..=4, 6..=7]);
     assert_eq!(split[0].id(), gap.id());
     assert_ne!(split[1].id(), gap.id());
@@ -172,7 +172,7 @@ pub fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<B: Backend>() {
     assert!(deliver(&mut conn, &cursor, 6).unwrap().is_processed());
 
     assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
-    let closed = cursor.gaps().list(&mut conn, 0, 100).unwrap();
+    let closed = readable(cursor.gaps().list(&mut conn, 0, 100).unwrap());
     assert_eq!(closed.len(), 2, "{closed:?}");
     for gap in &closed {
         assert_eq!(gap.state(), GapState::Filled, "{gap:?}");
@@ -213,7 +213,7 @@ pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_res
         (GapCause::Evicted, GapState::Open)
     );
     assert_eq!(
-        cursor.gaps().open(&mut conn).unwrap(),
+        readable(cursor.gaps().open(&mut conn).unwrap()),
         std::slice::from_ref(&evicted)
     );
     assert_eq!(
@@ -261,7 +261,7 @@ pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_res
     assert_eq!(resolved.resolution(), Some(&audit));
     assert!(resolved.closed_at().is_some());
     assert_eq!(
-        cursor.gaps().list(&mut conn, 0, 100).unwrap(),
+        readable(cursor.gaps().list(&mut conn, 0, 100).unwrap()),
         std::slice::from_ref(&resolved)
     );
     assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
@@ -531,10 +531,7 @@ pub fn proptest_delivery_orders_take_effect_once_and_leave_open_exactly_the_miss
             for &n in &deliveries {
                 let outcome = deliver(conn, &cursor, n).unwrap();
                 proptest::prop_assert_eq!(summary(&outcome), model.deliver(n), "sequence {}", n);
-                let open: BTreeSet<u64> = cursor
-                    .gaps()
-                    .open(conn)
-                    .unwrap()
+                let open: BTreeSet<u64> = readable(cursor.gaps().open(conn).unwrap())
                     .iter()
                     .flat_map(Gap::sequences)
                     .map(|n| u64::try_from(n).unwrap())

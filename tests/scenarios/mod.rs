@@ -164,7 +164,11 @@ macro_rules! backend_tests {
             an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs,
             two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order,
             a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_row,
-            a_corrupt_claim_or_outbox_row_is_named_with_its_table_key_and_text,
+            a_corrupt_claim_is_listed_as_unreadable_between_its_readable_neighbours,
+            a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours,
+            a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_neighbours,
+            a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_others,
+            a_corrupt_history_line_or_counter_is_named_and_hides_nothing,
         );
         // Against the JetStream server too.
         #[cfg(feature = "nats")]

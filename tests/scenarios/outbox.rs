@@ -18,7 +18,7 @@ use diesel_inbox::{
     Relay, SchemaVersions,
 };
 
-use crate::support::{concurrently, setup, Backend, ChildTest, TestConn};
+use crate::support::{concurrently, readable, setup, Backend, ChildTest, TestConn};
 
 /// A publisher that records what it publishes, and refuses the event ids it is told to.
 #[derive(Clone, Default)]
@@ -101,8 +101,7 @@ fn of_order<'a>(ids: &'a [String], order: &str) -> Vec<&'a str> {
 }
 
 fn state_of<C: TestConn>(conn: &mut C, event_id: &str) -> OutboxState {
-    Outbox::list(conn, None, 0, 10_000)
-        .unwrap()
+    readable(Outbox::list(conn, None, 0, 10_000).unwrap())
         .into_iter()
         .find(|record| record.event_id == event_id)
         .unwrap_or_else(|| panic!("{event_id} is in the outbox"))
@@ -259,7 +258,7 @@ pub fn a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate<B: Bac
         "a-2 retried, and a-3 held back behind it"
     );
     assert_eq!(of_order(&ids, "b"), ["b-1", "b-2", "b-3"], "b goes on");
-    let pending = Outbox::list(&mut conn, Some(OutboxState::Pending), 0, 10).unwrap();
+    let pending = readable(Outbox::list(&mut conn, Some(OutboxState::Pending), 0, 10).unwrap());
     let a2 = pending.iter().find(|r| r.event_id == "a-2").unwrap();
     assert_eq!(a2.attempts, 1, "tried once, then waiting out its backoff");
     assert!(a2.last_error.as_deref().unwrap().contains("unreachable"));
@@ -292,7 +291,7 @@ pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_publishe
 
     drain(&relay(), &mut conn, &mut recorder);
     assert_eq!(recorder.ids(), ["a-1", "a-3"]);
-    let failed = Outbox::list(&mut conn, Some(OutboxState::Failed), 0, 10).unwrap();
+    let failed = readable(Outbox::list(&mut conn, Some(OutboxState::Failed), 0, 10).unwrap());
     let reasons: Vec<(&str, &str)> = failed
         .iter()
         .map(|r| (r.event_id.as_str(), r.last_error.as_deref().unwrap()))

@@ -481,6 +481,7 @@ pub fn pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones<
         .list(&mut conn, None, 100)
         .unwrap()
         .into_iter()
+        .map(|c| c.expect("a readable claim"))
         .map(|c| (c.event_id.as_str().to_owned(), c.state))
         .collect();
     assert_eq!(

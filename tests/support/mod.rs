@@ -722,6 +722,14 @@ fn count(n: QueryResult<i64>) -> usize {
     usize::try_from(n.unwrap()).unwrap()
 }
 
+/// A listing's rows, every one readable: a corrupt row fails the test, naming it.
+#[track_caller]
+pub(crate) fn readable<T>(rows: Vec<Result<T, diesel_inbox::CorruptRow>>) -> Vec<T> {
+    rows.into_iter()
+        .map(|row| row.unwrap_or_else(|corrupt| panic!("a listed row is unreadable: {corrupt}")))
+        .collect()
+}
+
 /// A database with the effects table, and a first connection to it.
 pub(crate) fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
     let db = B::database();

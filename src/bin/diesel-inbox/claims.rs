@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 use diesel_inbox::{
-    Audit, ClaimRecord, ClaimState, Error, EventId, Inbox, InboxConnection, Resolution,
+    Audit, ClaimRecord, ClaimState, CorruptRow, Error, EventId, Inbox, InboxConnection, Resolution,
 };
 use serde_json::{json, Value};
 
@@ -131,20 +131,21 @@ fn list<C: InboxConnection>(
                 .is_none_or(|after| r.event_id.as_str() > after)
         });
         in_doubt.truncate(limit);
-        in_doubt
+        in_doubt.into_iter().map(Ok).collect()
     };
+    // A row this version cannot read pages on its stored event id, as the others do.
     let more_after = (records.len() >= limit)
-        .then(|| records.last().map(|r| r.event_id.as_str().to_owned()))
+        .then(|| records.last().map(stored_id))
         .flatten();
     let in_doubt = records
         .iter()
-        .filter(|r| r.state == ClaimState::InDoubt)
+        .filter(|r| r.as_ref().is_ok_and(|r| r.state == ClaimState::InDoubt))
         .count();
     match global.format {
         Format::Json => output::print_json(&json!({
             "consumer": inbox.consumer(),
             "in_doubt": in_doubt,
-            "claims": records.iter().map(summary).collect::<Vec<_>>(),
+            "claims": records.iter().map(listed).collect::<Vec<_>>(),
             "more_after": more_after,
         })),
         Format::Table => {
@@ -157,6 +158,12 @@ fn list<C: InboxConnection>(
             let rows: Vec<Vec<String>> = records
                 .iter()
                 .map(|r| {
+                    let r = match r {
+                        Ok(r) => r,
+                        Err(corrupt) => {
+                            return output::unreadable_cells(corrupt, "event_id", headers.len())
+                        }
+                    };
                     let mut row = vec![
                         r.event_id.as_str().to_owned(),
                         r.state.to_string(),
@@ -262,6 +269,22 @@ fn result_value(record: &ClaimRecord) -> Value {
     })
 }
 
+/// The stored event id of a listed row, readable or not: where the next page starts.
+fn stored_id(row: &Result<ClaimRecord, CorruptRow>) -> String {
+    match row {
+        Ok(record) => record.event_id.as_str().to_owned(),
+        Err(corrupt) => output::key_part(corrupt, "event_id"),
+    }
+}
+
+/// A listed row as JSON: the claim without its payload, or what makes it unreadable.
+fn listed(row: &Result<ClaimRecord, CorruptRow>) -> Value {
+    match row {
+        Ok(record) => summary(record),
+        Err(corrupt) => output::unreadable(corrupt),
+    }
+}
+
 /// A claim without its payload.
 fn summary(record: &ClaimRecord) -> Value {
     json!({
@@ -279,7 +302,7 @@ fn summary(record: &ClaimRecord) -> Value {
         "idempotency_key": record.idempotency_key,
         "resolved_by": record.resolution.as_ref().map(Audit::actor),
         "resolution": record.resolution.as_ref().map(Audit::reason),
-        "payload_kind": output::payload_kind(record.payload.as_ref()),
+        "payload_kind": record.payload_kind,
     })
 }
 

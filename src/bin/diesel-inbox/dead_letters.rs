@@ -199,17 +199,8 @@ pub(crate) fn nothing_for(what: &str, consumer: &str, others: &[(String, u64)]) 
 fn stored_id(row: &Result<DeadLetter, CorruptRow>) -> String {
     match row {
         Ok(letter) => letter.event_id.as_str().to_owned(),
-        Err(corrupt) => key_part(corrupt, "event_id"),
+        Err(corrupt) => output::key_part(corrupt, "event_id"),
     }
-}
-
-fn key_part(corrupt: &CorruptRow, column: &str) -> String {
-    corrupt
-        .key()
-        .iter()
-        .find(|(k, _)| k == column)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default()
 }
 
 /// Prints a page of the consumer's dead letters (of every consumer's, with --all-consumers).
@@ -271,12 +262,7 @@ fn list<C: InboxConnection>(
                                 output::time(d.last_failed_at),
                                 output::cell(&d.last_error, 60),
                             ],
-                            Err(corrupt) => vec![
-                                format!("{:?}", key_part(corrupt, "event_id")),
-                                "-".to_owned(),
-                                "-".to_owned(),
-                                format!("unreadable: {corrupt}"),
-                            ],
+                            Err(corrupt) => output::unreadable_cells(corrupt, "event_id", 4),
                         };
                         if args.all_consumers {
                             cells.insert(0, consumer.clone());
@@ -357,14 +343,14 @@ fn export<C: InboxConnection>(
                     }
                     Err(diesel_inbox::Error::CorruptRow(corrupt)) => {
                         done.unreadable += 1;
-                        unreadable(consumer, &corrupt)
+                        output::unreadable(&corrupt)
                     }
                     Err(diesel_inbox::Error::DeadLetterNotFound { .. }) => continue,
                     Err(other) => return Err(other.into()),
                 },
                 Err(corrupt) => {
                     done.unreadable += 1;
-                    unreadable(consumer, corrupt)
+                    output::unreadable(corrupt)
                 }
             };
             writeln!(out, "{line}")?;
@@ -382,19 +368,8 @@ fn export<C: InboxConnection>(
 fn listed(consumer: &str, row: &Result<DeadLetter, CorruptRow>) -> Value {
     match row {
         Ok(letter) => summary(consumer, letter),
-        Err(corrupt) => unreadable(consumer, corrupt),
+        Err(corrupt) => output::unreadable(corrupt),
     }
-}
-
-/// A row this version cannot read: its key, and the error that names the table, the column
-/// and the text.
-fn unreadable(consumer: &str, corrupt: &CorruptRow) -> Value {
-    json!({
-        "consumer": consumer,
-        "event_id": key_part(corrupt, "event_id"),
-        "state": "unreadable",
-        "error": corrupt.to_string(),
-    })
 }
 
 /// The changes to a dead letter this tool makes.

@@ -1,7 +1,9 @@
 //! `diesel-inbox gaps` and `diesel-inbox gaps resolve`.
 
 use clap::{Args, Subcommand};
-use diesel_inbox::{Audit, Cursor, Error, Gap, GapState, Inbox, InboxConnection, Position, Resume};
+use diesel_inbox::{
+    Audit, CorruptRow, Cursor, Error, Gap, GapState, Inbox, InboxConnection, Position, Resume,
+};
 use serde_json::{json, Value};
 
 use crate::output::{self, or_dash};
@@ -61,20 +63,20 @@ fn page<C: InboxConnection>(
     conn: &mut C,
     ledger: &diesel_inbox::Gaps,
     args: &GapsArgs,
-) -> Result<(Vec<Gap>, Option<i64>), Failure> {
+) -> Result<(Vec<Result<Gap, CorruptRow>>, Option<i64>), Failure> {
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let gaps = if args.all {
         ledger.list(conn, args.after, limit)?
     } else {
         // Open gaps are few (a cursor allows so many): read them, then page in id order.
         let mut open = ledger.open(conn)?;
-        open.retain(|g| g.id() > args.after);
-        open.sort_by_key(Gap::id);
+        open.retain(|g| gap_id(g) > args.after);
+        open.sort_by_key(gap_id);
         open.truncate(limit);
         open
     };
     let more_after = (gaps.len() >= limit)
-        .then(|| gaps.last().map(Gap::id))
+        .then(|| gaps.last().map(gap_id))
         .flatten();
     Ok((gaps, more_after))
 }
@@ -100,7 +102,7 @@ fn list<C: InboxConnection>(
         Format::Json => output::print_json(&json!({
             "consumer": inbox.consumer(),
             "cursors": positions.iter().map(position_json).collect::<Vec<_>>(),
-            "gaps": gaps.iter().map(gap_json).collect::<Vec<_>>(),
+            "gaps": gaps.iter().map(listed).collect::<Vec<_>>(),
             "more_after": more_after,
         })),
         Format::Table => {
@@ -149,6 +151,12 @@ fn list<C: InboxConnection>(
             let rows: Vec<Vec<String>> = gaps
                 .iter()
                 .map(|g| {
+                    let g = match g {
+                        Ok(g) => g,
+                        Err(corrupt) => {
+                            return output::unreadable_cells(corrupt, "id", headers.len())
+                        }
+                    };
                     let mut row = vec![
                         g.id().to_string(),
                         g.stream().to_owned(),
@@ -192,14 +200,15 @@ fn resolve<C: InboxConnection>(
     let gap = ledger
         .list(conn, id.saturating_sub(1), 1)?
         .into_iter()
-        .find(|g| g.id() == id)
+        .find(|g| gap_id(g) == id)
         .ok_or_else(|| {
             Failure::Error(format!(
                 "no gap {id} for consumer {:?}; list them with `diesel-inbox --consumer {} gaps --all`",
                 inbox.consumer(),
                 inbox.consumer()
             ))
-        })?;
+        })?
+        .map_err(Error::from)?;
     if gap.state() != GapState::Open {
         return Err(Error::GapNotOpen {
             id,
@@ -275,6 +284,22 @@ fn position_json(position: &Position) -> Value {
         "owner": position.owner(),
         "updated_at": output::time(position.updated_at()),
     })
+}
+
+/// The id of a listed row, readable or not: where the next page starts.
+fn gap_id(row: &Result<Gap, CorruptRow>) -> i64 {
+    match row {
+        Ok(gap) => gap.id(),
+        Err(corrupt) => output::key_part(corrupt, "id").parse().unwrap_or_default(),
+    }
+}
+
+/// A listed row as JSON: the gap, or what makes it unreadable.
+fn listed(row: &Result<Gap, CorruptRow>) -> Value {
+    match row {
+        Ok(gap) => gap_json(gap),
+        Err(corrupt) => output::unreadable(corrupt),
+    }
 }
 
 fn gap_json(gap: &Gap) -> Value {

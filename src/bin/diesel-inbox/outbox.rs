@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
-use diesel_inbox::{Error, InboxConnection, Outbox, OutboxRecord, OutboxState, OutboxStats};
+use diesel_inbox::{
+    CorruptRow, Error, InboxConnection, Outbox, OutboxRecord, OutboxState, OutboxStats,
+};
 use serde_json::{json, Value};
 
 use crate::output::{self, or_dash};
@@ -94,7 +96,7 @@ fn totals<C: InboxConnection>(conn: &mut C) -> Result<OutboxStats, Failure> {
 /// cut it short.
 struct Section {
     state: Option<OutboxState>,
-    rows: Vec<OutboxRecord>,
+    rows: Vec<Result<OutboxRecord, CorruptRow>>,
     more: bool,
 }
 
@@ -111,15 +113,21 @@ fn list<C: InboxConnection>(conn: &mut C, args: &OutboxArgs, global: &Global) ->
         &[Some(OutboxState::Failed)]
     };
     let mut sections = Vec::new();
-    for &state in selected {
-        let rows = Outbox::list(conn, state, args.after, args.limit)?;
+    for (i, &state) in selected.iter().enumerate() {
+        let mut rows = Outbox::list(conn, state, args.after, args.limit)?;
         let more = i64::try_from(rows.len()).is_ok_and(|n| n >= args.limit);
+        // Every state's listing holds the rows whose state cannot be read: the first section
+        // shows them.
+        if i > 0 {
+            rows.retain(Result::is_ok);
+        }
         sections.push(Section { state, rows, more });
     }
     match global.format {
         Format::Json => {
-            let mut rows: Vec<&OutboxRecord> = sections.iter().flat_map(|s| &s.rows).collect();
-            rows.sort_by_key(|r| r.position);
+            let mut rows: Vec<&Result<OutboxRecord, CorruptRow>> =
+                sections.iter().flat_map(|s| &s.rows).collect();
+            rows.sort_by_key(|r| position(r));
             let more: Value = sections
                 .iter()
                 .filter(|s| s.more)
@@ -127,14 +135,14 @@ fn list<C: InboxConnection>(conn: &mut C, args: &OutboxArgs, global: &Global) ->
                     (
                         s.state
                             .map_or_else(|| "all".to_owned(), |st| st.to_string()),
-                        json!(s.rows.last().map(|r| r.position)),
+                        json!(s.rows.last().map(position)),
                     )
                 })
                 .collect::<serde_json::Map<_, _>>()
                 .into();
             output::print_json(&json!({
                 "totals": totals_json(&stats, now),
-                "rows": rows.into_iter().map(record_json).collect::<Vec<_>>(),
+                "rows": rows.into_iter().map(listed).collect::<Vec<_>>(),
                 "more_after": more,
             }));
         }
@@ -145,6 +153,7 @@ fn list<C: InboxConnection>(conn: &mut C, args: &OutboxArgs, global: &Global) ->
                     ("pending", stats.pending.to_string()),
                     ("published", stats.published.to_string()),
                     ("failed", stats.failed.to_string()),
+                    ("unreadable", stats.unreadable.to_string()),
                     (
                         "oldest pending",
                         stats.oldest_pending.map_or_else(
@@ -207,7 +216,10 @@ fn print_section(section: &Section) {
     let rows: Vec<Vec<String>> = section
         .rows
         .iter()
-        .map(|r| columns.iter().map(|(_, cell)| cell(r)).collect())
+        .map(|r| match r {
+            Ok(r) => columns.iter().map(|(_, cell)| cell(r)).collect(),
+            Err(corrupt) => output::unreadable_cells(corrupt, "position", columns.len()),
+        })
         .collect();
     print!("{}", output::table(&headers, &rows));
     let state = section.state.map_or_else(String::new, |s| format!("{s} "));
@@ -216,8 +228,26 @@ fn print_section(section: &Section) {
     if let (true, Some(last)) = (section.more, section.rows.last()) {
         println!(
             "more {state}rows may follow: rerun with --after {}",
-            last.position
+            position(last)
         );
+    }
+}
+
+/// The position of a listed row, readable or not: where the next page starts.
+fn position(row: &Result<OutboxRecord, CorruptRow>) -> i64 {
+    match row {
+        Ok(record) => record.position,
+        Err(corrupt) => output::key_part(corrupt, "position")
+            .parse()
+            .unwrap_or_default(),
+    }
+}
+
+/// A listed row as JSON: the record, or what makes it unreadable.
+fn listed(row: &Result<OutboxRecord, CorruptRow>) -> Value {
+    match row {
+        Ok(record) => record_json(record),
+        Err(corrupt) => output::unreadable(corrupt),
     }
 }
 
@@ -314,6 +344,7 @@ fn totals_json(stats: &OutboxStats, now: DateTime<Utc>) -> Value {
         "pending": stats.pending,
         "published": stats.published,
         "failed": stats.failed,
+        "unreadable": stats.unreadable,
         "oldest_pending": stats.oldest_pending.map(output::time),
         "oldest_pending_age_seconds": stats
             .oldest_pending

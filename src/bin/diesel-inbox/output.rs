@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use base64::Engine as _;
 use chrono::{DateTime, SecondsFormat, Utc};
-use diesel_inbox::Payload;
+use diesel_inbox::{CorruptRow, Payload};
 use serde_json::{json, Value};
 
 /// `rows` under `headers`, each column as wide as its widest cell, two spaces apart.
@@ -88,15 +88,6 @@ pub(crate) fn or_dash(value: Option<impl ToString>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
-/// What kind of payload it is: `"json"`, `"bytes"`, or null for none.
-pub(crate) fn payload_kind(payload: Option<&Payload>) -> Value {
-    match payload {
-        Some(Payload::Json(_)) => json!("json"),
-        Some(_) => json!("bytes"),
-        None => Value::Null,
-    }
-}
-
 /// The payload as JSON: the value itself, or bytes as standard base64.
 pub(crate) fn payload_value(payload: Option<&Payload>) -> Value {
     match payload {
@@ -117,6 +108,56 @@ pub(crate) fn payload_text(payload: Option<&Payload>) -> String {
             .map_or_else(String::new, |b64| format!("base64:{b64}")),
         None => "(none)".to_owned(),
     }
+}
+
+/// The key columns whose values are numbers: a gap's or a history line's id, an outbox
+/// row's position.
+const NUMERIC_KEYS: &[&str] = &["id", "position"];
+
+/// The value of `column` in the key of a row this version cannot read (empty when its key has
+/// no such column): where a listing's next page starts after it.
+pub(crate) fn key_part(corrupt: &CorruptRow, column: &str) -> String {
+    corrupt
+        .key()
+        .iter()
+        .find(|(k, _)| k == column)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+/// A listed row this version cannot read, as JSON, in the listing's place for it: its key
+/// columns (an id or a position as a number), `"state": "unreadable"`, and the error that
+/// names the table, the column and the text, and says how to repair the row.
+pub(crate) fn unreadable(corrupt: &CorruptRow) -> Value {
+    let mut row = serde_json::Map::new();
+    for (column, value) in corrupt.key() {
+        let number = NUMERIC_KEYS
+            .contains(&column.as_str())
+            .then(|| value.parse::<i64>().ok())
+            .flatten();
+        row.insert(
+            column.clone(),
+            number.map_or_else(|| json!(value), |n| json!(n)),
+        );
+    }
+    row.insert("state".to_owned(), json!("unreadable"));
+    row.insert("error".to_owned(), json!(corrupt.to_string()));
+    Value::Object(row)
+}
+
+/// A listed row this version cannot read, as the `width` cells of a table row: its key
+/// `column` first (an id or a position as it is, an event id quoted, as it may be empty),
+/// `-` in between, and "unreadable: <why>" last.
+pub(crate) fn unreadable_cells(corrupt: &CorruptRow, column: &str, width: usize) -> Vec<String> {
+    let key = key_part(corrupt, column);
+    let mut cells = vec![if NUMERIC_KEYS.contains(&column) {
+        key
+    } else {
+        format!("{key:?}")
+    }];
+    cells.resize(width.saturating_sub(1).max(1), "-".to_owned());
+    cells.push(format!("unreadable: {corrupt}"));
+    cells
 }
 
 #[cfg(test)]
