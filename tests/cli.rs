@@ -1822,3 +1822,194 @@ fn the_dead_letter_views_on_mysql() {
         url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"),
     ));
 }
+
+/// `args` for the consumer `name`.
+fn of<'a>(name: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    [&["--consumer", name][..], args].concat()
+}
+
+/// The listed rows' keys under `key`, an unreadable row's as `!key`, in the listing's order.
+fn keys_of(rows: &Value, key: &str) -> Vec<String> {
+    rows.as_array()
+        .unwrap_or_else(|| panic!("{rows} is no array"))
+        .iter()
+        .map(|row| {
+            let value = match &row[key] {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            if row["state"] == "unreadable" {
+                assert!(
+                    row["error"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("unreadable row in")),
+                    "{row}"
+                );
+                format!("!{value}")
+            } else {
+                value
+            }
+        })
+        .collect()
+}
+
+/// A claim, a gap and an outbox row this version cannot read, each between two readable ones:
+/// listed in place as unreadable, in JSON and in the table, and paged past.
+fn the_ops_listings_name_corrupt_claims_gaps_and_outbox_rows_in_place<C>(db: &TestDatabase<C>)
+where
+    C: InboxConnection + R2D2Connection + Send + 'static,
+{
+    let url = db.url();
+    let mut conn = db.connect();
+
+    let claims = Inbox::new("pay").unwrap().claims();
+    for id in ["c-1", "c-2", "c-3"] {
+        let Claimed::Acquired(claim) = claims.claim(&mut conn, id).unwrap() else {
+            panic!("a new claim is acquired")
+        };
+        claim.release(&mut conn, "not now").unwrap();
+    }
+    conn.batch_execute("UPDATE diesel_inbox_claims SET state = 'frozen' WHERE event_id = 'c-2'")
+        .unwrap();
+    let listed = json(&cli(
+        url,
+        &of("pay", &["claims", "--all", "--format", "json"]),
+    ));
+    assert_eq!(
+        keys_of(&listed["claims"], "event_id"),
+        ["c-1", "!c-2", "c-3"]
+    );
+    let page = json(&cli(
+        url,
+        &of(
+            "pay",
+            &["claims", "--all", "--limit", "2", "--format", "json"],
+        ),
+    ));
+    assert_eq!(page["more_after"], "c-2", "{page}");
+    let next = json(&cli(
+        url,
+        &of(
+            "pay",
+            &["claims", "--all", "--after", "c-2", "--format", "json"],
+        ),
+    ));
+    assert_eq!(keys_of(&next["claims"], "event_id"), ["c-3"]);
+    let table = expect(&cli(url, &of("pay", &["claims", "--all"])), 0);
+    let unreadable = table.find("unreadable: ").expect(&table);
+    assert!(table[unreadable..].contains("c-3"), "{table}");
+    assert!(table.contains("\"c-2\""), "{table}");
+
+    let inbox = Inbox::new("proj").unwrap();
+    let cursor = inbox.cursor("orders-0").unwrap();
+    for sequence in [1, 3, 5, 7] {
+        let outcome = cursor.process(&mut conn, sequence, |_: &mut C| Ok::<_, Error>(()));
+        assert!(outcome.unwrap().is_processed());
+    }
+    let ids: Vec<i64> = inbox
+        .gaps()
+        .list(&mut conn, 0, 10)
+        .unwrap()
+        .iter()
+        .map(|gap| gap.as_ref().unwrap().id())
+        .collect();
+    conn.batch_execute(&format!(
+        "UPDATE diesel_inbox_gaps SET cause = 'lost' WHERE id = {}",
+        ids[1]
+    ))
+    .unwrap();
+    let expected = [
+        ids[0].to_string(),
+        format!("!{}", ids[1]),
+        ids[2].to_string(),
+    ];
+    for view in [&["gaps"][..], &["gaps", "--all"]] {
+        let listed = json(&cli(
+            url,
+            &of("proj", &[view, &["--format", "json"]].concat()),
+        ));
+        assert_eq!(keys_of(&listed["gaps"], "id"), expected, "{view:?}");
+    }
+    let page = json(&cli(
+        url,
+        &of(
+            "proj",
+            &["gaps", "--all", "--limit", "2", "--format", "json"],
+        ),
+    ));
+    assert_eq!(page["more_after"], ids[1], "{page}");
+    let after = ids[1].to_string();
+    let next = json(&cli(
+        url,
+        &of(
+            "proj",
+            &["gaps", "--all", "--after", &after, "--format", "json"],
+        ),
+    ));
+    assert_eq!(keys_of(&next["gaps"], "id"), [ids[2].to_string()]);
+    let table = expect(&cli(url, &of("proj", &["gaps"])), 0);
+    assert!(table.contains("unreadable: "), "{table}");
+
+    let outbox = Outbox::new("orders-service").unwrap();
+    for n in ["1", "2", "3"] {
+        let envelope = Envelope::new("order.placed", "order", n)
+            .with_id(format!("out-{n}"))
+            .unwrap()
+            .json(&serde_json::json!({ "order": n }))
+            .unwrap();
+        outbox
+            .enqueue(&mut conn, "orders.placed", &envelope)
+            .unwrap();
+    }
+    let positions: Vec<i64> = Outbox::list(&mut conn, None, 0, 10)
+        .unwrap()
+        .iter()
+        .map(|row| row.as_ref().unwrap().position)
+        .collect();
+    conn.batch_execute(&format!(
+        "UPDATE diesel_inbox_outbox SET state = 'held' WHERE position = {}",
+        positions[1]
+    ))
+    .unwrap();
+    let listed = json(&cli(url, &["outbox", "--all", "--format", "json"]));
+    let expected = [
+        positions[0].to_string(),
+        format!("!{}", positions[1]),
+        positions[2].to_string(),
+    ];
+    assert_eq!(keys_of(&listed["rows"], "position"), expected);
+    assert_eq!(listed["totals"]["unreadable"], 1, "{listed}");
+    assert_eq!(listed["totals"]["pending"], 2, "{listed}");
+    // Listed once, with the failed rows, even with the pending ones listed after them.
+    let both = json(&cli(url, &["outbox", "--pending", "--format", "json"]));
+    assert_eq!(keys_of(&both["rows"], "position"), expected);
+    let page = json(&cli(
+        url,
+        &["outbox", "--all", "--limit", "2", "--format", "json"],
+    ));
+    assert_eq!(page["more_after"]["all"], positions[1], "{page}");
+    let table = expect(&cli(url, &["outbox"]), 0);
+    assert!(table.contains("unreadable: "), "{table}");
+}
+
+#[test]
+fn the_ops_listings_name_corrupt_rows_in_place_on_sqlite() {
+    the_ops_listings_name_corrupt_claims_gaps_and_outbox_rows_in_place(&TestDatabase::sqlite());
+}
+
+#[test]
+fn the_ops_listings_name_corrupt_rows_in_place_on_postgres() {
+    let url = std::env::var("DIESEL_INBOX_POSTGRES_URL");
+    the_ops_listings_name_corrupt_claims_gaps_and_outbox_rows_in_place(&TestDatabase::postgres(
+        url.as_deref()
+            .unwrap_or("postgres://root@127.0.0.1:5432/test"),
+    ));
+}
+
+#[test]
+fn the_ops_listings_name_corrupt_rows_in_place_on_mysql() {
+    let url = std::env::var("DIESEL_INBOX_MYSQL_URL");
+    the_ops_listings_name_corrupt_claims_gaps_and_outbox_rows_in_place(&TestDatabase::mysql(
+        url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"),
+    ));
+}
