@@ -65,6 +65,29 @@ where
     Ok(())
 }
 
+/// What recording the delivery of `key` found: from the batch's statement for its first
+/// occurrence, or recorded now for a repeat. An inbox row this version cannot read is its
+/// [`CorruptRow`](crate::CorruptRow), which rejects that delivery alone, named; the batch's
+/// other deliveries go on.
+fn recorded_or_corrupt<C: InboxConnection, E>(
+    conn: &mut C,
+    recorded: &mut HashMap<&str, Listed<Recorded>>,
+    key: crate::backend::Key<'_>,
+    fingerprint: Option<&[u8; 32]>,
+) -> Result<Result<Recorded, crate::CorruptRow>, Failure<E>> {
+    if let Some(first) = recorded.remove(key.1) {
+        return Ok(first.map_err(|bad| bad.in_row(&[("consumer", key.0)], "event_id")));
+    }
+    let hash = fingerprint.map(|f| &f[..]);
+    match conn.sql().record_delivery(key, Utc::now(), hash) {
+        Ok(this) => Ok(Ok(this)),
+        Err(error) => match Failure::reading_events(error, key) {
+            Failure::Inbox(Error::CorruptRow(corrupt)) => Ok(Err(corrupt)),
+            other => Err(other),
+        },
+    }
+}
+
 /// One delivery's place in a batch while the transaction runs.
 enum Slot<T, E> {
     Done(Outcome<T>),
@@ -357,29 +380,11 @@ impl Inbox {
             };
             let key = self.key(delivery);
             let fingerprint = fingerprints[i].as_ref();
-            // An inbox row this version cannot read rejects its own delivery, named; the
-            // batch's other deliveries go on.
-            let this = match recorded.remove(key.1) {
-                Some(Ok(first)) => first,
-                Some(Err(unreadable)) => {
-                    let corrupt = unreadable.in_row(&[("consumer", key.0)], "event_id");
+            let this = match recorded_or_corrupt(conn, &mut recorded, key, fingerprint)? {
+                Ok(this) => this,
+                Err(corrupt) => {
                     slots.push(Slot::Rejected(corrupt.into()));
                     continue;
-                }
-                None => {
-                    match conn
-                        .sql()
-                        .record_delivery(key, Utc::now(), fingerprint.map(|f| &f[..]))
-                    {
-                        Ok(this) => this,
-                        Err(error) => match Failure::reading_events(error, key) {
-                            Failure::Inbox(corrupt @ Error::CorruptRow(_)) => {
-                                slots.push(Slot::Rejected(corrupt));
-                                continue;
-                            }
-                            other => return Err(other),
-                        },
-                    }
                 }
             };
             // Read only when an effect panics: then it names the event whose effect it was.

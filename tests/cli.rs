@@ -1861,13 +1861,18 @@ where
 {
     let url = db.url();
     let mut conn = db.connect();
+    lists_a_corrupt_claim_in_place(url, &mut conn);
+    lists_a_corrupt_gap_in_place(url, &mut conn);
+    lists_a_corrupt_outbox_row_in_place(url, &mut conn);
+}
 
+fn lists_a_corrupt_claim_in_place<C: InboxConnection>(url: &str, conn: &mut C) {
     let claims = Inbox::new("pay").unwrap().claims();
     for id in ["c-1", "c-2", "c-3"] {
-        let Claimed::Acquired(claim) = claims.claim(&mut conn, id).unwrap() else {
+        let Claimed::Acquired(claim) = claims.claim(conn, id).unwrap() else {
             panic!("a new claim is acquired")
         };
-        claim.release(&mut conn, "not now").unwrap();
+        claim.release(conn, "not now").unwrap();
     }
     conn.batch_execute("UPDATE diesel_inbox_claims SET state = 'frozen' WHERE event_id = 'c-2'")
         .unwrap();
@@ -1899,16 +1904,18 @@ where
     let unreadable = table.find("unreadable: ").expect(&table);
     assert!(table[unreadable..].contains("c-3"), "{table}");
     assert!(table.contains("\"c-2\""), "{table}");
+}
 
+fn lists_a_corrupt_gap_in_place<C: InboxConnection>(url: &str, conn: &mut C) {
     let inbox = Inbox::new("proj").unwrap();
     let cursor = inbox.cursor("orders-0").unwrap();
     for sequence in [1, 3, 5, 7] {
-        let outcome = cursor.process(&mut conn, sequence, |_: &mut C| Ok::<_, Error>(()));
+        let outcome = cursor.process(conn, sequence, |_: &mut C| Ok::<_, Error>(()));
         assert!(outcome.unwrap().is_processed());
     }
     let ids: Vec<i64> = inbox
         .gaps()
-        .list(&mut conn, 0, 10)
+        .list(conn, 0, 10)
         .unwrap()
         .iter()
         .map(|gap| gap.as_ref().unwrap().id())
@@ -1949,7 +1956,9 @@ where
     assert_eq!(keys_of(&next["gaps"], "id"), [ids[2].to_string()]);
     let table = expect(&cli(url, &of("proj", &["gaps"])), 0);
     assert!(table.contains("unreadable: "), "{table}");
+}
 
+fn lists_a_corrupt_outbox_row_in_place<C: InboxConnection>(url: &str, conn: &mut C) {
     let outbox = Outbox::new("orders-service").unwrap();
     for n in ["1", "2", "3"] {
         let envelope = Envelope::new("order.placed", "order", n)
@@ -1957,11 +1966,9 @@ where
             .unwrap()
             .json(&serde_json::json!({ "order": n }))
             .unwrap();
-        outbox
-            .enqueue(&mut conn, "orders.placed", &envelope)
-            .unwrap();
+        outbox.enqueue(conn, "orders.placed", &envelope).unwrap();
     }
-    let positions: Vec<i64> = Outbox::list(&mut conn, None, 0, 10)
+    let positions: Vec<i64> = Outbox::list(conn, None, 0, 10)
         .unwrap()
         .iter()
         .map(|row| row.as_ref().unwrap().position)

@@ -31,12 +31,10 @@ fn shape<T>(
 
 /// The value of `column` in a corrupt row's key: where a listing's next page starts.
 fn key_of(corrupt: &CorruptRow, column: &str) -> String {
-    corrupt
-        .key()
-        .iter()
-        .find(|(k, _)| k == column)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| panic!("{corrupt} has no {column} in its key"))
+    corrupt.key().iter().find(|(k, _)| k == column).map_or_else(
+        || panic!("{corrupt} has no {column} in its key"),
+        |(_, v)| v.clone(),
+    )
 }
 
 /// The corrupt row's error, or a panic saying what came instead.
@@ -167,7 +165,7 @@ pub fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours<B: 
     ))
     .unwrap();
 
-    let lost = || {
+    let unknown_cause = || {
         Err((
             "diesel_inbox_gaps".to_owned(),
             "cause".to_owned(),
@@ -177,9 +175,15 @@ pub fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours<B: 
     let id = |g: &diesel_inbox::Gap| g.id().to_string();
     let (first, last) = (Ok(ids[0].to_string()), Ok(ids[2].to_string()));
     let listed = inbox.gaps().list(&mut conn, 0, 100).unwrap();
-    assert_eq!(shape(&listed, id), [first.clone(), lost(), last.clone()]);
+    assert_eq!(
+        shape(&listed, id),
+        [first.clone(), unknown_cause(), last.clone()]
+    );
     let open = inbox.gaps().open(&mut conn).unwrap();
-    assert_eq!(shape(&open, id), [first.clone(), lost(), last.clone()]);
+    assert_eq!(
+        shape(&open, id),
+        [first.clone(), unknown_cause(), last.clone()]
+    );
     let Err(bad) = &listed[1] else { unreachable!() };
     assert!(
         bad.to_string().contains(&format!(
@@ -190,7 +194,7 @@ pub fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours<B: 
     );
     // Paging goes on past it, by its id.
     let page = inbox.gaps().list(&mut conn, 0, 2).unwrap();
-    assert_eq!(shape(&page, id), [first, lost()]);
+    assert_eq!(shape(&page, id), [first, unknown_cause()]);
     let Err(at) = &page[1] else { unreachable!() };
     let after: i64 = key_of(at, "id").parse().unwrap();
     let next = inbox.gaps().list(&mut conn, after, 2).unwrap();
@@ -287,8 +291,12 @@ pub fn a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_oth
             },
         )
         .unwrap();
-    assert!(results[0].as_ref().is_ok_and(|o| o.is_processed()));
-    assert!(results[2].as_ref().is_ok_and(|o| o.is_processed()));
+    assert!(results[0]
+        .as_ref()
+        .is_ok_and(diesel_inbox::Outcome::is_processed));
+    assert!(results[2]
+        .as_ref()
+        .is_ok_and(diesel_inbox::Outcome::is_processed));
     for rejected in [results.remove(3), results.remove(1)] {
         assert_eq!(Ack::of(&rejected), Ack::Reject, "{rejected:?}");
         let error = corrupt(rejected);

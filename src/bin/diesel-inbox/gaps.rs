@@ -58,12 +58,15 @@ pub(crate) fn run<C: InboxConnection>(
     }
 }
 
+/// A listed gap, or the row this version cannot read in its place.
+type Listed = Result<Gap, CorruptRow>;
+
 /// A page of gaps in id order, and the id the next page starts after when this one is full.
 fn page<C: InboxConnection>(
     conn: &mut C,
     ledger: &diesel_inbox::Gaps,
     args: &GapsArgs,
-) -> Result<(Vec<Result<Gap, CorruptRow>>, Option<i64>), Failure> {
+) -> Result<(Vec<Listed>, Option<i64>), Failure> {
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let gaps = if args.all {
         ledger.list(conn, args.after, limit)?
@@ -287,7 +290,7 @@ fn position_json(position: &Position) -> Value {
 }
 
 /// The id of a listed row, readable or not: where the next page starts.
-fn gap_id(row: &Result<Gap, CorruptRow>) -> i64 {
+fn gap_id(row: &Listed) -> i64 {
     match row {
         Ok(gap) => gap.id(),
         Err(corrupt) => output::key_part(corrupt, "id").parse().unwrap_or_default(),
@@ -295,7 +298,7 @@ fn gap_id(row: &Result<Gap, CorruptRow>) -> i64 {
 }
 
 /// A listed row as JSON: the gap, or what makes it unreadable.
-fn listed(row: &Result<Gap, CorruptRow>) -> Value {
+fn listed(row: &Listed) -> Value {
     match row {
         Ok(gap) => gap_json(gap),
         Err(corrupt) => output::unreadable(corrupt),
