@@ -31,6 +31,8 @@
 //! - enqueue: the credit and an `Outbox::enqueue` of one event in its transaction, for one of
 //!   the 1,000 accounts' aggregates in turn (with the order lock that keeps concurrent
 //!   producers of one aggregate in enqueue order);
+//! - enqueue, no order lock: the same without that lock (`Outbox::without_order_lock`, a
+//!   testing knob), to show what the lock costs;
 //! - large inbox: `with_inbox` after `--prefill` rows were put in the inbox table, with random
 //!   (`UUIDv4`) and time-ordered (`UUIDv7`) ids.
 //!
@@ -351,7 +353,10 @@ enum Scenario {
         v7: bool,
     },
     Duplicates,
-    Enqueue,
+    /// The credit and an enqueue, with or without the aggregate's order lock.
+    Enqueue {
+        order_lock: bool,
+    },
     Naive,
     Minimal,
     Batch(usize),
@@ -426,7 +431,8 @@ impl Scenario {
             Self::Inbox { v7: false } => "inbox, UUIDv4 ids".into(),
             Self::Inbox { v7: true } => "inbox, UUIDv7 ids".into(),
             Self::Duplicates => "duplicates".into(),
-            Self::Enqueue => "enqueue".into(),
+            Self::Enqueue { order_lock: true } => "enqueue".into(),
+            Self::Enqueue { order_lock: false } => "enqueue, no order lock".into(),
             Self::Naive => "naive".into(),
             Self::Minimal => "minimal".into(),
             Self::Batch(size) => format!("batch {size}"),
@@ -502,8 +508,13 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
                 assert!(outcome.is_duplicate());
             }
         }
-        Scenario::Enqueue => {
+        Scenario::Enqueue { order_lock } => {
             let outbox = Outbox::new("bench").unwrap();
+            let outbox = if order_lock {
+                outbox
+            } else {
+                outbox.without_order_lock()
+            };
             for (i, id) in ids.iter().enumerate() {
                 let event = Envelope::new("account.credited", "account", &account(i).to_string())
                     .with_id(id.as_str())
@@ -852,7 +863,8 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
         Scenario::Inbox { v7: true },
         Scenario::Inbox { v7: false },
         Scenario::Duplicates,
-        Scenario::Enqueue,
+        Scenario::Enqueue { order_lock: true },
+        Scenario::Enqueue { order_lock: false },
         Scenario::Naive,
         Scenario::Minimal,
     ];
@@ -978,8 +990,13 @@ fn print_ratios(columns: &[Figures]) {
         ),
         (
             "enqueue / bare".to_owned(),
-            Scenario::Enqueue,
+            Scenario::Enqueue { order_lock: true },
             Scenario::Bare,
+        ),
+        (
+            "enqueue / enqueue, no order lock".to_owned(),
+            Scenario::Enqueue { order_lock: true },
+            Scenario::Enqueue { order_lock: false },
         ),
         ("naive / bare".to_owned(), Scenario::Naive, Scenario::Bare),
         ("inbox / naive, UUIDv4".to_owned(), v4, Scenario::Naive),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
-use crate::backend::sealed::{InboxSql, Recorded};
+use crate::backend::sealed::{ConsumerRows, InboxSql, Recorded};
 use crate::backend::StreamKey;
 use crate::duration::now;
 use crate::inbox::{self, Delivered, Tally};
@@ -447,6 +447,16 @@ impl Cursor {
             .into_iter()
             .map(|(stream, row)| Position::from_row(stream, row))
             .collect())
+    }
+
+    /// Every consumer with a cursor or a gap, sorted by name (byte order): what to pass as
+    /// the consumer of [`Cursor::all`] and [`Inbox::gaps`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn consumers<C: InboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
+        Ok(conn.sql().consumers(ConsumerRows::Streams)?)
     }
 
     /// Removes the consumer's processed id rows (kept by [`Sequenced::event`]) whose sequence

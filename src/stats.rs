@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::backend::counter_bucket;
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::{ConsumerRows, InboxSql};
 use crate::state::{Counter, DeadLetterState, InboxState};
 use crate::{Error, Inbox, InboxConnection};
 
@@ -143,10 +143,7 @@ impl Stats {
     pub fn all<C: InboxConnection>(conn: &mut C, recent: Duration) -> Result<Vec<Stats>, Error> {
         let since = crate::duration::before(Utc::now(), recent);
         let sql = conn.sql();
-        let mut consumers = sql.consumers()?;
-        consumers.sort_unstable();
-        consumers.dedup();
-        consumers
+        sql.consumers(ConsumerRows::Inbox)?
             .iter()
             .map(|consumer| read(sql, consumer, since))
             .collect()

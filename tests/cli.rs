@@ -98,6 +98,7 @@ fn the_cli_operates_dead_letters_gaps_claims_the_outbox_doctor_and_migrations<C>
     lists_and_resolves_gaps(url, &mut conn);
     lists_shows_and_resolves_claims(url, &mut conn);
     pages_through_gaps_and_claims_once_in_key_order(url);
+    says_which_consumers_have_gaps_and_claims_and_lists_them_all(url, &mut conn);
     lists_shows_retries_and_prunes_the_outbox(url, &mut conn);
     doctor_passes_then_fails(url, &mut conn, drop_index);
     prints_and_installs_migrations(url);
@@ -1326,6 +1327,20 @@ fn the_doctor_and_every_command_never_create_a_sqlite_file() {
 
 #[test]
 fn a_closed_stdout_ends_the_command_quietly_with_exit_0() {
+    let db = TestDatabase::sqlite();
+    let mut conn = db.connect();
+    let inbox = Inbox::new("orders").unwrap().max_attempts(1);
+    for i in 0..3 {
+        let delivery = Delivery::new(format!("evt-{i}"))
+            .unwrap()
+            .with_payload(Payload::Bytes(vec![7; 100_000]));
+        let _ = inbox.process(&mut conn, &delivery, refuse).unwrap();
+    }
+    let export = [
+        &["--database-url", db.url()][..],
+        &with(&["dead-letters", "export"]),
+    ]
+    .concat();
     for args in [
         &["migration", "print", "--dialect", "postgres"][..],
         &[
@@ -1336,6 +1351,7 @@ fn a_closed_stdout_ends_the_command_quietly_with_exit_0() {
             "--format",
             "json",
         ],
+        &export,
     ] {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
@@ -1345,29 +1361,9 @@ fn a_closed_stdout_ends_the_command_quietly_with_exit_0() {
             .stderr(std::process::Stdio::piped())
             .output()
             .unwrap();
-        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {output:?}");
         assert_eq!(String::from_utf8_lossy(&output.stderr), "", "quietly");
     }
-    let db = TestDatabase::sqlite();
-    let mut conn = db.connect();
-    let inbox = Inbox::new("orders").unwrap().max_attempts(1);
-    for i in 0..3 {
-        let delivery = Delivery::new(format!("evt-{i}"))
-            .unwrap()
-            .with_payload(Payload::Bytes(vec![7; 100_000]));
-        let _ = inbox.process(&mut conn, &delivery, refuse).unwrap();
-    }
-    let (reader, writer) = std::io::pipe().unwrap();
-    drop(reader);
-    let output = Command::new(env!("CARGO_BIN_EXE_diesel-inbox"))
-        .args(["--database-url", db.url()])
-        .args(with(&["dead-letters", "export"]))
-        .stdout(writer)
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{output:?}");
-    assert_eq!(String::from_utf8_lossy(&output.stderr), "", "quietly");
 }
 
 /// A dead letter of `orders` to discard, on a fresh SQLite database.
@@ -1527,6 +1523,81 @@ fn pages_through_gaps_and_claims_once_in_key_order(url: &str) {
         }
         assert_eq!(pages_of_one(url, args, rows, key), expected, "{args:?}");
     }
+}
+
+/// With no `--consumer`, an empty gaps or claims listing names the consumers that have rows;
+/// `--all-consumers` lists each of them with a consumer column (as JSON, one object each).
+fn says_which_consumers_have_gaps_and_claims_and_lists_them_all<C: InboxConnection>(
+    url: &str,
+    conn: &mut C,
+) {
+    let cursor = Inbox::new("ledger").unwrap().cursor("ledger-0").unwrap();
+    let apply = |_tx: &mut C| Ok::<_, Error>(());
+    let found: Vec<usize> = [1, 3]
+        .map(|n| {
+            cursor
+                .process(conn, Sequenced::new(n), apply)
+                .unwrap()
+                .gaps()
+                .len()
+        })
+        .into();
+    assert_eq!(found, [0, 1]);
+
+    let gaps = expect(&cli(url, &["gaps"]), 0);
+    assert!(
+        gaps.contains("no cursors or gaps for consumer default; consumers with some: ledger, orders (pass --consumer NAME, or --all-consumers)"),
+        "{gaps}"
+    );
+    let claims = expect(&cli(url, &["claims", "--all"]), 0);
+    assert!(
+        claims.contains("no claims for consumer default; consumers with some: orders (pass --consumer NAME, or --all-consumers)"),
+        "{claims}"
+    );
+
+    let every = json(&cli(
+        url,
+        &["gaps", "--all", "--all-consumers", "--format", "json"],
+    ));
+    let consumers: Vec<&str> = every
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["consumer"].as_str().unwrap())
+        .collect();
+    assert_eq!(consumers, ["ledger", "orders"], "{every}");
+    assert!(every
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|l| !l["gaps"].as_array().unwrap().is_empty()));
+    let table = expect(&cli(url, &["gaps", "--all-consumers"]), 0);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("ledger") && l.contains("ledger-0")),
+        "{table}"
+    );
+
+    let every = json(&cli(
+        url,
+        &["claims", "--all", "--all-consumers", "--format", "json"],
+    ));
+    assert_eq!(every.as_array().unwrap().len(), 1, "{every}");
+    assert_eq!(every[0]["consumer"], "orders");
+    assert!(
+        !every[0]["claims"].as_array().unwrap().is_empty(),
+        "{every}"
+    );
+    let table = expect(&cli(url, &["claims", "--all", "--all-consumers"]), 0);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("orders") && l.contains("pay-1")),
+        "{table}"
+    );
+    let refused = cli(url, &["claims", "--all-consumers", "--after", "pay-1"]);
+    fails(&refused, 2, "--after");
 }
 
 /// Dead letters a view is measured with: `BIG_COUNT` of `BIG_BYTES` each, 80 MB in all.

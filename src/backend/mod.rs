@@ -72,6 +72,17 @@ pub(crate) mod sealed {
         pub result: Option<String>,
     }
 
+    /// The tables whose consumers [`InboxSql::consumers`] reads.
+    #[derive(Debug, Clone, Copy)]
+    pub enum ConsumerRows {
+        /// The inbox, failure and counter tables: what stats count.
+        Inbox,
+        /// The cursor and gap tables.
+        Streams,
+        /// The claim table.
+        Claims,
+    }
+
     /// What recording a delivery found.
     #[derive(Debug)]
     pub enum Recorded {
@@ -539,9 +550,9 @@ pub(crate) mod sealed {
             consumer: &str,
         ) -> QueryResult<Option<DateTime<Utc>>>;
 
-        /// Every consumer with a row in the inbox, failure or counter table, each once, in
-        /// no particular order.
-        fn consumers(&mut self) -> QueryResult<Vec<String>>;
+        /// Every consumer with a row in the tables of `area`, each once, sorted by name (byte
+        /// order).
+        fn consumers(&mut self, area: ConsumerRows) -> QueryResult<Vec<String>>;
         /// Takes the session-level lock that lets one prune run at a time, without waiting:
         /// `false` when another session holds it. SQLite has none: its writer lock already
         /// serialises the batches.

@@ -927,27 +927,59 @@ macro_rules! statement {
         }
     };
     (consumers, $schema:ident, $codec:ident) => {
-        fn consumers(&mut self) -> QueryResult<Vec<String>> {
+        fn consumers(
+            &mut self,
+            area: $crate::backend::sealed::ConsumerRows,
+        ) -> QueryResult<Vec<String>> {
+            use $crate::backend::sealed::ConsumerRows;
+            use $schema::diesel_inbox_claims::dsl as k;
             use $schema::diesel_inbox_counters::dsl as c;
+            use $schema::diesel_inbox_cursors::dsl as s;
             use $schema::diesel_inbox_events::dsl as t;
             use $schema::diesel_inbox_failures::dsl as f;
-            let mut names = t::diesel_inbox_events
-                .select(t::consumer)
-                .distinct()
-                .load::<$codec::KeyOwned>(self)?;
-            names.extend(
-                f::diesel_inbox_failures
-                    .select(f::consumer)
+            use $schema::diesel_inbox_gaps::dsl as g;
+            let names = match area {
+                ConsumerRows::Inbox => {
+                    let mut names = t::diesel_inbox_events
+                        .select(t::consumer)
+                        .distinct()
+                        .load::<$codec::KeyOwned>(self)?;
+                    names.extend(
+                        f::diesel_inbox_failures
+                            .select(f::consumer)
+                            .distinct()
+                            .load::<$codec::KeyOwned>(self)?,
+                    );
+                    names.extend(
+                        c::diesel_inbox_counters
+                            .select(c::consumer)
+                            .distinct()
+                            .load::<$codec::KeyOwned>(self)?,
+                    );
+                    names
+                }
+                ConsumerRows::Streams => {
+                    let mut names = s::diesel_inbox_cursors
+                        .select(s::consumer)
+                        .distinct()
+                        .load::<$codec::KeyOwned>(self)?;
+                    names.extend(
+                        g::diesel_inbox_gaps
+                            .select(g::consumer)
+                            .distinct()
+                            .load::<$codec::KeyOwned>(self)?,
+                    );
+                    names
+                }
+                ConsumerRows::Claims => k::diesel_inbox_claims
+                    .select(k::consumer)
                     .distinct()
                     .load::<$codec::KeyOwned>(self)?,
-            );
-            names.extend(
-                c::diesel_inbox_counters
-                    .select(c::consumer)
-                    .distinct()
-                    .load::<$codec::KeyOwned>(self)?,
-            );
-            Ok(names.into_iter().map($codec::key_string).collect())
+            };
+            let mut names: Vec<String> = names.into_iter().map($codec::key_string).collect();
+            names.sort_unstable();
+            names.dedup();
+            Ok(names)
         }
     };
     // `conflict` is the backend's upsert target for `diesel_inbox_counters`.

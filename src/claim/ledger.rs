@@ -6,7 +6,7 @@ use tracing::info;
 use super::held::idempotency_key;
 use super::outcome::reason_in_doubt;
 use super::{verdict, Claims};
-use crate::backend::sealed::{ClaimChange, ClaimRow, InboxSql};
+use crate::backend::sealed::{ClaimChange, ClaimRow, ConsumerRows, InboxSql};
 use crate::duration::now;
 use crate::state::{ClaimState, CorruptRow};
 use crate::transaction::{self, Failure};
@@ -144,6 +144,15 @@ impl Claims {
         }
         observe::claims_in_doubt(self.consumer(), in_doubt.len());
         Ok(in_doubt)
+    }
+
+    /// Every consumer with a claim, in any state, sorted by name (byte order).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn consumers<C: InboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
+        Ok(conn.sql().consumers(ConsumerRows::Claims)?)
     }
 
     /// Up to `limit` of the consumer's claims, in any state, after event id `after` where

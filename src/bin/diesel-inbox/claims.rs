@@ -2,10 +2,12 @@
 
 use clap::{Args, Subcommand};
 use diesel_inbox::{
-    Audit, ClaimRecord, ClaimState, CorruptRow, Error, EventId, Inbox, InboxConnection, Resolution,
+    Audit, ClaimRecord, ClaimState, Claims, CorruptRow, Error, EventId, Inbox, InboxConnection,
+    Resolution,
 };
 use serde_json::{json, Value};
 
+use crate::consumers;
 use crate::output::{self, or_dash};
 use crate::{AuditArgs, Failure, Format, Global, Outcome};
 
@@ -22,8 +24,12 @@ pub(crate) struct ClaimsArgs {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     limit: u64,
     /// Only claims after this event id: the next page starts after the last one shown.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "all_consumers")]
     after: Option<String>,
+    /// Every consumer's claims (each consumer's page up to --limit), with a consumer column;
+    /// as JSON, an array of the per-consumer objects.
+    #[arg(long)]
+    all_consumers: bool,
 }
 
 /// The `claims` subcommands.
@@ -109,7 +115,66 @@ pub(crate) fn run<C: InboxConnection>(
     }
 }
 
-/// Prints the claims in doubt (with `--all`, every claim), then how many there are.
+/// One consumer's part of a listing: a page of its claims, how many of them are in doubt,
+/// and the event id the next page starts after when this one is full.
+struct Listing {
+    consumer: String,
+    /// A row this version cannot read stands in its place as its error.
+    records: Vec<Result<ClaimRecord, CorruptRow>>,
+    in_doubt: usize,
+    more_after: Option<String>,
+}
+
+impl Listing {
+    fn read<C: InboxConnection>(
+        conn: &mut C,
+        inbox: &Inbox,
+        args: &ClaimsArgs,
+    ) -> Result<Self, Failure> {
+        let claims = inbox.claims();
+        let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+        let records = if args.all {
+            claims.list(conn, args.after.as_deref(), limit)?
+        } else {
+            // Claims in doubt wait for ops and stay few: read them, then page in id order.
+            let mut in_doubt = claims.in_doubt(conn)?;
+            in_doubt.sort_by(|a, b| a.event_id.as_str().cmp(b.event_id.as_str()));
+            in_doubt.retain(|r| {
+                args.after
+                    .as_deref()
+                    .is_none_or(|after| r.event_id.as_str() > after)
+            });
+            in_doubt.truncate(limit);
+            in_doubt.into_iter().map(Ok).collect()
+        };
+        // A row this version cannot read pages on its stored event id, as the others do.
+        let more_after = (records.len() >= limit)
+            .then(|| records.last().map(stored_id))
+            .flatten();
+        let in_doubt = records
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|r| r.state == ClaimState::InDoubt))
+            .count();
+        Ok(Self {
+            consumer: inbox.consumer().to_owned(),
+            records,
+            in_doubt,
+            more_after,
+        })
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "consumer": self.consumer,
+            "in_doubt": self.in_doubt,
+            "claims": self.records.iter().map(listed).collect::<Vec<_>>(),
+            "more_after": self.more_after,
+        })
+    }
+}
+
+/// Prints the claims in doubt (with `--all`, every claim), then how many there are (of every
+/// consumer, with --all-consumers).
 fn list<C: InboxConnection>(
     conn: &mut C,
     inbox: &Inbox,
@@ -117,37 +182,30 @@ fn list<C: InboxConnection>(
     global: &Global,
 ) -> Outcome {
     let all = args.all;
-    let claims = inbox.claims();
-    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-    let records = if all {
-        claims.list(conn, args.after.as_deref(), limit)?
+    let mut listings = Vec::new();
+    for inbox in consumers::chosen(inbox, args.all_consumers, || Ok(Claims::consumers(conn)?))? {
+        listings.push(Listing::read(conn, &inbox, args)?);
+    }
+    // A consumer with claims none of which the page shows needs no hint; one with none at all
+    // may be the wrong name.
+    let empty_note = if listings.iter().all(|l| l.records.is_empty()) {
+        let with_claims = Claims::consumers(conn)?;
+        (!with_claims.iter().any(|name| name == inbox.consumer()))
+            .then(|| consumers::nothing_for("claims", inbox.consumer(), &with_claims))
     } else {
-        // Claims in doubt wait for ops and stay few: read them, then page in id order.
-        let mut in_doubt = claims.in_doubt(conn)?;
-        in_doubt.sort_by(|a, b| a.event_id.as_str().cmp(b.event_id.as_str()));
-        in_doubt.retain(|r| {
-            args.after
-                .as_deref()
-                .is_none_or(|after| r.event_id.as_str() > after)
-        });
-        in_doubt.truncate(limit);
-        in_doubt.into_iter().map(Ok).collect()
+        None
     };
-    // A row this version cannot read pages on its stored event id, as the others do.
-    let more_after = (records.len() >= limit)
-        .then(|| records.last().map(stored_id))
-        .flatten();
-    let in_doubt = records
-        .iter()
-        .filter(|r| r.as_ref().is_ok_and(|r| r.state == ClaimState::InDoubt))
-        .count();
     match global.format {
-        Format::Json => output::print_json(&json!({
-            "consumer": inbox.consumer(),
-            "in_doubt": in_doubt,
-            "claims": records.iter().map(listed).collect::<Vec<_>>(),
-            "more_after": more_after,
-        })),
+        Format::Json => {
+            if args.all_consumers {
+                output::print_json(&Value::Array(listings.iter().map(Listing::json).collect()));
+            } else {
+                output::print_json(&listings[0].json());
+            }
+            if let Some(note) = empty_note {
+                eprintln!("{note}");
+            }
+        }
         Format::Table => {
             let mut headers = vec!["event id", "state", "attempt", "deliveries"];
             if all {
@@ -155,51 +213,92 @@ fn list<C: InboxConnection>(
             } else {
                 headers.extend(["since", "idempotency key", "reason"]);
             }
-            let rows: Vec<Vec<String>> = records
+            if args.all_consumers {
+                headers.insert(0, "consumer");
+            }
+            let rows: Vec<Vec<String>> = listings
                 .iter()
-                .map(|r| {
-                    let r = match r {
-                        Ok(r) => r,
-                        Err(corrupt) => {
-                            return output::unreadable_cells(corrupt, "event_id", headers.len())
-                        }
+                .flat_map(|l| l.records.iter().map(move |r| (l, r)))
+                .map(|(l, r)| {
+                    let width = headers.len() - usize::from(args.all_consumers);
+                    let mut row = match r {
+                        Ok(r) => claim_cells(r, all),
+                        Err(corrupt) => output::unreadable_cells(corrupt, "event_id", width),
                     };
-                    let mut row = vec![
-                        r.event_id.as_str().to_owned(),
-                        r.state.to_string(),
-                        r.attempt.to_string(),
-                        r.deliveries.to_string(),
-                    ];
-                    if all {
-                        row.extend([
-                            output::time(r.updated_at),
-                            or_dash(r.completed_at.map(output::time)),
-                            output::cell(r.result.as_deref().unwrap_or("-"), 40),
-                            output::cell(&r.reason.clone().unwrap_or_else(|| "-".to_owned()), 60),
-                        ]);
-                    } else {
-                        row.extend([
-                            or_dash(r.in_doubt_since.map(output::time)),
-                            r.idempotency_key.clone(),
-                            output::cell(&r.reason.clone().unwrap_or_else(|| "-".to_owned()), 60),
-                        ]);
+                    if args.all_consumers {
+                        row.insert(0, l.consumer.clone());
                     }
                     row
                 })
                 .collect();
             print!("{}", output::table(&headers, &rows));
             let count = |n: usize| format!("{n} claim{}", if n == 1 { "" } else { "s" });
+            let in_doubt: usize = listings.iter().map(|l| l.in_doubt).sum();
             if all {
-                println!("{}, {in_doubt} in doubt", count(records.len()));
+                println!("{}, {in_doubt} in doubt", count(rows.len()));
             } else {
                 println!("{} in doubt", count(in_doubt));
             }
-            if let Some(last) = &more_after {
-                println!("more claims may follow: rerun with --after {last:?}");
+            if let Some(note) = empty_note {
+                println!("{note}");
+            }
+            for l in &listings {
+                if let Some(last) = &l.more_after {
+                    let line = consumers::more_line(
+                        "claims",
+                        &l.consumer,
+                        &format!("{last:?}"),
+                        args.all_consumers,
+                    );
+                    println!("{line}");
+                }
             }
         }
     }
     Ok(())
+}
+
+/// A claim's cells in the listing's table: with `all`, when it changed and how it ended;
+/// without, since when it is in doubt and its idempotency key.
+fn claim_cells(r: &ClaimRecord, all: bool) -> Vec<String> {
+    let mut row = vec![
+        r.event_id.as_str().to_owned(),
+        r.state.to_string(),
+        r.attempt.to_string(),
+        r.deliveries.to_string(),
+    ];
+    let reason = output::cell(&r.reason.clone().unwrap_or_else(|| "-".to_owned()), 60);
+    if all {
+        row.extend([
+            output::time(r.updated_at),
+            or_dash(r.completed_at.map(output::time)),
+            output::cell(r.result.as_deref().unwrap_or("-"), 40),
+            reason,
+        ]);
+    } else {
+        row.extend([
+            or_dash(r.in_doubt_since.map(output::time)),
+            r.idempotency_key.clone(),
+            reason,
+        ]);
+    }
+    row
+}
+
+/// The stored event id of a listed row, readable or not: where the next page starts.
+fn stored_id(row: &Result<ClaimRecord, CorruptRow>) -> String {
+    match row {
+        Ok(record) => record.event_id.as_str().to_owned(),
+        Err(corrupt) => output::key_part(corrupt, "event_id"),
+    }
+}
+
+/// A listed row as JSON: the claim without its payload, or what makes it unreadable.
+fn listed(row: &Result<ClaimRecord, CorruptRow>) -> Value {
+    match row {
+        Ok(record) => summary(record),
+        Err(corrupt) => output::unreadable(corrupt),
+    }
 }
 
 /// Prints one claim in full; an error when the consumer has none of that id.
@@ -267,22 +366,6 @@ fn result_value(record: &ClaimRecord) -> Value {
     record.result.as_deref().map_or(Value::Null, |text| {
         serde_json::from_str(text).unwrap_or_else(|_| Value::from(text))
     })
-}
-
-/// The stored event id of a listed row, readable or not: where the next page starts.
-fn stored_id(row: &Result<ClaimRecord, CorruptRow>) -> String {
-    match row {
-        Ok(record) => record.event_id.as_str().to_owned(),
-        Err(corrupt) => output::key_part(corrupt, "event_id"),
-    }
-}
-
-/// A listed row as JSON: the claim without its payload, or what makes it unreadable.
-fn listed(row: &Result<ClaimRecord, CorruptRow>) -> Value {
-    match row {
-        Ok(record) => summary(record),
-        Err(corrupt) => output::unreadable(corrupt),
-    }
 }
 
 /// A claim without its payload.

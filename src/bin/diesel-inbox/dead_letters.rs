@@ -8,6 +8,7 @@ use clap::Subcommand;
 use diesel_inbox::{CorruptRow, DeadLetter, DeadLetterState, Inbox, InboxConnection, Stats};
 use serde_json::{json, Value};
 
+use crate::consumers;
 use crate::output::{self, payload_value};
 use crate::{AuditArgs, Failure, Format, Global, Outcome};
 
@@ -116,7 +117,7 @@ pub(crate) fn run<C: InboxConnection>(
                 None => Box::new(BufWriter::new(io::stdout().lock())),
             };
             let mut totals = Exported::default();
-            for inbox in consumers(conn, inbox, *all_consumers)? {
+            for inbox in consumers::chosen(inbox, *all_consumers, || with_dead_letters(conn))? {
                 let left = limit.map(|l| l.saturating_sub(totals.rows));
                 let done = export(conn, &inbox, after.as_deref(), left, &mut out)?;
                 totals.rows += done.rows;
@@ -149,50 +150,13 @@ pub(crate) fn run<C: InboxConnection>(
     Ok(())
 }
 
-/// The inboxes a listing reads: `inbox`, or with `all` every consumer that has failure rows
-/// (readable or not).
-fn consumers<C: InboxConnection>(
-    conn: &mut C,
-    inbox: &Inbox,
-    all: bool,
-) -> Result<Vec<Inbox>, Failure> {
-    if !all {
-        return Ok(vec![inbox.clone()]);
-    }
-    with_dead_letters(conn)?
-        .iter()
-        .map(|(name, _)| Ok(Inbox::new(name.as_str()).map_err(diesel_inbox::Error::from)?))
-        .collect()
-}
-
-/// Every consumer with dead letters awaiting a decision (or unreadable failure rows), and
-/// how many.
-fn with_dead_letters<C: InboxConnection>(conn: &mut C) -> Result<Vec<(String, u64)>, Failure> {
+/// Every consumer with dead letters awaiting a decision (or unreadable failure rows).
+fn with_dead_letters<C: InboxConnection>(conn: &mut C) -> Result<Vec<String>, Failure> {
     Ok(Stats::all(conn, std::time::Duration::ZERO)?
         .into_iter()
-        .map(|s| {
-            let n = s.totals.dead_lettered + s.totals.unreadable;
-            (s.consumer, n)
-        })
-        .filter(|(_, n)| *n > 0)
+        .filter(|s| s.totals.dead_lettered + s.totals.unreadable > 0)
+        .map(|s| s.consumer)
         .collect())
-}
-
-/// The line that says a listing found nothing, and which consumers have rows.
-pub(crate) fn nothing_for(what: &str, consumer: &str, others: &[(String, u64)]) -> String {
-    let others: Vec<String> = others
-        .iter()
-        .filter(|(name, _)| name != consumer)
-        .map(|(name, _)| name.clone())
-        .collect();
-    if others.is_empty() {
-        format!("no {what} for consumer {consumer}")
-    } else {
-        format!(
-            "no {what} for consumer {consumer}; consumers with some: {} (pass --consumer NAME, or --all-consumers)",
-            others.join(", ")
-        )
-    }
 }
 
 /// The stored event id of a listed row, readable or not: where the next page starts.
@@ -212,7 +176,7 @@ fn list<C: InboxConnection>(
 ) -> Outcome {
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     let mut pages = Vec::new();
-    for inbox in consumers(conn, inbox, args.all_consumers)? {
+    for inbox in consumers::chosen(inbox, args.all_consumers, || with_dead_letters(conn))? {
         let rows = inbox
             .dead_letters()
             .list(conn, args.after.as_deref(), limit)?;
@@ -221,7 +185,8 @@ fn list<C: InboxConnection>(
     }
     let shown: usize = pages.iter().map(|(_, rows, _)| rows.len()).sum();
     let empty_note = (shown == 0).then(|| {
-        with_dead_letters(conn).map(|others| nothing_for("dead letters", inbox.consumer(), &others))
+        with_dead_letters(conn)
+            .map(|others| consumers::nothing_for("dead letters", inbox.consumer(), &others))
     });
     let empty_note = empty_note.transpose()?;
     match global.format {
@@ -241,7 +206,12 @@ fn list<C: InboxConnection>(
                 if let (true, Some(last)) = (*more, rows.last()) {
                     eprintln!(
                         "{}",
-                        more_line(consumer, &stored_id(last), args.all_consumers)
+                        consumers::more_line(
+                            "dead letters",
+                            consumer,
+                            &format!("{:?}", stored_id(last)),
+                            args.all_consumers,
+                        )
                     );
                 }
             }
@@ -284,22 +254,18 @@ fn list<C: InboxConnection>(
                 if let (true, Some(last)) = (*more, rows.last()) {
                     println!(
                         "{}",
-                        more_line(consumer, &stored_id(last), args.all_consumers)
+                        consumers::more_line(
+                            "dead letters",
+                            consumer,
+                            &format!("{:?}", stored_id(last)),
+                            args.all_consumers,
+                        )
                     );
                 }
             }
         }
     }
     Ok(())
-}
-
-/// Where the next page starts.
-fn more_line(consumer: &str, last: &str, all_consumers: bool) -> String {
-    if all_consumers {
-        format!("more dead letters of consumer {consumer} may follow: rerun with --consumer {consumer} --after {last:?}")
-    } else {
-        format!("more dead letters may follow: rerun with --after {last:?}")
-    }
 }
 
 /// What an export wrote.

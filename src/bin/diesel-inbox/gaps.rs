@@ -6,6 +6,7 @@ use diesel_inbox::{
 };
 use serde_json::{json, Value};
 
+use crate::consumers;
 use crate::output::{self, or_dash};
 use crate::{AuditArgs, Failure, Format, Global, Outcome};
 
@@ -25,8 +26,12 @@ pub(crate) struct GapsArgs {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     limit: u64,
     /// Only gaps after this gap id: the next page starts after the last id shown.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "all_consumers")]
     after: i64,
+    /// Every consumer's cursors and gaps (each consumer's page up to --limit), with a
+    /// consumer column; as JSON, an array of the per-consumer objects.
+    #[arg(long)]
+    all_consumers: bool,
 }
 
 /// The `gaps` subcommands.
@@ -84,34 +89,111 @@ fn page<C: InboxConnection>(
     Ok((gaps, more_after))
 }
 
-/// Prints where each stream's cursor stands, then its gaps.
+/// One consumer's part of a listing: its cursors, a page of its gaps, and the id the next
+/// page starts after when this one is full.
+struct Listing {
+    consumer: String,
+    positions: Vec<Position>,
+    gaps: Vec<Listed>,
+    more_after: Option<i64>,
+}
+
+impl Listing {
+    fn read<C: InboxConnection>(
+        conn: &mut C,
+        inbox: &Inbox,
+        args: &GapsArgs,
+    ) -> Result<Self, Failure> {
+        let (ledger, positions) = match &args.stream {
+            Some(stream) => {
+                let cursor = inbox
+                    .cursor(stream)
+                    .map_err(|e| Failure::Usage(format!("error: --stream: {e}")))?;
+                (cursor.gaps(), cursor.position(conn)?.into_iter().collect())
+            }
+            None => (inbox.gaps(), Cursor::all(conn, inbox)?),
+        };
+        let (gaps, more_after) = page(conn, &ledger, args)?;
+        Ok(Self {
+            consumer: inbox.consumer().to_owned(),
+            positions,
+            gaps,
+            more_after,
+        })
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "consumer": self.consumer,
+            "cursors": self.positions.iter().map(position_json).collect::<Vec<_>>(),
+            "gaps": self.gaps.iter().map(listed).collect::<Vec<_>>(),
+            "more_after": self.more_after,
+        })
+    }
+}
+
+/// Prints where each stream's cursor stands, then its gaps (of every consumer's, with
+/// --all-consumers).
 fn list<C: InboxConnection>(
     conn: &mut C,
     inbox: &Inbox,
     args: &GapsArgs,
     global: &Global,
 ) -> Outcome {
-    let (ledger, positions) = match &args.stream {
-        Some(stream) => {
-            let cursor = inbox
-                .cursor(stream)
-                .map_err(|e| Failure::Usage(format!("error: --stream: {e}")))?;
-            (cursor.gaps(), cursor.position(conn)?.into_iter().collect())
-        }
-        None => (inbox.gaps(), Cursor::all(conn, inbox)?),
+    let mut listings = Vec::new();
+    for inbox in consumers::chosen(inbox, args.all_consumers, || Ok(Cursor::consumers(conn)?))? {
+        listings.push(Listing::read(conn, &inbox, args)?);
+    }
+    let empty = listings
+        .iter()
+        .all(|l| l.positions.is_empty() && l.gaps.is_empty());
+    let empty_note = if empty {
+        let others = Cursor::consumers(conn)?;
+        Some(consumers::nothing_for(
+            "cursors or gaps",
+            inbox.consumer(),
+            &others,
+        ))
+    } else {
+        None
     };
-    let (gaps, more_after) = page(conn, &ledger, args)?;
     match global.format {
-        Format::Json => output::print_json(&json!({
-            "consumer": inbox.consumer(),
-            "cursors": positions.iter().map(position_json).collect::<Vec<_>>(),
-            "gaps": gaps.iter().map(listed).collect::<Vec<_>>(),
-            "more_after": more_after,
-        })),
-        Format::Table => {
-            let rows: Vec<Vec<String>> = positions
-                .iter()
-                .map(|p| {
+        Format::Json => {
+            if args.all_consumers {
+                output::print_json(&Value::Array(listings.iter().map(Listing::json).collect()));
+            } else {
+                output::print_json(&listings[0].json());
+            }
+            if let Some(note) = empty_note {
+                eprintln!("{note}");
+            }
+        }
+        Format::Table => print_table(&listings, args, empty_note),
+    }
+    Ok(())
+}
+
+/// The listing as tables: the cursors, then the gaps, then a count and where pages go on.
+fn print_table(listings: &[Listing], args: &GapsArgs, empty_note: Option<String>) {
+    let with_consumer = |consumer: &str, mut row: Vec<String>| {
+        if args.all_consumers {
+            row.insert(0, consumer.to_owned());
+        }
+        row
+    };
+    let headers = |names: &[&'static str]| {
+        let mut headers = names.to_vec();
+        if args.all_consumers {
+            headers.insert(0, "consumer");
+        }
+        headers
+    };
+    let rows: Vec<Vec<String>> = listings
+        .iter()
+        .flat_map(|l| {
+            l.positions.iter().map(|p| {
+                with_consumer(
+                    &l.consumer,
                     vec![
                         p.stream().to_owned(),
                         or_dash(p.watermark()),
@@ -120,74 +202,83 @@ fn list<C: InboxConnection>(
                         p.epoch().to_string(),
                         or_dash(p.owner()),
                         output::time(p.updated_at()),
-                    ]
-                })
-                .collect();
-            print!(
-                "{}",
-                output::table(
-                    &[
-                        "stream",
-                        "watermark",
-                        "high",
-                        "resume at",
-                        "epoch",
-                        "owner",
-                        "updated"
                     ],
-                    &rows
                 )
-            );
-            println!();
-            let mut headers = vec![
-                "gap",
+            })
+        })
+        .collect();
+    print!(
+        "{}",
+        output::table(
+            &headers(&[
                 "stream",
-                "first..last",
-                "missing",
-                "cause",
-                "state",
-                "detected",
-            ];
-            if args.all {
-                headers.extend(["closed", "resolved by", "resolution"]);
-            }
-            let rows: Vec<Vec<String>> = gaps
-                .iter()
-                .map(|g| {
-                    let g = match g {
-                        Ok(g) => g,
-                        Err(corrupt) => {
-                            return output::unreadable_cells(corrupt, "id", headers.len())
-                        }
-                    };
-                    let mut row = vec![
-                        g.id().to_string(),
-                        g.stream().to_owned(),
-                        format!("{}..{}", g.first(), g.last()),
-                        g.len().to_string(),
-                        g.cause().to_string(),
-                        g.state().to_string(),
-                        output::time(g.detected_at()),
-                    ];
-                    if args.all {
-                        row.extend([
-                            or_dash(g.closed_at().map(output::time)),
-                            or_dash(g.resolution().map(Audit::actor)),
-                            output::cell(g.resolution().map_or("", |a| a.reason()), 60),
-                        ]);
+                "watermark",
+                "high",
+                "resume at",
+                "epoch",
+                "owner",
+                "updated"
+            ]),
+            &rows
+        )
+    );
+    println!();
+    let mut columns = vec![
+        "gap",
+        "stream",
+        "first..last",
+        "missing",
+        "cause",
+        "state",
+        "detected",
+    ];
+    if args.all {
+        columns.extend(["closed", "resolved by", "resolution"]);
+    }
+    let rows: Vec<Vec<String>> = listings
+        .iter()
+        .flat_map(|l| {
+            l.gaps.iter().map(|g| {
+                let g = match g {
+                    Ok(g) => g,
+                    Err(corrupt) => {
+                        let row = output::unreadable_cells(corrupt, "id", columns.len());
+                        return with_consumer(&l.consumer, row);
                     }
-                    row
-                })
-                .collect();
-            print!("{}", output::table(&headers, &rows));
-            let n = gaps.len();
-            println!("{n} gap{} shown", if n == 1 { "" } else { "s" });
-            if let Some(last) = more_after {
-                println!("more gaps may follow: rerun with --after {last}");
-            }
+                };
+                let mut row = vec![
+                    g.id().to_string(),
+                    g.stream().to_owned(),
+                    format!("{}..{}", g.first(), g.last()),
+                    g.len().to_string(),
+                    g.cause().to_string(),
+                    g.state().to_string(),
+                    output::time(g.detected_at()),
+                ];
+                if args.all {
+                    row.extend([
+                        or_dash(g.closed_at().map(output::time)),
+                        or_dash(g.resolution().map(Audit::actor)),
+                        output::cell(g.resolution().map_or("", |a| a.reason()), 60),
+                    ]);
+                }
+                with_consumer(&l.consumer, row)
+            })
+        })
+        .collect();
+    print!("{}", output::table(&headers(&columns), &rows));
+    let n = rows.len();
+    println!("{n} gap{} shown", if n == 1 { "" } else { "s" });
+    if let Some(note) = empty_note {
+        println!("{note}");
+    }
+    for l in listings {
+        if let Some(last) = l.more_after {
+            let line =
+                consumers::more_line("gaps", &l.consumer, &last.to_string(), args.all_consumers);
+            println!("{line}");
         }
     }
-    Ok(())
 }
 
 /// Checks the gap is open, then with `--yes` resolves it; without, says what it would do.

@@ -11,10 +11,11 @@
 //!   dead-letters discard <ID> --reason R      mark it discarded: never runs (needs --yes)
 //!   dead-letters release <ID> --reason R      its next delivery runs it as new (needs --yes)
 //!   stats [--recent 24h] [--all]              what the consumer did, in total and recently
-//!   gaps [--stream S] [--all] [--limit N] [--after ID]
+//!   gaps [--stream S] [--all] [--limit N] [--after ID] [--all-consumers]
 //!                                             where each sequence cursor stands, and its open gaps
 //!   gaps resolve <ID> --reason R              give up an open gap's sequences (needs --yes)
-//!   claims [--all] [--limit N] [--after ID]   claims in doubt: side effects that may have happened
+//!   claims [--all] [--limit N] [--after ID] [--all-consumers]
+//!                                             claims in doubt: side effects that may have happened
 //!   claims show <ID>                          one claim, with its payload, result and resolution
 //!   claims resolve <ID> --completed RESULT_JSON | --retry | --abandon --reason R
 //!                                             settle a claim in doubt (needs --yes)
@@ -74,6 +75,7 @@ macro_rules! with_connection {
 }
 
 mod claims;
+mod consumers;
 mod dead_letters;
 mod doctor;
 mod errors;
@@ -169,7 +171,8 @@ enum Command {
     /// and why. Gaps come in id order, --limit at a time (default 100); when the page is full
     /// it says where the next one starts: rerun with --after <last id>. As JSON, an object
     /// with consumer, cursors, gaps and more_after (the id to pass to --after, or null).
-    /// Exits 0 whatever it finds.
+    /// A consumer with no cursors or gaps is told which consumers have some; --all-consumers
+    /// lists each of them (as JSON, an array of those objects). Exits 0 whatever it finds.
     #[allow(
         clippy::doc_markdown,
         reason = "the doc comment is the --help text, read as plain text"
@@ -185,7 +188,9 @@ enum Command {
     /// its result and reason. Then a count. --limit at a time (default 100); when the page
     /// is full it says where the next one starts: rerun with --after <last event id>. As
     /// JSON, an object with consumer, in_doubt, claims and more_after (the event id to pass
-    /// to --after, or null). Exits 0 whatever it finds.
+    /// to --after, or null). A consumer with no claims is told which consumers have some;
+    /// --all-consumers lists each of them (as JSON, an array of those objects). Exits 0
+    /// whatever it finds.
     #[allow(
         clippy::doc_markdown,
         reason = "the doc comment is the --help text, read as plain text"
