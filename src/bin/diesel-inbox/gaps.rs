@@ -246,23 +246,7 @@ fn print_table(listings: &[Listing], args: &GapsArgs, empty_note: Option<String>
                         return with_consumer(&l.consumer, row);
                     }
                 };
-                let mut row = vec![
-                    g.id().to_string(),
-                    g.stream().to_owned(),
-                    format!("{}..{}", g.first(), g.last()),
-                    g.len().to_string(),
-                    g.cause().to_string(),
-                    g.state().to_string(),
-                    output::time(g.detected_at()),
-                ];
-                if args.all {
-                    row.extend([
-                        or_dash(g.closed_at().map(output::time)),
-                        or_dash(g.resolution().map(Audit::actor)),
-                        output::cell(g.resolution().map_or("", |a| a.reason()), 60),
-                    ]);
-                }
-                with_consumer(&l.consumer, row)
+                with_consumer(&l.consumer, gap_cells(g, args.all))
             })
         })
         .collect();
@@ -378,6 +362,27 @@ fn position_json(position: &Position) -> Value {
         "owner": position.owner(),
         "updated_at": output::time(position.updated_at()),
     })
+}
+
+/// A gap's cells in the listing's table; with `all`, when it closed and who resolved it.
+fn gap_cells(g: &Gap, all: bool) -> Vec<String> {
+    let mut row = vec![
+        g.id().to_string(),
+        g.stream().to_owned(),
+        format!("{}..{}", g.first(), g.last()),
+        g.len().to_string(),
+        g.cause().to_string(),
+        g.state().to_string(),
+        output::time(g.detected_at()),
+    ];
+    if all {
+        row.extend([
+            or_dash(g.closed_at().map(output::time)),
+            or_dash(g.resolution().map(Audit::actor)),
+            output::cell(g.resolution().map_or("", |a| a.reason()), 60),
+        ]);
+    }
+    row
 }
 
 /// The id of a listed row, readable or not: where the next page starts.
