@@ -166,6 +166,15 @@ macro_rules! backend_tests {
             a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_row,
             a_corrupt_claim_or_outbox_row_is_named_with_its_table_key_and_text,
         );
+        #[cfg(feature = "anyhow")]
+        backend_tests!(@in scenarios, $backend;
+            an_anyhow_handler_meeting_a_deadlock_under_context_is_retried_and_never_counted,
+            an_anyhow_handler_takes_effect_once_and_its_failures_keep_their_kind,
+        );
+        #[cfg(feature = "eyre")]
+        backend_tests!(@in scenarios, $backend;
+            an_eyre_handler_meeting_a_deadlock_under_context_is_retried_and_never_counted,
+        );
         // Against the JetStream server too.
         #[cfg(feature = "nats")]
         backend_tests!(@in scenarios, $backend;
