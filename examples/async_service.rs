@@ -287,10 +287,7 @@ impl Billing {
     ) -> Result<std::result::Result<Outcome<()>, diesel_inbox::Error>> {
         let billing = Arc::clone(self);
         Ok(tokio::task::spawn_blocking(move || {
-            let mut conn = billing
-                .pool
-                .get()
-                .map_err(|error| diesel_inbox::Error::Pool(error.to_string()))?;
+            let mut conn = billing.pool.get()?;
             billing.bill(&mut conn, &envelope)
         })
         .await?)

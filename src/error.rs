@@ -285,10 +285,34 @@ pub enum Error {
     },
 }
 
+/// [`Error::Pool`], so that `pool.get()?` works in a function returning the inbox's error.
+/// The text is redacted: a driver's connection error may echo the URL, password included.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::r2d2::{ConnectionManager, Pool};
+/// use diesel::SqliteConnection;
+///
+/// fn deliver(pool: &Pool<ConnectionManager<SqliteConnection>>) -> Result<(), diesel_inbox::Error> {
+///     let mut conn = pool.get()?;
+///     diesel_inbox::run_pending_migrations(&mut conn)?;
+///     let _outcome = diesel_inbox::with_inbox(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
+///     Ok(())
+/// }
+/// let pool = Pool::builder().max_size(1).build(ConnectionManager::new(":memory:"))?;
+/// deliver(&pool)?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+impl From<diesel::r2d2::PoolError> for Error {
+    fn from(error: diesel::r2d2::PoolError) -> Self {
+        Error::pool(&error)
+    }
+}
+
 impl Error {
     /// [`Error::Pool`] from the pool's error, its text redacted: a driver's connection error
     /// may echo the URL, password included.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn pool(error: &impl std::fmt::Display) -> Self {
         Error::Pool(crate::redact(&error.to_string()))
     }

@@ -35,7 +35,10 @@ pub enum FailureKind {
 ///
 /// Handlers return `Result<T, E>` with `E: HandlerError`. Implemented for
 /// [`diesel::result::Error`] (so handlers returning [`diesel::QueryResult`] work as they are),
-/// for the inbox's own [`Error`] and for `Box<dyn std::error::Error + Send + Sync>`. For an
+/// for the inbox's own [`Error`], for `Box<dyn std::error::Error + Send + Sync>`, and with the
+/// features of the same names for `anyhow::Error` and `eyre::Report`. The last three look for
+/// a Diesel or inbox error along the error's chain of sources, context layers included, so
+/// `tx.execute(..).context("crediting")?` is still retried when it meets contention. For an
 /// error type of your own, implement the two accessors that apply, so that contention raised
 /// by your statements is retried and never counted as a failed attempt, and so that
 /// [`Ack::of`](crate::Ack::of) finds the inbox's errors inside yours:
@@ -78,6 +81,11 @@ pub enum FailureKind {
 ///
 /// The defaults: no Diesel error, no inbox error, [`FailureKind::Counted`] (or the kind of the
 /// inbox error inside, for [`Error::permanent`] and [`Error::transient`]).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an error the inbox can read from a handler",
+    label = "the handler returns this error",
+    note = "return `diesel::QueryResult`, `diesel_inbox::Error` or `Box<dyn std::error::Error + Send + Sync>`; turn on the `anyhow` or `eyre` feature for `anyhow::Result` or `eyre::Result`; or implement `diesel_inbox::HandlerError` for your error type (its docs show how)"
+)]
 pub trait HandlerError: From<Error> + Display {
     /// The Diesel error this error carries, if any. A serialization failure, deadlock, lock
     /// timeout or busy SQLite in it is contention: the inbox rolls back and runs the handler
@@ -135,21 +143,66 @@ impl HandlerError for diesel::result::Error {
     }
 }
 
-impl HandlerError for Box<dyn std::error::Error + Send + Sync> {
-    fn diesel_error(&self) -> Option<&diesel::result::Error> {
-        match self.downcast_ref::<diesel::result::Error>() {
-            Some(error) => error.diesel_error(),
-            None => self.inbox_error().and_then(Error::diesel_error),
+/// A Diesel or inbox error found along an error's chain of sources.
+enum Found<'a> {
+    Diesel(&'a diesel::result::Error),
+    Inbox(&'a Error),
+}
+
+impl<'a> Found<'a> {
+    /// The first Diesel or inbox error of `error` and its sources, outermost first.
+    fn in_chain(error: &'a (dyn std::error::Error + 'static)) -> Option<Self> {
+        let mut next = Some(error);
+        while let Some(error) = next {
+            if let Some(diesel) = error.downcast_ref::<diesel::result::Error>() {
+                return Some(Found::Diesel(diesel));
+            }
+            if let Some(inbox) = error.downcast_ref::<Error>() {
+                return Some(Found::Inbox(inbox));
+            }
+            next = error.source();
+        }
+        None
+    }
+
+    fn diesel_error(error: Option<Self>) -> Option<&'a diesel::result::Error> {
+        match error? {
+            Found::Diesel(error) => error.diesel_error(),
+            Found::Inbox(error) => error.diesel_error(),
         }
     }
 
-    fn inbox_error(&self) -> Option<&Error> {
-        self.downcast_ref::<Error>().or_else(|| {
-            self.downcast_ref::<diesel::result::Error>()
-                .and_then(Error::from_diesel)
-        })
+    fn inbox_error(error: Option<Self>) -> Option<&'a Error> {
+        match error? {
+            Found::Diesel(error) => error.inbox_error(),
+            Found::Inbox(error) => Some(error),
+        }
     }
 }
+
+/// `HandlerError` for an error type that is a chain of `std::error::Error`s: `$outermost`
+/// is the outermost, from `&self` named `$error`.
+macro_rules! handler_error_by_chain {
+    ($type:ty, |$error:ident| $outermost:expr) => {
+        impl HandlerError for $type {
+            fn diesel_error(&self) -> Option<&diesel::result::Error> {
+                let $error = self;
+                Found::diesel_error(Found::in_chain($outermost))
+            }
+
+            fn inbox_error(&self) -> Option<&Error> {
+                let $error = self;
+                Found::inbox_error(Found::in_chain($outermost))
+            }
+        }
+    };
+}
+
+handler_error_by_chain!(Box<dyn std::error::Error + Send + Sync>, |error| &**error);
+#[cfg(feature = "anyhow")]
+handler_error_by_chain!(anyhow::Error, |error| error.as_ref());
+#[cfg(feature = "eyre")]
+handler_error_by_chain!(eyre::Report, |error| error.as_ref());
 
 #[cfg(test)]
 mod tests {
@@ -181,5 +234,45 @@ mod tests {
         assert_eq!(boxed.failure_kind(), FailureKind::Transient);
         let boxed: Box<dyn std::error::Error + Send + Sync> = "plain".into();
         assert_eq!(boxed.failure_kind(), FailureKind::Counted);
+    }
+
+    /// An error whose source is `inner`: what a context layer looks like.
+    #[derive(Debug, thiserror::Error)]
+    #[error("while crediting")]
+    struct Context(#[source] Box<dyn std::error::Error + Send + Sync>);
+
+    #[test]
+    fn a_boxed_error_is_looked_into_through_its_sources() {
+        let boxed: Box<dyn std::error::Error + Send + Sync> =
+            Box::new(Context(Box::new(deadlock())));
+        assert!(boxed.diesel_error().is_some());
+        let boxed: Box<dyn std::error::Error + Send + Sync> =
+            Box::new(Context(Box::new(Error::permanent("no such order"))));
+        assert_eq!(boxed.failure_kind(), FailureKind::Permanent);
+    }
+
+    #[cfg(feature = "anyhow")]
+    #[test]
+    fn an_anyhow_error_is_looked_into_through_its_context() {
+        use anyhow::Context as _;
+        let error = Err::<(), _>(deadlock()).context("crediting").unwrap_err();
+        assert!(error.diesel_error().is_some());
+        let error = anyhow::Error::from(Error::transient("later")).context("pricing");
+        assert_eq!(error.failure_kind(), FailureKind::Transient);
+        assert_eq!(
+            anyhow::anyhow!("plain").failure_kind(),
+            FailureKind::Counted
+        );
+    }
+
+    #[cfg(feature = "eyre")]
+    #[test]
+    fn an_eyre_report_is_looked_into_through_its_context() {
+        use eyre::WrapErr as _;
+        let error = Err::<(), _>(deadlock()).wrap_err("crediting").unwrap_err();
+        assert!(error.diesel_error().is_some());
+        let error = eyre::Report::from(Error::permanent("no such order")).wrap_err("orders");
+        assert_eq!(error.failure_kind(), FailureKind::Permanent);
+        assert_eq!(eyre::eyre!("plain").failure_kind(), FailureKind::Counted);
     }
 }

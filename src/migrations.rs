@@ -56,6 +56,8 @@ use crate::backend::sealed::InboxSql;
 use crate::error::MigrationError;
 use crate::{Error, InboxConnection};
 
+// Only PostgreSQL polls for its migration lock: MySQL's GET_LOCK waits by itself.
+#[cfg(feature = "postgres")]
 pub(crate) mod lock;
 pub(crate) mod objects;
 mod sql_text;

@@ -229,3 +229,71 @@ pub fn every_delivery_result_says_what_to_ack<B: Backend>() {
     let invalid = inbox.process(&mut conn, "", effect(""));
     assert_eq!(Ack::of(&invalid), Ack::Reject);
 }
+
+/// `anyhow` handlers: a deadlock under a context layer is still contention.
+#[cfg(feature = "anyhow")]
+pub fn an_anyhow_handler_meeting_a_deadlock_under_context_is_retried_and_never_counted<
+    B: Backend,
+>() {
+    two_handlers_deadlock::<B, anyhow::Error>(|error| {
+        anyhow::Error::new(error).context("moving funds")
+    });
+}
+
+/// `eyre` handlers, the same.
+#[cfg(feature = "eyre")]
+pub fn an_eyre_handler_meeting_a_deadlock_under_context_is_retried_and_never_counted<B: Backend>() {
+    two_handlers_deadlock::<B, eyre::Report>(|error| {
+        eyre::Report::new(error).wrap_err("moving funds")
+    });
+}
+
+/// An `anyhow` handler runs its effect with `?` over Diesel calls; its permanent and transient
+/// inbox errors keep their kind under context, and a plain error counts toward dead-lettering.
+#[cfg(feature = "anyhow")]
+pub fn an_anyhow_handler_takes_effect_once_and_its_failures_keep_their_kind<B: Backend>() {
+    use anyhow::Context as _;
+
+    let (_db, mut conn) = setup::<B>();
+    let inbox = Inbox::new("orders").unwrap().max_attempts(2);
+    let credit = |tx: &mut B::Conn| -> anyhow::Result<()> {
+        tx.record_effect("order-1").context("crediting order 1")?;
+        Ok(())
+    };
+    assert!(inbox
+        .process(&mut conn, "order-1", credit)
+        .unwrap()
+        .is_processed());
+    assert!(inbox
+        .process(&mut conn, "order-1", credit)
+        .unwrap()
+        .is_duplicate());
+    assert_eq!(conn.effect_count(), 1);
+
+    let unknown = inbox.process(&mut conn, "order-404", |_tx| {
+        Err::<(), _>(anyhow::Error::from(Error::permanent("unknown order")).context("order 404"))
+    });
+    assert!(
+        matches!(unknown, Ok(Outcome::DeadLettered(_))),
+        "{unknown:?}"
+    );
+
+    let later = inbox.process(&mut conn, "order-2", |_tx| {
+        Err::<(), _>(anyhow::Error::from(Error::transient("pricing down")).context("order 2"))
+    });
+    assert_eq!(Ack::of(&later), Ack::Redeliver);
+    assert!(matches!(
+        inbox.dead_letters().show(&mut conn, "order-2"),
+        Err(Error::DeadLetterNotFound { .. })
+    ));
+
+    let plain = |_tx: &mut B::Conn| Err::<(), _>(anyhow::anyhow!("the ledger refused"));
+    assert!(inbox.process(&mut conn, "order-3", plain).is_err());
+    let second = inbox.process(&mut conn, "order-3", plain).unwrap();
+    assert!(second.is_dead_lettered(), "{second:?}");
+    let dead = inbox.dead_letters().show(&mut conn, "order-3").unwrap();
+    assert_eq!(
+        (dead.attempts, dead.last_error.as_str()),
+        (2, "the ledger refused")
+    );
+}

@@ -170,6 +170,15 @@ macro_rules! backend_tests {
             a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_others,
             a_corrupt_history_line_or_counter_is_named_and_hides_nothing,
         );
+        #[cfg(feature = "anyhow")]
+        backend_tests!(@in scenarios, $backend;
+            an_anyhow_handler_meeting_a_deadlock_under_context_is_retried_and_never_counted,
+            an_anyhow_handler_takes_effect_once_and_its_failures_keep_their_kind,
+        );
+        #[cfg(feature = "eyre")]
+        backend_tests!(@in scenarios, $backend;
+            an_eyre_handler_meeting_a_deadlock_under_context_is_retried_and_never_counted,
+        );
         // Against the JetStream server too.
         #[cfg(feature = "nats")]
         backend_tests!(@in scenarios, $backend;
