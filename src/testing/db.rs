@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use std::sync::atomic::{AtomicU32, Ordering};
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -9,6 +10,8 @@ use diesel::connection::SimpleConnection;
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, R2D2Connection};
 use diesel::{Connection, QueryResult};
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use crate::backend::sealed::InboxSql as _;
 use crate::InboxConnection;
 
 /// A database of its own for one test, with the inbox migrations applied.
@@ -37,16 +40,62 @@ use crate::InboxConnection;
 pub struct TestDatabase<C> {
     url: String,
     setup: fn(&mut C) -> QueryResult<()>,
-    drop: Option<DropWith>,
+    cleanup: Option<Cleanup>,
     dir: Option<tempfile::TempDir>,
     _connection: PhantomData<fn() -> C>,
 }
 
-/// How to drop a server-side test database: the admin URL and the statement.
-struct DropWith {
-    admin_url: String,
-    name: String,
-    drop: fn(&str, &str) -> QueryResult<()>,
+/// Where [`TestDatabase::postgres_at`] and [`TestDatabase::mysql_at`] put a test's inbox
+/// schema on a server, and so what they remove when the test passes: only what they created.
+///
+/// ```
+/// use diesel_inbox::testing::Placement;
+///
+/// // A fresh database per test, named by the team's rule: `team_ci_<pid>_<n>_<random>`.
+/// let _ = Placement::Database { prefix: "team_ci" };
+/// // PostgreSQL, without CREATE DATABASE: a fresh schema per test inside the URL's database.
+/// let _ = Placement::Schema { prefix: "team_ci" };
+/// // The URL's database as it is, for a server where nothing else may be created.
+/// let _ = Placement::Existing;
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement<'a> {
+    /// A database of its own, `<prefix>_<pid>_<n>_<random>`, created through the URL (any
+    /// database the user can connect to and create databases from) and dropped when the test
+    /// passes. Needs `CREATE DATABASE`.
+    Database {
+        /// The name's start: ASCII letters, digits and `_`, starting with a letter or `_`,
+        /// at most [`MAX_PREFIX_BYTES`] bytes.
+        prefix: &'a str,
+    },
+    /// PostgreSQL only: a schema of its own, `<prefix>_<pid>_<n>_<random>`, created in the
+    /// URL's database and dropped (`CASCADE`) when the test passes; its connections find the
+    /// inbox's tables there through `search_path`, which the URL carries (`options`). Needs
+    /// `CREATE` on that database only.
+    Schema {
+        /// As for [`Placement::Database`].
+        prefix: &'a str,
+    },
+    /// The URL's database as it is: the inbox migrations are applied to it, and when the test
+    /// passes the inbox's tables are dropped only if this test database created them. Tests
+    /// sharing it see each other's rows: give them consumers of their own, or run them one at
+    /// a time.
+    Existing,
+}
+
+/// The longest [`Placement`] prefix, in bytes: the generated suffix needs the rest of the
+/// servers' 63-byte (PostgreSQL) and 64-byte (MySQL) identifiers.
+pub const MAX_PREFIX_BYTES: usize = 36;
+
+/// The environment variable that sets the prefix of [`TestDatabase::postgres`] and
+/// [`TestDatabase::mysql`] databases (the crate's own suite's too); `diesel_inbox_test` without it.
+pub const PREFIX_VARIABLE: &str = "DIESEL_INBOX_TEST_PREFIX";
+
+/// What a server-side test database removes when its test passes: `what`, by `run`.
+struct Cleanup {
+    what: String,
+    run: Box<dyn FnOnce() -> QueryResult<()> + Send + Sync>,
 }
 
 impl<C> fmt::Debug for TestDatabase<C> {
@@ -135,14 +184,9 @@ impl<C> Drop for TestDatabase<C> {
             );
             return;
         }
-        if let Some(DropWith {
-            admin_url,
-            name,
-            drop,
-        }) = &self.drop
-        {
-            if let Err(e) = drop(admin_url, name) {
-                eprintln!("could not drop test database {name}: {e}");
+        if let Some(Cleanup { what, run }) = self.cleanup.take() {
+            if let Err(e) = run() {
+                eprintln!("could not drop {what}: {e}");
             }
         }
     }
@@ -162,17 +206,43 @@ impl<C: Connection + 'static> CustomizeConnection<C, diesel::r2d2::Error> for Se
     }
 }
 
-/// A database name unique to this process and call: `diesel_inbox_test_<pid>_<n>_<random>`.
-fn unique_name() -> String {
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// The prefix of [`TestDatabase::postgres`] and [`TestDatabase::mysql`] databases:
+/// [`PREFIX_VARIABLE`]'s value, else `diesel_inbox_test`.
+fn default_prefix() -> String {
+    std::env::var(PREFIX_VARIABLE).unwrap_or_else(|_| "diesel_inbox_test".to_owned())
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// Why `prefix` cannot start a database or schema name, if it cannot.
+fn invalid_prefix(prefix: &str) -> Option<&'static str> {
+    let mut chars = prefix.chars();
+    match chars.next() {
+        None => Some("it is empty"),
+        _ if prefix.len() > MAX_PREFIX_BYTES => Some("it is longer than MAX_PREFIX_BYTES"),
+        Some(first) if !(first.is_ascii_alphabetic() || first == '_') => {
+            Some("it must start with an ASCII letter or _")
+        }
+        Some(_) if !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') => {
+            Some("it may hold only ASCII letters, digits and _")
+        }
+        Some(_) => None,
+    }
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// A name unique to this process and call: `<prefix>_<pid>_<n>_<random>`.
+fn unique_name(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
     format!(
-        "diesel_inbox_test_{}_{}_{:08x}",
+        "{prefix}_{}_{}_{:08x}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed),
         fastrand::u32(..)
     )
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 /// `url` with its database (the path after the host) replaced by `name`; query kept.
 fn with_database(url: &str, name: &str) -> String {
     let (base, query) = url
@@ -207,7 +277,7 @@ impl TestDatabase<diesel::SqliteConnection> {
         Self {
             url: dir.path().join("inbox.db").display().to_string(),
             setup: |conn| crate::SqliteSetup::default().apply(conn),
-            drop: None,
+            cleanup: None,
             dir: Some(dir),
             _connection: PhantomData,
         }
@@ -218,67 +288,199 @@ impl TestDatabase<diesel::SqliteConnection> {
 #[cfg(feature = "postgres")]
 impl TestDatabase<diesel::PgConnection> {
     /// A new PostgreSQL database, created through `admin_url` (any database the user can
-    /// connect to and create databases from) and dropped when the test passes.
+    /// connect to and create databases from) and dropped when the test passes: `postgres_at`
+    /// with [`Placement::Database`], its prefix from [`PREFIX_VARIABLE`] or
+    /// `diesel_inbox_test`.
     ///
     /// # Panics
     ///
-    /// When the server cannot be reached or refuses `CREATE DATABASE`.
+    /// When the server cannot be reached or refuses `CREATE DATABASE`, or the prefix from the
+    /// environment is not a valid one.
     #[track_caller]
     pub fn postgres(admin_url: &str) -> Self {
-        fn drop(admin_url: &str, name: &str) -> QueryResult<()> {
+        Self::postgres_at(
+            admin_url,
+            Placement::Database {
+                prefix: &default_prefix(),
+            },
+        )
+    }
+
+    /// A PostgreSQL test database placed as `placement` says, through `url`.
+    ///
+    /// ```no_run
+    /// use diesel_inbox::testing::{Placement, TestDatabase};
+    ///
+    /// // Only CREATE on the team's database: a schema per test, dropped when it passes.
+    /// let db = TestDatabase::postgres_at(
+    ///     "postgres://ci@db.internal/team_ci",
+    ///     Placement::Schema { prefix: "inbox" },
+    /// );
+    /// let mut conn = db.connect(); // search_path is the test's schema
+    /// # let _ = &mut conn;
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the server cannot be reached or refuses to create the database, schema or tables,
+    /// or the prefix is not a valid one.
+    #[track_caller]
+    pub fn postgres_at(url: &str, placement: Placement<'_>) -> Self {
+        fn drop_database(admin_url: &str, name: &str) -> QueryResult<()> {
             admin::<diesel::PgConnection>(admin_url)?
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         }
-        Self::on_server(admin_url, drop)
+        fn drop_schema(url: &str, name: &str) -> QueryResult<()> {
+            admin::<diesel::PgConnection>(url)?
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE"))
+        }
+        match placement {
+            Placement::Database { prefix } => {
+                Self::created(url, prefix, "DATABASE", drop_database, with_database)
+            }
+            Placement::Schema { prefix } => {
+                Self::created(url, prefix, "SCHEMA", drop_schema, with_search_path)
+            }
+            Placement::Existing => Self::existing(url),
+        }
     }
 }
 
 #[cfg(feature = "mysql")]
 impl TestDatabase<diesel::MysqlConnection> {
     /// A new MySQL/MariaDB database, created through `admin_url` and dropped when the test
-    /// passes.
+    /// passes: `mysql_at` with [`Placement::Database`], its prefix from [`PREFIX_VARIABLE`] or
+    /// `diesel_inbox_test`.
     ///
     /// # Panics
     ///
-    /// When the server cannot be reached or refuses `CREATE DATABASE`.
+    /// When the server cannot be reached or refuses `CREATE DATABASE`, or the prefix from the
+    /// environment is not a valid one.
     #[track_caller]
     pub fn mysql(admin_url: &str) -> Self {
-        fn drop(admin_url: &str, name: &str) -> QueryResult<()> {
+        Self::mysql_at(
+            admin_url,
+            Placement::Database {
+                prefix: &default_prefix(),
+            },
+        )
+    }
+
+    /// A MySQL/MariaDB test database placed as `placement` says, through `url`.
+    ///
+    /// # Panics
+    ///
+    /// For [`Placement::Schema`]: MySQL's schemas are its databases, so ask for
+    /// [`Placement::Database`]. When the server cannot be reached or refuses to create the
+    /// database or tables, or the prefix is not a valid one.
+    #[track_caller]
+    pub fn mysql_at(url: &str, placement: Placement<'_>) -> Self {
+        fn drop_database(admin_url: &str, name: &str) -> QueryResult<()> {
             admin::<diesel::MysqlConnection>(admin_url)?
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {name}"))
         }
-        Self::on_server(admin_url, drop)
+        match placement {
+            Placement::Database { prefix } => {
+                Self::created(url, prefix, "DATABASE", drop_database, with_database)
+            }
+            Placement::Schema { .. } => panic!(
+                "MySQL/MariaDB has no schemas apart from databases: use Placement::Database (a database per test) or Placement::Existing"
+            ),
+            Placement::Existing => Self::existing(url),
+        }
     }
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 impl<C> TestDatabase<C>
 where
     C: InboxConnection + R2D2Connection + Send + 'static,
 {
+    /// A database or schema (`kind`) of its own, created through `url`; `located` gives the
+    /// URL that reaches it, `drop` removes it.
     #[track_caller]
-    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
-    fn on_server(admin_url: &str, drop: fn(&str, &str) -> QueryResult<()>) -> Self {
-        let name = unique_name();
-        admin::<C>(admin_url)
-            .and_then(|mut conn| conn.batch_execute(&format!("CREATE DATABASE {name}")))
+    fn created(
+        url: &str,
+        prefix: &str,
+        kind: &str,
+        drop: fn(&str, &str) -> QueryResult<()>,
+        located: fn(&str, &str) -> String,
+    ) -> Self {
+        if let Some(why) = invalid_prefix(prefix) {
+            panic!("the test database prefix {prefix:?} is not valid: {why} (set it with Placement or {PREFIX_VARIABLE})");
+        }
+        let name = unique_name(prefix);
+        admin::<C>(url)
+            .and_then(|mut conn| conn.batch_execute(&format!("CREATE {kind} {name}")))
             .unwrap_or_else(|e| {
-                panic!("{}", crate::redact(&format!("cannot create test database {name} through {admin_url}: {e}; is the server running?")))
+                panic!("{}", crate::redact(&format!("cannot create test {} {name} through {url}: {e}; is the server running, and may this user create one?", kind.to_lowercase())))
             });
+        let admin_url = url.to_owned();
         Self {
-            url: with_database(admin_url, &name),
+            url: located(url, &name),
             setup: |_| Ok(()),
-            drop: Some(DropWith {
-                admin_url: admin_url.to_owned(),
-                name,
-                drop,
+            cleanup: Some(Cleanup {
+                what: format!("test {} {name}", kind.to_lowercase()),
+                run: Box::new(move || drop(&admin_url, &name)),
             }),
             dir: None,
             _connection: PhantomData,
         }
         .migrated()
     }
+
+    /// The database at `url` as it is, with the inbox migrations applied; its inbox tables are
+    /// dropped when the test passes only if this call created them.
+    #[track_caller]
+    fn existing(url: &str) -> Self {
+        let mut db = Self {
+            url: url.to_owned(),
+            setup: |_| Ok(()),
+            cleanup: None,
+            dir: None,
+            _connection: PhantomData,
+        };
+        let mut conn = db.connect();
+        let had_inbox = conn
+            .sql()
+            .table_exists("diesel_inbox_migrations")
+            .unwrap_or_else(|e| panic!("{}", crate::redact(&format!("cannot read {url}: {e}"))));
+        drop(conn);
+        db = db.migrated();
+        if !had_inbox {
+            let url = url.to_owned();
+            db.cleanup = Some(Cleanup {
+                what: "the inbox's tables".to_owned(),
+                run: Box::new(move || drop_inbox_tables::<C>(&url)),
+            });
+        }
+        db
+    }
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+/// Drops every table the inbox migrations create, and their record, at `url`.
+fn drop_inbox_tables<C: Connection>(url: &str) -> QueryResult<()> {
+    let mut conn = admin::<C>(url)?;
+    let tables = crate::migrations::objects::TABLES
+        .iter()
+        .rev()
+        .map(|table| table.name)
+        .chain(["diesel_inbox_migrations"]);
+    for table in tables {
+        conn.batch_execute(&format!("DROP TABLE IF EXISTS {table}"))?;
+    }
+    Ok(())
+}
+
+/// `url` with `search_path` set to `schema` for every connection (libpq's `options`).
+#[cfg(feature = "postgres")]
+fn with_search_path(url: &str, schema: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options=-csearch_path%3D{schema}")
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 fn admin<C: Connection>(admin_url: &str) -> QueryResult<C> {
     C::establish(admin_url).map_err(|e| {
         diesel::result::Error::QueryBuilderError(
@@ -287,7 +489,7 @@ fn admin<C: Connection>(admin_url: &str) -> QueryResult<C> {
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
 mod tests {
     use super::*;
 
@@ -305,9 +507,36 @@ mod tests {
     }
 
     #[test]
-    fn unique_names_differ_and_are_plain_identifiers() {
-        let (a, b) = (unique_name(), unique_name());
+    fn unique_names_differ_start_with_the_prefix_and_are_plain_identifiers() {
+        let (a, b) = (unique_name("team_ci"), unique_name("team_ci"));
         assert_ne!(a, b);
+        assert!(a.starts_with("team_ci_"), "{a}");
         assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        let longest = unique_name(&"p".repeat(MAX_PREFIX_BYTES));
+        assert!(longest.len() <= 63, "{longest}: {} bytes", longest.len());
+    }
+
+    #[test]
+    fn a_prefix_must_be_a_plain_identifier_start() {
+        assert_eq!(invalid_prefix("team_ci"), None);
+        assert_eq!(invalid_prefix("_x9"), None);
+        assert!(invalid_prefix("").is_some());
+        assert!(invalid_prefix("9lives").is_some());
+        assert!(invalid_prefix("team-ci").is_some());
+        assert!(invalid_prefix("x; DROP DATABASE test").is_some());
+        assert!(invalid_prefix(&"p".repeat(MAX_PREFIX_BYTES + 1)).is_some());
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn the_search_path_rides_on_the_url() {
+        assert_eq!(
+            with_search_path("postgres://root@127.0.0.1:5432/test", "s1"),
+            "postgres://root@127.0.0.1:5432/test?options=-csearch_path%3Ds1"
+        );
+        assert_eq!(
+            with_search_path("postgres://h/test?sslmode=disable", "s1"),
+            "postgres://h/test?sslmode=disable&options=-csearch_path%3Ds1"
+        );
     }
 }

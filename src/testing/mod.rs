@@ -59,7 +59,7 @@ mod schedule;
 pub use assert::{
     assert_dead_lettered, assert_deliveries, assert_not_processed, assert_processed_once,
 };
-pub use db::TestDatabase;
+pub use db::{Placement, TestDatabase, MAX_PREFIX_BYTES, PREFIX_VARIABLE};
 pub use faults::{Fault, Faults, InjectedFault};
 pub use fixtures::{check_schema_fixtures, write_schema_fixture, FixtureError, FixtureProblem};
 pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};

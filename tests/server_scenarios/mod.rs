@@ -3,7 +3,9 @@
 //! to raise.
 
 mod lost_connection;
+mod placement;
 pub(crate) use lost_connection::*;
+pub(crate) use placement::*;
 
 use crate::scenarios::deliver_concurrently;
 use crate::support::ServerBackend;
@@ -20,6 +22,10 @@ pub(crate) fn concurrent_deliveries_at_serializable_isolation_take_effect_once_p
 macro_rules! server_backend_tests {
     ($backend:ty) => {
         backend_tests!(@in server_scenarios, $backend;
+            a_test_database_takes_the_teams_prefix_and_is_dropped_when_its_test_passes,
+            a_schema_per_test_keeps_tests_apart_and_is_dropped_when_its_test_passes,
+            a_given_database_keeps_its_own_tables_and_loses_only_the_inbox_tables_it_got,
+            the_prefix_variable_names_the_suites_databases,
             concurrent_deliveries_at_serializable_isolation_take_effect_once_per_id,
             a_handler_whose_session_dies_gets_its_own_error_back,
             a_handler_returning_the_dead_sessions_diesel_error_gets_that_error_back,

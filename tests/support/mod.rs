@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use diesel::connection::{InstrumentationEvent, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
 use diesel::r2d2::{ManageConnection, PooledConnection, R2D2Connection};
-use diesel_inbox::testing::TestDatabase;
+use diesel_inbox::testing::{Placement, TestDatabase};
 use diesel_inbox::InboxConnection;
 
 mod fake_service;
@@ -175,6 +175,7 @@ macro_rules! retention_helpers {
     };
 }
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 fn same_key(key: &str) -> &str {
     key
 }
@@ -217,6 +218,17 @@ pub(crate) trait ServerBackend: Backend {
 
     /// Kills session `id` from `killer`, another connection, and waits until it is gone.
     fn kill_session(killer: &mut Self::Conn, id: i64);
+
+    /// The server the suite runs on: `DIESEL_INBOX_POSTGRES_URL` or `DIESEL_INBOX_MYSQL_URL`,
+    /// else the local default.
+    fn server_url() -> String;
+
+    /// A test database placed through `url` as `placement` says.
+    fn placed(url: &str, placement: Placement<'_>) -> TestDatabase<Self::Conn>;
+
+    /// Whether [`Placement::Schema`] applies: PostgreSQL's schemas live inside a database,
+    /// MySQL's are its databases.
+    const HAS_SCHEMAS: bool;
 }
 
 #[cfg(feature = "postgres")]
@@ -246,11 +258,7 @@ impl Backend for Postgres {
     const LOCK_WAIT: Duration = Duration::from_millis(20);
 
     fn database() -> TestDatabase<PgConnection> {
-        let url = std::env::var("DIESEL_INBOX_POSTGRES_URL");
-        TestDatabase::postgres(
-            url.as_deref()
-                .unwrap_or("postgres://root@127.0.0.1:5432/test"),
-        )
+        TestDatabase::postgres(&Self::server_url())
     }
 
     fn hold_migration_lock(conn: &mut PgConnection) {
@@ -300,6 +308,17 @@ impl Backend for Postgres {
 
 #[cfg(feature = "postgres")]
 impl ServerBackend for Postgres {
+    fn server_url() -> String {
+        std::env::var("DIESEL_INBOX_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".to_owned())
+    }
+
+    fn placed(url: &str, placement: Placement<'_>) -> TestDatabase<PgConnection> {
+        TestDatabase::postgres_at(url, placement)
+    }
+
+    const HAS_SCHEMAS: bool = true;
+
     fn serializable(conn: &mut PgConnection) {
         conn.batch_execute(
             "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
@@ -335,6 +354,17 @@ pub(crate) struct Mysql;
 
 #[cfg(feature = "mysql")]
 impl ServerBackend for Mysql {
+    fn server_url() -> String {
+        std::env::var("DIESEL_INBOX_MYSQL_URL")
+            .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+    }
+
+    fn placed(url: &str, placement: Placement<'_>) -> TestDatabase<MysqlConnection> {
+        TestDatabase::mysql_at(url, placement)
+    }
+
+    const HAS_SCHEMAS: bool = false;
+
     fn serializable(conn: &mut MysqlConnection) {
         conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE")
             .unwrap();
@@ -400,8 +430,7 @@ impl Backend for Mysql {
     const LOCK_WAIT: Duration = Duration::from_secs(1);
 
     fn database() -> TestDatabase<MysqlConnection> {
-        let url = std::env::var("DIESEL_INBOX_MYSQL_URL");
-        TestDatabase::mysql(url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"))
+        TestDatabase::mysql(&Self::server_url())
     }
 
     fn hold_migration_lock(conn: &mut MysqlConnection) {
