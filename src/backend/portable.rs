@@ -938,44 +938,25 @@ macro_rules! statement {
             use $schema::diesel_inbox_events::dsl as t;
             use $schema::diesel_inbox_failures::dsl as f;
             use $schema::diesel_inbox_gaps::dsl as g;
-            let names = match area {
-                ConsumerRows::Inbox => {
-                    let mut names = t::diesel_inbox_events
-                        .select(t::consumer)
-                        .distinct()
-                        .load::<$codec::KeyOwned>(self)?;
-                    names.extend(
-                        f::diesel_inbox_failures
-                            .select(f::consumer)
-                            .distinct()
-                            .load::<$codec::KeyOwned>(self)?,
-                    );
-                    names.extend(
-                        c::diesel_inbox_counters
-                            .select(c::consumer)
-                            .distinct()
-                            .load::<$codec::KeyOwned>(self)?,
-                    );
-                    names
-                }
-                ConsumerRows::Streams => {
-                    let mut names = s::diesel_inbox_cursors
-                        .select(s::consumer)
-                        .distinct()
-                        .load::<$codec::KeyOwned>(self)?;
-                    names.extend(
-                        g::diesel_inbox_gaps
-                            .select(g::consumer)
-                            .distinct()
-                            .load::<$codec::KeyOwned>(self)?,
-                    );
-                    names
-                }
-                ConsumerRows::Claims => k::diesel_inbox_claims
-                    .select(k::consumer)
-                    .distinct()
-                    .load::<$codec::KeyOwned>(self)?,
+            type Read<C> = fn(&mut C) -> QueryResult<Vec<$codec::KeyOwned>>;
+            let reads: &[Read<Self>] = match area {
+                ConsumerRows::Inbox => &[
+                    |conn| t::diesel_inbox_events.select(t::consumer).distinct().load(conn),
+                    |conn| f::diesel_inbox_failures.select(f::consumer).distinct().load(conn),
+                    |conn| c::diesel_inbox_counters.select(c::consumer).distinct().load(conn),
+                ],
+                ConsumerRows::Streams => &[
+                    |conn| s::diesel_inbox_cursors.select(s::consumer).distinct().load(conn),
+                    |conn| g::diesel_inbox_gaps.select(g::consumer).distinct().load(conn),
+                ],
+                ConsumerRows::Claims => &[
+                    |conn| k::diesel_inbox_claims.select(k::consumer).distinct().load(conn),
+                ],
             };
+            let mut names = Vec::new();
+            for read in reads {
+                names.extend(read(self)?);
+            }
             let mut names: Vec<String> = names.into_iter().map($codec::key_string).collect();
             names.sort_unstable();
             names.dedup();
