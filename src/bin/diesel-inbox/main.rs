@@ -172,7 +172,8 @@ enum Command {
     /// it says where the next one starts: rerun with --after <last id>. As JSON, an object
     /// with consumer, cursors, gaps and more_after (the id to pass to --after, or null).
     /// A consumer with no cursors or gaps is told which consumers have some; --all-consumers
-    /// lists each of them (as JSON, an array of those objects). Exits 0 whatever it finds.
+    /// lists each of them (as JSON, an array of those objects). A gap this version cannot read
+    /// is shown in its place as unreadable, with the repair. Exits 0 whatever it finds.
     #[allow(
         clippy::doc_markdown,
         reason = "the doc comment is the --help text, read as plain text"
@@ -189,8 +190,9 @@ enum Command {
     /// is full it says where the next one starts: rerun with --after <last event id>. As
     /// JSON, an object with consumer, in_doubt, claims and more_after (the event id to pass
     /// to --after, or null). A consumer with no claims is told which consumers have some;
-    /// --all-consumers lists each of them (as JSON, an array of those objects). Exits 0
-    /// whatever it finds.
+    /// --all-consumers lists each of them (as JSON, an array of those objects). A claim this
+    /// version cannot read is shown in its place (with --all) as unreadable, with the repair.
+    /// Exits 0 whatever it finds.
     #[allow(
         clippy::doc_markdown,
         reason = "the doc comment is the --help text, read as plain text"
@@ -209,7 +211,8 @@ enum Command {
     /// with --all every row, with its state, when it was enqueued and published. Each list
     /// stops at --limit rows and says where the next page starts (--after). As JSON, an
     /// object with totals, rows (each row in full, in position order) and more_after (the
-    /// last position of each list cut short). Exits 0 whatever it finds.
+    /// last position of each list cut short). A row this version cannot read is shown in its
+    /// place as unreadable, with the repair. Exits 0 whatever it finds.
     #[allow(
         clippy::doc_markdown,
         reason = "the doc comment is the --help text, read as plain text"
