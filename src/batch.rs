@@ -5,9 +5,10 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
 
-use crate::backend::sealed::{InboxSql, Listed, Recorded};
+use crate::backend::sealed::InboxSql;
 use crate::inbox::{self, Delivered, Tally};
 use crate::observe::{self, DeliveryOutcome};
+use crate::rows::{Listed, Recorded};
 use crate::state::InboxState;
 use crate::transaction::{self, Failure, Scope};
 use crate::{

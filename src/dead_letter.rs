@@ -3,8 +3,10 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::backend::sealed::{FailureRow, HistoryRow, InboxSql, Recorded};
+use crate::audit::Audit;
+use crate::backend::sealed::InboxSql;
 use crate::backend::Key;
+use crate::rows::{FailureRow, HistoryRow, Recorded};
 use crate::state::{CorruptRow, Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Failure};
 use crate::{Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
@@ -15,50 +17,6 @@ impl Inbox {
         DeadLetters {
             inbox: self.clone(),
         }
-    }
-}
-
-/// Who makes a dead-letter transition, and why: both required, both kept in the history.
-///
-/// ```
-/// use diesel_inbox::Audit;
-///
-/// let audit = Audit::new("ops@example.com", "SKU added upstream")?;
-/// assert_eq!(audit.actor(), "ops@example.com");
-/// assert!(Audit::new("ops@example.com", " ").is_err());
-/// # Ok::<(), diesel_inbox::Error>(())
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Audit {
-    actor: String,
-    reason: String,
-}
-
-impl Audit {
-    /// `actor` (a person or a system) makes a transition for `reason`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::MissingAudit`] when either is empty or blank.
-    pub fn new(actor: impl Into<String>, reason: impl Into<String>) -> Result<Self, Error> {
-        let (actor, reason) = (actor.into(), reason.into());
-        if actor.trim().is_empty() {
-            return Err(Error::MissingAudit("actor"));
-        }
-        if reason.trim().is_empty() {
-            return Err(Error::MissingAudit("reason"));
-        }
-        Ok(Self { actor, reason })
-    }
-
-    /// Who.
-    pub fn actor(&self) -> &str {
-        &self.actor
-    }
-
-    /// Why.
-    pub fn reason(&self) -> &str {
-        &self.reason
     }
 }
 
@@ -456,8 +414,8 @@ fn finish_transition<C: InboxConnection, E>(
             kind: transition.history_kind(),
             attempt: None,
             error: None,
-            actor: Some(audit.actor.clone()),
-            reason: Some(audit.reason.clone()),
+            actor: Some(audit.actor().to_owned()),
+            reason: Some(audit.reason().to_owned()),
             at: now,
         },
     )?;

@@ -8,7 +8,8 @@ use std::num::NonZeroU32;
 use std::panic;
 use std::time::Duration;
 
-use crate::backend::sealed::{ErrorClass, Existing, FailedStatement};
+use crate::class::{ErrorClass, FailedStatement};
+use crate::rows::Existing;
 use crate::state::{DeadLetterState, InboxState};
 use crate::{DeadLettered, Duplicate, Error, FailureKind, HandlerError, RetryPolicy};
 

@@ -155,7 +155,7 @@ fn schema<S: InboxSql>(sql: &mut S) -> diesel::QueryResult<Check> {
     if !tracked {
         return Ok(Check::new(NAME, CheckStatus::Warn, installed));
     }
-    let pending = sql.pending_migrations()?;
+    let pending = crate::migrations::pending(sql)?;
     Ok(match pending.len() {
         0 => Check::new(NAME, CheckStatus::Ok, "every inbox migration is applied"),
         n if n == crate::migrations::COUNT => Check::new(NAME, CheckStatus::Warn, installed),

@@ -26,7 +26,7 @@ pub enum Error {
     InvalidConsumerName(#[from] InvalidConsumerName),
     /// A database error that is not contention: connection lost, schema missing, permissions.
     /// Its message names the schema's remedy only when the error is a missing table.
-    #[error("database error in the inbox transaction: {}{}", crate::redact(&.0.to_string()), if crate::backend::is_missing_table(.0) { " (a table is missing: apply the inbox schema with diesel_inbox::run_pending_migrations)" } else { "" })]
+    #[error("database error in the inbox transaction: {}{}", crate::redact(&.0.to_string()), if crate::class::is_missing_table(.0) { " (a table is missing: apply the inbox schema with diesel_inbox::run_pending_migrations)" } else { "" })]
     Database(#[from] diesel::result::Error),
     /// Contention (serialization failure, deadlock, lock timeout, busy database) outlasted the
     /// retry policy. Nothing was committed; redeliver later or raise
@@ -328,7 +328,7 @@ impl Error {
     /// assert!(!Error::Database(diesel::result::Error::NotFound).is_missing_table());
     /// ```
     pub fn is_missing_table(&self) -> bool {
-        matches!(self, Error::Database(source) if crate::backend::is_missing_table(source))
+        matches!(self, Error::Database(source) if crate::class::is_missing_table(source))
     }
 
     /// A failure that will recur on every attempt (an unknown order, a payload the handler

@@ -7,10 +7,11 @@ use std::num::NonZeroU32;
 use chrono::{DateTime, Utc};
 use tracing::{error, warn};
 
-use crate::backend::sealed::{HistoryRow, InboxSql};
+use crate::backend::sealed::InboxSql;
 use crate::backend::Key;
 use crate::decide::{self, HandlerFailure};
 use crate::observe;
+use crate::rows::HistoryRow;
 use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Scope, Subject};
 use crate::{DeadLettered, Delivery, Error, InboxConnection, RetryPolicy};

@@ -2,18 +2,20 @@
 
 use std::num::NonZeroU32;
 use std::panic;
+use std::time::Duration;
 
 use chrono::Utc;
 use serde::Serialize;
 use tracing::{debug, info, warn};
 
-use crate::backend::sealed::{InboxSql, Recorded};
+use crate::backend::sealed::InboxSql;
 use crate::backend::Key;
-use crate::consumer::Consumer;
 use crate::decide::{self, Failure, Scope, Seen};
 use crate::failure::{self, Policy};
+use crate::names::Consumer;
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
+use crate::rows::Recorded;
 use crate::state::Counter;
 use crate::transaction::{self, Subject};
 use crate::{
@@ -41,6 +43,9 @@ where
 {
     Inbox::default().process(conn, delivery, effect)
 }
+
+/// The redelivery window of an inbox that declares none: 7 days.
+const DEFAULT_REDELIVERY_WINDOW: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// The inbox for one consumer: a cheap, cloneable configuration.
 ///
@@ -70,7 +75,7 @@ pub struct Inbox {
     retry: RetryPolicy,
     max_attempts: Option<NonZeroU32>,
     /// How late a redelivery may come; see [`Inbox::redelivery_window`].
-    pub(crate) redelivery_window: std::time::Duration,
+    pub(crate) redelivery_window: Duration,
 }
 
 impl Default for Inbox {
@@ -81,7 +86,7 @@ impl Default for Inbox {
             consumer: Consumer::default_consumer(),
             retry: RetryPolicy::default(),
             max_attempts: None,
-            redelivery_window: crate::retention::DEFAULT_REDELIVERY_WINDOW,
+            redelivery_window: DEFAULT_REDELIVERY_WINDOW,
         }
     }
 }
@@ -480,7 +485,7 @@ pub(crate) fn seen<C: InboxConnection, T, E>(
     conn: &mut C,
     key: Key<'_>,
     fingerprint: Option<&[u8; 32]>,
-    existing: crate::backend::sealed::Existing,
+    existing: crate::rows::Existing,
 ) -> Result<Delivered<T>, Failure<E>> {
     let (consumer, event_id) = key;
     let outcome = match decide::seen(existing, fingerprint) {

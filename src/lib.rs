@@ -146,15 +146,17 @@
 )]
 
 mod ack;
+mod audit;
 mod backend;
 mod batch;
 mod check;
 mod claim;
-mod consumer;
+mod class;
 mod cursor;
 mod dead_letter;
 mod decide;
 mod delivery;
+mod dialect;
 pub mod doctor;
 mod duration;
 mod envelope;
@@ -165,6 +167,7 @@ mod handler_error;
 mod id;
 mod inbox;
 pub mod migrations;
+mod names;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod observe;
@@ -173,6 +176,7 @@ mod outcome;
 mod redact;
 mod retention;
 mod retry;
+mod rows;
 pub mod schema;
 mod state;
 mod stats;
@@ -182,6 +186,7 @@ mod transaction;
 mod watermark;
 
 pub use ack::{Ack, AckOutcome};
+pub use audit::Audit;
 pub use backend::InboxConnection;
 #[cfg(feature = "sqlite")]
 pub use backend::SqliteSetup;
@@ -189,22 +194,21 @@ pub use claim::{
     Abandoned, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims, Completed, InDoubt,
     InDoubtPolicy, InProgress, Resolution, DEFAULT_LEASE,
 };
-pub use consumer::{InvalidConsumerName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES};
-pub use cursor::{
-    Cursor, InvalidStreamName, Lease, Position, Resume, Sequenced, DEFAULT_MAX_OPEN_GAPS,
-    MAX_STREAM_BYTES,
-};
-pub use dead_letter::{Audit, DeadLetter, DeadLetters, HistoryEntry};
+pub use cursor::{Cursor, Gaps, Lease, Position, Resume, Sequenced, DEFAULT_MAX_OPEN_GAPS};
+pub use dead_letter::{DeadLetter, DeadLetters, HistoryEntry};
 pub use delivery::{Delivery, IntoDelivery, Payload};
 pub use envelope::{
     Envelope, Message, SchemaVersions, TraceContextLayer, UnsupportedSchemaVersion,
 };
 pub use error::Error;
-pub use gap::{Gap, Gaps};
+pub use gap::Gap;
 pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox};
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
+pub use names::{
+    InvalidConsumerName, InvalidStreamName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES, MAX_STREAM_BYTES,
+};
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
 pub use outbox::{

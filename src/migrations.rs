@@ -47,18 +47,16 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use diesel::migration::{self, Migration, MigrationVersion};
-use diesel::{Connection, QueryResult};
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-use diesel::{ExpressionMethods, QueryDsl, RunQueryDsl};
+use diesel::QueryResult;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 
 use crate::backend::sealed::InboxSql;
+use crate::backend::tracking::TracksMigrations;
+pub use crate::dialect::{Dialect, UnknownDatabaseUrl, UnknownDialect};
 use crate::error::MigrationError;
 use crate::{Error, InboxConnection};
 
 // Only PostgreSQL polls for its migration lock: MySQL's GET_LOCK waits by itself.
-#[cfg(feature = "postgres")]
-pub(crate) mod lock;
 pub(crate) mod objects;
 mod sql_text;
 
@@ -178,7 +176,25 @@ pub fn run_pending_migrations_with<C: InboxConnection>(
     conn: &mut C,
     options: MigrationOptions,
 ) -> Result<usize, Error> {
-    conn.sql().apply_migrations(options.lock_timeout)
+    conn.sql()
+        .with_migration_lock(options.lock_timeout, &mut |conn| {
+            apply(conn, embedded(conn.dialect()))
+        })
+}
+
+/// The embedded migrations for `dialect`: a connection of a backend whose feature is off
+/// cannot exist, so neither can its dialect here.
+fn embedded(dialect: Dialect) -> EmbeddedMigrations {
+    match dialect {
+        #[cfg(feature = "postgres")]
+        Dialect::Postgres => POSTGRES,
+        #[cfg(feature = "sqlite")]
+        Dialect::Sqlite => SQLITE,
+        #[cfg(feature = "mysql")]
+        Dialect::Mysql => MYSQL,
+        #[allow(unreachable_patterns)]
+        other => unreachable!("a {other} connection without the {other} feature"),
+    }
 }
 
 /// How [`run_pending_migrations_with`] applies the inbox migrations.
@@ -221,196 +237,6 @@ impl MigrationOptions {
     /// The lock timeout set.
     pub fn lock_timeout_value(&self) -> Duration {
         self.lock_timeout
-    }
-}
-
-/// The SQL dialect to [`install`] or print the inbox migrations for.
-///
-/// Not tied to the crate's backend features, so an ops tool built with one can install for any.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Dialect {
-    /// PostgreSQL.
-    Postgres,
-    /// SQLite.
-    Sqlite,
-    /// MySQL and MariaDB.
-    Mysql,
-}
-
-impl Dialect {
-    /// The dialect a database URL names, or `None` where [`parse_database_url`] gives an
-    /// error.
-    ///
-    /// Changed in 0.1: the backend is decided by the scheme alone, so a URL with an unknown or
-    /// malformed scheme (`postgres:/app@db`, one slash) is `None`, no longer a SQLite path.
-    ///
-    /// ```
-    /// use diesel_inbox::migrations::Dialect;
-    ///
-    /// assert_eq!(Dialect::from_database_url("postgresql://app@db/orders"), Some(Dialect::Postgres));
-    /// assert_eq!(Dialect::from_database_url("mariadb://root@127.0.0.1/app"), Some(Dialect::Mysql));
-    /// assert_eq!(Dialect::from_database_url("/var/lib/app/inbox.db"), Some(Dialect::Sqlite));
-    /// assert_eq!(Dialect::from_database_url("redis://cache"), None);
-    /// assert_eq!(Dialect::from_database_url("postgres:/app@db/orders"), None);
-    /// ```
-    ///
-    /// [`parse_database_url`]: Self::parse_database_url
-    pub fn from_database_url(url: &str) -> Option<Self> {
-        Self::parse_database_url(url).ok()
-    }
-
-    /// The dialect a database URL names, from its scheme alone:
-    ///
-    /// - `postgres://` and `postgresql://` are PostgreSQL; `mysql://` and `mariadb://` are
-    ///   MySQL/MariaDB; `sqlite://` and `file:` (a SQLite URI) are SQLite. Schemes match in
-    ///   any case (libpq itself takes lowercase only: lowercase the scheme before connecting).
-    /// - The URL has a scheme when a `:` comes before its first `/` (or it has a `:` and no
-    ///   `/`): the scheme is the text before that `:`. Any other scheme, or a known one not
-    ///   followed by `//`, is an error.
-    /// - Without a scheme it is a SQLite file path: `inbox.db`, `./data/inbox.db`,
-    ///   `/var/lib/app/inbox.db`, `./inbox:2.db`. So is `:memory:`, and a Windows path
-    ///   (`C:\data\inbox.db`).
-    ///
-    /// # Errors
-    ///
-    /// [`UnknownDatabaseUrl`] for an unknown scheme, or a known one not followed by `//`. It
-    /// never holds the URL, which may carry a password; at most its scheme.
-    ///
-    /// ```
-    /// use diesel_inbox::migrations::Dialect;
-    ///
-    /// assert_eq!(Dialect::parse_database_url("POSTGRES://app@db/orders"), Ok(Dialect::Postgres));
-    /// assert_eq!(Dialect::parse_database_url("file:inbox.db?mode=ro"), Ok(Dialect::Sqlite));
-    /// assert_eq!(Dialect::parse_database_url("./inbox.db"), Ok(Dialect::Sqlite));
-    /// let error = Dialect::parse_database_url("postgres:/app:S3cret@db/orders").unwrap_err();
-    /// assert!(!error.to_string().contains("S3cret"));
-    /// assert!(Dialect::parse_database_url("app:S3cret@db/orders").is_err());
-    /// ```
-    pub fn parse_database_url(url: &str) -> Result<Self, UnknownDatabaseUrl> {
-        if url == ":memory:" {
-            return Ok(Self::Sqlite);
-        }
-        let Some(colon) = url.find(':') else {
-            return Ok(Self::Sqlite);
-        };
-        if url.find('/').is_some_and(|slash| slash < colon) {
-            return Ok(Self::Sqlite);
-        }
-        let (scheme, rest) = (&url[..colon], &url[colon + 1..]);
-        let is_drive = scheme.len() == 1
-            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-            && rest.starts_with(['\\', '/']);
-        if is_drive {
-            return Ok(Self::Sqlite);
-        }
-        let valid = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-            && scheme
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-        let dialect = match scheme.to_ascii_lowercase().as_str() {
-            "file" => return Ok(Self::Sqlite),
-            "postgres" | "postgresql" => Some(Self::Postgres),
-            "mysql" | "mariadb" => Some(Self::Mysql),
-            "sqlite" => Some(Self::Sqlite),
-            _ => None,
-        };
-        match dialect {
-            Some(dialect) if rest.starts_with("//") => Ok(dialect),
-            Some(_) => Err(UnknownDatabaseUrl {
-                scheme: Some(scheme.to_owned()),
-                malformed: true,
-            }),
-            None => Err(UnknownDatabaseUrl {
-                scheme: valid.then(|| scheme.to_owned()),
-                malformed: false,
-            }),
-        }
-    }
-
-    /// The dialect's name, as [`FromStr`](std::str::FromStr) reads it: `postgres`, `sqlite`,
-    /// `mysql`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Postgres => "postgres",
-            Self::Sqlite => "sqlite",
-            Self::Mysql => "mysql",
-        }
-    }
-}
-
-impl std::fmt::Display for Dialect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Reads `postgres`, `sqlite` or `mysql`, in any case; `postgresql` and `mariadb` too.
-///
-/// ```
-/// use diesel_inbox::migrations::Dialect;
-///
-/// assert_eq!("PostgreSQL".parse(), Ok(Dialect::Postgres));
-/// assert_eq!("mariadb".parse(), Ok(Dialect::Mysql));
-/// assert!("oracle".parse::<Dialect>().is_err());
-/// ```
-impl std::str::FromStr for Dialect {
-    type Err = UnknownDialect;
-
-    fn from_str(name: &str) -> Result<Self, UnknownDialect> {
-        match name.to_ascii_lowercase().as_str() {
-            "postgres" | "postgresql" => Ok(Self::Postgres),
-            "sqlite" => Ok(Self::Sqlite),
-            "mysql" | "mariadb" => Ok(Self::Mysql),
-            _ => Err(UnknownDialect {
-                name: name.to_owned(),
-            }),
-        }
-    }
-}
-
-/// A dialect name that is none of `postgres`, `sqlite`, `mysql` (nor `postgresql`, `mariadb`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown SQL dialect {name:?}: use postgres, sqlite or mysql")]
-pub struct UnknownDialect {
-    name: String,
-}
-
-impl UnknownDialect {
-    /// The name that was given.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
-/// A database URL that names no backend: an unknown scheme, or a known one without `//`.
-/// It keeps the scheme (when it is one), never the URL, which may carry a password.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}; write postgres://, postgresql://, mysql://, mariadb://, sqlite://, a file: URI, or a SQLite file path without a scheme (./inbox.db)", self.problem())]
-pub struct UnknownDatabaseUrl {
-    scheme: Option<String>,
-    malformed: bool,
-}
-
-impl UnknownDatabaseUrl {
-    /// The URL's scheme, when the text before its first `:` is one.
-    pub fn scheme(&self) -> Option<&str> {
-        self.scheme.as_deref()
-    }
-
-    fn problem(&self) -> String {
-        match (&self.scheme, self.malformed) {
-            (Some(scheme), true) => format!(
-                "the database URL's scheme {scheme:?} must be followed by // (as in {}://)",
-                scheme.to_ascii_lowercase()
-            ),
-            (Some(scheme), false) => {
-                format!("the database URL's scheme {scheme:?} names no backend this tool knows")
-            }
-            (None, _) => {
-                "the database URL has a `:` before any `/`, so it is no file path, but the text before it is no scheme".to_owned()
-            }
-        }
     }
 }
 
@@ -645,19 +471,17 @@ fn first_free_second(now: DateTime<Utc>, taken: &HashSet<String>, count: usize) 
     first
 }
 
-/// The versions of `migrations` that `diesel_inbox_migrations` does not record, oldest first.
-/// Reads only: an error when the tracking table is missing (probed in a transaction of its
-/// own, so a caller's PostgreSQL transaction is not left aborted).
-pub(crate) fn pending<C: TracksMigrations>(
-    conn: &mut C,
-    migrations: &EmbeddedMigrations,
-) -> QueryResult<Vec<String>> {
+/// The versions of the inbox's embedded migrations that `diesel_inbox_migrations` does not
+/// record, oldest first. Reads only: an error when the tracking table is missing (probed in a
+/// transaction of its own, so a caller's PostgreSQL transaction is not left aborted).
+pub(crate) fn pending<C: InboxSql>(conn: &mut C) -> QueryResult<Vec<String>> {
     use diesel::migration::MigrationSource;
+    let migrations = embedded(conn.dialect());
     let applied: HashSet<String> = conn
         .transaction(TracksMigrations::applied)?
         .into_iter()
         .collect();
-    let embedded = MigrationSource::<C::Backend>::migrations(migrations)
+    let embedded = MigrationSource::<C::Backend>::migrations(&migrations)
         .map_err(diesel::result::Error::QueryBuilderError)?;
     let mut versions: Vec<String> = embedded
         .iter()
@@ -679,17 +503,12 @@ pub(crate) fn apply<C: TracksMigrations>(
         .map(|applied| applied.len())
 }
 
-/// The versions that diesel-inbox 0.1, before the inbox kept a record of its own, applied
-/// through Diesel's harness and so recorded in the application's `__diesel_schema_migrations`;
-/// back then the events table was named `diesel_inbox`.
-const PRE_RELEASE_VERSIONS: [&str; 2] = ["20000101000001", "20000101000002"];
-
 /// Takes over a database that diesel-inbox 0.1 migrated, once: renames `diesel_inbox` to
 /// `diesel_inbox_events`, so every event it processed stays processed, and moves the inbox's
 /// versions from Diesel's table into `diesel_inbox_migrations`, so that neither the inbox runs
 /// them again nor the Diesel CLI meets versions the application's folder lacks.
 fn adopt_pre_release_schema<C: TracksMigrations>(conn: &mut C) -> QueryResult<()> {
-    conn.batch_execute(CREATE_TRACKING_TABLE)?;
+    conn.create_tracking_table()?;
     if !conn.applied()?.is_empty() {
         return Ok(());
     }
@@ -719,98 +538,6 @@ fn adopt_pre_release_schema<C: TracksMigrations>(conn: &mut C) -> QueryResult<()
     );
     Ok(())
 }
-
-/// The inbox's own record of the migrations it applied, apart from the application's.
-const CREATE_TRACKING_TABLE: &str = "CREATE TABLE IF NOT EXISTS diesel_inbox_migrations (
-    version VARCHAR(50) PRIMARY KEY NOT NULL,
-    run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP
-)";
-
-mod tracking {
-    diesel::table! {
-        diesel_inbox_migrations (version) {
-            version -> VarChar,
-            run_on -> Timestamp,
-        }
-    }
-
-    diesel::table! {
-        /// Diesel's own record, where diesel-inbox 0.1 kept the inbox's versions.
-        __diesel_schema_migrations (version) {
-            version -> VarChar,
-            run_on -> Timestamp,
-        }
-    }
-}
-
-/// The statements on `diesel_inbox_migrations`, for each concrete connection type (Diesel's
-/// DSL is not generic over them).
-pub(crate) trait TracksMigrations: Connection + 'static {
-    /// Records `version` as applied.
-    fn record(&mut self, version: &str) -> QueryResult<()>;
-    /// Forgets `version`.
-    fn forget(&mut self, version: &str) -> QueryResult<()>;
-    /// The applied versions, newest first.
-    fn applied(&mut self) -> QueryResult<Vec<String>>;
-    /// The inbox's versions in Diesel's `__diesel_schema_migrations` (an error where that
-    /// table does not exist).
-    fn pre_release_versions(&mut self) -> QueryResult<Vec<String>>;
-    /// Removes `version` from Diesel's `__diesel_schema_migrations`.
-    fn forget_pre_release(&mut self, version: &str) -> QueryResult<()>;
-}
-
-/// Implements [`TracksMigrations`] for the connection type `$conn`.
-macro_rules! tracks_migrations {
-    ($conn:ty) => {
-        impl TracksMigrations for $conn {
-            fn record(&mut self, version: &str) -> QueryResult<()> {
-                use tracking::diesel_inbox_migrations as t;
-                diesel::insert_into(t::table)
-                    .values(t::version.eq(version))
-                    .execute(self)
-                    .map(drop)
-            }
-
-            fn forget(&mut self, version: &str) -> QueryResult<()> {
-                use tracking::diesel_inbox_migrations as t;
-                diesel::delete(t::table.find(version))
-                    .execute(self)
-                    .map(drop)
-            }
-
-            fn applied(&mut self) -> QueryResult<Vec<String>> {
-                use tracking::diesel_inbox_migrations as t;
-                t::table
-                    .select(t::version)
-                    .order(t::version.desc())
-                    .load(self)
-            }
-
-            fn pre_release_versions(&mut self) -> QueryResult<Vec<String>> {
-                use tracking::__diesel_schema_migrations as d;
-                d::table
-                    .select(d::version)
-                    .filter(d::version.eq_any(PRE_RELEASE_VERSIONS))
-                    .order(d::version)
-                    .load(self)
-            }
-
-            fn forget_pre_release(&mut self, version: &str) -> QueryResult<()> {
-                use tracking::__diesel_schema_migrations as d;
-                diesel::delete(d::table.find(version))
-                    .execute(self)
-                    .map(drop)
-            }
-        }
-    };
-}
-
-#[cfg(feature = "postgres")]
-tracks_migrations!(diesel::PgConnection);
-#[cfg(feature = "sqlite")]
-tracks_migrations!(diesel::SqliteConnection);
-#[cfg(feature = "mysql")]
-tracks_migrations!(diesel::MysqlConnection);
 
 /// A [`MigrationHarness`] that keeps its versions in `diesel_inbox_migrations`.
 struct InboxHarness<'a, C>(&'a mut C);
@@ -859,7 +586,7 @@ impl<C: TracksMigrations> MigrationHarness<C::Backend> for InboxHarness<'_, C> {
     }
 
     fn applied_migrations(&mut self) -> migration::Result<Vec<MigrationVersion<'static>>> {
-        self.0.batch_execute(CREATE_TRACKING_TABLE)?;
+        self.0.create_tracking_table()?;
         Ok(self.0.applied()?.into_iter().map(Into::into).collect())
     }
 }

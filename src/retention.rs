@@ -7,14 +7,12 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use crate::backend::sealed::{InboxSql, PruneCursor};
+use crate::backend::sealed::InboxSql;
 use crate::duration;
 use crate::observe;
+use crate::rows::PruneCursor;
 use crate::transaction::{self, Failure, Scope};
 use crate::{Error, Inbox, InboxConnection};
-
-/// The redelivery window of an inbox that declares none: 7 days.
-pub(crate) const DEFAULT_REDELIVERY_WINDOW: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// Rows per batch unless [`Retention::batch_size`] says otherwise.
 const DEFAULT_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(1000).expect("not zero");

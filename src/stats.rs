@@ -6,7 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::backend::counter_bucket;
-use crate::backend::sealed::{ConsumerRows, InboxSql};
+use crate::backend::sealed::InboxSql;
+use crate::rows::ConsumerRows;
 use crate::state::{Counter, DeadLetterState, InboxState};
 use crate::{Error, Inbox, InboxConnection};
 

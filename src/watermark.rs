@@ -10,7 +10,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::backend::sealed::GapRow;
+use crate::rows::GapRow;
 use crate::state::GapCause;
 
 /// A gap that is open: its sequences are missing.

@@ -19,6 +19,8 @@ use crate::state::UnknownState;
 mod portable;
 #[macro_use]
 mod outbox;
+#[cfg(feature = "postgres")]
+mod lock;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pooled;
@@ -26,6 +28,7 @@ mod pooled;
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+pub(crate) mod tracking;
 
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteSetup;
@@ -46,9 +49,14 @@ pub(crate) type StreamKey<'a> = (&'a str, &'a str);
 
 pub(crate) mod sealed {
     use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
+    use crate::class::{ErrorClass, FailedStatement};
+    use crate::rows::{
+        ClaimChange, ClaimRow, ConsumerRows, CounterTotal, CursorRow, FailureRow, FailureTotals,
+        GapRow, HistoryRow, InboxRow, InboxTotals, Listed, NewClaim, NewOutboxRow, OutboxChange,
+        OutboxRow, OutboxTotals, PruneCounts, PruneCursor, Recorded,
+    };
     use crate::state::{
-        ClaimState, Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState,
-        OutboxState,
+        ClaimState, Counter, DeadLetterState, GapCause, GapState, InboxState, OutboxState,
     };
     use crate::Payload;
 
@@ -62,289 +70,10 @@ pub(crate) mod sealed {
         fn sql(&mut self) -> &mut Self::Sql;
     }
 
-    /// The inbox row of an event seen before.
-    #[derive(Debug)]
-    pub struct Existing {
-        pub processed_at: DateTime<Utc>,
-        pub deliveries: i64,
-        pub state: InboxState,
-        pub payload_hash: Option<Vec<u8>>,
-        pub result: Option<String>,
-    }
-
-    /// The tables whose consumers [`InboxSql::consumers`] reads.
-    #[derive(Debug, Clone, Copy)]
-    pub enum ConsumerRows {
-        /// The inbox, failure and counter tables: what stats count.
-        Inbox,
-        /// The cursor and gap tables.
-        Streams,
-        /// The claim table.
-        Claims,
-    }
-
-    /// What recording a delivery found.
-    #[derive(Debug)]
-    pub enum Recorded {
-        /// The row was inserted: run the effect.
-        New,
-        /// The row existed and now counts this delivery too.
-        Seen(Existing),
-    }
-
-    /// A row of `diesel_inbox_events`, as tests and ops read it back.
-    #[derive(Debug)]
-    pub struct InboxRow {
-        pub consumer: String,
-        pub event_id: String,
-        pub state: InboxState,
-        pub processed_at: DateTime<Utc>,
-        pub last_seen_at: DateTime<Utc>,
-        pub deliveries: i64,
-    }
-
-    /// A row of `diesel_inbox_failures`.
-    #[derive(Debug)]
-    pub struct FailureRow {
-        pub event_id: String,
-        /// Read as text and parsed per row, so that one row this version cannot read does
-        /// not fail a listing.
-        pub state: Result<DeadLetterState, crate::state::UnknownState>,
-        pub attempts: i64,
-        pub last_error: String,
-        pub first_failed_at: DateTime<Utc>,
-        pub last_failed_at: DateTime<Utc>,
-        pub payload: Option<Vec<u8>>,
-        pub payload_kind: Option<String>,
-        pub updated_at: DateTime<Utc>,
-    }
-
-    /// A row of `diesel_inbox_failure_log`.
-    #[derive(Debug)]
-    pub struct HistoryRow {
-        pub kind: HistoryKind,
-        pub attempt: Option<i64>,
-        pub error: Option<String>,
-        pub actor: Option<String>,
-        pub reason: Option<String>,
-        pub at: DateTime<Utc>,
-    }
-
-    /// What the inbox table holds for one consumer in one state.
-    #[derive(Debug)]
-    pub struct InboxTotals {
-        /// Parsed from the text, so that a state this version cannot read is counted.
-        pub state: Result<InboxState, crate::state::UnknownState>,
-        pub rows: i64,
-        /// `SUM(deliveries - 1)`: the deliveries after the settling one.
-        pub repeats: i64,
-        pub payload_conflicts: i64,
-    }
-
-    /// What the failure table holds for one consumer in one state.
-    #[derive(Debug)]
-    pub struct FailureTotals {
-        /// Parsed from the text, so that a state this version cannot read is counted.
-        pub state: Result<DeadLetterState, crate::state::UnknownState>,
-        pub rows: i64,
-        pub attempts: i64,
-    }
-
-    /// A position in a consumer's settled rows, in `(processed_at, event_id)` order: where a
-    /// prune batch stopped, and so where the next one starts.
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct PruneCursor {
-        pub processed_at: DateTime<Utc>,
-        pub event_id: String,
-    }
-
-    /// What a prune would delete now.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub struct PruneCounts {
-        pub events: i64,
-        pub failures: i64,
-        pub history: i64,
-        pub counters: i64,
-        pub claims: i64,
-    }
-
-    /// A row of `diesel_inbox_cursors`.
-    #[derive(Debug)]
-    pub struct CursorRow {
-        pub watermark: Option<i64>,
-        pub high: Option<i64>,
-        pub epoch: i64,
-        pub owner: Option<String>,
-        pub updated_at: DateTime<Utc>,
-    }
-
-    /// A row as a statement read it, or, when one of its columns holds text this version does
-    /// not know, the row's key and that text: one such row fails neither the statement nor
-    /// its neighbours.
-    pub(crate) type Listed<R> = Result<R, Unreadable>;
-
-    /// A row whose column holds text this version does not know.
-    #[derive(Debug)]
-    pub struct Unreadable {
-        /// The row's key within its listing, as text: the event id of a claim, the id of a
-        /// gap or a history line, the position of an outbox row.
-        pub key: String,
-        /// The column and the text it holds.
-        pub unknown: crate::state::UnknownState,
-    }
-
-    /// A row of `diesel_inbox_claims` (a listing's rows hold no payload, hash or kind).
-    #[derive(Debug, Clone)]
-    pub struct ClaimRow {
-        pub event_id: String,
-        pub state: ClaimState,
-        pub attempt: i64,
-        pub deliveries: i64,
-        pub lease_until: DateTime<Utc>,
-        pub claimed_at: DateTime<Utc>,
-        pub updated_at: DateTime<Utc>,
-        pub completed_at: Option<DateTime<Utc>>,
-        pub payload_hash: Option<Vec<u8>>,
-        pub payload: Option<Vec<u8>>,
-        pub payload_kind: Option<String>,
-        pub result: Option<String>,
-        pub last_error: Option<String>,
-        pub resolved_by: Option<String>,
-        pub resolution: Option<String>,
-    }
-
-    /// A claim as its first delivery inserts it: in progress, attempt 1, one delivery.
-    #[derive(Debug)]
-    pub struct NewClaim<'a> {
-        pub lease_until: DateTime<Utc>,
-        pub now: DateTime<Utc>,
-        pub payload_hash: Option<&'a [u8]>,
-        pub payload: Option<&'a Payload>,
-    }
-
-    /// A change of a claim's state, by its holder or by ops. Fields left `None` (or `false`)
-    /// keep the row's value.
-    #[derive(Debug)]
-    pub struct ClaimChange<'a> {
-        pub state: ClaimState,
-        /// Bump the attempt and clear the reason: a new holder acquires the claim.
-        pub acquire: bool,
-        pub lease_until: Option<DateTime<Utc>>,
-        /// The side effect's result (JSON); `completed_at` is set with it.
-        pub result: Option<&'a str>,
-        /// Why (kept as `last_error`).
-        pub note: Option<&'a str>,
-        pub audit: Option<&'a crate::Audit>,
-        pub now: DateTime<Utc>,
-    }
-
-    /// An outbox row as [`enqueue`](crate::Outbox::enqueue) inserts it: pending, due now.
-    #[derive(Debug)]
-    pub struct NewOutboxRow<'a> {
-        pub event_id: &'a str,
-        pub topic: &'a str,
-        pub aggregate_type: &'a str,
-        pub aggregate_id: &'a str,
-        pub event_type: &'a str,
-        /// The message headers as a JSON object.
-        pub headers: &'a str,
-        pub body: &'a [u8],
-        pub now: DateTime<Utc>,
-    }
-
-    /// A row of `diesel_inbox_outbox`.
-    #[derive(Debug, Clone)]
-    pub struct OutboxRow {
-        pub position: i64,
-        pub event_id: String,
-        pub topic: String,
-        pub aggregate_type: String,
-        pub aggregate_id: String,
-        pub event_type: String,
-        pub headers: String,
-        pub body: Vec<u8>,
-        pub state: OutboxState,
-        pub attempts: i64,
-        pub available_at: DateTime<Utc>,
-        pub lease_until: Option<DateTime<Utc>>,
-        pub last_error: Option<String>,
-        pub enqueued_at: DateTime<Utc>,
-        pub published_at: Option<DateTime<Utc>>,
-    }
-
-    /// A counter and its total; the counter parsed from the text, so that one this version
-    /// does not know is counted as unreadable rather than failing the stats.
-    pub(crate) type CounterTotal = (Result<Counter, crate::state::UnknownState>, i64);
-
-    /// An outbox state, its rows, and the oldest one's enqueue time; the state parsed from
-    /// the text, so that one this version cannot read is counted rather than failing.
-    pub(crate) type OutboxTotals = (
-        Result<OutboxState, crate::state::UnknownState>,
-        i64,
-        Option<DateTime<Utc>>,
-    );
-
-    /// What a relay writes to rows it holds, once their publish is over. Each clears the lease.
-    #[derive(Debug, Clone, Copy)]
-    pub enum OutboxChange<'a> {
-        /// The broker accepted them.
-        Published,
-        /// The publish failed and may pass later: one more attempt counted, due again `at`.
-        Retry { error: &'a str, at: DateTime<Utc> },
-        /// The publish failed for good: one more attempt counted, failed with `error`.
-        Failed { error: &'a str },
-        /// Not attempted (an earlier row of the aggregate failed): as they were.
-        Released,
-    }
-
-    /// A row of `diesel_inbox_gaps`.
-    #[derive(Debug, Clone)]
-    pub struct GapRow {
-        pub id: i64,
-        pub stream: String,
-        pub first: i64,
-        pub last: i64,
-        pub cause: GapCause,
-        pub state: GapState,
-        pub detected_at: DateTime<Utc>,
-        pub closed_at: Option<DateTime<Utc>>,
-        pub resolved_by: Option<String>,
-        pub resolution: Option<String>,
-    }
-
-    /// What kind of failure a database error is.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum ErrorClass {
-        /// Serialization failure, deadlock, lock timeout, busy database: the transaction was
-        /// rolled back, and running it again cures it.
-        Contention,
-        /// The connection (session) is gone; whatever was not committed is lost.
-        ConnectionLost,
-        /// The statement was refused because an earlier one aborted the transaction
-        /// (PostgreSQL's 25P02): user code swallowed that earlier error. Nothing can commit.
-        Aborted,
-        /// Anything else.
-        Other,
-    }
-
-    /// What a failed statement does to the transaction it ran in: it decides when the inbox
-    /// must check that the transaction can still commit what it did.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    #[allow(clippy::enum_variant_names)] // each variant says what happens to the transaction
-    pub enum FailedStatement {
-        /// The transaction stays open but aborted, and COMMIT turns into a silent ROLLBACK
-        /// (PostgreSQL): every later statement is refused, and the commit checks first.
-        AbortsTransaction,
-        /// Some errors roll the whole transaction back, and later statements would
-        /// autocommit one by one (SQLite: I/O errors, a full disk): check after user code.
-        MayEndTransaction,
-        /// As `MayEndTransaction`, and the error that does it is a deadlock (MySQL, MariaDB):
-        /// a transaction found ended was ended by contention, and running it again cures it.
-        DeadlockEndsTransaction,
-    }
-
     /// The inbox's statements for one concrete connection type.
-    pub trait InboxSql: Connection<TransactionManager = AnsiTransactionManager> {
+    pub trait InboxSql:
+        Connection<TransactionManager = AnsiTransactionManager> + super::tracking::TracksMigrations
+    {
         /// What a failed statement does to the transaction.
         const FAILED_STATEMENT: FailedStatement;
 
@@ -402,12 +131,14 @@ pub(crate) mod sealed {
         /// busy timeout, the usual cause of avoidable retries there.
         fn before_contention_retry(&mut self) {}
 
-        /// Applies the inbox's embedded migrations that are not applied yet, holding the
-        /// backend's migration lock, which it waits for at most `lock_timeout`
-        /// ([`Error::MigrationLocked`](crate::Error::MigrationLocked) after that).
-        fn apply_migrations(
+        /// Runs `apply` (the inbox's migrations) holding the backend's migration lock, which
+        /// lets one process at a time apply them and which it waits for at most
+        /// `lock_timeout` ([`Error::MigrationLocked`](crate::Error::MigrationLocked) after
+        /// that); returns how many `apply` ran.
+        fn with_migration_lock(
             &mut self,
             lock_timeout: std::time::Duration,
+            apply: &mut dyn FnMut(&mut Self) -> Result<usize, crate::error::MigrationError>,
         ) -> Result<usize, crate::Error>;
 
         /// Counts a delivery that reused the id with a different payload as a conflict, and
@@ -487,10 +218,6 @@ pub(crate) mod sealed {
         /// The event's history, oldest first.
         fn history(&mut self, key: Key<'_>) -> QueryResult<Vec<Listed<HistoryRow>>>;
 
-        /// The versions of the inbox's embedded migrations that `diesel_inbox_migrations` does
-        /// not record; an error when that table is missing. Reads only.
-        fn pending_migrations(&mut self) -> QueryResult<Vec<String>>;
-
         /// Whether the current database has a table called `name`.
         fn table_exists(&mut self, name: &str) -> QueryResult<bool>;
 
@@ -509,7 +236,7 @@ pub(crate) mod sealed {
         }
 
         /// The SQL dialect, for the doctor's remedies.
-        fn dialect(&self) -> crate::migrations::Dialect;
+        fn dialect(&self) -> crate::dialect::Dialect;
 
         /// The doctor's checks of this backend's settings.
         fn backend_checks(&mut self) -> QueryResult<Vec<crate::check::Check>>;
@@ -876,64 +603,12 @@ pub(crate) mod sealed {
     }
 }
 
-/// Whether a database error message contains one of `needles`. Only for the errors Diesel
-/// reports as `Unknown` (PostgreSQL deadlocks, MySQL lock-wait timeouts and lost connections,
-/// SQLite busy/locked), whose codes Diesel does not expose; messages are the servers' and
-/// client libraries' English defaults.
-/// Whether `error` says a table does not exist: PostgreSQL's 42P01 (`relation "…" does not
-/// exist`), MySQL's 1146 (`Table '…' doesn't exist`), SQLite's `no such table`. Only these get
-/// the "apply the schema" remedy; a lost connection or a refused statement does not.
-pub(crate) fn is_missing_table(error: &diesel::result::Error) -> bool {
-    match error {
-        diesel::result::Error::DatabaseError(_, info) => missing_table_message(info.message()),
-        _ => false,
-    }
-}
-
-fn missing_table_message(message: &str) -> bool {
-    let postgres = message.starts_with("relation \"") && message.ends_with("\" does not exist");
-    let mysql = message.starts_with("Table '") && message.ends_with("' doesn't exist");
-    postgres || mysql || message.starts_with("no such table")
-}
-
-fn message_contains(error: &diesel::result::Error, needles: &[&str]) -> bool {
-    use diesel::result::{DatabaseErrorKind, Error};
-    match error {
-        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
-            needles.iter().any(|needle| info.message().contains(needle))
-        }
-        _ => false,
-    }
-}
-
-/// Classifies `error` from the kinds Diesel reports and, for `Unknown` errors, from the
-/// message needles each backend gives for contention and for a lost connection.
-fn classify_by_message(
-    error: &diesel::result::Error,
-    contention: &[&str],
-    lost_connection: &[&str],
-) -> sealed::ErrorClass {
-    use diesel::result::{DatabaseErrorKind, Error};
-    use sealed::ErrorClass;
-    match error {
-        Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => ErrorClass::Contention,
-        Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _)
-        | Error::BrokenTransactionManager => ErrorClass::ConnectionLost,
-        Error::RollbackErrorOnCommit { commit_error, .. } => {
-            classify_by_message(commit_error, contention, lost_connection)
-        }
-        _ if message_contains(error, contention) => ErrorClass::Contention,
-        _ if message_contains(error, lost_connection) => ErrorClass::ConnectionLost,
-        _ => ErrorClass::Other,
-    }
-}
-
 /// An existing row counted one more delivery; a fresh row starts at 1.
-pub(crate) fn recorded(existing: sealed::Existing) -> sealed::Recorded {
+pub(crate) fn recorded(existing: crate::rows::Existing) -> crate::rows::Recorded {
     if existing.deliveries <= 1 {
-        sealed::Recorded::New
+        crate::rows::Recorded::New
     } else {
-        sealed::Recorded::Seen(existing)
+        crate::rows::Recorded::Seen(existing)
     }
 }
 
@@ -1000,18 +675,20 @@ pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 /// Puts the rows a batch statement returned (keyed by event id) back in the order asked.
 pub(crate) fn in_order(
     items: &[(&str, Option<&[u8]>)],
-    mut found: std::collections::HashMap<String, Result<sealed::Existing, UnknownState>>,
-) -> QueryResult<Vec<sealed::Listed<sealed::Recorded>>> {
+    mut found: std::collections::HashMap<String, Result<crate::rows::Existing, UnknownState>>,
+) -> QueryResult<Vec<crate::rows::Listed<crate::rows::Recorded>>> {
     items
         .iter()
         .map(|(event_id, _)| {
             let row = found
                 .remove(*event_id)
                 .ok_or(diesel::result::Error::NotFound)?;
-            Ok(row.map(recorded).map_err(|unknown| sealed::Unreadable {
-                key: (*event_id).to_owned(),
-                unknown,
-            }))
+            Ok(row
+                .map(recorded)
+                .map_err(|unknown| crate::rows::Unreadable {
+                    key: (*event_id).to_owned(),
+                    unknown,
+                }))
         })
         .collect()
 }
@@ -1023,11 +700,11 @@ pub(crate) fn known<T>(value: Result<T, UnknownState>) -> QueryResult<T> {
 }
 
 /// One row read by a listing's mapping, for a statement of one row: see [`known`].
-pub(crate) fn readable<R>(row: sealed::Listed<R>) -> QueryResult<R> {
+pub(crate) fn readable<R>(row: crate::rows::Listed<R>) -> QueryResult<R> {
     known(row.map_err(|unreadable| unreadable.unknown))
 }
 
-impl sealed::Unreadable {
+impl crate::rows::Unreadable {
     /// The row as a [`CorruptRow`](crate::CorruptRow): its key is `scope`, then `column`
     /// holding the key this listing read.
     pub(crate) fn in_row(self, scope: &[(&str, &str)], column: &str) -> crate::CorruptRow {
@@ -1053,26 +730,5 @@ mod tests {
             .collect();
         assert_eq!(stripes.len(), COUNTER_STRIPES as usize, "{stripes:?}");
         assert!(stripes.iter().all(|s| (0..16).contains(s)));
-    }
-
-    #[test]
-    fn only_a_missing_table_is_classified_as_one() {
-        for missing in [
-            "relation \"diesel_inbox_events\" does not exist",
-            "Table 'test.diesel_inbox_events' doesn't exist",
-            "no such table: diesel_inbox_events",
-        ] {
-            assert!(missing_table_message(missing), "{missing}");
-        }
-        for other in [
-            "server closed the connection unexpectedly",
-            "Lost connection to MySQL server during query",
-            "database is locked",
-            "column \"state\" does not exist",
-            "",
-        ] {
-            assert!(!missing_table_message(other), "{other}");
-        }
-        assert!(!is_missing_table(&diesel::result::Error::NotFound));
     }
 }

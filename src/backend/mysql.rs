@@ -13,11 +13,12 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::result::DatabaseErrorKind;
 use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
 
-use super::sealed::{
-    ClaimRow, ErrorClass, FailedStatement, HasInboxSql, InboxSql, NewClaim, Recorded,
-};
+use super::sealed::{HasInboxSql, InboxSql};
 use super::Key;
 use crate::check::{Check, CheckStatus};
+use crate::class::{ErrorClass, FailedStatement};
+use crate::error::MigrationError;
+use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
 use crate::state::{Counter, InboxState};
 
@@ -212,7 +213,7 @@ fn prepared_or_text(conn: &mut MysqlConnection, sql: &'static str) -> QueryResul
     if !TEXT_BEGIN_AND_COMMIT.load(Ordering::Relaxed) {
         match Fixed(sql).execute(conn) {
             Err(error)
-                if super::message_contains(
+                if crate::class::message_contains(
                     &error,
                     &["not supported in the prepared statement protocol"],
                 ) =>
@@ -269,7 +270,7 @@ impl InboxSql for MysqlConnection {
         consumer: &str,
         items: &[(&str, Option<&[u8]>)],
         now: DateTime<Utc>,
-    ) -> QueryResult<Vec<super::sealed::Listed<Recorded>>> {
+    ) -> QueryResult<Vec<crate::rows::Listed<Recorded>>> {
         use schema::diesel_inbox_events::dsl as t;
         let when = codec::time(now);
         let mut found = std::collections::HashMap::with_capacity(items.len());
@@ -335,14 +336,18 @@ impl InboxSql for MysqlConnection {
         // its message from simple ones (COMMIT among them); 1205 (lock-wait timeout) and the
         // client's lost-connection errors (2006, 2013, and 1927 for a killed session) only as
         // their messages.
-        super::classify_by_message(
+        crate::class::classify_by_message(
             error,
             &["Deadlock found", "Lock wait timeout exceeded"],
             &["has gone away", "Lost connection", "Connection was killed"],
         )
     }
 
-    fn apply_migrations(&mut self, lock_timeout: Duration) -> Result<usize, crate::Error> {
+    fn with_migration_lock(
+        &mut self,
+        lock_timeout: Duration,
+        apply: &mut dyn FnMut(&mut Self) -> Result<usize, MigrationError>,
+    ) -> Result<usize, crate::Error> {
         // Named after the database, as the prune lock is; the server waits up to the bound
         // (MariaDB takes fractions of a second). 1: taken, 0: timed out, NULL: an error.
         let started = std::time::Instant::now();
@@ -359,7 +364,7 @@ impl InboxSql for MysqlConnection {
                 waited: started.elapsed(),
             });
         }
-        let applied = crate::migrations::apply(self, crate::migrations::MYSQL);
+        let applied = apply(self);
         let released = diesel::select(
             diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")
                 .bind::<Text, _>(MIGRATION_LOCK_NAME)
@@ -418,9 +423,6 @@ impl InboxSql for MysqlConnection {
     statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
-    fn pending_migrations(&mut self) -> QueryResult<Vec<String>> {
-        crate::migrations::pending(self, &crate::migrations::MYSQL)
-    }
 
     statement!(
         table_exists,
@@ -439,8 +441,8 @@ impl InboxSql for MysqlConnection {
         )
     );
 
-    fn dialect(&self) -> crate::migrations::Dialect {
-        crate::migrations::Dialect::Mysql
+    fn dialect(&self) -> crate::dialect::Dialect {
+        crate::dialect::Dialect::Mysql
     }
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         // The keys must compare byte for byte: under a collation, ids differing in case,

@@ -11,7 +11,7 @@ macro_rules! outbox_statements {
     ($schema:ident, $codec:ident, insert = $on_duplicate:ident $(, lock = $lock:ident)?) => {
         fn insert_outbox(
             &mut self,
-            row: &$crate::backend::sealed::NewOutboxRow<'_>,
+            row: &$crate::rows::NewOutboxRow<'_>,
         ) -> QueryResult<bool> {
             use $schema::diesel_inbox_outbox as o;
             let now = $codec::time(row.now);
@@ -38,7 +38,7 @@ macro_rules! outbox_statements {
             &mut self,
             now: DateTime<Utc>,
             limit: i64,
-        ) -> QueryResult<Vec<($crate::backend::sealed::OutboxRow, bool)>> {
+        ) -> QueryResult<Vec<($crate::rows::OutboxRow, bool)>> {
             use $schema::diesel_inbox_outbox as o;
             use $crate::state::OutboxState;
             // The same on every backend; the correlated subqueries read the aggregate index.
@@ -72,9 +72,9 @@ macro_rules! outbox_statements {
 
         fn outbox_followers(
             &mut self,
-            head: &$crate::backend::sealed::OutboxRow,
+            head: &$crate::rows::OutboxRow,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::OutboxRow>> {
+        ) -> QueryResult<Vec<$crate::rows::OutboxRow>> {
             use $schema::diesel_inbox_outbox as o;
             let query = o::table
                 .filter(o::aggregate_type.eq($codec::key(&head.aggregate_type)))
@@ -115,10 +115,10 @@ macro_rules! outbox_statements {
             &mut self,
             positions: &[i64],
             token: &str,
-            change: $crate::backend::sealed::OutboxChange<'_>,
+            change: $crate::rows::OutboxChange<'_>,
             now: DateTime<Utc>,
         ) -> QueryResult<usize> {
-            use $crate::backend::sealed::OutboxChange;
+            use $crate::rows::OutboxChange;
             use $crate::state::OutboxState;
             use $schema::diesel_inbox_outbox as o;
             let held = o::table
@@ -163,7 +163,7 @@ macro_rules! outbox_statements {
             state: Option<$crate::state::OutboxState>,
             after: i64,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::OutboxRow>>> {
+        ) -> QueryResult<Vec<$crate::rows::Listed<$crate::rows::OutboxRow>>> {
             use $schema::diesel_inbox_outbox as o;
             let mut query = o::table
                 .filter(o::position.gt(after))
@@ -188,7 +188,7 @@ macro_rules! outbox_statements {
         fn outbox_row(
             &mut self,
             position: i64,
-        ) -> QueryResult<Option<$crate::backend::sealed::OutboxRow>> {
+        ) -> QueryResult<Option<$crate::rows::OutboxRow>> {
             use $schema::diesel_inbox_outbox as o;
             o::table
                 .find(position)
@@ -244,7 +244,7 @@ macro_rules! outbox_statements {
 
         fn outbox_totals(
             &mut self,
-        ) -> QueryResult<Vec<$crate::backend::sealed::OutboxTotals>> {
+        ) -> QueryResult<Vec<$crate::rows::OutboxTotals>> {
             use $schema::diesel_inbox_outbox as o;
             o::table
                 .group_by(o::state)
@@ -353,11 +353,11 @@ macro_rules! outbox_row {
             published_at,
         ) = $row;
         match state.parse::<$crate::state::OutboxState>() {
-            Err(unknown) => Err($crate::backend::sealed::Unreadable {
+            Err(unknown) => Err($crate::rows::Unreadable {
                 key: position.to_string(),
                 unknown,
             }),
-            Ok(state) => Ok($crate::backend::sealed::OutboxRow {
+            Ok(state) => Ok($crate::rows::OutboxRow {
                 position,
                 event_id: $codec::key_string(event_id),
                 topic,

@@ -13,7 +13,7 @@ macro_rules! row_mappings {
         /// The select lists of the inbox's tables and their conversion into rows.
         mod rows {
             use super::{$codec, $schema};
-            use $crate::backend::sealed::{
+            use $crate::rows::{
                 ClaimRow, CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow, Listed,
                 Unreadable,
             };
@@ -452,7 +452,7 @@ macro_rules! new_gap_row {
 macro_rules! new_claim_row {
     ($schema:ident, $codec:ident, $key:expr, $claim:expr) => {{
         use $schema::diesel_inbox_claims as k;
-        let claim: &$crate::backend::sealed::NewClaim<'_> = $claim;
+        let claim: &$crate::rows::NewClaim<'_> = $claim;
         let now = $codec::time(claim.now);
         (
             k::consumer.eq($codec::key($key.0)),
@@ -480,7 +480,7 @@ macro_rules! statement {
             key: $crate::backend::Key<'_>,
             now: DateTime<Utc>,
             payload_hash: Option<&[u8]>,
-        ) -> QueryResult<$crate::backend::sealed::Recorded> {
+        ) -> QueryResult<$crate::rows::Recorded> {
             use $schema::diesel_inbox_events::dsl as t;
             // Diesel would prepare the upsert anew each time; `Cached` keeps it prepared.
             let when = $codec::time(now);
@@ -501,7 +501,7 @@ macro_rules! statement {
             consumer: &str,
             items: &[(&str, Option<&[u8]>)],
             now: DateTime<Utc>,
-        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::Recorded>>> {
+        ) -> QueryResult<Vec<$crate::rows::Listed<$crate::rows::Recorded>>> {
             use $schema::diesel_inbox_events::dsl as t;
             let when = $codec::time(now);
             let mut found = std::collections::HashMap::with_capacity(items.len());
@@ -585,7 +585,7 @@ macro_rules! statement {
             error: &str,
             payload: Option<&$crate::Payload>,
         ) -> QueryResult<(i64, $crate::state::DeadLetterState)> {
-            use $crate::backend::sealed::HistoryRow;
+            use $crate::rows::HistoryRow;
             use $crate::state::{DeadLetterState, HistoryKind};
             use $schema::diesel_inbox_failures::dsl as f;
             let stored = payload.map(|p| (p.to_bytes(), p.kind()));
@@ -671,7 +671,7 @@ macro_rules! statement {
         fn failure(
             &mut self,
             key: $crate::backend::Key<'_>,
-        ) -> QueryResult<Option<$crate::backend::sealed::FailureRow>> {
+        ) -> QueryResult<Option<$crate::rows::FailureRow>> {
             use $schema::diesel_inbox_failures::dsl as f;
             f::diesel_inbox_failures
                 .find(($codec::key(key.0), $codec::key(key.1)))
@@ -689,7 +689,7 @@ macro_rules! statement {
             state: $crate::state::DeadLetterState,
             after: Option<&str>,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::FailureRow>> {
+        ) -> QueryResult<Vec<$crate::rows::FailureRow>> {
             use $schema::diesel_inbox_failures::dsl as f;
             // The state is compared as text: a row whose state this version cannot read is
             // listed too, as unreadable, rather than left out.
@@ -747,7 +747,7 @@ macro_rules! statement {
         fn inbox_row(
             &mut self,
             key: $crate::backend::Key<'_>,
-        ) -> QueryResult<Option<$crate::backend::sealed::InboxRow>> {
+        ) -> QueryResult<Option<$crate::rows::InboxRow>> {
             use $schema::diesel_inbox_events::dsl as t;
             t::diesel_inbox_events
                 .find(($codec::key(key.0), $codec::key(key.1)))
@@ -761,7 +761,7 @@ macro_rules! statement {
         fn inbox_rows(
             &mut self,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::InboxRow>> {
+        ) -> QueryResult<Vec<$crate::rows::InboxRow>> {
             use $schema::diesel_inbox_events::dsl as t;
             t::diesel_inbox_events
                 .order((t::consumer, t::event_id))
@@ -775,7 +775,7 @@ macro_rules! statement {
         fn append_history(
             &mut self,
             key: $crate::backend::Key<'_>,
-            row: &$crate::backend::sealed::HistoryRow,
+            row: &$crate::rows::HistoryRow,
         ) -> QueryResult<()> {
             use $schema::diesel_inbox_failure_log::dsl as l;
             diesel::insert_into(l::diesel_inbox_failure_log)
@@ -797,7 +797,7 @@ macro_rules! statement {
         fn history(
             &mut self,
             key: $crate::backend::Key<'_>,
-        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::HistoryRow>>> {
+        ) -> QueryResult<Vec<$crate::rows::Listed<$crate::rows::HistoryRow>>> {
             use $schema::diesel_inbox_failure_log::dsl as l;
             l::diesel_inbox_failure_log
                 .filter(l::consumer.eq($codec::key(key.0)).and(l::event_id.eq($codec::key(key.1))))
@@ -813,9 +813,9 @@ macro_rules! statement {
         fn inbox_totals(
             &mut self,
             consumer: &str,
-        ) -> QueryResult<Vec<$crate::backend::sealed::InboxTotals>> {
+        ) -> QueryResult<Vec<$crate::rows::InboxTotals>> {
             use diesel::dsl::count_star;
-            use $crate::backend::sealed::InboxTotals;
+            use $crate::rows::InboxTotals;
             use $crate::state::InboxState;
             use $schema::diesel_inbox_events::dsl as t;
             t::diesel_inbox_events
@@ -844,9 +844,9 @@ macro_rules! statement {
         fn failure_totals(
             &mut self,
             consumer: &str,
-        ) -> QueryResult<Vec<$crate::backend::sealed::FailureTotals>> {
+        ) -> QueryResult<Vec<$crate::rows::FailureTotals>> {
             use diesel::dsl::count_star;
-            use $crate::backend::sealed::FailureTotals;
+            use $crate::rows::FailureTotals;
             use $crate::state::DeadLetterState;
             use $schema::diesel_inbox_failures::dsl as f;
             f::diesel_inbox_failures
@@ -882,7 +882,7 @@ macro_rules! statement {
             &mut self,
             consumer: &str,
             since: DateTime<Utc>,
-        ) -> QueryResult<Vec<$crate::backend::sealed::CounterTotal>> {
+        ) -> QueryResult<Vec<$crate::rows::CounterTotal>> {
             use $crate::state::Counter;
             use $schema::diesel_inbox_counters::dsl as c;
             c::diesel_inbox_counters
@@ -929,9 +929,9 @@ macro_rules! statement {
     (consumers, $schema:ident, $codec:ident) => {
         fn consumers(
             &mut self,
-            area: $crate::backend::sealed::ConsumerRows,
+            area: $crate::rows::ConsumerRows,
         ) -> QueryResult<Vec<String>> {
-            use $crate::backend::sealed::ConsumerRows;
+            use $crate::rows::ConsumerRows;
             use $schema::diesel_inbox_claims::dsl as k;
             use $schema::diesel_inbox_counters::dsl as c;
             use $schema::diesel_inbox_cursors::dsl as s;
@@ -998,9 +998,9 @@ macro_rules! statement {
             &mut self,
             consumer: &str,
             cutoff: DateTime<Utc>,
-            after: &$crate::backend::sealed::PruneCursor,
+            after: &$crate::rows::PruneCursor,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::PruneCursor>> {
+        ) -> QueryResult<Vec<$crate::rows::PruneCursor>> {
             use $crate::state::InboxState;
             use $schema::diesel_inbox_events::dsl as t;
             let (cutoff, after_at) = ($codec::time(cutoff), $codec::time(after.processed_at));
@@ -1021,7 +1021,7 @@ macro_rules! statement {
                 .load::<($codec::Time, $codec::KeyOwned)>(self)
                 .map(|rows| {
                     rows.into_iter()
-                        .map(|(at, id)| $crate::backend::sealed::PruneCursor {
+                        .map(|(at, id)| $crate::rows::PruneCursor {
                             processed_at: $codec::utc(at),
                             event_id: $codec::key_string(id),
                         })
@@ -1112,7 +1112,7 @@ macro_rules! statement {
             &mut self,
             consumer: &str,
             cutoff: DateTime<Utc>,
-        ) -> QueryResult<$crate::backend::sealed::PruneCounts> {
+        ) -> QueryResult<$crate::rows::PruneCounts> {
             use $crate::state::InboxState;
             use $schema::diesel_inbox_claims::dsl as k;
             use $schema::diesel_inbox_counters::dsl as c;
@@ -1149,7 +1149,7 @@ macro_rules! statement {
                 .filter(k::updated_at.lt(cutoff))
                 .count()
                 .get_result::<i64>(self)?;
-            Ok($crate::backend::sealed::PruneCounts {
+            Ok($crate::rows::PruneCounts {
                 events,
                 failures,
                 history,
@@ -1206,7 +1206,7 @@ macro_rules! statement {
         fn cursor(
             &mut self,
             key: $crate::backend::StreamKey<'_>,
-        ) -> QueryResult<Option<$crate::backend::sealed::CursorRow>> {
+        ) -> QueryResult<Option<$crate::rows::CursorRow>> {
             use $schema::diesel_inbox_cursors::dsl as c;
             c::diesel_inbox_cursors
                 .find(($codec::key(key.0), $codec::key(key.1)))
@@ -1221,7 +1221,7 @@ macro_rules! statement {
         fn cursors(
             &mut self,
             consumer: &str,
-        ) -> QueryResult<Vec<(String, $crate::backend::sealed::CursorRow)>> {
+        ) -> QueryResult<Vec<(String, $crate::rows::CursorRow)>> {
             use $schema::diesel_inbox_cursors::dsl as c;
             c::diesel_inbox_cursors
                 .filter(c::consumer.eq($codec::key(consumer)))
@@ -1294,7 +1294,7 @@ macro_rules! statement {
             consumer: &str,
             stream: Option<&str>,
             state: Option<$crate::state::GapState>,
-        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::GapRow>>> {
+        ) -> QueryResult<Vec<$crate::rows::Listed<$crate::rows::GapRow>>> {
             use $schema::diesel_inbox_gaps::dsl as g;
             let mut query = g::diesel_inbox_gaps
                 .filter(g::consumer.eq($codec::key(consumer)))
@@ -1326,7 +1326,7 @@ macro_rules! statement {
             state: Option<$crate::state::GapState>,
             after: i64,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::GapRow>>> {
+        ) -> QueryResult<Vec<$crate::rows::Listed<$crate::rows::GapRow>>> {
             use $schema::diesel_inbox_gaps::dsl as g;
             let mut query = g::diesel_inbox_gaps
                 .filter(g::consumer.eq($codec::key(consumer)))
@@ -1512,8 +1512,8 @@ macro_rules! statement {
         fn record_claim(
             &mut self,
             key: $crate::backend::Key<'_>,
-            claim: &$crate::backend::sealed::NewClaim<'_>,
-        ) -> QueryResult<Option<$crate::backend::sealed::ClaimRow>> {
+            claim: &$crate::rows::NewClaim<'_>,
+        ) -> QueryResult<Option<$crate::rows::ClaimRow>> {
             use $schema::diesel_inbox_claims::dsl as k;
             // A second claimant of the same key blocks here until the first commits. A
             // delivery counts on the row and keeps it from retention.
@@ -1536,7 +1536,7 @@ macro_rules! statement {
             &mut self,
             key: $crate::backend::Key<'_>,
             lock: bool,
-        ) -> QueryResult<Option<$crate::backend::sealed::ClaimRow>> {
+        ) -> QueryResult<Option<$crate::rows::ClaimRow>> {
             use $schema::diesel_inbox_claims::dsl as k;
             let row = k::diesel_inbox_claims
                 .find(($codec::key(key.0), $codec::key(key.1)))
@@ -1565,7 +1565,7 @@ macro_rules! statement {
             states: Option<&[$crate::state::ClaimState]>,
             after: Option<&str>,
             limit: i64,
-        ) -> QueryResult<Vec<$crate::backend::sealed::Listed<$crate::backend::sealed::ClaimRow>>> {
+        ) -> QueryResult<Vec<$crate::rows::Listed<$crate::rows::ClaimRow>>> {
             use $schema::diesel_inbox_claims::dsl as k;
             let mut query = k::diesel_inbox_claims
                 .filter(k::consumer.eq($codec::key(consumer)))
@@ -1590,7 +1590,7 @@ macro_rules! statement {
             key: $crate::backend::Key<'_>,
             attempt: i64,
             from: &[$crate::state::ClaimState],
-            change: &$crate::backend::sealed::ClaimChange<'_>,
+            change: &$crate::rows::ClaimChange<'_>,
         ) -> QueryResult<bool> {
             use $crate::state::ClaimState;
             use $schema::diesel_inbox_claims::dsl as k;

@@ -8,8 +8,10 @@ use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Text};
 
-use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
+use super::sealed::{HasInboxSql, InboxSql};
 use crate::check::{Check, CheckStatus};
+use crate::class::{ErrorClass, FailedStatement};
+use crate::error::MigrationError;
 use crate::schema::postgres as schema;
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -108,10 +110,10 @@ impl InboxSql for PgConnection {
         // and 55P03 only as their messages, and so does a session terminated by an
         // administrator while libpq still thinks the connection is fine; and so does 25P02,
         // a statement refused because an earlier one aborted the transaction.
-        if super::message_contains(error, &["current transaction is aborted"]) {
+        if crate::class::message_contains(error, &["current transaction is aborted"]) {
             return ErrorClass::Aborted;
         }
-        super::classify_by_message(
+        crate::class::classify_by_message(
             error,
             &["deadlock detected", "due to lock timeout"],
             &[
@@ -123,14 +125,18 @@ impl InboxSql for PgConnection {
         )
     }
 
-    fn apply_migrations(&mut self, lock_timeout: Duration) -> Result<usize, crate::Error> {
+    fn with_migration_lock(
+        &mut self,
+        lock_timeout: Duration,
+        apply: &mut dyn FnMut(&mut Self) -> Result<usize, MigrationError>,
+    ) -> Result<usize, crate::Error> {
         // Without the lock, two sessions' `CREATE TABLE IF NOT EXISTS` race on the catalog
         // (pg_type's unique index) and the tracking table's key. Polled, so the wait has a
         // bound without touching the session's lock_timeout.
-        crate::migrations::lock::poll(lock_timeout, || {
+        super::lock::poll(lock_timeout, || {
             advisory(self, "pg_try_advisory_lock", MIGRATION_LOCK_KEY)
         })?;
-        let applied = crate::migrations::apply(self, crate::migrations::POSTGRES);
+        let applied = apply(self);
         let released = advisory(self, "pg_advisory_unlock", MIGRATION_LOCK_KEY);
         let applied = applied.map_err(crate::Error::Migration)?;
         released?;
@@ -159,9 +165,6 @@ impl InboxSql for PgConnection {
     statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
-    fn pending_migrations(&mut self) -> QueryResult<Vec<String>> {
-        crate::migrations::pending(self, &crate::migrations::POSTGRES)
-    }
 
     statement!(
         table_exists,
@@ -181,8 +184,8 @@ impl InboxSql for PgConnection {
         )
     );
 
-    fn dialect(&self) -> crate::migrations::Dialect {
-        crate::migrations::Dialect::Postgres
+    fn dialect(&self) -> crate::dialect::Dialect {
+        crate::dialect::Dialect::Postgres
     }
     fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
         let encoding = diesel::select(diesel::dsl::sql::<Text>(

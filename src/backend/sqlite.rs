@@ -11,8 +11,9 @@ use diesel::r2d2::CustomizeConnection;
 use diesel::sql_types::{BigInt, Text};
 use diesel::sqlite::SqliteConnection;
 
-use super::sealed::{ErrorClass, FailedStatement, HasInboxSql, InboxSql};
+use super::sealed::{HasInboxSql, InboxSql};
 use crate::check::{Check, CheckStatus};
+use crate::class::{ErrorClass, FailedStatement};
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
 
@@ -80,7 +81,7 @@ impl InboxSql for SqliteConnection {
     fn classify(error: &diesel::result::Error) -> ErrorClass {
         // SQLITE_BUSY and SQLITE_LOCKED arrive as Unknown with these messages; an embedded
         // database has no connection to lose.
-        super::classify_by_message(
+        crate::class::classify_by_message(
             error,
             &["database is locked", "database table is locked"],
             &[],
@@ -102,7 +103,11 @@ impl InboxSql for SqliteConnection {
         }
     }
 
-    fn apply_migrations(&mut self, lock_timeout: Duration) -> Result<usize, crate::Error> {
+    fn with_migration_lock(
+        &mut self,
+        lock_timeout: Duration,
+        apply: &mut dyn FnMut(&mut Self) -> Result<usize, MigrationError>,
+    ) -> Result<usize, crate::Error> {
         // One immediate transaction around them all: it takes the write lock at BEGIN, so a
         // second process waits there, on a busy timeout of the bound (the connection's own is
         // put back after), and then reads the versions the first one recorded.
@@ -116,7 +121,7 @@ impl InboxSql for SqliteConnection {
         let mut began = false;
         let applied = self.immediate_transaction::<_, MigrationError, _>(|conn| {
             began = true;
-            crate::migrations::apply(conn, crate::migrations::SQLITE)
+            apply(conn)
         });
         let restored = self.batch_execute(&format!("PRAGMA busy_timeout = {own_timeout}"));
         let applied = applied.map_err(|error| {
@@ -157,9 +162,6 @@ impl InboxSql for SqliteConnection {
     statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
-    fn pending_migrations(&mut self) -> QueryResult<Vec<String>> {
-        crate::migrations::pending(self, &crate::migrations::SQLITE)
-    }
 
     statement!(
         table_exists,
@@ -175,8 +177,8 @@ impl InboxSql for SqliteConnection {
         columns = ("SELECT COUNT(*) FROM pragma_table_info(", ") WHERE name = ")
     );
 
-    fn dialect(&self) -> crate::migrations::Dialect {
-        crate::migrations::Dialect::Sqlite
+    fn dialect(&self) -> crate::dialect::Dialect {
+        crate::dialect::Dialect::Sqlite
     }
 
     fn unique_index_exists(&mut self, table: &str, name: &str) -> QueryResult<bool> {

@@ -10,10 +10,11 @@ use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
 use super::verdict::{self, InDoubtPolicy};
-use crate::backend::sealed::{ClaimChange, InboxSql};
+use crate::backend::sealed::InboxSql;
 use crate::backend::Key;
 use crate::decide::HandlerFailure;
 use crate::duration::{after, now};
+use crate::rows::ClaimChange;
 use crate::state::ClaimState;
 use crate::transaction::{self, Failure};
 use crate::{observe, Claims, Error, EventId, HandlerError, InboxConnection};

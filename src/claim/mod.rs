@@ -19,9 +19,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::backend::sealed::{ClaimChange, ClaimRow, InboxSql, NewClaim};
+use crate::backend::sealed::InboxSql;
 use crate::decide;
 use crate::duration::{after, now};
+use crate::rows::{ClaimChange, ClaimRow, NewClaim};
 use crate::state::ClaimState;
 use crate::transaction::{self, Failure, Scope};
 use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery};

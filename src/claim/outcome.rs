@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 
-use crate::backend::sealed::ClaimRow;
+use crate::rows::ClaimRow;
 use crate::{Claim, Error};
 
 /// What [`Claims::claim`](crate::Claims::claim) found: the claim to run the side effect

@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::backend::sealed::ClaimRow;
 use crate::decide::HandlerFailure;
+use crate::rows::ClaimRow;
 use crate::state::ClaimState;
 
 /// What happens to a claim whose outcome is unknown once its lease has run out.

@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 use tracing::info;
 
 use super::Outbox;
-use crate::backend::sealed::{InboxSql, OutboxRow};
+use crate::backend::sealed::InboxSql;
 use crate::duration::{before, now};
+use crate::rows::OutboxRow;
 use crate::state::{CorruptRow, OutboxState};
 use crate::{observe, Audit, Error, InboxConnection};
 

@@ -13,8 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::sealed::{InboxSql, NewOutboxRow};
+use crate::backend::sealed::InboxSql;
 use crate::duration::now;
+use crate::rows::NewOutboxRow;
 use crate::{observe, transaction, Envelope, Error, InboxConnection};
 
 mod ledger;

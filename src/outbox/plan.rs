@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::backend::sealed::OutboxRow;
 use crate::duration::after;
+use crate::rows::OutboxRow;
 use crate::PublishError;
 
 /// The delay before a failed publish is tried again: doubling from `first`, at most `max`,

@@ -19,8 +19,9 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::plan::{self, Backoff, Blocked, Settle};
-use crate::backend::sealed::{InboxSql, OutboxChange, OutboxRow};
+use crate::backend::sealed::InboxSql;
 use crate::duration::{after, now};
+use crate::rows::{OutboxChange, OutboxRow};
 use crate::transaction::{self, Failure, Scope, Subject};
 use crate::{
     observe, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher, RetryPolicy,

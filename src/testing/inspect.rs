@@ -5,7 +5,8 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
-use crate::backend::sealed::{InboxRow, InboxSql};
+use crate::backend::sealed::InboxSql;
+use crate::rows::InboxRow;
 use crate::state::InboxState;
 use crate::{Error, Inbox, InboxConnection, IntoEventId};
 

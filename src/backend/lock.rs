@@ -1,5 +1,5 @@
 //! Waiting, for a bounded time, for the lock that lets one process at a time apply the inbox
-//! migrations. Each backend takes the lock its own way (see its `apply_migrations`); where the
+//! migrations. Each backend takes the lock its own way (see its `with_migration_lock`); where the
 //! database cannot wait by itself (PostgreSQL's `pg_try_advisory_lock`), [`poll`] tries again
 //! until the bound.
 

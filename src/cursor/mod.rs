@@ -1,25 +1,25 @@
 //! Sequence cursors: exactly-once over an ordered stream with one row per stream, a gap
 //! ledger and fencing. The arithmetic is in [`crate::watermark`]; this module does the I/O.
 
-use std::fmt;
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
-use crate::backend::sealed::{ConsumerRows, InboxSql, Recorded};
+use crate::backend::sealed::InboxSql;
 use crate::backend::StreamKey;
 use crate::duration::now;
 use crate::inbox::{self, Delivered, Tally};
+use crate::names::{InvalidStreamName, StreamName};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
+use crate::rows::{ConsumerRows, Recorded};
 use crate::state::GapState;
 use crate::transaction::{self, Failure, Scope};
 use crate::watermark::{Change, Refusal, Stream, Verdict};
-use crate::{Delivery, Duplicate, Error, Gap, Gaps, HandlerError, Inbox, InboxConnection, Outcome};
+use crate::{Delivery, Duplicate, Error, Gap, HandlerError, Inbox, InboxConnection, Outcome};
 
-/// The longest stream name, in bytes.
-pub const MAX_STREAM_BYTES: usize = 255;
+mod gaps;
+
+pub use gaps::Gaps;
 
 /// How many gaps that may still fill a cursor keeps open by default; see
 /// [`Cursor::max_open_gaps`].
@@ -659,7 +659,7 @@ impl Cursor {
             }));
         }
         let open = sql.gaps(self.consumer(), Some(self.stream()), Some(GapState::Open))?;
-        let open = crate::gap::open_gaps(self.consumer(), open)
+        let open = gaps::open_gaps(self.consumer(), open)
             .map_err(|corrupt| Failure::Inbox(corrupt.into()))?;
         Ok(Stream::new(row.high, open))
     }
@@ -815,7 +815,7 @@ pub struct Position {
 }
 
 impl Position {
-    fn from_row(stream: String, row: crate::backend::sealed::CursorRow) -> Self {
+    fn from_row(stream: String, row: crate::rows::CursorRow) -> Self {
         Self {
             stream,
             watermark: row.watermark,
@@ -860,56 +860,6 @@ impl Position {
     /// When the cursor last changed.
     pub fn updated_at(&self) -> DateTime<Utc> {
         self.updated_at
-    }
-}
-
-/// Why a stream name was rejected by [`Inbox::cursor`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InvalidStreamName {
-    /// The name is empty.
-    #[error("the stream name is empty: name the stream or partition, e.g. \"orders-3\"")]
-    Empty,
-    /// The name is longer than [`MAX_STREAM_BYTES`] bytes.
-    #[error("the stream name is {len} bytes long, more than the {MAX_STREAM_BYTES} allowed: use a shorter name")]
-    TooLong {
-        /// The name's length in bytes.
-        len: usize,
-    },
-    /// The name has a control character.
-    #[error("the stream name has a control character at byte {index}: use printable text")]
-    ControlCharacter {
-        /// Its byte offset.
-        index: usize,
-    },
-}
-
-/// A validated stream name; cheap to clone.
-#[derive(Clone, PartialEq, Eq)]
-struct StreamName(Arc<str>);
-
-impl StreamName {
-    fn new(name: &str) -> Result<Self, InvalidStreamName> {
-        if name.is_empty() {
-            return Err(InvalidStreamName::Empty);
-        }
-        if name.len() > MAX_STREAM_BYTES {
-            return Err(InvalidStreamName::TooLong { len: name.len() });
-        }
-        if let Some((index, _)) = name.char_indices().find(|(_, c)| c.is_control()) {
-            return Err(InvalidStreamName::ControlCharacter { index });
-        }
-        Ok(Self(name.into()))
-    }
-
-    fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for StreamName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
     }
 }
 

@@ -1,7 +1,11 @@
-//! Consumer names: which handler an inbox row belongs to.
+//! Consumer and stream names: which handler an inbox row belongs to, and which ordered stream
+//! a cursor follows.
 
 use std::fmt;
 use std::sync::Arc;
+
+/// The longest stream name, in bytes.
+pub const MAX_STREAM_BYTES: usize = 255;
 
 /// The longest consumer name, in bytes.
 pub const MAX_CONSUMER_BYTES: usize = 128;
@@ -72,6 +76,56 @@ pub enum InvalidConsumerName {
         /// Its byte offset.
         index: usize,
     },
+}
+
+/// Why a stream name was rejected by [`Inbox::cursor`](crate::Inbox::cursor).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidStreamName {
+    /// The name is empty.
+    #[error("the stream name is empty: name the stream or partition, e.g. \"orders-3\"")]
+    Empty,
+    /// The name is longer than [`MAX_STREAM_BYTES`] bytes.
+    #[error("the stream name is {len} bytes long, more than the {MAX_STREAM_BYTES} allowed: use a shorter name")]
+    TooLong {
+        /// The name's length in bytes.
+        len: usize,
+    },
+    /// The name has a control character.
+    #[error("the stream name has a control character at byte {index}: use printable text")]
+    ControlCharacter {
+        /// Its byte offset.
+        index: usize,
+    },
+}
+
+/// A validated stream name; cheap to clone.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct StreamName(Arc<str>);
+
+impl StreamName {
+    pub(crate) fn new(name: &str) -> Result<Self, InvalidStreamName> {
+        if name.is_empty() {
+            return Err(InvalidStreamName::Empty);
+        }
+        if name.len() > MAX_STREAM_BYTES {
+            return Err(InvalidStreamName::TooLong { len: name.len() });
+        }
+        if let Some((index, _)) = name.char_indices().find(|(_, c)| c.is_control()) {
+            return Err(InvalidStreamName::ControlCharacter { index });
+        }
+        Ok(Self(name.into()))
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for StreamName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
 }
 
 #[cfg(test)]

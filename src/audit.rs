@@ -1,0 +1,48 @@
+//! Who made an audited transition, and why: dead letters, gaps, claims and outbox rows keep
+//! both.
+
+use crate::error::Error;
+
+/// Who makes a dead-letter transition, and why: both required, both kept in the history.
+///
+/// ```
+/// use diesel_inbox::Audit;
+///
+/// let audit = Audit::new("ops@example.com", "SKU added upstream")?;
+/// assert_eq!(audit.actor(), "ops@example.com");
+/// assert!(Audit::new("ops@example.com", " ").is_err());
+/// # Ok::<(), diesel_inbox::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Audit {
+    actor: String,
+    reason: String,
+}
+
+impl Audit {
+    /// `actor` (a person or a system) makes a transition for `reason`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MissingAudit`] when either is empty or blank.
+    pub fn new(actor: impl Into<String>, reason: impl Into<String>) -> Result<Self, Error> {
+        let (actor, reason) = (actor.into(), reason.into());
+        if actor.trim().is_empty() {
+            return Err(Error::MissingAudit("actor"));
+        }
+        if reason.trim().is_empty() {
+            return Err(Error::MissingAudit("reason"));
+        }
+        Ok(Self { actor, reason })
+    }
+
+    /// Who.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// Why.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}

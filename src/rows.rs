@@ -1,0 +1,262 @@
+//! The rows the statements read and write, as plain values: what the decisions above the
+//! backend judge and the statements below them bind. Imports nothing of the crate's but the
+//! leaf value types.
+
+use chrono::{DateTime, Utc};
+
+use crate::audit::Audit;
+use crate::delivery::Payload;
+use crate::state::{
+    ClaimState, Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState, OutboxState,
+    UnknownState,
+};
+
+/// The inbox row of an event seen before.
+#[derive(Debug)]
+pub struct Existing {
+    pub processed_at: DateTime<Utc>,
+    pub deliveries: i64,
+    pub state: InboxState,
+    pub payload_hash: Option<Vec<u8>>,
+    pub result: Option<String>,
+}
+
+/// The tables whose consumers [`InboxSql::consumers`] reads.
+#[derive(Debug, Clone, Copy)]
+pub enum ConsumerRows {
+    /// The inbox, failure and counter tables: what stats count.
+    Inbox,
+    /// The cursor and gap tables.
+    Streams,
+    /// The claim table.
+    Claims,
+}
+
+/// What recording a delivery found.
+#[derive(Debug)]
+pub enum Recorded {
+    /// The row was inserted: run the effect.
+    New,
+    /// The row existed and now counts this delivery too.
+    Seen(Existing),
+}
+
+/// A row of `diesel_inbox_events`, as tests and ops read it back.
+#[derive(Debug)]
+pub struct InboxRow {
+    pub consumer: String,
+    pub event_id: String,
+    pub state: InboxState,
+    pub processed_at: DateTime<Utc>,
+    pub last_seen_at: DateTime<Utc>,
+    pub deliveries: i64,
+}
+
+/// A row of `diesel_inbox_failures`.
+#[derive(Debug)]
+pub struct FailureRow {
+    pub event_id: String,
+    /// Read as text and parsed per row, so that one row this version cannot read does
+    /// not fail a listing.
+    pub state: Result<DeadLetterState, UnknownState>,
+    pub attempts: i64,
+    pub last_error: String,
+    pub first_failed_at: DateTime<Utc>,
+    pub last_failed_at: DateTime<Utc>,
+    pub payload: Option<Vec<u8>>,
+    pub payload_kind: Option<String>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A row of `diesel_inbox_failure_log`.
+#[derive(Debug)]
+pub struct HistoryRow {
+    pub kind: HistoryKind,
+    pub attempt: Option<i64>,
+    pub error: Option<String>,
+    pub actor: Option<String>,
+    pub reason: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// What the inbox table holds for one consumer in one state.
+#[derive(Debug)]
+pub struct InboxTotals {
+    /// Parsed from the text, so that a state this version cannot read is counted.
+    pub state: Result<InboxState, UnknownState>,
+    pub rows: i64,
+    /// `SUM(deliveries - 1)`: the deliveries after the settling one.
+    pub repeats: i64,
+    pub payload_conflicts: i64,
+}
+
+/// What the failure table holds for one consumer in one state.
+#[derive(Debug)]
+pub struct FailureTotals {
+    /// Parsed from the text, so that a state this version cannot read is counted.
+    pub state: Result<DeadLetterState, UnknownState>,
+    pub rows: i64,
+    pub attempts: i64,
+}
+
+/// A position in a consumer's settled rows, in `(processed_at, event_id)` order: where a
+/// prune batch stopped, and so where the next one starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PruneCursor {
+    pub processed_at: DateTime<Utc>,
+    pub event_id: String,
+}
+
+/// What a prune would delete now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneCounts {
+    pub events: i64,
+    pub failures: i64,
+    pub history: i64,
+    pub counters: i64,
+    pub claims: i64,
+}
+
+/// A row of `diesel_inbox_cursors`.
+#[derive(Debug)]
+pub struct CursorRow {
+    pub watermark: Option<i64>,
+    pub high: Option<i64>,
+    pub epoch: i64,
+    pub owner: Option<String>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A row as a statement read it, or, when one of its columns holds text this version does
+/// not know, the row's key and that text: one such row fails neither the statement nor
+/// its neighbours.
+pub(crate) type Listed<R> = Result<R, Unreadable>;
+
+/// A row whose column holds text this version does not know.
+#[derive(Debug)]
+pub struct Unreadable {
+    /// The row's key within its listing, as text: the event id of a claim, the id of a
+    /// gap or a history line, the position of an outbox row.
+    pub key: String,
+    /// The column and the text it holds.
+    pub unknown: UnknownState,
+}
+
+/// A row of `diesel_inbox_claims` (a listing's rows hold no payload, hash or kind).
+#[derive(Debug, Clone)]
+pub struct ClaimRow {
+    pub event_id: String,
+    pub state: ClaimState,
+    pub attempt: i64,
+    pub deliveries: i64,
+    pub lease_until: DateTime<Utc>,
+    pub claimed_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub payload_hash: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub payload_kind: Option<String>,
+    pub result: Option<String>,
+    pub last_error: Option<String>,
+    pub resolved_by: Option<String>,
+    pub resolution: Option<String>,
+}
+
+/// A claim as its first delivery inserts it: in progress, attempt 1, one delivery.
+#[derive(Debug)]
+pub struct NewClaim<'a> {
+    pub lease_until: DateTime<Utc>,
+    pub now: DateTime<Utc>,
+    pub payload_hash: Option<&'a [u8]>,
+    pub payload: Option<&'a Payload>,
+}
+
+/// A change of a claim's state, by its holder or by ops. Fields left `None` (or `false`)
+/// keep the row's value.
+#[derive(Debug)]
+pub struct ClaimChange<'a> {
+    pub state: ClaimState,
+    /// Bump the attempt and clear the reason: a new holder acquires the claim.
+    pub acquire: bool,
+    pub lease_until: Option<DateTime<Utc>>,
+    /// The side effect's result (JSON); `completed_at` is set with it.
+    pub result: Option<&'a str>,
+    /// Why (kept as `last_error`).
+    pub note: Option<&'a str>,
+    pub audit: Option<&'a Audit>,
+    pub now: DateTime<Utc>,
+}
+
+/// An outbox row as [`enqueue`](crate::Outbox::enqueue) inserts it: pending, due now.
+#[derive(Debug)]
+pub struct NewOutboxRow<'a> {
+    pub event_id: &'a str,
+    pub topic: &'a str,
+    pub aggregate_type: &'a str,
+    pub aggregate_id: &'a str,
+    pub event_type: &'a str,
+    /// The message headers as a JSON object.
+    pub headers: &'a str,
+    pub body: &'a [u8],
+    pub now: DateTime<Utc>,
+}
+
+/// A row of `diesel_inbox_outbox`.
+#[derive(Debug, Clone)]
+pub struct OutboxRow {
+    pub position: i64,
+    pub event_id: String,
+    pub topic: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    pub headers: String,
+    pub body: Vec<u8>,
+    pub state: OutboxState,
+    pub attempts: i64,
+    pub available_at: DateTime<Utc>,
+    pub lease_until: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub enqueued_at: DateTime<Utc>,
+    pub published_at: Option<DateTime<Utc>>,
+}
+
+/// A counter and its total; the counter parsed from the text, so that one this version
+/// does not know is counted as unreadable rather than failing the stats.
+pub(crate) type CounterTotal = (Result<Counter, UnknownState>, i64);
+
+/// An outbox state, its rows, and the oldest one's enqueue time; the state parsed from
+/// the text, so that one this version cannot read is counted rather than failing.
+pub(crate) type OutboxTotals = (
+    Result<OutboxState, UnknownState>,
+    i64,
+    Option<DateTime<Utc>>,
+);
+
+/// What a relay writes to rows it holds, once their publish is over. Each clears the lease.
+#[derive(Debug, Clone, Copy)]
+pub enum OutboxChange<'a> {
+    /// The broker accepted them.
+    Published,
+    /// The publish failed and may pass later: one more attempt counted, due again `at`.
+    Retry { error: &'a str, at: DateTime<Utc> },
+    /// The publish failed for good: one more attempt counted, failed with `error`.
+    Failed { error: &'a str },
+    /// Not attempted (an earlier row of the aggregate failed): as they were.
+    Released,
+}
+
+/// A row of `diesel_inbox_gaps`.
+#[derive(Debug, Clone)]
+pub struct GapRow {
+    pub id: i64,
+    pub stream: String,
+    pub first: i64,
+    pub last: i64,
+    pub cause: GapCause,
+    pub state: GapState,
+    pub detected_at: DateTime<Utc>,
+    pub closed_at: Option<DateTime<Utc>>,
+    pub resolved_by: Option<String>,
+    pub resolution: Option<String>,
+}
