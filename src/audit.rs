@@ -3,7 +3,8 @@
 
 use crate::error::Error;
 
-/// Who makes a dead-letter transition, and why: both required, both kept in the history.
+/// Who makes an audited transition (of a dead letter, a gap, a claim, an outbox row), and why:
+/// both required, both kept.
 ///
 /// ```
 /// use diesel_inbox::Audit;

@@ -4,8 +4,11 @@
 //! type: the statement that records a delivery, the check that the transaction is alive, how
 //! its errors classify, and how it binds keys and times (`mod codec`). Statements that read the
 //! same on every backend are written once in `portable.rs`; each backend's impl names every one
-//! it takes from there, with its codec and schema as explicit arguments. Adding a backend
-//! touches this folder only.
+//! it takes from there, with its codec and schema as explicit arguments. The statements on the
+//! inbox's own migration record are in `tracking.rs` (a supertrait of `InboxSql`), and the
+//! polled PostgreSQL migration lock in `lock.rs`. The rows the statements read and write are
+//! [`crate::rows`]; what their errors mean is [`crate::class`]. Adding a backend touches this
+//! folder only.
 
 use chrono::{DateTime, Utc};
 use diesel::backend::Backend;
@@ -13,6 +16,7 @@ use diesel::connection::AnsiTransactionManager;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::{Connection, QueryResult, RunQueryDsl};
 
+use crate::rows::{Existing, Listed, Recorded, Unreadable};
 use crate::state::UnknownState;
 
 #[macro_use]
@@ -604,11 +608,11 @@ pub(crate) mod sealed {
 }
 
 /// An existing row counted one more delivery; a fresh row starts at 1.
-pub(crate) fn recorded(existing: crate::rows::Existing) -> crate::rows::Recorded {
+pub(crate) fn recorded(existing: Existing) -> Recorded {
     if existing.deliveries <= 1 {
-        crate::rows::Recorded::New
+        Recorded::New
     } else {
-        crate::rows::Recorded::Seen(existing)
+        Recorded::Seen(existing)
     }
 }
 
@@ -675,20 +679,18 @@ pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 /// Puts the rows a batch statement returned (keyed by event id) back in the order asked.
 pub(crate) fn in_order(
     items: &[(&str, Option<&[u8]>)],
-    mut found: std::collections::HashMap<String, Result<crate::rows::Existing, UnknownState>>,
-) -> QueryResult<Vec<crate::rows::Listed<crate::rows::Recorded>>> {
+    mut found: std::collections::HashMap<String, Result<Existing, UnknownState>>,
+) -> QueryResult<Vec<Listed<Recorded>>> {
     items
         .iter()
         .map(|(event_id, _)| {
             let row = found
                 .remove(*event_id)
                 .ok_or(diesel::result::Error::NotFound)?;
-            Ok(row
-                .map(recorded)
-                .map_err(|unknown| crate::rows::Unreadable {
-                    key: (*event_id).to_owned(),
-                    unknown,
-                }))
+            Ok(row.map(recorded).map_err(|unknown| Unreadable {
+                key: (*event_id).to_owned(),
+                unknown,
+            }))
         })
         .collect()
 }
@@ -700,11 +702,11 @@ pub(crate) fn known<T>(value: Result<T, UnknownState>) -> QueryResult<T> {
 }
 
 /// One row read by a listing's mapping, for a statement of one row: see [`known`].
-pub(crate) fn readable<R>(row: crate::rows::Listed<R>) -> QueryResult<R> {
+pub(crate) fn readable<R>(row: Listed<R>) -> QueryResult<R> {
     known(row.map_err(|unreadable| unreadable.unknown))
 }
 
-impl crate::rows::Unreadable {
+impl Unreadable {
     /// The row as a [`CorruptRow`](crate::CorruptRow): its key is `scope`, then `column`
     /// holding the key this listing read.
     pub(crate) fn in_row(self, scope: &[(&str, &str)], column: &str) -> crate::CorruptRow {

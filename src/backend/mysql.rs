@@ -16,7 +16,7 @@ use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
 use super::sealed::{HasInboxSql, InboxSql};
 use super::Key;
 use crate::check::{Check, CheckStatus};
-use crate::class::{ErrorClass, FailedStatement};
+use crate::class::{classify_by_message, message_contains, ErrorClass, FailedStatement};
 use crate::error::MigrationError;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
@@ -213,7 +213,7 @@ fn prepared_or_text(conn: &mut MysqlConnection, sql: &'static str) -> QueryResul
     if !TEXT_BEGIN_AND_COMMIT.load(Ordering::Relaxed) {
         match Fixed(sql).execute(conn) {
             Err(error)
-                if crate::class::message_contains(
+                if message_contains(
                     &error,
                     &["not supported in the prepared statement protocol"],
                 ) =>
@@ -336,7 +336,7 @@ impl InboxSql for MysqlConnection {
         // its message from simple ones (COMMIT among them); 1205 (lock-wait timeout) and the
         // client's lost-connection errors (2006, 2013, and 1927 for a killed session) only as
         // their messages.
-        crate::class::classify_by_message(
+        classify_by_message(
             error,
             &["Deadlock found", "Lock wait timeout exceeded"],
             &["has gone away", "Lost connection", "Connection was killed"],

@@ -10,7 +10,7 @@ use diesel::sql_types::{BigInt, Bool, Integer, Text};
 
 use super::sealed::{HasInboxSql, InboxSql};
 use crate::check::{Check, CheckStatus};
-use crate::class::{ErrorClass, FailedStatement};
+use crate::class::{classify_by_message, message_contains, ErrorClass, FailedStatement};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
 
@@ -110,10 +110,10 @@ impl InboxSql for PgConnection {
         // and 55P03 only as their messages, and so does a session terminated by an
         // administrator while libpq still thinks the connection is fine; and so does 25P02,
         // a statement refused because an earlier one aborted the transaction.
-        if crate::class::message_contains(error, &["current transaction is aborted"]) {
+        if message_contains(error, &["current transaction is aborted"]) {
             return ErrorClass::Aborted;
         }
-        crate::class::classify_by_message(
+        classify_by_message(
             error,
             &["deadlock detected", "due to lock timeout"],
             &[

@@ -13,7 +13,7 @@ use diesel::sqlite::SqliteConnection;
 
 use super::sealed::{HasInboxSql, InboxSql};
 use crate::check::{Check, CheckStatus};
-use crate::class::{ErrorClass, FailedStatement};
+use crate::class::{classify_by_message, ErrorClass, FailedStatement};
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
 
@@ -81,7 +81,7 @@ impl InboxSql for SqliteConnection {
     fn classify(error: &diesel::result::Error) -> ErrorClass {
         // SQLITE_BUSY and SQLITE_LOCKED arrive as Unknown with these messages; an embedded
         // database has no connection to lose.
-        crate::class::classify_by_message(
+        classify_by_message(
             error,
             &["database is locked", "database table is locked"],
             &[],
