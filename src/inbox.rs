@@ -338,7 +338,8 @@ impl Inbox {
         error: E,
         scope: Scope,
     ) -> Result<Outcome<T>, E> {
-        let kind = decide::handler_failure(&error, C::Sql::classify);
+        let kind =
+            decide::handler_failure(&error, <C::Backend as crate::sql::TransactionSql>::classify);
         if scope == Scope::TopLevel && kind.is_recorded() {
             let message = error.to_string();
             if let Some(dead) = failure::record(conn, self.policy(), delivery, &message, kind) {

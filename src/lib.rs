@@ -159,6 +159,7 @@ mod delivery;
 mod dialect;
 pub mod doctor;
 mod duration;
+mod engine;
 mod envelope;
 mod error;
 mod failure;
@@ -178,6 +179,7 @@ mod retention;
 mod retry;
 mod rows;
 pub mod schema;
+mod sql;
 mod state;
 mod stats;
 #[cfg(feature = "testing")]

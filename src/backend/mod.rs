@@ -1,8 +1,9 @@
 //! The per-backend SQL, behind one small sealed trait, [`sealed::InboxSql`].
 //!
 //! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) implements it for its connection
-//! type: the statement that records a delivery, the check that the transaction is alive, how
-//! its errors classify, and how it binds keys and times (`mod codec`). Statements that read the
+//! type: the statement that records a delivery, and how it binds keys and times (`mod codec`).
+//! How a backend begins and commits a transaction, checks that it is alive, and classifies its
+//! errors is [`crate::sql::TransactionSql`]. Statements that read the
 //! same on every backend are written once in `portable.rs`; each backend's impl names every one
 //! it takes from there, with its codec and schema as explicit arguments. The statements on the
 //! inbox's own migration record are in `tracking.rs` (a supertrait of `InboxSql`), and the
@@ -11,12 +12,11 @@
 //! folder only.
 
 use chrono::{DateTime, Utc};
-use diesel::backend::Backend;
-use diesel::connection::AnsiTransactionManager;
-use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::{Connection, QueryResult, RunQueryDsl};
+use diesel::connection::{AnsiTransactionManager, LoadConnection};
+use diesel::{Connection, QueryResult};
 
 use crate::rows::{Existing, Listed, Recorded, Unreadable};
+use crate::sql::TransactionSql;
 use crate::state::UnknownState;
 
 #[macro_use]
@@ -41,9 +41,15 @@ pub use sqlite::SqliteSetup;
 /// `MysqlConnection` (with the matching cargo feature), and r2d2 `PooledConnection`s of them.
 ///
 /// The trait is sealed: its methods are the inbox's per-backend SQL, not an extension point.
-pub trait InboxConnection: Connection + sealed::HasInboxSql {}
+pub trait InboxConnection:
+    Connection<Backend: TransactionSql> + LoadConnection + sealed::HasInboxSql
+{
+}
 
-impl<C: Connection + sealed::HasInboxSql> InboxConnection for C {}
+impl<C> InboxConnection for C where
+    C: Connection<Backend: TransactionSql> + LoadConnection + sealed::HasInboxSql
+{
+}
 
 /// `(consumer, event_id)`: the inbox's key in every table.
 pub(crate) type Key<'a> = (&'a str, &'a str);
@@ -53,7 +59,6 @@ pub(crate) type StreamKey<'a> = (&'a str, &'a str);
 
 pub(crate) mod sealed {
     use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
-    use crate::class::{ErrorClass, FailedStatement};
     use crate::rows::{
         ClaimChange, ClaimRow, ConsumerRows, CounterTotal, CursorRow, FailureRow, FailureTotals,
         GapRow, HistoryRow, InboxRow, InboxTotals, Listed, NewClaim, NewOutboxRow, OutboxChange,
@@ -78,25 +83,6 @@ pub(crate) mod sealed {
     pub trait InboxSql:
         Connection<TransactionManager = AnsiTransactionManager> + super::tracking::TracksMigrations
     {
-        /// What a failed statement does to the transaction.
-        const FAILED_STATEMENT: FailedStatement;
-
-        /// Opens a top-level transaction. SQLite takes the write lock at once (`BEGIN
-        /// IMMEDIATE`), so writers queue instead of failing to upgrade. The engine counts the
-        /// level in Diesel's transaction manager.
-        fn begin_top_level(&mut self) -> QueryResult<()> {
-            self.batch_execute("BEGIN")
-        }
-
-        /// Commits the top-level transaction the inbox opened, and never one the database has
-        /// already aborted: PostgreSQL turns that COMMIT into a silent ROLLBACK, so there the
-        /// same round trip first runs a statement an aborted transaction refuses. Where a
-        /// failed statement ends the transaction instead, the check after user code covers it.
-        /// The engine counts the level in Diesel's transaction manager.
-        fn commit_top_level(&mut self) -> QueryResult<()> {
-            self.batch_execute("COMMIT")
-        }
-
         /// Inserts the inbox row, or counts one more delivery on the existing one. The
         /// database's unique key decides which, in one statement where the backend allows.
         fn record_delivery(
@@ -121,19 +107,6 @@ pub(crate) mod sealed {
         fn commit_without_waiting_for_disk(&mut self) -> QueryResult<()> {
             Ok(())
         }
-
-        /// `Ok(true)` while the transaction opened by the inbox can still commit what it did.
-        /// `Ok(false)` means the database already aborted or rolled it back; an error, that
-        /// the check itself failed (a lost connection, say).
-        fn transaction_is_alive(&mut self) -> QueryResult<bool>;
-
-        /// What kind of failure `error` is: contention a retry cures, a lost connection, or
-        /// anything else.
-        fn classify(error: &diesel::result::Error) -> ErrorClass;
-
-        /// Called before a contention retry. SQLite warns (once) when the connection has no
-        /// busy timeout, the usual cause of avoidable retries there.
-        fn before_contention_retry(&mut self) {}
 
         /// Runs `apply` (the inbox's migrations) holding the backend's migration lock, which
         /// lets one process at a time apply them and which it waits for at most
@@ -639,39 +612,6 @@ pub(crate) fn counter_stripe(event_id: &str) -> chrono::TimeDelta {
     });
     chrono::TimeDelta::microseconds(i64::from(hash % COUNTER_STRIPES))
 }
-
-/// A query of a fixed shape that Diesel keeps prepared, keyed by its SQL text. Diesel 2.3
-/// prepares every `UPDATE` and upsert anew, since their SQL can vary with the values given and
-/// its cache is keyed by type; that costs a round trip more on the servers (and a parse on
-/// SQLite) each time. Keyed by the text, a statement cannot be mistaken for another, so the
-/// inbox's hot statements are wrapped in this. Only for statements whose text takes a bounded
-/// number of shapes (each stays prepared for the connection's life), and only for statements
-/// run with `get_result` or `load`: `execute` passes the statement on by reference, and
-/// Diesel's impl for references asks the statement inside, which says no.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Cached<Q>(pub(crate) Q);
-
-impl<Q: QueryFragment<DB>, DB: Backend> QueryFragment<DB> for Cached<Q> {
-    fn walk_ast<'b>(&'b self, pass: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        self.0.walk_ast(pass)
-    }
-
-    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> QueryResult<bool> {
-        Ok(true)
-    }
-}
-
-/// Cached by the SQL text, never by the type.
-impl<Q> QueryId for Cached<Q> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl<Q: Query> Query for Cached<Q> {
-    type SqlType = Q::SqlType;
-}
-
-impl<Q, Conn> RunQueryDsl<Conn> for Cached<Q> {}
 
 /// Rows per multi-row statement: far below every backend's bind-parameter limit.
 pub(crate) const ROWS_PER_STATEMENT: usize = 1000;

@@ -1,12 +1,9 @@
 //! MySQL and MariaDB (InnoDB): `INSERT .. ON DUPLICATE KEY UPDATE`, never `INSERT IGNORE`,
 //! which would also hide truncation and conversion errors.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Once;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel::connection::SimpleConnection;
 use diesel::mysql::{Mysql, MysqlConnection};
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
@@ -16,7 +13,6 @@ use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
 use super::sealed::{HasInboxSql, InboxSql};
 use super::Key;
 use crate::check::{Check, CheckStatus};
-use crate::class::{classify_by_message, message_contains, ErrorClass, FailedStatement};
 use crate::error::MigrationError;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
@@ -80,30 +76,6 @@ impl HasInboxSql for MysqlConnection {
 /// insert and 2 for an update that changed the row (the update always changes `deliveries`),
 /// with or without the client's found-rows flag.
 const INSERTED: usize = 1;
-
-/// Set once a server refused to prepare `BEGIN` or `COMMIT` (Oracle MySQL prepares no
-/// `BEGIN`); from then on this process sends them as Diesel does, correct on either server,
-/// at two round trips more each.
-static TEXT_BEGIN_AND_COMMIT: AtomicBool = AtomicBool::new(false);
-
-/// A statement of fixed text without binds, which Diesel prepares once per connection and keeps
-/// (by its text: every `Fixed` has the same type). `sql_query` it prepares anew each time.
-#[derive(Debug, Clone, Copy)]
-struct Fixed(&'static str);
-
-impl QueryFragment<Mysql> for Fixed {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-        out.push_sql(self.0);
-        Ok(())
-    }
-}
-
-impl QueryId for Fixed {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl<Conn> RunQueryDsl<Conn> for Fixed {}
 
 /// Inserts an inbox row, or counts one more delivery on the existing one: the statement
 /// Diesel's upsert builder makes, written out, since Diesel prepares a built upsert anew each
@@ -205,40 +177,8 @@ impl QueryId for LockAggregate<'_> {
 
 impl<Conn> RunQueryDsl<Conn> for LockAggregate<'_> {}
 
-/// Runs `sql` as a prepared statement Diesel keeps, one round trip a run, or as text where
-/// the server refuses to prepare it (so that nothing ran). Diesel sends `batch_execute` (its
-/// own `BEGIN` and `COMMIT` included) as three round trips, switching multi-statement mode on
-/// and off around the text.
-fn prepared_or_text(conn: &mut MysqlConnection, sql: &'static str) -> QueryResult<()> {
-    if !TEXT_BEGIN_AND_COMMIT.load(Ordering::Relaxed) {
-        match Fixed(sql).execute(conn) {
-            Err(error)
-                if message_contains(
-                    &error,
-                    &["not supported in the prepared statement protocol"],
-                ) =>
-            {
-                TEXT_BEGIN_AND_COMMIT.store(true, Ordering::Relaxed);
-                tracing::warn!(%error, "this server does not prepare BEGIN or COMMIT; the inbox sends them as text, at two round trips more each");
-            }
-            result => return result.map(drop),
-        }
-    }
-    conn.batch_execute(sql)
-}
-
 impl InboxSql for MysqlConnection {
     const OUTBOX_FOLLOWERS: bool = false;
-    const FAILED_STATEMENT: FailedStatement = FailedStatement::DeadlockEndsTransaction;
-
-    fn begin_top_level(&mut self) -> QueryResult<()> {
-        prepared_or_text(self, "BEGIN")
-    }
-
-    fn commit_top_level(&mut self) -> QueryResult<()> {
-        prepared_or_text(self, "COMMIT")
-    }
-
     fn record_delivery(
         &mut self,
         key: Key<'_>,
@@ -310,37 +250,6 @@ impl InboxSql for MysqlConnection {
             );
         }
         super::in_order(items, found)
-    }
-
-    fn transaction_is_alive(&mut self) -> QueryResult<bool> {
-        // A deadlock rolls back the whole transaction; later statements then autocommit one by
-        // one and COMMIT succeeds on nothing. MariaDB's session variable tells. Oracle MySQL
-        // has none: there the check cannot tell, which is asked of each connection anew (one
-        // process may talk to both servers) and said in a warning once per process.
-        let in_transaction = diesel::select(diesel::dsl::sql::<BigInt>("@@in_transaction"));
-        match super::Cached(in_transaction).get_result::<i64>(self) {
-            Ok(in_transaction) => Ok(in_transaction == 1),
-            Err(diesel::result::Error::DatabaseError(_, info))
-                if info.message().contains("Unknown system variable") =>
-            {
-                static WARNED: Once = Once::new();
-                WARNED.call_once(|| tracing::warn!("this server has no @@in_transaction (MySQL, not MariaDB): the inbox cannot tell when a deadlock the handler swallowed ended its transaction"));
-                Ok(true)
-            }
-            Err(error) => Err(error),
-        }
-    }
-
-    fn classify(error: &diesel::result::Error) -> ErrorClass {
-        // 1213 (deadlock) arrives as SerializationFailure from prepared statements but only as
-        // its message from simple ones (COMMIT among them); 1205 (lock-wait timeout) and the
-        // client's lost-connection errors (2006, 2013, and 1927 for a killed session) only as
-        // their messages.
-        classify_by_message(
-            error,
-            &["Deadlock found", "Lock wait timeout exceeded"],
-            &["has gone away", "Lost connection", "Connection was killed"],
-        )
     }
 
     fn with_migration_lock(

@@ -490,7 +490,7 @@ macro_rules! statement {
                 .do_update()
                 .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(when)))
                 .returning($rows::existing_columns());
-            let row = $crate::backend::Cached(upsert).get_result::<$rows::ExistingColumns>(self)?;
+            let row = $crate::sql::Cached(upsert).get_result::<$rows::ExistingColumns>(self)?;
             let row = $crate::backend::known($rows::existing(row))?;
             Ok($crate::backend::recorded(row))
         }
@@ -988,7 +988,7 @@ macro_rules! statement {
                 .do_update()
                 .set(c::total.eq(c::total + by))
                 .returning(c::total);
-            $crate::backend::Cached(upsert).get_result::<i64>(self).map(drop)
+            $crate::sql::Cached(upsert).get_result::<i64>(self).map(drop)
         }
     };
     // `lock`: `for_update` where the backend has row locks; SQLite locks the whole database

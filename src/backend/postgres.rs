@@ -10,7 +10,6 @@ use diesel::sql_types::{BigInt, Bool, Integer, Text};
 
 use super::sealed::{HasInboxSql, InboxSql};
 use crate::check::{Check, CheckStatus};
-use crate::class::{classify_by_message, message_contains, ErrorClass, FailedStatement};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
 
@@ -81,48 +80,12 @@ impl HasInboxSql for PgConnection {
 }
 
 impl InboxSql for PgConnection {
-    const FAILED_STATEMENT: FailedStatement = FailedStatement::AbortsTransaction;
-
     statement!(record_delivery, schema, codec, rows, upsert_returning);
     statement!(record_deliveries, schema, codec, rows, upsert_returning);
 
     fn commit_without_waiting_for_disk(&mut self) -> QueryResult<()> {
         // One round trip saves the WAL flush at commit, which costs several.
         self.batch_execute("SET LOCAL synchronous_commit = off")
-    }
-
-    fn commit_top_level(&mut self) -> QueryResult<()> {
-        // In an aborted transaction PostgreSQL refuses every statement, while COMMIT
-        // "succeeds" as a silent ROLLBACK. In one simple-protocol message the server stops at
-        // the first error, so `SELECT 1` refuses an aborted transaction and its COMMIT never
-        // runs: the check costs no round trip of its own.
-        self.batch_execute("SELECT 1; COMMIT")
-    }
-
-    fn transaction_is_alive(&mut self) -> QueryResult<bool> {
-        // Not asked after user code (see `FailedStatement::AbortsTransaction`): the commit
-        // checks. An aborted transaction refuses this, and anything else.
-        self.batch_execute("SELECT 1").map(|()| true)
-    }
-
-    fn classify(error: &diesel::result::Error) -> ErrorClass {
-        // 40001 arrives as SerializationFailure, a dead session as ClosedConnection; 40P01
-        // and 55P03 only as their messages, and so does a session terminated by an
-        // administrator while libpq still thinks the connection is fine; and so does 25P02,
-        // a statement refused because an earlier one aborted the transaction.
-        if message_contains(error, &["current transaction is aborted"]) {
-            return ErrorClass::Aborted;
-        }
-        classify_by_message(
-            error,
-            &["deadlock detected", "due to lock timeout"],
-            &[
-                "terminating connection",
-                "server closed the connection",
-                "no connection to the server",
-                "connection to server",
-            ],
-        )
     }
 
     fn with_migration_lock(

@@ -1,7 +1,6 @@
 //! SQLite, the embedded default: immediate transactions, so writers queue at `BEGIN` on the busy
 //! timeout instead of failing when a read transaction tries to upgrade.
 
-use std::sync::Once;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -13,9 +12,10 @@ use diesel::sqlite::SqliteConnection;
 
 use super::sealed::{HasInboxSql, InboxSql};
 use crate::check::{Check, CheckStatus};
-use crate::class::{classify_by_message, ErrorClass, FailedStatement};
+use crate::class::ErrorClass;
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
+use crate::sql::TransactionSql;
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
 mod codec {
@@ -62,46 +62,8 @@ impl HasInboxSql for SqliteConnection {
 }
 
 impl InboxSql for SqliteConnection {
-    const FAILED_STATEMENT: FailedStatement = FailedStatement::MayEndTransaction;
-    fn begin_top_level(&mut self) -> QueryResult<()> {
-        self.batch_execute("BEGIN IMMEDIATE")
-    }
-
     statement!(record_delivery, schema, codec, rows, upsert_returning);
     statement!(record_deliveries, schema, codec, rows, upsert_returning);
-
-    fn transaction_is_alive(&mut self) -> QueryResult<bool> {
-        // Some errors (I/O, full disk, a trigger's RAISE(ROLLBACK)) make SQLite roll the whole
-        // transaction back, and SQL cannot read the autocommit flag. `BEGIN` can: inside a
-        // transaction it fails and changes nothing; outside, it opens one, which the inbox's
-        // rollback then ends. In process, so it costs no round trip.
-        Ok(self.batch_execute("BEGIN").is_err())
-    }
-
-    fn classify(error: &diesel::result::Error) -> ErrorClass {
-        // SQLITE_BUSY and SQLITE_LOCKED arrive as Unknown with these messages; an embedded
-        // database has no connection to lose.
-        classify_by_message(
-            error,
-            &["database is locked", "database table is locked"],
-            &[],
-        )
-    }
-
-    fn before_contention_retry(&mut self) {
-        // Without a busy timeout every concurrent writer fails at once and is retried here;
-        // say so once, rather than in every retry.
-        static WARNED: Once = Once::new();
-        let timeout = diesel::select(diesel::dsl::sql::<BigInt>(
-            "(SELECT timeout FROM pragma_busy_timeout())",
-        ))
-        .get_result::<i64>(self);
-        if timeout == Ok(0) {
-            WARNED.call_once(|| {
-                tracing::warn!("this SQLite connection has no busy timeout, so concurrent writers fail at once and the inbox retries them: apply diesel_inbox::SqliteSetup to each connection");
-            });
-        }
-    }
 
     fn with_migration_lock(
         &mut self,
@@ -127,7 +89,10 @@ impl InboxSql for SqliteConnection {
         let applied = applied.map_err(|error| {
             let locked = error
                 .downcast_ref::<diesel::result::Error>()
-                .is_some_and(|e| Self::classify(e) == ErrorClass::Contention);
+                .is_some_and(|e| {
+                    <diesel::sqlite::Sqlite as TransactionSql>::classify(e)
+                        == ErrorClass::Contention
+                });
             if locked && !began {
                 crate::Error::MigrationLocked {
                     waited: started.elapsed(),

@@ -369,7 +369,10 @@ impl Claims {
                 return Ok(ClaimOutcome::Ran(value));
             }
             Ok(Err(error)) => {
-                let kind = decide::handler_failure(&error, C::Sql::classify);
+                let kind = decide::handler_failure(
+                    &error,
+                    <C::Backend as crate::sql::TransactionSql>::classify,
+                );
                 (Err(error), Some(kind))
             }
             Err(panic) => (Ok(panic), None),

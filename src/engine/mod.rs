@@ -1,0 +1,228 @@
+//! The transaction engine: every inbox operation runs here, as "begin, run user code, commit
+//! or roll back, retry contention", written once as `async` code over a [`Db`] connection
+//! so that it serves either flavour. The sync front (`crate::transaction`) runs it with
+//! [`run_ready`].
+//!
+//! [`run`] opens a transaction (or a savepoint, by [`Scope`]), runs a body, and commits what it
+//! returns; anything else rolls back to where the connection was, panics included. Bodies call
+//! user code through [`call_user`], which catches panics and checks that the transaction
+//! survived; the commit refuses a transaction the database aborted. What each observation
+//! means, and whether to retry, is decided in [`crate::decide`]; this module only does the I/O.
+//!
+//! The engine drives the connection's transaction manager itself rather than through
+//! `Connection::transaction`, because it needs what that closure API hides: the depth before
+//! and after user code (to see a handler that committed or rolled back on its own), a rollback
+//! to an exact depth that survives a failed level, and a retry loop around all of it. The top
+//! level's `BEGIN` and `COMMIT` are the backend's own ([`TransactionSql`]: an immediate
+//! `BEGIN` on SQLite, a commit that checks on PostgreSQL, prepared statements on MySQL), and
+//! the engine counts the level in the transaction manager as Diesel would; so Diesel's
+//! instrumentation sees them as queries, not as transaction events.
+
+mod ready;
+mod unwind;
+
+use std::future::Future;
+use std::panic;
+
+use diesel::connection::TransactionDepthChange;
+use diesel::QueryResult;
+use tracing::{debug, warn};
+
+pub(crate) use self::ready::run_ready;
+use self::unwind::catch_unwind;
+use crate::decide::{self, Failure, Next, Observed, Scope};
+use crate::sql::{Db, TransactionSql};
+use crate::{Error, HandlerError, RetryPolicy};
+
+/// What a transaction is about, for its log lines: the consumer, and the event where there
+/// is one (a batch has many).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Subject<'a> {
+    pub(crate) consumer: &'a str,
+    pub(crate) event_id: Option<&'a str>,
+}
+
+/// A transaction body: what runs between `BEGIN` and `COMMIT`, once per attempt.
+pub(crate) trait Body<C, R, E> {
+    /// Runs the body on the open transaction.
+    fn call(&mut self, conn: &mut C) -> impl Future<Output = Result<R, Failure<E>>>;
+}
+
+/// A sync body, run when its future is first polled, so that its panics are caught there.
+impl<C, R, E, B: FnMut(&mut C) -> Result<R, Failure<E>>> Body<C, R, E> for B {
+    async fn call(&mut self, conn: &mut C) -> Result<R, Failure<E>> {
+        self(conn)
+    }
+}
+
+/// The scope a new inbox transaction on `conn` takes: a savepoint inside the caller's open
+/// transaction, or a transaction of its own.
+pub(crate) fn scope_of<F, C: Db<F>>(conn: &mut C) -> QueryResult<Scope> {
+    conn.depth().map(Scope::at_depth)
+}
+
+/// Runs `body` in a transaction (or savepoint) and commits what it returns. Anything else
+/// rolls back; contention at the top level is retried under `policy`, `body` included.
+pub(crate) async fn run<F, C, R, E>(
+    conn: &mut C,
+    scope: Scope,
+    policy: &RetryPolicy,
+    subject: Subject<'_>,
+    mut body: impl Body<C, R, E>,
+) -> Result<R, Failure<E>>
+where
+    C: Db<F, Backend: TransactionSql>,
+    E: HandlerError,
+{
+    let mut rng = fastrand::Rng::new();
+    let mut attempt = 1;
+    loop {
+        let failure = match run_once(conn, scope, &mut body).await {
+            Ok(value) => return Ok(value),
+            Err(failure) => failure,
+        };
+        let Subject { consumer, event_id } = subject;
+        let classify = <C::Backend as TransactionSql>::classify;
+        match decide::after_failure(failure, scope, attempt, policy, classify, &mut rng) {
+            Next::Return(Failure::Inbox(error @ Error::RetriesExhausted { .. })) => {
+                warn!(consumer, event_id, %error, "contention outlasted the retries");
+                return Err(Failure::Inbox(error));
+            }
+            Next::Return(Failure::Inbox(
+                error @ (Error::ConnectionLost { .. } | Error::CommitUnknown { .. }),
+            )) => {
+                warn!(consumer, event_id, %error, "the database connection was lost");
+                return Err(Failure::Inbox(error));
+            }
+            Next::Return(failure) => return Err(failure),
+            Next::Retry { delay, reason } => {
+                debug!(
+                    consumer,
+                    event_id,
+                    attempt,
+                    ?delay,
+                    error = reason,
+                    "contention; retrying the inbox transaction"
+                );
+                crate::observe::contention_retry(consumer);
+                C::Backend::before_contention_retry(conn).await;
+                C::sleep(delay).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// One attempt: begin, body, commit; or roll back to where the connection was.
+async fn run_once<F, C, R, E>(
+    conn: &mut C,
+    scope: Scope,
+    body: &mut impl Body<C, R, E>,
+) -> Result<R, Failure<E>>
+where
+    C: Db<F, Backend: TransactionSql>,
+{
+    let before = conn.depth()?;
+    match scope {
+        Scope::TopLevel => {
+            C::Backend::begin_top(conn).await?;
+            conn.count_level(TransactionDepthChange::IncreaseDepth)?;
+        }
+        // Inside the caller's transaction: a savepoint, counted like any other level.
+        Scope::Savepoint => conn.begin_level().await?,
+    }
+    // A panic the body did not catch itself (a `Serialize` impl, say) must not leave the
+    // connection inside the transaction either.
+    match catch_unwind(body.call(conn)).await {
+        Ok(Ok(value)) => commit(conn, scope).await.map(|()| value),
+        Ok(Err(failure)) => {
+            rollback_to(conn, before).await;
+            Err(failure)
+        }
+        Err(panic) => {
+            rollback_to(conn, before).await;
+            panic::resume_unwind(panic)
+        }
+    }
+}
+
+/// Runs user code inside the open transaction, catching a panic so that the transaction can
+/// roll back before it goes on, and checks what the code left of the transaction (see
+/// [`decide::after_user_code`]).
+pub(crate) async fn call_user<F, C, T, E>(
+    conn: &mut C,
+    user: impl FnOnce(&mut C) -> Result<T, E>,
+) -> Result<T, Failure<E>>
+where
+    C: Db<F, Backend: TransactionSql>,
+{
+    let before = conn.depth()?;
+    let in_transaction = &mut *conn;
+    let result = match catch_unwind(async move { user(in_transaction) }).await {
+        Ok(result) => result,
+        Err(panic) => return Err(Failure::Panicked(panic)),
+    };
+    let failed_statement = C::Backend::FAILED_STATEMENT;
+    // A handler that ran COMMIT or ROLLBACK itself: Diesel noticed (PostgreSQL reports the
+    // transaction status with every reply), and nothing more may run here.
+    let observed = match conn.depth() {
+        Ok(after) if after != before => Observed::DepthChanged,
+        Err(error) => Observed::CheckFailed(error),
+        Ok(_) if !decide::must_check_after_user_code(result.is_ok(), failed_statement) => {
+            Observed::NotChecked
+        }
+        Ok(_) => match C::Backend::transaction_is_alive(conn).await {
+            Ok(true) => Observed::Alive,
+            Ok(false) => Observed::Ended,
+            Err(error) => Observed::CheckFailed(error),
+        },
+    };
+    decide::after_user_code(result, observed, failed_statement, C::Backend::classify)
+}
+
+/// Commits the inbox's transaction or savepoint. If the commit fails and leaves it open (a
+/// savepoint release can), it is rolled back, so the caller's depth is restored either way.
+async fn commit<F, C, E>(conn: &mut C, scope: Scope) -> Result<(), Failure<E>>
+where
+    C: Db<F, Backend: TransactionSql>,
+{
+    let depth = conn.depth()?;
+    let committed = match scope {
+        Scope::TopLevel => match C::Backend::commit_top(conn).await {
+            Ok(()) => conn.count_level(TransactionDepthChange::DecreaseDepth),
+            Err(error) => Err(error),
+        },
+        // PostgreSQL refuses to release a savepoint in an aborted transaction: the release is
+        // its own check.
+        Scope::Savepoint => conn.commit_level().await,
+    };
+    let Err(error) = committed else {
+        return Ok(());
+    };
+    rollback_to(conn, depth.saturating_sub(1)).await;
+    Err(match scope {
+        Scope::TopLevel => decide::after_commit_error(error, C::Backend::classify),
+        Scope::Savepoint => Failure::Database(error),
+    })
+}
+
+/// Rolls back every transaction level above `depth_to_keep`, so a failure anywhere inside
+/// leaves the connection as the inbox found it. A level that fails to roll back (a savepoint
+/// the server already dropped with the whole transaction) is logged and the next level is
+/// tried: Diesel counts it as gone, and the outer `ROLLBACK` ends whatever is left. When the
+/// connection is lost, Diesel marks its transaction manager broken and the loop stops; a pool
+/// then discards the connection. Rollback errors are not returned: the reason the attempt
+/// failed matters more to the caller.
+pub(crate) async fn rollback_to<F, C: Db<F>>(conn: &mut C, depth_to_keep: u32) {
+    while let Ok(before) = conn.depth() {
+        if before <= depth_to_keep {
+            return;
+        }
+        if let Err(error) = conn.rollback_level().await {
+            warn!(%error, "rolling back the inbox transaction failed");
+        }
+        if conn.depth().map_or(true, |after| after >= before) {
+            return;
+        }
+    }
+}

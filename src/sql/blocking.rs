@@ -1,0 +1,91 @@
+//! [`Db`] for sync Diesel connections: every future is complete when it is made.
+
+use std::future::{ready, Future};
+use std::time::Duration;
+
+use diesel::connection::{
+    LoadConnection, TransactionDepthChange, TransactionManager, TransactionManagerStatus,
+};
+use diesel::deserialize::FromSqlRow;
+use diesel::expression::QueryMetadata;
+use diesel::query_builder::{Query, QueryFragment, QueryId};
+use diesel::query_dsl::CompatibleType;
+use diesel::{Connection, QueryResult, RunQueryDsl};
+
+use super::db::{Db, Stmt};
+
+/// The sync flavour: a Diesel [`Connection`] driven by the calling thread.
+#[derive(Debug)]
+pub(crate) enum Blocking {}
+
+/// The connection's own transaction manager: Diesel's `AnsiTransactionManager`, or an r2d2
+/// pooled connection's, which hands every call to the one of the connection inside.
+type Manager<C> = <C as Connection>::TransactionManager;
+
+impl<C: Connection<Backend: 'static> + LoadConnection> Db<Blocking> for C {
+    type Backend = C::Backend;
+
+    fn execute<Q>(&mut self, query: Q) -> impl Future<Output = QueryResult<usize>> + Send
+    where
+        Q: QueryFragment<C::Backend> + QueryId + Send,
+    {
+        ready(Stmt(query).execute(self))
+    }
+
+    fn load<Q, ST, U>(&mut self, query: Q) -> impl Future<Output = QueryResult<Vec<U>>> + Send
+    where
+        Q: Query + QueryFragment<C::Backend> + QueryId + Send,
+        Q::SqlType: CompatibleType<U, C::Backend, SqlType = ST>,
+        U: FromSqlRow<ST, C::Backend> + Send + 'static,
+        ST: 'static,
+        C::Backend: QueryMetadata<Q::SqlType>,
+    {
+        ready(Stmt(query).load(self))
+    }
+
+    fn batch_execute(&mut self, sql: &str) -> impl Future<Output = QueryResult<()>> + Send {
+        ready(diesel::connection::SimpleConnection::batch_execute(
+            self, sql,
+        ))
+    }
+
+    fn depth(&mut self) -> QueryResult<u32> {
+        let status = Manager::<C>::transaction_manager_status_mut(self);
+        Ok(status
+            .transaction_depth()?
+            .map_or(0, std::num::NonZeroU32::get))
+    }
+
+    fn count_level(&mut self, change: TransactionDepthChange) -> QueryResult<()> {
+        match Manager::<C>::transaction_manager_status_mut(self) {
+            TransactionManagerStatus::Valid(status) => match (change, status.transaction_depth()) {
+                (TransactionDepthChange::DecreaseDepth, None) => Ok(()),
+                _ => status.change_transaction_depth(change),
+            },
+            TransactionManagerStatus::InError => {
+                Err(diesel::result::Error::BrokenTransactionManager)
+            }
+        }
+    }
+
+    fn begin_level(&mut self) -> impl Future<Output = QueryResult<()>> + Send {
+        ready(Manager::<C>::begin_transaction(self))
+    }
+
+    fn commit_level(&mut self) -> impl Future<Output = QueryResult<()>> + Send {
+        ready(Manager::<C>::commit_transaction(self))
+    }
+
+    fn rollback_level(&mut self) -> impl Future<Output = QueryResult<()>> + Send {
+        ready(Manager::<C>::rollback_transaction(self))
+    }
+
+    fn poison(&mut self) {
+        Manager::<C>::transaction_manager_status_mut(self).set_in_error();
+    }
+
+    fn sleep(delay: Duration) -> impl Future<Output = ()> + Send {
+        std::thread::sleep(delay);
+        ready(())
+    }
+}

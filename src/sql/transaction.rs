@@ -1,0 +1,263 @@
+//! The statements that frame an inbox transaction, per backend: how a top-level transaction
+//! begins and commits, how the engine tells it is still alive after user code, and what an
+//! error means. Written for the backend, so that every connection of a database, sync or
+//! async, takes the same ones.
+//!
+//! The engine counts the levels these statements open and close in the connection's
+//! transaction manager, as Diesel's own `BEGIN` and `COMMIT` would be counted.
+
+use std::future::{ready, Future};
+
+use diesel::backend::Backend;
+use diesel::QueryResult;
+
+use super::db::Db;
+use crate::class::{ErrorClass, FailedStatement};
+
+/// How one database frames the inbox's transactions. Sealed: implemented for Diesel's
+/// `Pg`, `Mysql` and `Sqlite` backends, with the matching cargo features.
+pub trait TransactionSql: Backend + Sized + 'static {
+    /// What a failed statement does to the transaction.
+    const FAILED_STATEMENT: FailedStatement;
+
+    /// What kind of failure `error` is: contention a retry cures, a lost connection, or
+    /// anything else.
+    fn classify(error: &diesel::result::Error) -> ErrorClass;
+
+    /// Opens a top-level transaction.
+    fn begin_top<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        conn.batch_execute("BEGIN")
+    }
+
+    /// Commits the top-level transaction the inbox opened, and never one the database has
+    /// already aborted: PostgreSQL turns that COMMIT into a silent ROLLBACK, so there the
+    /// same round trip first runs a statement an aborted transaction refuses. Where a failed
+    /// statement ends the transaction instead, the check after user code covers it.
+    fn commit_top<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        conn.batch_execute("COMMIT")
+    }
+
+    /// `Ok(true)` while the transaction opened by the inbox can still commit what it did.
+    /// `Ok(false)` means the database already aborted or rolled it back; an error, that the
+    /// check itself failed (a lost connection, say).
+    fn transaction_is_alive<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<bool>> + Send;
+
+    /// Called before a contention retry.
+    fn before_contention_retry<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = ()> + Send {
+        let _ = conn;
+        ready(())
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl TransactionSql for diesel::pg::Pg {
+    const FAILED_STATEMENT: FailedStatement = FailedStatement::AbortsTransaction;
+
+    fn classify(error: &diesel::result::Error) -> ErrorClass {
+        use crate::class::{classify_by_message, message_contains};
+        // 40001 arrives as SerializationFailure, a dead session as ClosedConnection; 40P01
+        // and 55P03 only as their messages, and so does a session terminated by an
+        // administrator while libpq still thinks the connection is fine; and so does 25P02,
+        // a statement refused because an earlier one aborted the transaction.
+        if message_contains(error, &["current transaction is aborted"]) {
+            return ErrorClass::Aborted;
+        }
+        classify_by_message(
+            error,
+            &["deadlock detected", "due to lock timeout"],
+            &[
+                "terminating connection",
+                "server closed the connection",
+                "no connection to the server",
+                "connection to server",
+            ],
+        )
+    }
+
+    fn commit_top<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        // In an aborted transaction PostgreSQL refuses every statement, while COMMIT
+        // "succeeds" as a silent ROLLBACK. In one simple-protocol message the server stops at
+        // the first error, so `SELECT 1` refuses an aborted transaction and its COMMIT never
+        // runs: the check costs no round trip of its own.
+        conn.batch_execute("SELECT 1; COMMIT")
+    }
+
+    async fn transaction_is_alive<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
+        // Not asked after user code (see `FailedStatement::AbortsTransaction`): the commit
+        // checks. An aborted transaction refuses this, and anything else.
+        conn.batch_execute("SELECT 1").await.map(|()| true)
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl TransactionSql for diesel::mysql::Mysql {
+    const FAILED_STATEMENT: FailedStatement = FailedStatement::DeadlockEndsTransaction;
+
+    fn classify(error: &diesel::result::Error) -> ErrorClass {
+        // 1213 (deadlock) arrives as SerializationFailure from prepared statements but only as
+        // its message from simple ones (COMMIT among them); 1205 (lock-wait timeout) and the
+        // client's lost-connection errors (2006, 2013, and 1927 for a killed session) only as
+        // their messages.
+        crate::class::classify_by_message(
+            error,
+            &["Deadlock found", "Lock wait timeout exceeded"],
+            &["has gone away", "Lost connection", "Connection was killed"],
+        )
+    }
+
+    fn begin_top<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        mysql::prepared_or_text(conn, "BEGIN")
+    }
+
+    fn commit_top<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        mysql::prepared_or_text(conn, "COMMIT")
+    }
+
+    async fn transaction_is_alive<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
+        use super::db::Run;
+        // A deadlock rolls back the whole transaction; later statements then autocommit one by
+        // one and COMMIT succeeds on nothing. MariaDB's session variable tells. Oracle MySQL
+        // has none: there the check cannot tell, which is asked of each connection anew (one
+        // process may talk to both servers) and said in a warning once per process.
+        let in_transaction = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+            "@@in_transaction",
+        ));
+        match super::db::Cached(in_transaction)
+            .get_result_on::<i64>(conn)
+            .await
+        {
+            Ok(in_transaction) => Ok(in_transaction == 1),
+            Err(diesel::result::Error::DatabaseError(_, info))
+                if info.message().contains("Unknown system variable") =>
+            {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| tracing::warn!("this server has no @@in_transaction (MySQL, not MariaDB): the inbox cannot tell when a deadlock the handler swallowed ended its transaction"));
+                Ok(true)
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl TransactionSql for diesel::sqlite::Sqlite {
+    const FAILED_STATEMENT: FailedStatement = FailedStatement::MayEndTransaction;
+
+    fn classify(error: &diesel::result::Error) -> ErrorClass {
+        // SQLITE_BUSY and SQLITE_LOCKED arrive as Unknown with these messages; an embedded
+        // database has no connection to lose.
+        crate::class::classify_by_message(
+            error,
+            &["database is locked", "database table is locked"],
+            &[],
+        )
+    }
+
+    fn begin_top<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        // The write lock at once, so that writers queue on the busy timeout instead of
+        // failing to upgrade a read transaction.
+        conn.batch_execute("BEGIN IMMEDIATE")
+    }
+
+    async fn transaction_is_alive<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
+        // Some errors (I/O, full disk, a trigger's RAISE(ROLLBACK)) make SQLite roll the whole
+        // transaction back, and SQL cannot read the autocommit flag. `BEGIN` can: inside a
+        // transaction it fails and changes nothing; outside, it opens one, which the inbox's
+        // rollback then ends. In process, so it costs no round trip.
+        Ok(conn.batch_execute("BEGIN").await.is_err())
+    }
+
+    async fn before_contention_retry<F, C: Db<F, Backend = Self>>(conn: &mut C) {
+        use super::db::Run;
+        // Without a busy timeout every concurrent writer fails at once and is retried here;
+        // say so once, rather than in every retry.
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        let timeout = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+            "(SELECT timeout FROM pragma_busy_timeout())",
+        ))
+        .get_result_on::<i64>(conn)
+        .await;
+        if timeout == Ok(0) {
+            WARNED.call_once(|| {
+                tracing::warn!("this SQLite connection has no busy timeout, so concurrent writers fail at once and the inbox retries them: apply diesel_inbox::SqliteSetup to each connection");
+            });
+        }
+    }
+}
+
+/// MySQL's `BEGIN` and `COMMIT` as prepared statements.
+#[cfg(feature = "mysql")]
+mod mysql {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use diesel::mysql::Mysql;
+    use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+    use diesel::QueryResult;
+
+    use super::super::db::{Db, Run};
+    use crate::class::message_contains;
+
+    /// Set once a server refused to prepare `BEGIN` or `COMMIT` (Oracle MySQL prepares no
+    /// `BEGIN`); from then on this process sends them as Diesel does, correct on either
+    /// server, at two round trips more each.
+    static TEXT_BEGIN_AND_COMMIT: AtomicBool = AtomicBool::new(false);
+
+    /// A statement of fixed text without binds, which Diesel prepares once per connection and
+    /// keeps (by its text: every `Fixed` has the same type). `sql_query` it prepares anew each
+    /// time.
+    #[derive(Debug, Clone, Copy)]
+    struct Fixed(&'static str);
+
+    impl QueryFragment<Mysql> for Fixed {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+            out.push_sql(self.0);
+            Ok(())
+        }
+    }
+
+    impl QueryId for Fixed {
+        type QueryId = ();
+        const HAS_STATIC_QUERY_ID: bool = false;
+    }
+
+    /// Runs `sql` as a prepared statement Diesel keeps, one round trip a run, or as text
+    /// where the server refuses to prepare it (so that nothing ran). Diesel sends
+    /// `batch_execute` (its own `BEGIN` and `COMMIT` included) as three round trips,
+    /// switching multi-statement mode on and off around the text.
+    pub(super) async fn prepared_or_text<F, C: Db<F, Backend = Mysql>>(
+        conn: &mut C,
+        sql: &'static str,
+    ) -> QueryResult<()> {
+        if !TEXT_BEGIN_AND_COMMIT.load(Ordering::Relaxed) {
+            match Fixed(sql).execute_on(conn).await {
+                Err(error)
+                    if message_contains(
+                        &error,
+                        &["not supported in the prepared statement protocol"],
+                    ) =>
+                {
+                    TEXT_BEGIN_AND_COMMIT.store(true, Ordering::Relaxed);
+                    tracing::warn!(%error, "this server does not prepare BEGIN or COMMIT; the inbox sends them as text, at two round trips more each");
+                }
+                result => return result.map(drop),
+            }
+        }
+        conn.batch_execute(sql).await
+    }
+}
