@@ -5,10 +5,11 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::Utc;
 
-use crate::backend::sealed::InboxSql;
+use crate::engine::run_ready;
 use crate::inbox::{self, Delivered, Tally};
 use crate::observe::{self, DeliveryOutcome};
 use crate::rows::{Listed, Recorded};
+use crate::sql::InboxSql;
 use crate::state::InboxState;
 use crate::transaction::{self, Failure, Scope};
 use crate::{
@@ -80,7 +81,7 @@ fn recorded_or_corrupt<C: InboxConnection, E>(
         return Ok(first.map_err(|bad| bad.in_row(&[("consumer", key.0)], "event_id")));
     }
     let hash = fingerprint.map(|f| &f[..]);
-    match conn.sql().record_delivery(key, Utc::now(), hash) {
+    match run_ready(C::Backend::record_delivery(conn, key, Utc::now(), hash)) {
         Ok(this) => Ok(Ok(this)),
         Err(error) => match Failure::reading_events(error, key) {
             Failure::Inbox(Error::CorruptRow(corrupt)) => Ok(Err(corrupt)),
@@ -363,9 +364,12 @@ impl Inbox {
             })
             .collect();
         items.sort_unstable_by_key(|&(id, _)| id);
-        let recorded = conn
-            .sql()
-            .record_deliveries(self.consumer(), &items, Utc::now())?;
+        let recorded = run_ready(C::Backend::record_deliveries(
+            conn,
+            self.consumer(),
+            &items,
+            Utc::now(),
+        ))?;
         let mut recorded: HashMap<&str, Listed<Recorded>> =
             items.iter().map(|&(id, _)| id).zip(recorded).collect();
 
@@ -392,7 +396,7 @@ impl Inbox {
             *panicked_at = Some(i);
             let slot = match this {
                 Recorded::Seen(existing) => {
-                    let delivered = inbox::seen(conn, key, fingerprint, existing)?;
+                    let delivered = run_ready(inbox::seen(conn, key, fingerprint, existing))?;
                     tally.add(&Tally::of(&delivered));
                     match delivered {
                         Delivered::Outcome(outcome) => Slot::Done(outcome),
@@ -440,7 +444,7 @@ impl Inbox {
         if scope == Scope::TopLevel {
             // Any of the batch's events picks the counters' stripe.
             let stripe_by = items.first().map_or("", |&(id, _)| id);
-            tally.count(conn, (self.consumer(), stripe_by))?;
+            run_ready(tally.count(conn, (self.consumer(), stripe_by)))?;
         }
         Ok(slots)
     }
@@ -454,8 +458,11 @@ impl Inbox {
         delivery: &Delivery,
     ) -> Result<(), Failure<E>> {
         transaction::rollback_to(conn, depth);
-        conn.sql()
-            .delete_inbox_row(self.key(delivery), InboxState::Processed)?;
+        run_ready(C::Backend::delete_inbox_row(
+            conn,
+            self.key(delivery),
+            InboxState::Processed,
+        ))?;
         Ok(())
     }
 }

@@ -4,9 +4,11 @@
 use chrono::{DateTime, Utc};
 
 use crate::audit::Audit;
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::backend::Key;
+use crate::engine::run_ready;
 use crate::rows::{FailureRow, HistoryRow, Recorded};
+use crate::sql::InboxSql;
 use crate::state::{CorruptRow, Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Failure};
 use crate::{Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
@@ -197,11 +199,14 @@ impl DeadLetters {
             let payload = stored_payload(&row);
             // The dead-letter row in the inbox table held the event back; remove it so the
             // event runs as new, under the same key lock as any concurrent delivery.
-            tx.sql().delete_inbox_row(key, InboxState::DeadLettered)?;
+            run_ready(C::Backend::delete_inbox_row(
+                tx,
+                key,
+                InboxState::DeadLettered,
+            ))?;
             let fingerprint = payload.as_ref().map(Payload::fingerprint);
-            let recorded =
-                tx.sql()
-                    .record_delivery(key, Utc::now(), fingerprint.as_ref().map(|f| &f[..]))?;
+            let hash = fingerprint.as_ref().map(|f| &f[..]);
+            let recorded = run_ready(C::Backend::record_delivery(tx, key, Utc::now(), hash))?;
             if !matches!(recorded, Recorded::New) {
                 // Processed by other means although its failure row says dead-lettered.
                 return Err(Failure::Inbox(Error::InvalidTransition {
@@ -210,12 +215,12 @@ impl DeadLetters {
                     attempted: DeadLetterState::Redriven,
                 }));
             }
-            let value = crate::inbox::run_effect(
+            let value = run_ready(crate::inbox::run_effect(
                 tx,
                 key,
                 &mut |c: &mut C| effect(c, payload.as_ref()),
                 &|_| Ok(None),
-            )?;
+            ))?;
             finish_transition(tx, key, Transition::Redrive, audit)?;
             Ok(value)
         });
@@ -245,13 +250,13 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
     ) -> Result<(), Error> {
-        self.transition(conn, event_id, audit, Transition::Discard, |sql, key| {
-            let marked =
-                sql.set_inbox_state(key, InboxState::DeadLettered, InboxState::Discarded)?;
+        self.transition(conn, event_id, audit, Transition::Discard, |tx, key| {
+            let (from, to) = (InboxState::DeadLettered, InboxState::Discarded);
+            let marked = run_ready(C::Backend::set_inbox_state(tx, key, from, to))?;
             // The row that holds deliveries back may have been deleted (by hand): put it
             // back, or "never run again" would not hold.
             if !marked {
-                sql.insert_held_row(key, Utc::now(), InboxState::Discarded)?;
+                run_ready(C::Backend::insert_held_row(tx, key, Utc::now(), to))?;
             }
             Ok(())
         })
@@ -300,11 +305,15 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
     ) -> Result<(), Error> {
-        self.transition(conn, event_id, audit, Transition::Release, |sql, key| {
+        self.transition(conn, event_id, audit, Transition::Release, |tx, key| {
             // The row that held deliveries back goes (it may be gone already, by hand); the
             // next delivery inserts its own and runs the effect.
-            sql.delete_inbox_row(key, InboxState::DeadLettered)?;
-            sql.reset_attempts(key, Utc::now())
+            run_ready(C::Backend::delete_inbox_row(
+                tx,
+                key,
+                InboxState::DeadLettered,
+            ))?;
+            tx.sql().reset_attempts(key, Utc::now())
         })
     }
 
@@ -316,7 +325,7 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
         transition: Transition,
-        mut apply: impl FnMut(&mut C::Sql, Key<'_>) -> diesel::QueryResult<()>,
+        mut apply: impl FnMut(&mut C, Key<'_>) -> diesel::QueryResult<()>,
     ) -> Result<(), Error> {
         let event_id = event_id.into_event_id()?;
         let consumer = self.inbox.consumer();
@@ -325,7 +334,7 @@ impl DeadLetters {
         let subject = self.inbox.subject(Some(key.1));
         transaction::run::<_, _, Error>(conn, scope, self.inbox.retry_policy(), subject, |tx| {
             transition_from_dead_lettered(tx, key, transition)?;
-            apply(tx.sql(), key)?;
+            apply(tx, key)?;
             finish_transition(tx, key, transition, audit)
         })
         .map_err(Failure::into_error)?;
@@ -419,7 +428,13 @@ fn finish_transition<C: InboxConnection, E>(
             at: now,
         },
     )?;
-    sql.bump_counter(key, transition.counter(), 1, now)?;
+    run_ready(C::Backend::bump_counter(
+        conn,
+        key,
+        transition.counter(),
+        1,
+        now,
+    ))?;
     Ok(())
 }
 

@@ -7,11 +7,13 @@ use std::num::NonZeroU32;
 use chrono::{DateTime, Utc};
 use tracing::{error, warn};
 
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::backend::Key;
 use crate::decide::{self, HandlerFailure};
+use crate::engine::run_ready;
 use crate::observe;
 use crate::rows::HistoryRow;
+use crate::sql::InboxSql;
 use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Scope, Subject};
 use crate::{DeadLettered, Delivery, Error, InboxConnection, RetryPolicy};
@@ -90,40 +92,60 @@ fn record_attempt<C: InboxConnection>(
     failure: HandlerFailure,
 ) -> Result<(i64, Option<DeadLettered>), decide::Failure<Error>> {
     let now = Utc::now();
-    let sql = conn.sql();
-    let (attempts, mut state) = sql.record_failure(key, now, error, delivery.payload.as_ref())?;
+    let (attempts, mut state) =
+        conn.sql()
+            .record_failure(key, now, error, delivery.payload.as_ref())?;
     if state == DeadLetterState::Released {
         // Ops released it and it failed again: it is failing, as before it was dead-lettered.
-        sql.set_failure_state(key, state, DeadLetterState::Retrying, now)?;
+        conn.sql()
+            .set_failure_state(key, state, DeadLetterState::Retrying, now)?;
         state = DeadLetterState::Retrying;
     }
     let dead = if decide::dead_letters_now(attempts, state, max_attempts, failure) {
-        dead_letter(sql, key, (attempts, state), error, failure, now)?
+        dead_letter(conn, key, (attempts, state), error, failure, now)?
     } else {
         None
     };
     // Counted last, so the hot counter row is locked for the shortest time and always after
     // the event's own rows, as every inbox transaction takes them.
-    sql.bump_counter(key, Counter::FailedAttempt, 1, now)?;
+    run_ready(C::Backend::bump_counter(
+        conn,
+        key,
+        Counter::FailedAttempt,
+        1,
+        now,
+    ))?;
     if dead.is_some() {
-        sql.bump_counter(key, Counter::DeadLettered, 1, now)?;
+        run_ready(C::Backend::bump_counter(
+            conn,
+            key,
+            Counter::DeadLettered,
+            1,
+            now,
+        ))?;
     }
     Ok((attempts, dead))
 }
 
 /// Holds the event back with a dead-lettered inbox row and marks its failure row; `None` when
 /// another delivery processed it meanwhile and there is nothing to give up on.
-fn dead_letter<S: InboxSql>(
-    sql: &mut S,
+fn dead_letter<C: InboxConnection>(
+    conn: &mut C,
     key: Key<'_>,
     (attempts, state): (i64, DeadLetterState),
     error: &str,
     failure: HandlerFailure,
     now: DateTime<Utc>,
 ) -> Result<Option<DeadLettered>, decide::Failure<Error>> {
-    if !sql.insert_held_row(key, now, InboxState::DeadLettered)? {
+    if !run_ready(C::Backend::insert_held_row(
+        conn,
+        key,
+        now,
+        InboxState::DeadLettered,
+    ))? {
         return Ok(None);
     }
+    let sql = conn.sql();
     sql.set_failure_state(key, state, DeadLetterState::DeadLettered, now)?;
     sql.append_history(
         key,

@@ -8,14 +8,15 @@ use chrono::Utc;
 use serde::Serialize;
 use tracing::{debug, info, warn};
 
-use crate::backend::sealed::InboxSql;
 use crate::backend::Key;
 use crate::decide::{self, Failure, Scope, Seen};
+use crate::engine::{self, run_ready};
 use crate::failure::{self, Policy};
 use crate::names::Consumer;
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::Recorded;
+use crate::sql::{Db, InboxSql, Sql};
 use crate::state::Counter;
 use crate::transaction::{self, Subject};
 use crate::{
@@ -264,9 +265,11 @@ impl Inbox {
 
         let scope = transaction::scope_of(conn).map_err(Error::from)?;
         let subject = self.subject(Some(delivery.id.as_str()));
-        let delivered = transaction::run(conn, scope, &self.retry, subject, |tx| {
+        let body = async |tx: &mut C| {
             self.deliver(tx, &delivery, &mut effect, &encode, scope)
-        });
+                .await
+        };
+        let delivered = run_ready(engine::run(conn, scope, &self.retry, subject, body));
         // What an error will be labelled: a payload conflict, the handler's failure (unless the
         // failure policy turns it into a dead letter), or the inbox's own error.
         let if_err = match &delivered {
@@ -292,34 +295,35 @@ impl Inbox {
 
     /// The body of the inbox transaction: record the delivery, then run the effect if the
     /// event is new.
-    fn deliver<C, T, E, F>(
+    async fn deliver<F, C, T, E, H>(
         &self,
         conn: &mut C,
         delivery: &Delivery,
-        effect: &mut F,
+        effect: &mut H,
         encode: &impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
         scope: Scope,
     ) -> Result<Delivered<T>, Failure<E>>
     where
-        C: InboxConnection,
-        F: FnMut(&mut C) -> Result<T, E>,
+        C: Db<F, Backend: Sql>,
+        H: FnMut(&mut C) -> Result<T, E>,
     {
         let key = self.key(delivery);
         let fingerprint = delivery.payload.as_ref().map(crate::Payload::fingerprint);
-        let recorded = conn
-            .sql()
-            .record_delivery(key, Utc::now(), fingerprint.as_ref().map(|f| &f[..]))
+        let hash = fingerprint.as_ref().map(|f| &f[..]);
+        let recorded = C::Backend::record_delivery(conn, key, Utc::now(), hash)
+            .await
             .map_err(|error| Failure::reading_events(error, key))?;
         match recorded {
             Recorded::New => run_effect(conn, key, effect, encode)
+                .await
                 .map(|value| Delivered::Outcome(Outcome::Processed(value))),
             Recorded::Seen(existing) => {
                 // The effect will not run: what commits now is the delivery count alone.
                 // Inside a caller's transaction, the caller's writes decide durability.
-                let delivered = seen(conn, key, fingerprint.as_ref(), existing)?;
+                let delivered = seen(conn, key, fingerprint.as_ref(), existing).await?;
                 if scope == Scope::TopLevel {
-                    conn.sql().commit_without_waiting_for_disk()?;
-                    Tally::of(&delivered).count(conn, key)?;
+                    C::Backend::commit_without_waiting_for_disk(conn).await?;
+                    Tally::of(&delivered).count(conn, key).await?;
                 }
                 Ok(delivered)
             }
@@ -406,20 +410,20 @@ impl Inbox {
 }
 
 /// Runs the effect of a new event and, where asked, stores its encoded result on the row.
-pub(crate) fn run_effect<C, T, E, F>(
+pub(crate) async fn run_effect<F, C, T, E, H>(
     conn: &mut C,
     key: Key<'_>,
-    effect: &mut F,
+    effect: &mut H,
     encode: &impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
 ) -> Result<T, Failure<E>>
 where
-    C: InboxConnection,
-    F: FnMut(&mut C) -> Result<T, E>,
+    C: Db<F, Backend: Sql>,
+    H: FnMut(&mut C) -> Result<T, E>,
 {
-    let value = transaction::call_user(conn, effect)?;
+    let value = engine::call_user(conn, effect).await?;
     let encoded = encode(&value).map_err(|e| Failure::Inbox(Error::StoredResult(e)))?;
     if let Some(json) = encoded {
-        conn.sql().store_result(key, &json)?;
+        C::Backend::store_result(conn, key, &json).await?;
     }
     debug!("processed");
     Ok(value)
@@ -466,14 +470,18 @@ impl Tally {
     /// inbox transaction of its own (never inside a caller's): a counter row is shared by
     /// many deliveries, so whoever holds it must take no other lock after it, or two
     /// deliveries could deadlock on it.
-    pub(crate) fn count<C: InboxConnection>(&self, conn: &mut C, key: Key<'_>) -> QueryResult<()> {
+    pub(crate) async fn count<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        key: Key<'_>,
+    ) -> QueryResult<()> {
         let now = Utc::now();
         for (counter, by) in [
             (Counter::Duplicate, self.duplicates),
             (Counter::PayloadConflict, self.conflicts),
         ] {
             if by > 0 {
-                conn.sql().bump_counter(key, counter, by, now)?;
+                C::Backend::bump_counter(conn, key, counter, by, now).await?;
             }
         }
         Ok(())
@@ -482,7 +490,7 @@ impl Tally {
 
 /// What a delivery of an event seen before comes to (see [`decide::seen`]), with its log line;
 /// a payload conflict is counted on the row.
-pub(crate) fn seen<C: InboxConnection, T, E>(
+pub(crate) async fn seen<F, C: Db<F, Backend: Sql>, T, E>(
     conn: &mut C,
     key: Key<'_>,
     fingerprint: Option<&[u8; 32]>,
@@ -491,7 +499,7 @@ pub(crate) fn seen<C: InboxConnection, T, E>(
     let (consumer, event_id) = key;
     let outcome = match decide::seen(existing, fingerprint) {
         Seen::PayloadConflict => {
-            conn.sql().note_payload_conflict(key)?;
+            C::Backend::note_payload_conflict(conn, key).await?;
             warn!(consumer, event_id, "payload conflict: this event id was first delivered with another payload; effect skipped");
             return Ok(Delivered::PayloadConflict);
         }

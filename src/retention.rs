@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::duration;
 use crate::observe;
 use crate::rows::PruneCursor;

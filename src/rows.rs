@@ -11,6 +11,12 @@ use crate::state::{
     UnknownState,
 };
 
+/// `(consumer, event_id)`: the inbox's key in every table.
+pub(crate) type Key<'a> = (&'a str, &'a str);
+
+/// `(consumer, stream)`: a sequence cursor's key.
+pub(crate) type StreamKey<'a> = (&'a str, &'a str);
+
 /// The inbox row of an event seen before.
 #[derive(Debug)]
 pub struct Existing {

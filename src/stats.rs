@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::backend::counter_bucket;
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::rows::ConsumerRows;
 use crate::state::{Counter, DeadLetterState, InboxState};
 use crate::{Error, Inbox, InboxConnection};
@@ -157,7 +157,7 @@ fn count(n: i64) -> u64 {
 }
 
 /// One consumer's stats, with the recent window from `since`.
-fn read<S: InboxSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Result<Stats, Error> {
+fn read<S: BackendSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Result<Stats, Error> {
     let mut totals = Counts::default();
     for row in sql.inbox_totals(consumer)? {
         match row.state {

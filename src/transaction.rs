@@ -20,12 +20,13 @@ pub(crate) fn run<C, R, E>(
     scope: Scope,
     policy: &RetryPolicy,
     subject: Subject<'_>,
-    body: impl FnMut(&mut C) -> Result<R, Failure<E>>,
+    mut body: impl FnMut(&mut C) -> Result<R, Failure<E>>,
 ) -> Result<R, Failure<E>>
 where
     C: InboxConnection,
     E: HandlerError,
 {
+    let body = async |tx: &mut C| body(tx);
     run_ready(engine::run::<Blocking, _, _, _>(
         conn, scope, policy, subject, body,
     ))

@@ -1,26 +1,30 @@
-//! The per-backend SQL, behind one small sealed trait, [`sealed::InboxSql`].
+//! The per-backend SQL.
 //!
-//! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) implements it for its connection
-//! type: the statement that records a delivery, and how it binds keys and times (`mod codec`).
-//! How a backend begins and commits a transaction, checks that it is alive, and classifies its
-//! errors is [`crate::sql::TransactionSql`]. Statements that read the
-//! same on every backend are written once in `portable.rs`; each backend's impl names every one
-//! it takes from there, with its codec and schema as explicit arguments. The statements on the
-//! inbox's own migration record are in `tracking.rs` (a supertrait of `InboxSql`), and the
-//! polled PostgreSQL migration lock in `lock.rs`. The rows the statements read and write are
-//! [`crate::rows`]; what their errors mean is [`crate::class`]. Adding a backend touches this
-//! folder only.
+//! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) implements the areas of
+//! [`crate::sql`] that have moved there for its backend type (`impl InboxSql for Pg`), on a
+//! connection of either flavour, and [`sealed::BackendSql`] for its connection type: the
+//! statements still to move, sync only. Each also says how it binds keys and times
+//! (`mod codec`). How a backend begins and commits a transaction, checks that it is alive, and
+//! classifies its errors is [`crate::sql::TransactionSql`]. Statements that read the same on
+//! every backend are written once, the inbox area's in `inbox.rs` and the rest in
+//! `portable.rs`; each backend's impl names every one it takes from there, with its codec and
+//! schema as explicit arguments. The statements on the inbox's own migration record are in
+//! `tracking.rs` (a supertrait of `BackendSql`), and the polled PostgreSQL migration lock in
+//! `lock.rs`. The rows the statements read and write are [`crate::rows`]; what their errors
+//! mean is [`crate::class`]. Adding a backend touches this folder only.
 
 use chrono::{DateTime, Utc};
 use diesel::connection::{AnsiTransactionManager, LoadConnection};
 use diesel::{Connection, QueryResult};
 
 use crate::rows::{Existing, Listed, Recorded, Unreadable};
-use crate::sql::TransactionSql;
+use crate::sql::Sql;
 use crate::state::UnknownState;
 
 #[macro_use]
 mod portable;
+#[macro_use]
+mod inbox;
 #[macro_use]
 mod outbox;
 #[cfg(feature = "postgres")]
@@ -41,73 +45,40 @@ pub use sqlite::SqliteSetup;
 /// `MysqlConnection` (with the matching cargo feature), and r2d2 `PooledConnection`s of them.
 ///
 /// The trait is sealed: its methods are the inbox's per-backend SQL, not an extension point.
-pub trait InboxConnection:
-    Connection<Backend: TransactionSql> + LoadConnection + sealed::HasInboxSql
-{
-}
+pub trait InboxConnection: Connection<Backend: Sql> + LoadConnection + sealed::HasInboxSql {}
 
 impl<C> InboxConnection for C where
-    C: Connection<Backend: TransactionSql> + LoadConnection + sealed::HasInboxSql
+    C: Connection<Backend: Sql> + LoadConnection + sealed::HasInboxSql
 {
 }
 
-/// `(consumer, event_id)`: the inbox's key in every table.
-pub(crate) type Key<'a> = (&'a str, &'a str);
-
-/// `(consumer, stream)`: a sequence cursor's key.
-pub(crate) type StreamKey<'a> = (&'a str, &'a str);
+pub(crate) use crate::rows::{Key, StreamKey};
 
 pub(crate) mod sealed {
     use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
     use crate::rows::{
         ClaimChange, ClaimRow, ConsumerRows, CounterTotal, CursorRow, FailureRow, FailureTotals,
-        GapRow, HistoryRow, InboxRow, InboxTotals, Listed, NewClaim, NewOutboxRow, OutboxChange,
-        OutboxRow, OutboxTotals, PruneCounts, PruneCursor, Recorded,
+        GapRow, HistoryRow, InboxTotals, Listed, NewClaim, NewOutboxRow, OutboxChange, OutboxRow,
+        OutboxTotals, PruneCounts, PruneCursor,
     };
-    use crate::state::{
-        ClaimState, Counter, DeadLetterState, GapCause, GapState, InboxState, OutboxState,
-    };
+    use crate::state::{ClaimState, DeadLetterState, GapCause, GapState, OutboxState};
     use crate::Payload;
 
     /// A connection whose statements run on a concrete connection type: itself, or the one
     /// an r2d2 pool wraps.
     pub trait HasInboxSql {
         /// The concrete connection type.
-        type Sql: InboxSql;
+        type Sql: BackendSql;
         /// The connection to run the inbox's statements on; it shares transaction state with
         /// `self`.
         fn sql(&mut self) -> &mut Self::Sql;
     }
 
-    /// The inbox's statements for one concrete connection type.
-    pub trait InboxSql:
+    /// The statements not yet moved to an area of [`crate::sql`], for one concrete
+    /// connection type.
+    pub trait BackendSql:
         Connection<TransactionManager = AnsiTransactionManager> + super::tracking::TracksMigrations
     {
-        /// Inserts the inbox row, or counts one more delivery on the existing one. The
-        /// database's unique key decides which, in one statement where the backend allows.
-        fn record_delivery(
-            &mut self,
-            key: Key<'_>,
-            now: DateTime<Utc>,
-            payload_hash: Option<&[u8]>,
-        ) -> QueryResult<Recorded>;
-
-        /// [`record_delivery`](Self::record_delivery) for many distinct event ids of one
-        /// consumer, in as few statements as the backend allows; results in the order given.
-        fn record_deliveries(
-            &mut self,
-            consumer: &str,
-            items: &[(&str, Option<&[u8]>)],
-            now: DateTime<Utc>,
-        ) -> QueryResult<Vec<Listed<Recorded>>>;
-
-        /// Lets the open top-level transaction commit without waiting for the disk, where the
-        /// backend can do that per transaction. Only for transactions that record bookkeeping
-        /// alone (a duplicate's delivery count): a crash may lose the count, never an effect.
-        fn commit_without_waiting_for_disk(&mut self) -> QueryResult<()> {
-            Ok(())
-        }
-
         /// Runs `apply` (the inbox's migrations) holding the backend's migration lock, which
         /// lets one process at a time apply them and which it waits for at most
         /// `lock_timeout` ([`Error::MigrationLocked`](crate::Error::MigrationLocked) after
@@ -118,13 +89,6 @@ pub(crate) mod sealed {
             apply: &mut dyn FnMut(&mut Self) -> Result<usize, crate::error::MigrationError>,
         ) -> Result<usize, crate::Error>;
 
-        /// Counts a delivery that reused the id with a different payload as a conflict, and
-        /// takes it off the row's deliveries, which `record_delivery` had counted it in.
-        fn note_payload_conflict(&mut self, key: Key<'_>) -> QueryResult<()>;
-
-        /// Stores the effect's result (JSON) on the inbox row.
-        fn store_result(&mut self, key: Key<'_>, json: &str) -> QueryResult<()>;
-
         /// Counts one more failed attempt, keeps the payload and the error, and appends the
         /// attempt to the history; returns the attempt count and the row's state afterwards.
         fn record_failure(
@@ -134,26 +98,6 @@ pub(crate) mod sealed {
             error: &str,
             payload: Option<&Payload>,
         ) -> QueryResult<(i64, DeadLetterState)>;
-
-        /// Inserts an inbox row in `state` (dead-lettered, discarded) so that deliveries skip
-        /// the effect. `false` when the event already has an inbox row.
-        fn insert_held_row(
-            &mut self,
-            key: Key<'_>,
-            now: DateTime<Utc>,
-            state: InboxState,
-        ) -> QueryResult<bool>;
-
-        /// Changes the inbox row's state from `from` to `to`; `false` when it was not in `from`.
-        fn set_inbox_state(
-            &mut self,
-            key: Key<'_>,
-            from: InboxState,
-            to: InboxState,
-        ) -> QueryResult<bool>;
-
-        /// Deletes the inbox row if it is in `state`; `false` when it was not.
-        fn delete_inbox_row(&mut self, key: Key<'_>, state: InboxState) -> QueryResult<bool>;
 
         /// The failure row, locked for the rest of the transaction where the backend has row
         /// locks (SQLite's immediate transaction holds the whole database instead).
@@ -183,12 +127,6 @@ pub(crate) mod sealed {
         /// `max_attempts` again (after a release).
         fn reset_attempts(&mut self, key: Key<'_>, now: DateTime<Utc>) -> QueryResult<()>;
 
-        /// The inbox row of `key`, if there is one.
-        fn inbox_row(&mut self, key: Key<'_>) -> QueryResult<Option<InboxRow>>;
-
-        /// Up to `limit` inbox rows in key order.
-        fn inbox_rows(&mut self, limit: i64) -> QueryResult<Vec<InboxRow>>;
-
         /// Appends to the event's history.
         fn append_history(&mut self, key: Key<'_>, row: &HistoryRow) -> QueryResult<()>;
 
@@ -217,16 +155,6 @@ pub(crate) mod sealed {
 
         /// The doctor's checks of this backend's settings.
         fn backend_checks(&mut self) -> QueryResult<Vec<crate::check::Check>>;
-
-        /// Adds `by` to the consumer's `counter` for the hour `now` falls in, on the stripe
-        /// of the key's event (see [`counter_stripe`](super::counter_stripe)).
-        fn bump_counter(
-            &mut self,
-            key: Key<'_>,
-            counter: Counter,
-            by: i64,
-            now: DateTime<Utc>,
-        ) -> QueryResult<()>;
 
         /// Over the consumer's inbox rows, per state: the rows, their deliveries beyond the
         /// first, and their payload conflicts.
@@ -614,6 +542,7 @@ pub(crate) fn counter_stripe(event_id: &str) -> chrono::TimeDelta {
 }
 
 /// Rows per multi-row statement: far below every backend's bind-parameter limit.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) const ROWS_PER_STATEMENT: usize = 1000;
 
 /// Puts the rows a batch statement returned (keyed by event id) back in the order asked.

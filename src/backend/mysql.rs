@@ -10,12 +10,13 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::result::DatabaseErrorKind;
 use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
 
-use super::sealed::{HasInboxSql, InboxSql};
+use super::sealed::{BackendSql, HasInboxSql};
 use super::Key;
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
+use crate::sql::InboxSql;
 use crate::state::{Counter, InboxState};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
@@ -177,14 +178,14 @@ impl QueryId for LockAggregate<'_> {
 
 impl<Conn> RunQueryDsl<Conn> for LockAggregate<'_> {}
 
-impl InboxSql for MysqlConnection {
-    const OUTBOX_FOLLOWERS: bool = false;
-    fn record_delivery(
-        &mut self,
+impl InboxSql for Mysql {
+    async fn record_delivery<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
         key: Key<'_>,
         now: DateTime<Utc>,
         payload_hash: Option<&[u8]>,
     ) -> QueryResult<Recorded> {
+        use crate::sql::Run;
         use schema::diesel_inbox_events::dsl as t;
         let now = codec::time(now);
         let affected = RecordDelivery {
@@ -193,7 +194,8 @@ impl InboxSql for MysqlConnection {
             now,
             payload_hash,
         }
-        .execute(self)?;
+        .execute_on(conn)
+        .await?;
         if affected == INSERTED {
             return Ok(Recorded::New);
         }
@@ -201,16 +203,19 @@ impl InboxSql for MysqlConnection {
         let row = t::diesel_inbox_events
             .find((codec::key(key.0), codec::key(key.1)))
             .select(rows::existing_columns())
-            .first::<rows::ExistingColumns>(self)?;
+            .limit(1)
+            .get_result_on::<rows::ExistingColumns>(conn)
+            .await?;
         Ok(super::recorded(super::known(rows::existing(row))?))
     }
 
-    fn record_deliveries(
-        &mut self,
+    async fn record_deliveries<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
         consumer: &str,
         items: &[(&str, Option<&[u8]>)],
         now: DateTime<Utc>,
     ) -> QueryResult<Vec<crate::rows::Listed<Recorded>>> {
+        use crate::sql::Run;
         use schema::diesel_inbox_events::dsl as t;
         let when = codec::time(now);
         let mut found = std::collections::HashMap::with_capacity(items.len());
@@ -229,7 +234,8 @@ impl InboxSql for MysqlConnection {
                     t::deliveries.eq(t::deliveries + 1),
                     t::last_seen_at.eq(when),
                 ))
-                .execute(self)?;
+                .execute_on(conn)
+                .await?;
             // The affected-row total cannot say which rows are new, but the rows can: every
             // one is locked by this transaction now, and only a fresh insert has 1 delivery.
             let ids: Vec<&[u8]> = chunk
@@ -243,7 +249,8 @@ impl InboxSql for MysqlConnection {
                         .and(t::event_id.eq_any(ids)),
                 )
                 .select((t::event_id, rows::existing_columns()))
-                .load::<(codec::KeyOwned, rows::ExistingColumns)>(self)?;
+                .load_on::<(codec::KeyOwned, rows::ExistingColumns)>(conn)
+                .await?;
             found.extend(
                 read.into_iter()
                     .map(|(id, row)| (codec::key_string(id), rows::existing(row))),
@@ -252,6 +259,66 @@ impl InboxSql for MysqlConnection {
         super::in_order(items, found)
     }
 
+    async fn insert_held_row<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        key: Key<'_>,
+        now: DateTime<Utc>,
+        state: InboxState,
+    ) -> QueryResult<bool> {
+        use crate::sql::Run;
+        use schema::diesel_inbox_events::dsl as t;
+        let now = codec::time(now);
+        // A plain insert, as `ON CONFLICT DO NOTHING` elsewhere: a duplicate key fails this
+        // statement alone (InnoDB keeps the transaction) and leaves the existing row as it is.
+        let inserted = diesel::insert_into(t::diesel_inbox_events)
+            .values((
+                t::consumer.eq(codec::key(key.0)),
+                t::event_id.eq(codec::key(key.1)),
+                t::state.eq(state),
+                t::processed_at.eq(now),
+                t::last_seen_at.eq(now),
+                t::deliveries.eq(1),
+            ))
+            .execute_on(conn)
+            .await;
+        match inserted {
+            Ok(_) => Ok(true),
+            Err(diesel::result::Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    inbox_statement!(note_payload_conflict, schema, codec);
+    inbox_statement!(store_result, schema, codec);
+    inbox_statement!(set_inbox_state, schema, codec);
+    inbox_statement!(delete_inbox_row, schema, codec);
+    inbox_statement!(inbox_row, schema, codec, rows);
+    inbox_statement!(inbox_rows, schema, rows);
+    async fn bump_counter<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        (consumer, event_id): Key<'_>,
+        counter: Counter,
+        by: i64,
+        now: DateTime<Utc>,
+    ) -> QueryResult<()> {
+        use crate::sql::Run;
+        let bucket = super::counter_bucket(now) + super::counter_stripe(event_id);
+        BumpCounter {
+            consumer: codec::key(consumer),
+            counter,
+            bucket: codec::time(bucket),
+            by,
+        }
+        .execute_on(conn)
+        .await
+        .map(drop)
+    }
+}
+
+impl BackendSql for MysqlConnection {
+    const OUTBOX_FOLLOWERS: bool = false;
     fn with_migration_lock(
         &mut self,
         lock_timeout: Duration,
@@ -285,51 +352,16 @@ impl InboxSql for MysqlConnection {
         Ok(applied)
     }
 
-    fn insert_held_row(
-        &mut self,
-        key: Key<'_>,
-        now: DateTime<Utc>,
-        state: InboxState,
-    ) -> QueryResult<bool> {
-        use schema::diesel_inbox_events::dsl as t;
-        let now = codec::time(now);
-        // A plain insert, as `ON CONFLICT DO NOTHING` elsewhere: a duplicate key fails this
-        // statement alone (InnoDB keeps the transaction) and leaves the existing row as it is.
-        let inserted = diesel::insert_into(t::diesel_inbox_events)
-            .values((
-                t::consumer.eq(codec::key(key.0)),
-                t::event_id.eq(codec::key(key.1)),
-                t::state.eq(state),
-                t::processed_at.eq(now),
-                t::last_seen_at.eq(now),
-                t::deliveries.eq(1),
-            ))
-            .execute(self);
-        match inserted {
-            Ok(_) => Ok(true),
-            Err(diesel::result::Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
-                Ok(false)
-            }
-            Err(error) => Err(error),
-        }
-    }
-
-    statement!(note_payload_conflict, schema, codec);
-    statement!(store_result, schema, codec);
     statement!(
         record_failure,
         schema,
         codec,
         conflict = diesel::dsl::DuplicatedKeys
     );
-    statement!(set_inbox_state, schema, codec);
-    statement!(delete_inbox_row, schema, codec);
     statement!(failure, schema, codec, rows, lock = for_update);
     statement!(failures, schema, codec, rows);
     statement!(set_failure_state, schema, codec);
     statement!(reset_attempts, schema, codec);
-    statement!(inbox_row, schema, codec, rows);
-    statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
 
@@ -381,23 +413,6 @@ impl InboxSql for MysqlConnection {
         )])
     }
 
-    fn bump_counter(
-        &mut self,
-        (consumer, event_id): Key<'_>,
-        counter: Counter,
-        by: i64,
-        now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        let bucket = super::counter_bucket(now) + super::counter_stripe(event_id);
-        BumpCounter {
-            consumer: codec::key(consumer),
-            counter,
-            bucket: codec::time(bucket),
-            by,
-        }
-        .execute(self)
-        .map(drop)
-    }
     statement!(inbox_totals, schema, codec);
     statement!(failure_totals, schema, codec);
     statement!(processed_since, schema, codec);

@@ -1,12 +1,12 @@
 //! The outbox's statements, written once for every backend.
 //!
-//! A backend's `impl InboxSql` takes them all with one line, `outbox_statements!(schema,
+//! A backend's `impl BackendSql` takes them all with one line, `outbox_statements!(schema,
 //! codec, insert = do_nothing)` on SQLite, with `lock = for_update` added where the backend
 //! has row locks: `schema` is its module of [`crate::schema`], `codec` its key and time
 //! conversions, `insert` how a duplicate event id is told (`do_nothing` or `unique_error`). The relay's order per aggregate rests on `outbox_heads`: a row is taken
 //! only while no earlier row of its aggregate is pending.
 
-/// The outbox's methods of `InboxSql`. Expands inside the backend's `impl InboxSql`.
+/// The outbox's methods of `BackendSql`. Expands inside the backend's `impl BackendSql`.
 macro_rules! outbox_statements {
     ($schema:ident, $codec:ident, insert = $on_duplicate:ident $(, lock = $lock:ident)?) => {
         fn insert_outbox(

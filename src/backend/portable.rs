@@ -1,6 +1,6 @@
 //! Statements that read the same on every backend, written once.
 //!
-//! A backend's `impl InboxSql` takes each one by name, `statement!(store_result, schema,
+//! A backend's `impl BackendSql` takes each one by name, `statement!(reset_attempts, schema,
 //! codec)`: `schema` is the backend's module of [`crate::schema`], `codec` its module of key and
 //! time conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`, and `sum_i64`, its
 //! `SUM` of an integer column as a `BIGINT`), and `rows` its
@@ -470,112 +470,8 @@ macro_rules! new_claim_row {
     }};
 }
 
-/// One `InboxSql` method whose SQL reads the same on every backend, by name.
+/// One `BackendSql` method whose SQL reads the same on every backend, by name.
 macro_rules! statement {
-    // Recording deliveries where the backend has `INSERT .. ON CONFLICT .. RETURNING`
-    // (PostgreSQL, SQLite): one statement learns whether the key is new and what the row holds.
-    (record_delivery, $schema:ident, $codec:ident, $rows:ident, upsert_returning) => {
-        fn record_delivery(
-            &mut self,
-            key: $crate::backend::Key<'_>,
-            now: DateTime<Utc>,
-            payload_hash: Option<&[u8]>,
-        ) -> QueryResult<$crate::rows::Recorded> {
-            use $schema::diesel_inbox_events::dsl as t;
-            // Diesel would prepare the upsert anew each time; `Cached` keeps it prepared.
-            let when = $codec::time(now);
-            let upsert = diesel::insert_into(t::diesel_inbox_events)
-                .values(new_inbox_row!($schema, $codec, key.0, key.1, when, payload_hash))
-                .on_conflict((t::consumer, t::event_id))
-                .do_update()
-                .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(when)))
-                .returning($rows::existing_columns());
-            let row = $crate::sql::Cached(upsert).get_result::<$rows::ExistingColumns>(self)?;
-            let row = $crate::backend::known($rows::existing(row))?;
-            Ok($crate::backend::recorded(row))
-        }
-    };
-    (record_deliveries, $schema:ident, $codec:ident, $rows:ident, upsert_returning) => {
-        fn record_deliveries(
-            &mut self,
-            consumer: &str,
-            items: &[(&str, Option<&[u8]>)],
-            now: DateTime<Utc>,
-        ) -> QueryResult<Vec<$crate::rows::Listed<$crate::rows::Recorded>>> {
-            use $schema::diesel_inbox_events::dsl as t;
-            let when = $codec::time(now);
-            let mut found = std::collections::HashMap::with_capacity(items.len());
-            for chunk in items.chunks($crate::backend::ROWS_PER_STATEMENT) {
-                let rows: Vec<_> = chunk
-                    .iter()
-                    .map(|&(event_id, hash)| {
-                        new_inbox_row!($schema, $codec, consumer, event_id, when, hash)
-                    })
-                    .collect();
-                // A second inserter of the same key blocks until the first commits (then it
-                // updates: a duplicate) or rolls back (then it inserts and runs the effect).
-                let returned = diesel::insert_into(t::diesel_inbox_events)
-                    .values(rows)
-                    .on_conflict((t::consumer, t::event_id))
-                    .do_update()
-                    .set((t::deliveries.eq(t::deliveries + 1), t::last_seen_at.eq(when)))
-                    .returning((t::event_id, $rows::existing_columns()))
-                    .load::<(String, $rows::ExistingColumns)>(self)?;
-                found.extend(
-                    returned
-                        .into_iter()
-                        .map(|(id, row)| (id, $rows::existing(row))),
-                );
-            }
-            $crate::backend::in_order(items, found)
-        }
-    };
-    (insert_held_row, $schema:ident, $codec:ident, on_conflict_do_nothing) => {
-        fn insert_held_row(
-            &mut self,
-            key: $crate::backend::Key<'_>,
-            now: DateTime<Utc>,
-            state: $crate::state::InboxState,
-        ) -> QueryResult<bool> {
-            use $schema::diesel_inbox_events::dsl as t;
-            let when = $codec::time(now);
-            diesel::insert_into(t::diesel_inbox_events)
-                .values((
-                    t::consumer.eq($codec::key(key.0)),
-                    t::event_id.eq($codec::key(key.1)),
-                    t::state.eq(state),
-                    t::processed_at.eq(when),
-                    t::last_seen_at.eq(when),
-                    t::deliveries.eq(1),
-                ))
-                .on_conflict_do_nothing()
-                .execute(self)
-                .map(|inserted| inserted == 1)
-        }
-    };
-    (note_payload_conflict, $schema:ident, $codec:ident) => {
-        fn note_payload_conflict(&mut self, key: $crate::backend::Key<'_>) -> QueryResult<()> {
-            use $schema::diesel_inbox_events::dsl as t;
-            diesel::update(t::diesel_inbox_events.find(($codec::key(key.0), $codec::key(key.1))))
-                // `record_delivery` counted it as a delivery; it is a conflict instead, so
-                // `deliveries` counts the deliveries of the first payload only.
-                .set((
-                    t::deliveries.eq(t::deliveries - 1),
-                    t::payload_conflicts.eq(t::payload_conflicts + 1),
-                ))
-                .execute(self)
-                .map(drop)
-        }
-    };
-    (store_result, $schema:ident, $codec:ident) => {
-        fn store_result(&mut self, key: $crate::backend::Key<'_>, json: &str) -> QueryResult<()> {
-            use $schema::diesel_inbox_events::dsl as t;
-            diesel::update(t::diesel_inbox_events.find(($codec::key(key.0), $codec::key(key.1))))
-                .set(t::result.eq(json))
-                .execute(self)
-                .map(drop)
-        }
-    };
     // `conflict` is the backend's upsert target for `diesel_inbox_failures`.
     (record_failure, $schema:ident, $codec:ident, conflict = $target:expr) => {
         fn record_failure(
@@ -633,36 +529,6 @@ macro_rules! statement {
                 },
             )?;
             Ok((attempts, state))
-        }
-    };
-    (set_inbox_state, $schema:ident, $codec:ident) => {
-        fn set_inbox_state(
-            &mut self,
-            key: $crate::backend::Key<'_>,
-            from: $crate::state::InboxState,
-            to: $crate::state::InboxState,
-        ) -> QueryResult<bool> {
-            use $schema::diesel_inbox_events::dsl as t;
-            let row = t::diesel_inbox_events
-                .find(($codec::key(key.0), $codec::key(key.1)))
-                .filter(t::state.eq(from));
-            diesel::update(row)
-                .set(t::state.eq(to))
-                .execute(self)
-                .map(|changed| changed == 1)
-        }
-    };
-    (delete_inbox_row, $schema:ident, $codec:ident) => {
-        fn delete_inbox_row(
-            &mut self,
-            key: $crate::backend::Key<'_>,
-            state: $crate::state::InboxState,
-        ) -> QueryResult<bool> {
-            use $schema::diesel_inbox_events::dsl as t;
-            let row = t::diesel_inbox_events
-                .find(($codec::key(key.0), $codec::key(key.1)))
-                .filter(t::state.eq(state));
-            diesel::delete(row).execute(self).map(|deleted| deleted == 1)
         }
     };
     // `lock`: `for_update` where the backend has row locks; SQLite locks the whole database
@@ -741,34 +607,6 @@ macro_rules! statement {
                 .set((f::attempts.eq(0), f::updated_at.eq($codec::time(now))))
                 .execute(self)
                 .map(drop)
-        }
-    };
-    (inbox_row, $schema:ident, $codec:ident, $rows:ident) => {
-        fn inbox_row(
-            &mut self,
-            key: $crate::backend::Key<'_>,
-        ) -> QueryResult<Option<$crate::rows::InboxRow>> {
-            use $schema::diesel_inbox_events::dsl as t;
-            t::diesel_inbox_events
-                .find(($codec::key(key.0), $codec::key(key.1)))
-                .select($rows::inbox_columns())
-                .first::<$rows::InboxColumns>(self)
-                .optional()
-                .map(|row| row.map($rows::inbox_row))
-        }
-    };
-    (inbox_rows, $schema:ident, $rows:ident) => {
-        fn inbox_rows(
-            &mut self,
-            limit: i64,
-        ) -> QueryResult<Vec<$crate::rows::InboxRow>> {
-            use $schema::diesel_inbox_events::dsl as t;
-            t::diesel_inbox_events
-                .order((t::consumer, t::event_id))
-                .limit(limit)
-                .select($rows::inbox_columns())
-                .load::<$rows::InboxColumns>(self)
-                .map(|rows| rows.into_iter().map($rows::inbox_row).collect())
         }
     };
     (append_history, $schema:ident, $codec:ident) => {
@@ -961,34 +799,6 @@ macro_rules! statement {
             names.sort_unstable();
             names.dedup();
             Ok(names)
-        }
-    };
-    // `conflict` is the backend's upsert target for `diesel_inbox_counters`.
-    // Where the backend has `RETURNING`: read back the total, so that Diesel keeps the upsert
-    // prepared (see `Cached`).
-    (bump_counter, $schema:ident, $codec:ident, conflict = $target:expr) => {
-        fn bump_counter(
-            &mut self,
-            (consumer, event_id): $crate::backend::Key<'_>,
-            counter: $crate::state::Counter,
-            by: i64,
-            now: DateTime<Utc>,
-        ) -> QueryResult<()> {
-            use $schema::diesel_inbox_counters::dsl as c;
-            let bucket = $crate::backend::counter_bucket(now)
-                + $crate::backend::counter_stripe(event_id);
-            let upsert = diesel::insert_into(c::diesel_inbox_counters)
-                .values((
-                    c::consumer.eq($codec::key(consumer)),
-                    c::counter.eq(counter),
-                    c::bucket.eq($codec::time(bucket)),
-                    c::total.eq(by),
-                ))
-                .on_conflict($target)
-                .do_update()
-                .set(c::total.eq(c::total + by))
-                .returning(c::total);
-            $crate::sql::Cached(upsert).get_result::<i64>(self).map(drop)
         }
     };
     // `lock`: `for_update` where the backend has row locks; SQLite locks the whole database

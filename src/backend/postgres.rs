@@ -1,17 +1,18 @@
 //! PostgreSQL: `INSERT .. ON CONFLICT DO UPDATE .. RETURNING`, one round trip per delivery.
 
+use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel::connection::SimpleConnection;
-use diesel::pg::PgConnection;
+use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Text};
 
-use super::sealed::{HasInboxSql, InboxSql};
+use super::sealed::{BackendSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
+use crate::sql::InboxSql;
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {
@@ -79,15 +80,35 @@ impl HasInboxSql for PgConnection {
     }
 }
 
-impl InboxSql for PgConnection {
-    statement!(record_delivery, schema, codec, rows, upsert_returning);
-    statement!(record_deliveries, schema, codec, rows, upsert_returning);
-
-    fn commit_without_waiting_for_disk(&mut self) -> QueryResult<()> {
+impl InboxSql for Pg {
+    inbox_statement!(record_delivery, schema, codec, rows, upsert_returning);
+    inbox_statement!(record_deliveries, schema, codec, rows, upsert_returning);
+    fn commit_without_waiting_for_disk<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
         // One round trip saves the WAL flush at commit, which costs several.
-        self.batch_execute("SET LOCAL synchronous_commit = off")
+        conn.batch_execute("SET LOCAL synchronous_commit = off")
     }
+    inbox_statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
+    inbox_statement!(note_payload_conflict, schema, codec);
+    inbox_statement!(store_result, schema, codec);
+    inbox_statement!(set_inbox_state, schema, codec);
+    inbox_statement!(delete_inbox_row, schema, codec);
+    inbox_statement!(inbox_row, schema, codec, rows);
+    inbox_statement!(inbox_rows, schema, rows);
+    inbox_statement!(
+        bump_counter,
+        schema,
+        codec,
+        conflict = (
+            schema::diesel_inbox_counters::consumer,
+            schema::diesel_inbox_counters::counter,
+            schema::diesel_inbox_counters::bucket
+        )
+    );
+}
 
+impl BackendSql for PgConnection {
     fn with_migration_lock(
         &mut self,
         lock_timeout: Duration,
@@ -106,9 +127,6 @@ impl InboxSql for PgConnection {
         Ok(applied)
     }
 
-    statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
-    statement!(note_payload_conflict, schema, codec);
-    statement!(store_result, schema, codec);
     statement!(
         record_failure,
         schema,
@@ -118,14 +136,10 @@ impl InboxSql for PgConnection {
             schema::diesel_inbox_failures::event_id
         )
     );
-    statement!(set_inbox_state, schema, codec);
-    statement!(delete_inbox_row, schema, codec);
     statement!(failure, schema, codec, rows, lock = for_update);
     statement!(failures, schema, codec, rows);
     statement!(set_failure_state, schema, codec);
     statement!(reset_attempts, schema, codec);
-    statement!(inbox_row, schema, codec, rows);
-    statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
 
@@ -166,16 +180,6 @@ impl InboxSql for PgConnection {
         )])
     }
 
-    statement!(
-        bump_counter,
-        schema,
-        codec,
-        conflict = (
-            schema::diesel_inbox_counters::consumer,
-            schema::diesel_inbox_counters::counter,
-            schema::diesel_inbox_counters::bucket
-        )
-    );
     statement!(inbox_totals, schema, codec);
     statement!(failure_totals, schema, codec);
     statement!(processed_since, schema, codec);

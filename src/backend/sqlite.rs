@@ -8,13 +8,14 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::CustomizeConnection;
 use diesel::sql_types::{BigInt, Text};
-use diesel::sqlite::SqliteConnection;
+use diesel::sqlite::{Sqlite, SqliteConnection};
 
-use super::sealed::{HasInboxSql, InboxSql};
+use super::sealed::{BackendSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
 use crate::class::ErrorClass;
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
+use crate::sql::InboxSql;
 use crate::sql::TransactionSql;
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -61,10 +62,35 @@ impl HasInboxSql for SqliteConnection {
     }
 }
 
-impl InboxSql for SqliteConnection {
-    statement!(record_delivery, schema, codec, rows, upsert_returning);
-    statement!(record_deliveries, schema, codec, rows, upsert_returning);
+impl InboxSql for Sqlite {
+    inbox_statement!(record_delivery, schema, codec, rows, upsert_returning);
+    inbox_statement!(
+        record_deliveries,
+        schema,
+        codec,
+        rows,
+        upsert_returning_per_row
+    );
+    inbox_statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
+    inbox_statement!(note_payload_conflict, schema, codec);
+    inbox_statement!(store_result, schema, codec);
+    inbox_statement!(set_inbox_state, schema, codec);
+    inbox_statement!(delete_inbox_row, schema, codec);
+    inbox_statement!(inbox_row, schema, codec, rows);
+    inbox_statement!(inbox_rows, schema, rows);
+    inbox_statement!(
+        bump_counter,
+        schema,
+        codec,
+        conflict = (
+            schema::diesel_inbox_counters::consumer,
+            schema::diesel_inbox_counters::counter,
+            schema::diesel_inbox_counters::bucket
+        )
+    );
+}
 
+impl BackendSql for SqliteConnection {
     fn with_migration_lock(
         &mut self,
         lock_timeout: Duration,
@@ -105,9 +131,6 @@ impl InboxSql for SqliteConnection {
         Ok(applied)
     }
 
-    statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
-    statement!(note_payload_conflict, schema, codec);
-    statement!(store_result, schema, codec);
     statement!(
         record_failure,
         schema,
@@ -117,14 +140,10 @@ impl InboxSql for SqliteConnection {
             schema::diesel_inbox_failures::event_id
         )
     );
-    statement!(set_inbox_state, schema, codec);
-    statement!(delete_inbox_row, schema, codec);
     statement!(failure, schema, codec, rows);
     statement!(failures, schema, codec, rows);
     statement!(set_failure_state, schema, codec);
     statement!(reset_attempts, schema, codec);
-    statement!(inbox_row, schema, codec, rows);
-    statement!(inbox_rows, schema, rows);
     statement!(append_history, schema, codec);
     statement!(history, schema, codec, rows);
 
@@ -187,16 +206,6 @@ impl InboxSql for SqliteConnection {
         ])
     }
 
-    statement!(
-        bump_counter,
-        schema,
-        codec,
-        conflict = (
-            schema::diesel_inbox_counters::consumer,
-            schema::diesel_inbox_counters::counter,
-            schema::diesel_inbox_counters::bucket
-        )
-    );
     statement!(inbox_totals, schema, codec);
     statement!(failure_totals, schema, codec);
     statement!(processed_since, schema, codec);

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
 use super::verdict::{self, InDoubtPolicy};
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::backend::Key;
 use crate::decide::HandlerFailure;
 use crate::duration::{after, now};

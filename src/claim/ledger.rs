@@ -6,7 +6,7 @@ use tracing::info;
 use super::held::idempotency_key;
 use super::outcome::reason_in_doubt;
 use super::{verdict, Claims};
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::duration::now;
 use crate::rows::{ClaimChange, ClaimRow, ConsumerRows};
 use crate::state::{ClaimState, CorruptRow};

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::decide;
 use crate::duration::{after, now};
 use crate::rows::{ClaimChange, ClaimRow, NewClaim};

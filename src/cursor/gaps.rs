@@ -3,7 +3,7 @@
 
 use tracing::info;
 
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::gap::Gap;
 use crate::rows::{GapRow, Listed};
 use crate::state::{CorruptRow, GapState};

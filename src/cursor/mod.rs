@@ -4,14 +4,16 @@
 use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::backend::StreamKey;
 use crate::duration::now;
+use crate::engine::run_ready;
 use crate::inbox::{self, Delivered, Tally};
 use crate::names::{InvalidStreamName, StreamName};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
+use crate::sql::InboxSql;
 use crate::state::GapState;
 use crate::transaction::{self, Failure, Scope};
 use crate::watermark::{Change, Refusal, Stream, Verdict};
@@ -345,7 +347,9 @@ impl Cursor {
             if scope == Scope::TopLevel {
                 let duplicates = outcomes.iter().filter(|o| o.is_duplicate()).count();
                 // The stream picks the counters' stripe: its deliveries queue on the cursor row.
-                Tally::duplicates(duplicates).count(tx, (self.consumer(), self.stream()))?;
+                run_ready(
+                    Tally::duplicates(duplicates).count(tx, (self.consumer(), self.stream())),
+                )?;
             }
             Ok((outcomes, gaps))
         });
@@ -589,7 +593,7 @@ impl Cursor {
             (delivered, gaps)
         };
         if scope == Scope::TopLevel {
-            Tally::of(&delivered).count(conn, (self.consumer(), self.stream()))?;
+            run_ready(Tally::of(&delivered).count(conn, (self.consumer(), self.stream())))?;
         }
         Ok(Advanced { delivered, gaps })
     }
@@ -615,16 +619,16 @@ impl Cursor {
                 let key = self.inbox.key(event);
                 let fingerprint = event.payload.as_ref().map(crate::Payload::fingerprint);
                 let fingerprint_ref = fingerprint.as_ref().map(|f| &f[..]);
-                let recorded = conn
-                    .sql()
-                    .record_delivery(key, now, fingerprint_ref)
-                    .map_err(|error| Failure::reading_events(error, key))?;
+                let recorded =
+                    run_ready(C::Backend::record_delivery(conn, key, now, fingerprint_ref))
+                        .map_err(|error| Failure::reading_events(error, key))?;
                 match recorded {
                     Recorded::Seen(existing) => {
-                        return inbox::seen(conn, key, fingerprint.as_ref(), existing);
+                        return run_ready(inbox::seen(conn, key, fingerprint.as_ref(), existing));
                     }
                     Recorded::New => {
-                        let value = inbox::run_effect(conn, key, effect, &|_: &T| Ok(None))?;
+                        let value =
+                            run_ready(inbox::run_effect(conn, key, effect, &|_: &T| Ok(None)))?;
                         conn.sql()
                             .insert_event_sequence(self.key(), sequence, key.1)?;
                         value

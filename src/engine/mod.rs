@@ -21,7 +21,6 @@
 mod ready;
 mod unwind;
 
-use std::future::Future;
 use std::panic;
 
 use diesel::connection::TransactionDepthChange;
@@ -42,19 +41,6 @@ pub(crate) struct Subject<'a> {
     pub(crate) event_id: Option<&'a str>,
 }
 
-/// A transaction body: what runs between `BEGIN` and `COMMIT`, once per attempt.
-pub(crate) trait Body<C, R, E> {
-    /// Runs the body on the open transaction.
-    fn call(&mut self, conn: &mut C) -> impl Future<Output = Result<R, Failure<E>>>;
-}
-
-/// A sync body, run when its future is first polled, so that its panics are caught there.
-impl<C, R, E, B: FnMut(&mut C) -> Result<R, Failure<E>>> Body<C, R, E> for B {
-    async fn call(&mut self, conn: &mut C) -> Result<R, Failure<E>> {
-        self(conn)
-    }
-}
-
 /// The scope a new inbox transaction on `conn` takes: a savepoint inside the caller's open
 /// transaction, or a transaction of its own.
 pub(crate) fn scope_of<F, C: Db<F>>(conn: &mut C) -> QueryResult<Scope> {
@@ -62,13 +48,14 @@ pub(crate) fn scope_of<F, C: Db<F>>(conn: &mut C) -> QueryResult<Scope> {
 }
 
 /// Runs `body` in a transaction (or savepoint) and commits what it returns. Anything else
-/// rolls back; contention at the top level is retried under `policy`, `body` included.
+/// rolls back; contention at the top level is retried under `policy`, `body` included. The
+/// body is what runs between `BEGIN` and `COMMIT`, once per attempt.
 pub(crate) async fn run<F, C, R, E>(
     conn: &mut C,
     scope: Scope,
     policy: &RetryPolicy,
     subject: Subject<'_>,
-    mut body: impl Body<C, R, E>,
+    mut body: impl AsyncFnMut(&mut C) -> Result<R, Failure<E>>,
 ) -> Result<R, Failure<E>>
 where
     C: Db<F, Backend: TransactionSql>,
@@ -117,7 +104,7 @@ where
 async fn run_once<F, C, R, E>(
     conn: &mut C,
     scope: Scope,
-    body: &mut impl Body<C, R, E>,
+    body: &mut impl AsyncFnMut(&mut C) -> Result<R, Failure<E>>,
 ) -> Result<R, Failure<E>>
 where
     C: Db<F, Backend: TransactionSql>,
@@ -133,7 +120,7 @@ where
     }
     // A panic the body did not catch itself (a `Serialize` impl, say) must not leave the
     // connection inside the transaction either.
-    match catch_unwind(body.call(conn)).await {
+    match catch_unwind(body(conn)).await {
         Ok(Ok(value)) => commit(conn, scope).await.map(|()| value),
         Ok(Err(failure)) => {
             rollback_to(conn, before).await;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use tracing::info;
 
 use super::Outbox;
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::duration::{before, now};
 use crate::rows::OutboxRow;
 use crate::state::{CorruptRow, OutboxState};

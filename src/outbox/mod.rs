@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::duration::now;
 use crate::rows::NewOutboxRow;
 use crate::{observe, transaction, Envelope, Error, InboxConnection};

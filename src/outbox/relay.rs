@@ -19,7 +19,7 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::plan::{self, Backoff, Blocked, Settle};
-use crate::backend::sealed::InboxSql;
+use crate::backend::sealed::BackendSql;
 use crate::duration::{after, now};
 use crate::rows::{OutboxChange, OutboxRow};
 use crate::transaction::{self, Failure, Scope, Subject};
@@ -246,7 +246,7 @@ impl Relay {
             let mut room = self.batch_size.saturating_sub(heads.len());
             let mut groups = Vec::with_capacity(heads.len());
             for (head, more) in heads {
-                let followers = if more && room > 0 && <C::Sql as InboxSql>::OUTBOX_FOLLOWERS {
+                let followers = if more && room > 0 && <C::Sql as BackendSql>::OUTBOX_FOLLOWERS {
                     let found = tx
                         .sql()
                         .outbox_followers(&head, i64::try_from(room).unwrap_or(i64::MAX))?;

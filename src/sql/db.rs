@@ -7,8 +7,8 @@
 //! bodies are written once, as `async` code over `Db<F>`; the sync front runs them to the end
 //! in one poll.
 //!
-//! A statement reads as it would in sync Diesel, with the connection first and `.await`:
-//! `conn.execute(query).await`, `conn.get_result::<_, _, T>(query).await`.
+//! Queries go through [`Run`], so that a statement reads as it would in sync Diesel, with
+//! `.await`: `query.execute_on(conn).await`, `query.get_result_on::<T>(conn).await`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -42,24 +42,6 @@ pub trait Db<F>: Send + Sized {
         U: FromSqlRow<ST, Self::Backend> + Send + 'static,
         ST: 'static,
         Self::Backend: QueryMetadata<Q::SqlType>;
-
-    /// The first row, or `NotFound`: Diesel's `get_result` (and `first` after a `limit(1)`).
-    fn get_result<Q, ST, U>(&mut self, query: Q) -> impl Future<Output = QueryResult<U>> + Send
-    where
-        Q: Query + QueryFragment<Self::Backend> + QueryId + Send,
-        Q::SqlType: CompatibleType<U, Self::Backend, SqlType = ST>,
-        U: FromSqlRow<ST, Self::Backend> + Send + 'static,
-        ST: 'static,
-        Self::Backend: QueryMetadata<Q::SqlType>,
-    {
-        let rows = self.load(query);
-        async move {
-            rows.await?
-                .into_iter()
-                .next()
-                .ok_or(diesel::result::Error::NotFound)
-        }
-    }
 
     /// Sends SQL text as it is, one or more statements, in one round trip where the backend
     /// allows.
@@ -118,6 +100,54 @@ impl<Q: Query> Query for Stmt<Q> {
 }
 
 impl<Q, Conn> RunQueryDsl<Conn> for Stmt<Q> {}
+
+/// Runs a query on a [`Db`] connection, as `RunQueryDsl` does on a sync one: a statement reads
+/// `query.execute_on(conn).await` where sync Diesel reads `query.execute(conn)`.
+pub(crate) trait Run<F, C: Db<F>>: Sized + Send {
+    /// [`Db::execute`].
+    fn execute_on(self, conn: &mut C) -> impl Future<Output = QueryResult<usize>> + Send
+    where
+        Self: QueryFragment<C::Backend> + QueryId,
+    {
+        conn.execute(self)
+    }
+
+    /// [`Db::load`].
+    fn load_on<U>(self, conn: &mut C) -> impl Future<Output = QueryResult<Vec<U>>> + Send
+    where
+        Self: Query + QueryFragment<C::Backend> + QueryId,
+        Self::SqlType: CompatibleType<U, C::Backend>,
+        U: FromSqlRow<<Self::SqlType as CompatibleType<U, C::Backend>>::SqlType, C::Backend>
+            + Send
+            + 'static,
+        <Self::SqlType as CompatibleType<U, C::Backend>>::SqlType: 'static,
+        C::Backend: QueryMetadata<Self::SqlType>,
+    {
+        conn.load(self)
+    }
+
+    /// The first row, or `NotFound`: Diesel's `get_result` (and `first` after a `limit(1)`).
+    fn get_result_on<U>(self, conn: &mut C) -> impl Future<Output = QueryResult<U>> + Send
+    where
+        Self: Query + QueryFragment<C::Backend> + QueryId,
+        Self::SqlType: CompatibleType<U, C::Backend>,
+        U: FromSqlRow<<Self::SqlType as CompatibleType<U, C::Backend>>::SqlType, C::Backend>
+            + Send
+            + 'static,
+        <Self::SqlType as CompatibleType<U, C::Backend>>::SqlType: 'static,
+        C::Backend: QueryMetadata<Self::SqlType>,
+    {
+        let rows = conn.load(self);
+        async move {
+            rows.await?
+                .into_iter()
+                .next()
+                .ok_or(diesel::result::Error::NotFound)
+        }
+    }
+}
+
+impl<F, C: Db<F>, Q: Send> Run<F, C> for Q {}
 
 /// A query of a fixed shape that Diesel keeps prepared, keyed by its SQL text. Diesel 2.3
 /// prepares every `UPDATE` and upsert anew, since their SQL can vary with the values given and

@@ -8,11 +8,21 @@
 //!   complete when they are made.
 //! - [`TransactionSql`] (`transaction.rs`): per backend, how a top-level transaction begins
 //!   and commits, how to tell it is still alive, and what an error means.
+//! - One trait per area for its statements, implemented on Diesel's backend types and
+//!   generic over the connection: [`InboxSql`] (`inbox.rs`). [`Sql`] names them all.
 
 mod blocking;
 mod db;
+mod inbox;
 mod transaction;
 
 pub(crate) use blocking::Blocking;
-pub(crate) use db::{Cached, Db};
+pub(crate) use db::{Cached, Db, Run};
+pub(crate) use inbox::InboxSql;
 pub(crate) use transaction::TransactionSql;
+
+/// Every area's statements for one database: what a connection's backend must implement for
+/// the inbox to run on it. Sealed.
+pub trait Sql: InboxSql {}
+
+impl<B: InboxSql> Sql for B {}

@@ -11,7 +11,7 @@ use std::future::{ready, Future};
 use diesel::backend::Backend;
 use diesel::QueryResult;
 
-use super::db::Db;
+use super::Db;
 use crate::class::{ErrorClass, FailedStatement};
 
 /// How one database frames the inbox's transactions. Sealed: implemented for Diesel's
@@ -128,6 +128,7 @@ impl TransactionSql for diesel::mysql::Mysql {
     }
 
     async fn transaction_is_alive<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
+        use super::Run;
         // A deadlock rolls back the whole transaction; later statements then autocommit one by
         // one and COMMIT succeeds on nothing. MariaDB's session variable tells. Oracle MySQL
         // has none: there the check cannot tell, which is asked of each connection anew (one
@@ -135,8 +136,8 @@ impl TransactionSql for diesel::mysql::Mysql {
         let in_transaction = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
             "@@in_transaction",
         ));
-        match conn
-            .get_result::<_, _, i64>(super::Cached(in_transaction))
+        match super::Cached(in_transaction)
+            .get_result_on::<i64>(conn)
             .await
         {
             Ok(in_transaction) => Ok(in_transaction == 1),
@@ -183,13 +184,14 @@ impl TransactionSql for diesel::sqlite::Sqlite {
     }
 
     async fn before_contention_retry<F, C: Db<F, Backend = Self>>(conn: &mut C) {
+        use super::Run;
         // Without a busy timeout every concurrent writer fails at once and is retried here;
         // say so once, rather than in every retry.
         static WARNED: std::sync::Once = std::sync::Once::new();
         let timeout = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
             "(SELECT timeout FROM pragma_busy_timeout())",
         ));
-        let timeout = conn.get_result::<_, _, i64>(timeout).await;
+        let timeout = timeout.get_result_on::<i64>(conn).await;
         if timeout == Ok(0) {
             WARNED.call_once(|| {
                 tracing::warn!("this SQLite connection has no busy timeout, so concurrent writers fail at once and the inbox retries them: apply diesel_inbox::SqliteSetup to each connection");
@@ -207,7 +209,7 @@ mod mysql {
     use diesel::query_builder::{AstPass, QueryFragment, QueryId};
     use diesel::QueryResult;
 
-    use super::super::db::Db;
+    use super::super::{Db, Run};
     use crate::class::message_contains;
 
     /// Set once a server refused to prepare `BEGIN` or `COMMIT` (Oracle MySQL prepares no
@@ -242,7 +244,7 @@ mod mysql {
         sql: &'static str,
     ) -> QueryResult<()> {
         if !TEXT_BEGIN_AND_COMMIT.load(Ordering::Relaxed) {
-            match conn.execute(Fixed(sql)).await {
+            match Fixed(sql).execute_on(conn).await {
                 Err(error)
                     if message_contains(
                         &error,

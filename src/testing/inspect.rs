@@ -5,8 +5,9 @@ use std::fmt;
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
-use crate::backend::sealed::InboxSql;
+use crate::engine::run_ready;
 use crate::rows::InboxRow;
+use crate::sql::InboxSql;
 use crate::state::InboxState;
 use crate::{Error, Inbox, InboxConnection, IntoEventId};
 
@@ -121,9 +122,8 @@ pub fn inbox_record<C: InboxConnection>(
     event_id: impl IntoEventId,
 ) -> Result<Option<InboxRecord>, Error> {
     let event_id = event_id.into_event_id()?;
-    let row = conn
-        .sql()
-        .inbox_row((inbox.consumer(), event_id.as_str()))?;
+    let key = (inbox.consumer(), event_id.as_str());
+    let row = run_ready(C::Backend::inbox_row(conn, key))?;
     Ok(row.map(InboxRecord::from))
 }
 
@@ -132,8 +132,7 @@ pub(crate) fn first_records<C: InboxConnection>(
     conn: &mut C,
     limit: usize,
 ) -> QueryResult<Vec<InboxRecord>> {
-    let rows = conn
-        .sql()
-        .inbox_rows(i64::try_from(limit).unwrap_or(i64::MAX))?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = run_ready(C::Backend::inbox_rows(conn, limit))?;
     Ok(rows.into_iter().map(InboxRecord::from).collect())
 }
