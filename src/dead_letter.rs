@@ -4,11 +4,10 @@
 use chrono::{DateTime, Utc};
 
 use crate::audit::Audit;
-use crate::backend::sealed::BackendSql;
 use crate::backend::Key;
 use crate::engine::run_ready;
 use crate::rows::{FailureRow, HistoryRow, Recorded};
-use crate::sql::InboxSql;
+use crate::sql::{FailureSql, InboxSql};
 use crate::state::{CorruptRow, Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Failure};
 use crate::{Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
@@ -127,12 +126,16 @@ impl DeadLetters {
     ) -> Result<Vec<Result<DeadLetter, CorruptRow>>, Error> {
         let consumer = self.inbox.consumer();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        Ok(conn
-            .sql()
-            .failures(consumer, DeadLetterState::DeadLettered, after, limit)?
-            .into_iter()
-            .map(|row| dead_letter(consumer, row, Vec::new()))
-            .collect())
+        Ok(run_ready(C::Backend::failures(
+            conn,
+            consumer,
+            DeadLetterState::DeadLettered,
+            after,
+            limit,
+        ))?
+        .into_iter()
+        .map(|row| dead_letter(consumer, row, Vec::new()))
+        .collect())
     }
 
     /// One failed event, in any state, with its payload and history.
@@ -148,13 +151,11 @@ impl DeadLetters {
     ) -> Result<DeadLetter, Error> {
         let event_id = event_id.into_event_id()?;
         let key = (self.inbox.consumer(), event_id.as_str());
-        let row = conn.sql().failure(key)?;
+        let row = run_ready(C::Backend::failure(conn, key))?;
         let row = row.ok_or(Error::DeadLetterNotFound {
             event_id: event_id.clone(),
         })?;
-        let history = conn
-            .sql()
-            .history(key)?
+        let history = run_ready(C::Backend::history(conn, key))?
             .into_iter()
             .map(|line| line.map_err(|bad| bad.in_row(&failure_key(key), "id")))
             .collect::<Result<Vec<_>, _>>()?;
@@ -313,7 +314,7 @@ impl DeadLetters {
                 key,
                 InboxState::DeadLettered,
             ))?;
-            tx.sql().reset_attempts(key, Utc::now())
+            run_ready(C::Backend::reset_attempts(tx, key, Utc::now()))
         })
     }
 
@@ -387,7 +388,7 @@ fn transition_from_dead_lettered<C: InboxConnection, E>(
     transition: Transition,
 ) -> Result<FailureRow, Failure<E>> {
     let event_id = || EventId::new(key.1).expect("the key holds a validated id");
-    let Some(row) = conn.sql().failure(key)? else {
+    let Some(row) = run_ready(C::Backend::failure(conn, key))? else {
         return Err(Failure::Inbox(Error::DeadLetterNotFound {
             event_id: event_id(),
         }));
@@ -415,9 +416,15 @@ fn finish_transition<C: InboxConnection, E>(
     audit: &Audit,
 ) -> Result<(), Failure<E>> {
     let now = Utc::now();
-    let sql = conn.sql();
-    sql.set_failure_state(key, DeadLetterState::DeadLettered, transition.to(), now)?;
-    sql.append_history(
+    run_ready(C::Backend::set_failure_state(
+        conn,
+        key,
+        DeadLetterState::DeadLettered,
+        transition.to(),
+        now,
+    ))?;
+    run_ready(C::Backend::append_history(
+        conn,
         key,
         &HistoryRow {
             kind: transition.history_kind(),
@@ -427,7 +434,7 @@ fn finish_transition<C: InboxConnection, E>(
             reason: Some(audit.reason().to_owned()),
             at: now,
         },
-    )?;
+    ))?;
     run_ready(C::Backend::bump_counter(
         conn,
         key,

@@ -7,16 +7,13 @@ use std::num::NonZeroU32;
 use chrono::{DateTime, Utc};
 use tracing::{error, warn};
 
-use crate::backend::sealed::BackendSql;
-use crate::backend::Key;
-use crate::decide::{self, HandlerFailure};
-use crate::engine::run_ready;
+use crate::decide::{self, HandlerFailure, Scope};
+use crate::engine::{self, Subject};
 use crate::observe;
-use crate::rows::HistoryRow;
-use crate::sql::InboxSql;
+use crate::rows::{HistoryRow, Key};
+use crate::sql::{Db, FailureSql, InboxSql, Sql};
 use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
-use crate::transaction::{self, Scope, Subject};
-use crate::{DeadLettered, Delivery, Error, InboxConnection, RetryPolicy};
+use crate::{DeadLettered, Delivery, Error, RetryPolicy};
 
 /// The longest error text kept per failure, in bytes.
 const MAX_ERROR_BYTES: usize = 8 * 1024;
@@ -32,7 +29,7 @@ pub(crate) struct Policy<'a> {
 /// Records a failed attempt at `delivery` in a transaction of its own, and dead-letters the
 /// event when that attempt reaches the limit. A failure to record is logged, not returned:
 /// the handler's error is what the caller needs.
-pub(crate) fn record<C: InboxConnection>(
+pub(crate) async fn record<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     policy: Policy<'_>,
     delivery: &Delivery,
@@ -46,10 +43,11 @@ pub(crate) fn record<C: InboxConnection>(
         consumer,
         event_id: Some(event_id),
     };
+    let body = async |tx: &mut C| {
+        record_attempt(tx, key, policy.max_attempts, error, delivery, failure).await
+    };
     let recorded =
-        transaction::run::<_, _, Error>(conn, Scope::TopLevel, policy.retry, subject, |tx| {
-            record_attempt(tx, key, policy.max_attempts, error, delivery, failure)
-        });
+        engine::run::<F, C, _, Error>(conn, Scope::TopLevel, policy.retry, subject, body).await;
     match recorded {
         Ok((attempts, None)) => {
             observe::failed_attempt(consumer);
@@ -83,7 +81,7 @@ pub(crate) fn record<C: InboxConnection>(
 
 /// The body of the recording transaction: count the attempt, and at the limit hold the event
 /// back with a dead-lettered inbox row.
-fn record_attempt<C: InboxConnection>(
+async fn record_attempt<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     key: Key<'_>,
     max_attempts: Option<NonZeroU32>,
@@ -93,43 +91,29 @@ fn record_attempt<C: InboxConnection>(
 ) -> Result<(i64, Option<DeadLettered>), decide::Failure<Error>> {
     let now = Utc::now();
     let (attempts, mut state) =
-        conn.sql()
-            .record_failure(key, now, error, delivery.payload.as_ref())?;
+        C::Backend::record_failure(conn, key, now, error, delivery.payload.as_ref()).await?;
     if state == DeadLetterState::Released {
         // Ops released it and it failed again: it is failing, as before it was dead-lettered.
-        conn.sql()
-            .set_failure_state(key, state, DeadLetterState::Retrying, now)?;
+        C::Backend::set_failure_state(conn, key, state, DeadLetterState::Retrying, now).await?;
         state = DeadLetterState::Retrying;
     }
     let dead = if decide::dead_letters_now(attempts, state, max_attempts, failure) {
-        dead_letter(conn, key, (attempts, state), error, failure, now)?
+        dead_letter(conn, key, (attempts, state), error, failure, now).await?
     } else {
         None
     };
     // Counted last, so the hot counter row is locked for the shortest time and always after
     // the event's own rows, as every inbox transaction takes them.
-    run_ready(C::Backend::bump_counter(
-        conn,
-        key,
-        Counter::FailedAttempt,
-        1,
-        now,
-    ))?;
+    C::Backend::bump_counter(conn, key, Counter::FailedAttempt, 1, now).await?;
     if dead.is_some() {
-        run_ready(C::Backend::bump_counter(
-            conn,
-            key,
-            Counter::DeadLettered,
-            1,
-            now,
-        ))?;
+        C::Backend::bump_counter(conn, key, Counter::DeadLettered, 1, now).await?;
     }
     Ok((attempts, dead))
 }
 
 /// Holds the event back with a dead-lettered inbox row and marks its failure row; `None` when
 /// another delivery processed it meanwhile and there is nothing to give up on.
-fn dead_letter<C: InboxConnection>(
+async fn dead_letter<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     key: Key<'_>,
     (attempts, state): (i64, DeadLetterState),
@@ -137,17 +121,12 @@ fn dead_letter<C: InboxConnection>(
     failure: HandlerFailure,
     now: DateTime<Utc>,
 ) -> Result<Option<DeadLettered>, decide::Failure<Error>> {
-    if !run_ready(C::Backend::insert_held_row(
-        conn,
-        key,
-        now,
-        InboxState::DeadLettered,
-    ))? {
+    if !C::Backend::insert_held_row(conn, key, now, InboxState::DeadLettered).await? {
         return Ok(None);
     }
-    let sql = conn.sql();
-    sql.set_failure_state(key, state, DeadLetterState::DeadLettered, now)?;
-    sql.append_history(
+    C::Backend::set_failure_state(conn, key, state, DeadLetterState::DeadLettered, now).await?;
+    C::Backend::append_history(
+        conn,
         key,
         &HistoryRow {
             kind: HistoryKind::DeadLettered,
@@ -163,7 +142,8 @@ fn dead_letter<C: InboxConnection>(
             }),
             at: now,
         },
-    )?;
+    )
+    .await?;
     Ok(Some(DeadLettered {
         since: now,
         deliveries: 1,

@@ -346,7 +346,13 @@ impl Inbox {
             decide::handler_failure(&error, <C::Backend as crate::sql::TransactionSql>::classify);
         if scope == Scope::TopLevel && kind.is_recorded() {
             let message = error.to_string();
-            if let Some(dead) = failure::record(conn, self.policy(), delivery, &message, kind) {
+            if let Some(dead) = run_ready(failure::record(
+                conn,
+                self.policy(),
+                delivery,
+                &message,
+                kind,
+            )) {
                 return Ok(Outcome::DeadLettered(dead));
             }
         } else if scope == Scope::TopLevel {
@@ -370,13 +376,13 @@ impl Inbox {
     ) -> ! {
         if let (Scope::TopLevel, Some(delivery)) = (scope, delivery) {
             let message = failure::panic_message(&*panic);
-            let _ = failure::record(
+            let _ = run_ready(failure::record(
                 conn,
                 self.policy(),
                 delivery,
                 &message,
                 decide::HandlerFailure::Counted,
-            );
+            ));
         }
         panic::resume_unwind(panic)
     }

@@ -6,8 +6,8 @@
 //! statements still to move, sync only. Each also says how it binds keys and times
 //! (`mod codec`). How a backend begins and commits a transaction, checks that it is alive, and
 //! classifies its errors is [`crate::sql::TransactionSql`]. Statements that read the same on
-//! every backend are written once, the inbox area's in `inbox.rs` and the rest in
-//! `portable.rs`; each backend's impl names every one it takes from there, with its codec and
+//! every backend are written once, each moved area's in a file of its own (`inbox.rs`,
+//! `failures.rs`) and the rest in `portable.rs`; each backend's impl names every one it takes from there, with its codec and
 //! schema as explicit arguments. The statements on the inbox's own migration record are in
 //! `tracking.rs` (a supertrait of `BackendSql`), and the polled PostgreSQL migration lock in
 //! `lock.rs`. The rows the statements read and write are [`crate::rows`]; what their errors
@@ -25,6 +25,8 @@ use crate::state::UnknownState;
 mod portable;
 #[macro_use]
 mod inbox;
+#[macro_use]
+mod failures;
 #[macro_use]
 mod outbox;
 #[cfg(feature = "postgres")]
@@ -57,12 +59,11 @@ pub(crate) use crate::rows::{Key, StreamKey};
 pub(crate) mod sealed {
     use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
     use crate::rows::{
-        ClaimChange, ClaimRow, ConsumerRows, CounterTotal, CursorRow, FailureRow, FailureTotals,
-        GapRow, HistoryRow, InboxTotals, Listed, NewClaim, NewOutboxRow, OutboxChange, OutboxRow,
-        OutboxTotals, PruneCounts, PruneCursor,
+        ClaimChange, ClaimRow, ConsumerRows, CounterTotal, CursorRow, FailureTotals, GapRow,
+        InboxTotals, Listed, NewClaim, NewOutboxRow, OutboxChange, OutboxRow, OutboxTotals,
+        PruneCounts, PruneCursor,
     };
-    use crate::state::{ClaimState, DeadLetterState, GapCause, GapState, OutboxState};
-    use crate::Payload;
+    use crate::state::{ClaimState, GapCause, GapState, OutboxState};
 
     /// A connection whose statements run on a concrete connection type: itself, or the one
     /// an r2d2 pool wraps.
@@ -88,50 +89,6 @@ pub(crate) mod sealed {
             lock_timeout: std::time::Duration,
             apply: &mut dyn FnMut(&mut Self) -> Result<usize, crate::error::MigrationError>,
         ) -> Result<usize, crate::Error>;
-
-        /// Counts one more failed attempt, keeps the payload and the error, and appends the
-        /// attempt to the history; returns the attempt count and the row's state afterwards.
-        fn record_failure(
-            &mut self,
-            key: Key<'_>,
-            now: DateTime<Utc>,
-            error: &str,
-            payload: Option<&Payload>,
-        ) -> QueryResult<(i64, DeadLetterState)>;
-
-        /// The failure row, locked for the rest of the transaction where the backend has row
-        /// locks (SQLite's immediate transaction holds the whole database instead).
-        fn failure(&mut self, key: Key<'_>) -> QueryResult<Option<FailureRow>>;
-
-        /// Up to `limit` of the consumer's failure rows in `state` (and those whose state this
-        /// version cannot read), after event id `after` where given, in event id order;
-        /// without their payloads.
-        fn failures(
-            &mut self,
-            consumer: &str,
-            state: DeadLetterState,
-            after: Option<&str>,
-            limit: i64,
-        ) -> QueryResult<Vec<FailureRow>>;
-
-        /// Changes the failure row's state from `from` to `to`; `false` when it was not in `from`.
-        fn set_failure_state(
-            &mut self,
-            key: Key<'_>,
-            from: DeadLetterState,
-            to: DeadLetterState,
-            now: DateTime<Utc>,
-        ) -> QueryResult<bool>;
-
-        /// Sets the failure row's attempts back to 0, so the event gets the full
-        /// `max_attempts` again (after a release).
-        fn reset_attempts(&mut self, key: Key<'_>, now: DateTime<Utc>) -> QueryResult<()>;
-
-        /// Appends to the event's history.
-        fn append_history(&mut self, key: Key<'_>, row: &HistoryRow) -> QueryResult<()>;
-
-        /// The event's history, oldest first.
-        fn history(&mut self, key: Key<'_>) -> QueryResult<Vec<Listed<HistoryRow>>>;
 
         /// Whether the current database has a table called `name`.
         fn table_exists(&mut self, name: &str) -> QueryResult<bool>;

@@ -16,7 +16,7 @@ use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
-use crate::sql::InboxSql;
+use crate::sql::{FailureSql, InboxSql};
 use crate::state::{Counter, InboxState};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
@@ -317,6 +317,21 @@ impl InboxSql for Mysql {
     }
 }
 
+impl FailureSql for Mysql {
+    failure_statement!(
+        record_failure,
+        schema,
+        codec,
+        conflict = diesel::dsl::DuplicatedKeys
+    );
+    failure_statement!(failure, schema, codec, rows, lock = for_update);
+    failure_statement!(failures, schema, codec, rows);
+    failure_statement!(set_failure_state, schema, codec);
+    failure_statement!(reset_attempts, schema, codec);
+    failure_statement!(append_history, schema, codec);
+    failure_statement!(history, schema, codec, rows);
+}
+
 impl BackendSql for MysqlConnection {
     const OUTBOX_FOLLOWERS: bool = false;
     fn with_migration_lock(
@@ -351,19 +366,6 @@ impl BackendSql for MysqlConnection {
         released?;
         Ok(applied)
     }
-
-    statement!(
-        record_failure,
-        schema,
-        codec,
-        conflict = diesel::dsl::DuplicatedKeys
-    );
-    statement!(failure, schema, codec, rows, lock = for_update);
-    statement!(failures, schema, codec, rows);
-    statement!(set_failure_state, schema, codec);
-    statement!(reset_attempts, schema, codec);
-    statement!(append_history, schema, codec);
-    statement!(history, schema, codec, rows);
 
     statement!(
         table_exists,

@@ -12,7 +12,7 @@ use super::sealed::{BackendSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
-use crate::sql::InboxSql;
+use crate::sql::{FailureSql, InboxSql};
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {
@@ -108,6 +108,24 @@ impl InboxSql for Pg {
     );
 }
 
+impl FailureSql for Pg {
+    failure_statement!(
+        record_failure,
+        schema,
+        codec,
+        conflict = (
+            schema::diesel_inbox_failures::consumer,
+            schema::diesel_inbox_failures::event_id
+        )
+    );
+    failure_statement!(failure, schema, codec, rows, lock = for_update);
+    failure_statement!(failures, schema, codec, rows);
+    failure_statement!(set_failure_state, schema, codec);
+    failure_statement!(reset_attempts, schema, codec);
+    failure_statement!(append_history, schema, codec);
+    failure_statement!(history, schema, codec, rows);
+}
+
 impl BackendSql for PgConnection {
     fn with_migration_lock(
         &mut self,
@@ -126,22 +144,6 @@ impl BackendSql for PgConnection {
         released?;
         Ok(applied)
     }
-
-    statement!(
-        record_failure,
-        schema,
-        codec,
-        conflict = (
-            schema::diesel_inbox_failures::consumer,
-            schema::diesel_inbox_failures::event_id
-        )
-    );
-    statement!(failure, schema, codec, rows, lock = for_update);
-    statement!(failures, schema, codec, rows);
-    statement!(set_failure_state, schema, codec);
-    statement!(reset_attempts, schema, codec);
-    statement!(append_history, schema, codec);
-    statement!(history, schema, codec, rows);
 
     statement!(
         table_exists,

@@ -15,8 +15,8 @@ use crate::check::{Check, CheckStatus};
 use crate::class::ErrorClass;
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
-use crate::sql::InboxSql;
 use crate::sql::TransactionSql;
+use crate::sql::{FailureSql, InboxSql};
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
 mod codec {
@@ -90,6 +90,24 @@ impl InboxSql for Sqlite {
     );
 }
 
+impl FailureSql for Sqlite {
+    failure_statement!(
+        record_failure,
+        schema,
+        codec,
+        conflict = (
+            schema::diesel_inbox_failures::consumer,
+            schema::diesel_inbox_failures::event_id
+        )
+    );
+    failure_statement!(failure, schema, codec, rows);
+    failure_statement!(failures, schema, codec, rows);
+    failure_statement!(set_failure_state, schema, codec);
+    failure_statement!(reset_attempts, schema, codec);
+    failure_statement!(append_history, schema, codec);
+    failure_statement!(history, schema, codec, rows);
+}
+
 impl BackendSql for SqliteConnection {
     fn with_migration_lock(
         &mut self,
@@ -130,22 +148,6 @@ impl BackendSql for SqliteConnection {
         restored?;
         Ok(applied)
     }
-
-    statement!(
-        record_failure,
-        schema,
-        codec,
-        conflict = (
-            schema::diesel_inbox_failures::consumer,
-            schema::diesel_inbox_failures::event_id
-        )
-    );
-    statement!(failure, schema, codec, rows);
-    statement!(failures, schema, codec, rows);
-    statement!(set_failure_state, schema, codec);
-    statement!(reset_attempts, schema, codec);
-    statement!(append_history, schema, codec);
-    statement!(history, schema, codec, rows);
 
     statement!(
         table_exists,

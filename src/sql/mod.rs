@@ -9,20 +9,22 @@
 //! - [`TransactionSql`] (`transaction.rs`): per backend, how a top-level transaction begins
 //!   and commits, how to tell it is still alive, and what an error means.
 //! - One trait per area for its statements, implemented on Diesel's backend types and
-//!   generic over the connection: [`InboxSql`] (`inbox.rs`). [`Sql`] names them all.
+//!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`). [`Sql`] names them all.
 
 mod blocking;
 mod db;
+mod failures;
 mod inbox;
 mod transaction;
 
 pub(crate) use blocking::Blocking;
 pub(crate) use db::{Cached, Db, Run};
+pub(crate) use failures::FailureSql;
 pub(crate) use inbox::InboxSql;
 pub(crate) use transaction::TransactionSql;
 
 /// Every area's statements for one database: what a connection's backend must implement for
 /// the inbox to run on it. Sealed.
-pub trait Sql: InboxSql {}
+pub trait Sql: InboxSql + FailureSql {}
 
-impl<B: InboxSql> Sql for B {}
+impl<B: InboxSql + FailureSql> Sql for B {}
