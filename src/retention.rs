@@ -9,8 +9,10 @@ use tracing::{debug, info, warn};
 
 use crate::backend::sealed::BackendSql;
 use crate::duration;
+use crate::engine::run_ready;
 use crate::observe;
 use crate::rows::PruneCursor;
+use crate::sql::{Db, RetentionSql, Sql};
 use crate::transaction::{self, Failure, Scope};
 use crate::{Error, Inbox, InboxConnection};
 
@@ -226,7 +228,7 @@ impl Inbox {
         let _entered = span.enter();
 
         let pruned = if retention.dry_run {
-            let counts = conn.sql().count_prunable(consumer, cutoff)?;
+            let counts = run_ready(C::Backend::count_prunable(conn, consumer, cutoff))?;
             Pruned {
                 events: counts.events.unsigned_abs(),
                 failures: counts.failures.unsigned_abs(),
@@ -292,7 +294,7 @@ impl Inbox {
             conn.sql().next_transaction_read_committed()?;
             let batch =
                 transaction::run(conn, Scope::TopLevel, self.retry_policy(), subject, |tx| {
-                    prune_batch(tx, consumer, cutoff, &cursor, limit)
+                    run_ready(prune_batch(tx, consumer, cutoff, &cursor, limit))
                 })
                 .map_err(Failure::into_error)?;
             let took = batch_started.elapsed();
@@ -326,8 +328,8 @@ impl Inbox {
             self.retry_policy(),
             subject,
             |tx| {
-                let counters = tx.sql().delete_counters_before(consumer, cutoff)?;
-                let claims = tx.sql().delete_settled_claims(consumer, cutoff)?;
+                let counters = run_ready(C::Backend::delete_counters_before(tx, consumer, cutoff))?;
+                let claims = run_ready(C::Backend::delete_settled_claims(tx, consumer, cutoff))?;
                 Ok((counters, claims))
             },
         )
@@ -353,15 +355,14 @@ struct Batch {
 /// One batch, inside its transaction: lock up to `limit` candidates after `cursor`, delete
 /// them in key order re-checking the conditions, then the failures and history of exactly
 /// the events whose rows went.
-fn prune_batch<C: InboxConnection>(
+async fn prune_batch<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     consumer: &str,
     cutoff: DateTime<Utc>,
     cursor: &PruneCursor,
     limit: i64,
 ) -> Result<Batch, Failure<Error>> {
-    let sql = conn.sql();
-    let candidates = sql.prune_candidates(consumer, cutoff, cursor, limit)?;
+    let candidates = C::Backend::prune_candidates(conn, consumer, cutoff, cursor, limit).await?;
     let Some(last) = candidates.last().cloned() else {
         return Ok(Batch {
             found: 0,
@@ -373,21 +374,23 @@ fn prune_batch<C: InboxConnection>(
     };
     let mut ids: Vec<&str> = candidates.iter().map(|c| c.event_id.as_str()).collect();
     ids.sort_unstable();
-    let events = sql.delete_prunable_events(consumer, cutoff, &ids)?;
+    let events = C::Backend::delete_prunable_events(conn, consumer, cutoff, &ids).await?;
     // The candidates are locked, so the DELETE takes them all; should it not, only the events
     // whose rows are gone lose their failures.
     let gone = if events == ids.len() {
         ids
     } else {
-        let remaining: HashSet<String> =
-            sql.remaining_events(consumer, &ids)?.into_iter().collect();
+        let remaining: HashSet<String> = C::Backend::remaining_events(conn, consumer, &ids)
+            .await?
+            .into_iter()
+            .collect();
         ids.retain(|id| !remaining.contains(*id));
         ids
     };
     let (failures, history) = if gone.is_empty() {
         (0, 0)
     } else {
-        sql.delete_failures_of(consumer, &gone)?
+        C::Backend::delete_failures_of(conn, consumer, &gone).await?
     };
     Ok(Batch {
         found: candidates.len(),

@@ -6,8 +6,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::backend::counter_bucket;
-use crate::backend::sealed::BackendSql;
+use crate::engine::run_ready;
 use crate::rows::ConsumerRows;
+use crate::sql::{Db, RetentionSql, Sql};
 use crate::state::{Counter, DeadLetterState, InboxState};
 use crate::{Error, Inbox, InboxConnection};
 
@@ -129,7 +130,7 @@ impl Inbox {
         recent: Duration,
     ) -> Result<Stats, Error> {
         let since = crate::duration::before(Utc::now(), recent);
-        read(conn.sql(), self.consumer(), since)
+        run_ready(read(conn, self.consumer(), since))
     }
 }
 
@@ -143,10 +144,9 @@ impl Stats {
     /// As [`Inbox::stats`].
     pub fn all<C: InboxConnection>(conn: &mut C, recent: Duration) -> Result<Vec<Stats>, Error> {
         let since = crate::duration::before(Utc::now(), recent);
-        let sql = conn.sql();
-        sql.consumers(ConsumerRows::Inbox)?
+        run_ready(C::Backend::consumers(conn, ConsumerRows::Inbox))?
             .iter()
-            .map(|consumer| read(sql, consumer, since))
+            .map(|consumer| run_ready(read(conn, consumer, since)))
             .collect()
     }
 }
@@ -157,9 +157,13 @@ fn count(n: i64) -> u64 {
 }
 
 /// One consumer's stats, with the recent window from `since`.
-fn read<S: BackendSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Result<Stats, Error> {
+async fn read<F, C: Db<F, Backend: Sql>>(
+    conn: &mut C,
+    consumer: &str,
+    since: DateTime<Utc>,
+) -> Result<Stats, Error> {
     let mut totals = Counts::default();
-    for row in sql.inbox_totals(consumer)? {
+    for row in C::Backend::inbox_totals(conn, consumer).await? {
         match row.state {
             Ok(InboxState::Processed) => {
                 totals.processed += count(row.rows);
@@ -170,7 +174,7 @@ fn read<S: BackendSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Res
         }
         totals.payload_conflicts += count(row.payload_conflicts);
     }
-    for row in sql.failure_totals(consumer)? {
+    for row in C::Backend::failure_totals(conn, consumer).await? {
         totals.failed_attempts += count(row.attempts);
         match row.state {
             Ok(DeadLetterState::DeadLettered) => totals.dead_lettered += count(row.rows),
@@ -183,10 +187,12 @@ fn read<S: BackendSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Res
     }
 
     let mut recent = Counts {
-        processed: count(sql.processed_since(consumer, since)?),
+        processed: count(C::Backend::processed_since(conn, consumer, since).await?),
         ..Counts::default()
     };
-    for (counter, total) in sql.counters_since(consumer, counter_bucket(since))? {
+    for (counter, total) in
+        C::Backend::counters_since(conn, consumer, counter_bucket(since)).await?
+    {
         let total = count(total);
         match counter {
             Ok(Counter::Duplicate) => recent.duplicates += total,
@@ -206,7 +212,7 @@ fn read<S: BackendSql>(sql: &mut S, consumer: &str, since: DateTime<Utc>) -> Res
         totals,
         recent,
         recent_since: since,
-        oldest_unresolved_failure: sql.oldest_unresolved_failure(consumer)?,
+        oldest_unresolved_failure: C::Backend::oldest_unresolved_failure(conn, consumer).await?,
     })
 }
 

@@ -7,7 +7,7 @@
 //! (`mod codec`). How a backend begins and commits a transaction, checks that it is alive, and
 //! classifies its errors is [`crate::sql::TransactionSql`]. Statements that read the same on
 //! every backend are written once, each moved area's in a file of its own (`inbox.rs`,
-//! `failures.rs`) and the rest in `portable.rs`; each backend's impl names every one it takes from there, with its codec and
+//! `failures.rs`, `retention.rs`) and the rest in `portable.rs`; each backend's impl names every one it takes from there, with its codec and
 //! schema as explicit arguments. The statements on the inbox's own migration record are in
 //! `tracking.rs` (a supertrait of `BackendSql`), and the polled PostgreSQL migration lock in
 //! `lock.rs`. The rows the statements read and write are [`crate::rows`]; what their errors
@@ -27,6 +27,8 @@ mod portable;
 mod inbox;
 #[macro_use]
 mod failures;
+#[macro_use]
+mod retention;
 #[macro_use]
 mod outbox;
 #[cfg(feature = "postgres")]
@@ -59,9 +61,8 @@ pub(crate) use crate::rows::{Key, StreamKey};
 pub(crate) mod sealed {
     use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
     use crate::rows::{
-        ClaimChange, ClaimRow, ConsumerRows, CounterTotal, CursorRow, FailureTotals, GapRow,
-        InboxTotals, Listed, NewClaim, NewOutboxRow, OutboxChange, OutboxRow, OutboxTotals,
-        PruneCounts, PruneCursor,
+        ClaimChange, ClaimRow, CursorRow, GapRow, Listed, NewClaim, NewOutboxRow, OutboxChange,
+        OutboxRow, OutboxTotals,
     };
     use crate::state::{ClaimState, GapCause, GapState, OutboxState};
 
@@ -113,35 +114,6 @@ pub(crate) mod sealed {
         /// The doctor's checks of this backend's settings.
         fn backend_checks(&mut self) -> QueryResult<Vec<crate::check::Check>>;
 
-        /// Over the consumer's inbox rows, per state: the rows, their deliveries beyond the
-        /// first, and their payload conflicts.
-        fn inbox_totals(&mut self, consumer: &str) -> QueryResult<Vec<InboxTotals>>;
-
-        /// Over the consumer's failure rows, per state: the rows and their failed attempts.
-        fn failure_totals(&mut self, consumer: &str) -> QueryResult<Vec<FailureTotals>>;
-
-        /// The consumer's inbox rows processed at or after `since`: a range scan of the
-        /// `(consumer, state, processed_at, event_id)` index.
-        fn processed_since(&mut self, consumer: &str, since: DateTime<Utc>) -> QueryResult<i64>;
-
-        /// The consumer's hourly counters summed per counter, over the buckets at or after
-        /// `since`.
-        fn counters_since(
-            &mut self,
-            consumer: &str,
-            since: DateTime<Utc>,
-        ) -> QueryResult<Vec<CounterTotal>>;
-
-        /// The first failure of the consumer's oldest event that still needs something: one
-        /// dead-lettered, or one retrying that no delivery has processed since.
-        fn oldest_unresolved_failure(
-            &mut self,
-            consumer: &str,
-        ) -> QueryResult<Option<DateTime<Utc>>>;
-
-        /// Every consumer with a row in the tables of `area`, each once, sorted by name (byte
-        /// order).
-        fn consumers(&mut self, area: ConsumerRows) -> QueryResult<Vec<String>>;
         /// Takes the session-level lock that lets one prune run at a time, without waiting:
         /// `false` when another session holds it. SQLite has none: its writer lock already
         /// serialises the batches.
@@ -161,64 +133,6 @@ pub(crate) mod sealed {
         fn release_prune_lock(&mut self) -> QueryResult<()> {
             Ok(())
         }
-
-        /// Up to `limit` of the consumer's processed rows that are prunable at `cutoff`
-        /// (`processed_at` and `last_seen_at` before it), after `after` in `(processed_at,
-        /// event_id)` order, through the `diesel_inbox_events_settled` index; locked for the
-        /// rest of the transaction where the backend has row locks (SQLite's immediate
-        /// transaction holds the whole database instead).
-        fn prune_candidates(
-            &mut self,
-            consumer: &str,
-            cutoff: DateTime<Utc>,
-            after: &PruneCursor,
-            limit: i64,
-        ) -> QueryResult<Vec<PruneCursor>>;
-
-        /// Deletes those of `event_ids` whose inbox row is still prunable at `cutoff`; returns
-        /// how many it deleted.
-        fn delete_prunable_events(
-            &mut self,
-            consumer: &str,
-            cutoff: DateTime<Utc>,
-            event_ids: &[&str],
-        ) -> QueryResult<usize>;
-
-        /// Those of `event_ids` that still have an inbox row.
-        fn remaining_events(
-            &mut self,
-            consumer: &str,
-            event_ids: &[&str],
-        ) -> QueryResult<Vec<String>>;
-
-        /// Deletes the failure rows and the history of `event_ids`; returns how many of each.
-        fn delete_failures_of(
-            &mut self,
-            consumer: &str,
-            event_ids: &[&str],
-        ) -> QueryResult<(usize, usize)>;
-
-        /// Deletes the consumer's counters of hours that start before `cutoff`.
-        fn delete_counters_before(
-            &mut self,
-            consumer: &str,
-            cutoff: DateTime<Utc>,
-        ) -> QueryResult<usize>;
-
-        /// Deletes the consumer's completed and abandoned claims last changed or delivered
-        /// before `cutoff`.
-        fn delete_settled_claims(
-            &mut self,
-            consumer: &str,
-            cutoff: DateTime<Utc>,
-        ) -> QueryResult<usize>;
-
-        /// Counts what a prune at `cutoff` would delete, locking nothing.
-        fn count_prunable(
-            &mut self,
-            consumer: &str,
-            cutoff: DateTime<Utc>,
-        ) -> QueryResult<PruneCounts>;
 
         /// Moves the cursor to `sequence` if it is the next one, no gap is open and `epoch`
         /// is the cursor's: the in-order fast path. `false` when any of that does not hold.

@@ -16,7 +16,7 @@ use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
-use crate::sql::{FailureSql, InboxSql};
+use crate::sql::{FailureSql, InboxSql, RetentionSql};
 use crate::state::{Counter, InboxState};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
@@ -332,6 +332,22 @@ impl FailureSql for Mysql {
     failure_statement!(history, schema, codec, rows);
 }
 
+impl RetentionSql for Mysql {
+    retention_statement!(inbox_totals, schema, codec);
+    retention_statement!(failure_totals, schema, codec);
+    retention_statement!(processed_since, schema, codec);
+    retention_statement!(counters_since, schema, codec);
+    retention_statement!(oldest_unresolved_failure, schema, codec);
+    retention_statement!(consumers, schema, codec);
+    retention_statement!(prune_candidates, schema, codec, lock = for_update);
+    retention_statement!(delete_prunable_events, schema, codec);
+    retention_statement!(remaining_events, schema, codec);
+    retention_statement!(delete_failures_of, schema, codec);
+    retention_statement!(delete_counters_before, schema, codec);
+    retention_statement!(delete_settled_claims, schema, codec);
+    retention_statement!(count_prunable, schema, codec);
+}
+
 impl BackendSql for MysqlConnection {
     const OUTBOX_FOLLOWERS: bool = false;
     fn with_migration_lock(
@@ -415,13 +431,6 @@ impl BackendSql for MysqlConnection {
         )])
     }
 
-    statement!(inbox_totals, schema, codec);
-    statement!(failure_totals, schema, codec);
-    statement!(processed_since, schema, codec);
-    statement!(counters_since, schema, codec);
-    statement!(oldest_unresolved_failure, schema, codec);
-    statement!(consumers, schema, codec);
-
     fn try_prune_lock(&mut self) -> QueryResult<bool> {
         // A named lock of the session, so it outlives the batches' transactions; named after
         // the database, as PostgreSQL's advisory locks are per database, since GET_LOCK's
@@ -454,13 +463,6 @@ impl BackendSql for MysqlConnection {
         .map(drop)
     }
 
-    statement!(prune_candidates, schema, codec, lock = for_update);
-    statement!(delete_prunable_events, schema, codec);
-    statement!(remaining_events, schema, codec);
-    statement!(delete_failures_of, schema, codec);
-    statement!(delete_counters_before, schema, codec);
-    statement!(count_prunable, schema, codec);
-    statement!(delete_settled_claims, schema, codec);
     statement!(advance_cursor, schema, codec);
     statement!(cursor, schema, codec, rows, lock = for_update);
     statement!(cursors, schema, codec, rows);

@@ -12,7 +12,7 @@ use super::sealed::{BackendSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
-use crate::sql::{FailureSql, InboxSql};
+use crate::sql::{FailureSql, InboxSql, RetentionSql};
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {
@@ -126,6 +126,22 @@ impl FailureSql for Pg {
     failure_statement!(history, schema, codec, rows);
 }
 
+impl RetentionSql for Pg {
+    retention_statement!(inbox_totals, schema, codec);
+    retention_statement!(failure_totals, schema, codec);
+    retention_statement!(processed_since, schema, codec);
+    retention_statement!(counters_since, schema, codec);
+    retention_statement!(oldest_unresolved_failure, schema, codec);
+    retention_statement!(consumers, schema, codec);
+    retention_statement!(prune_candidates, schema, codec, lock = for_update);
+    retention_statement!(delete_prunable_events, schema, codec);
+    retention_statement!(remaining_events, schema, codec);
+    retention_statement!(delete_failures_of, schema, codec);
+    retention_statement!(delete_counters_before, schema, codec);
+    retention_statement!(delete_settled_claims, schema, codec);
+    retention_statement!(count_prunable, schema, codec);
+}
+
 impl BackendSql for PgConnection {
     fn with_migration_lock(
         &mut self,
@@ -182,13 +198,6 @@ impl BackendSql for PgConnection {
         )])
     }
 
-    statement!(inbox_totals, schema, codec);
-    statement!(failure_totals, schema, codec);
-    statement!(processed_since, schema, codec);
-    statement!(counters_since, schema, codec);
-    statement!(oldest_unresolved_failure, schema, codec);
-    statement!(consumers, schema, codec);
-
     fn try_prune_lock(&mut self) -> QueryResult<bool> {
         // Session-level, so it outlives the batches' transactions; `try`, so a second runner
         // is told at once instead of queueing.
@@ -210,13 +219,6 @@ impl BackendSql for PgConnection {
         .map(drop)
     }
 
-    statement!(prune_candidates, schema, codec, lock = for_update);
-    statement!(delete_prunable_events, schema, codec);
-    statement!(remaining_events, schema, codec);
-    statement!(delete_failures_of, schema, codec);
-    statement!(delete_counters_before, schema, codec);
-    statement!(count_prunable, schema, codec);
-    statement!(delete_settled_claims, schema, codec);
     statement!(advance_cursor, schema, codec);
     statement!(cursor, schema, codec, rows, lock = for_update);
     statement!(cursors, schema, codec, rows);

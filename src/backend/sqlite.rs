@@ -16,7 +16,7 @@ use crate::class::ErrorClass;
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
 use crate::sql::TransactionSql;
-use crate::sql::{FailureSql, InboxSql};
+use crate::sql::{FailureSql, InboxSql, RetentionSql};
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
 mod codec {
@@ -106,6 +106,22 @@ impl FailureSql for Sqlite {
     failure_statement!(reset_attempts, schema, codec);
     failure_statement!(append_history, schema, codec);
     failure_statement!(history, schema, codec, rows);
+}
+
+impl RetentionSql for Sqlite {
+    retention_statement!(inbox_totals, schema, codec);
+    retention_statement!(failure_totals, schema, codec);
+    retention_statement!(processed_since, schema, codec);
+    retention_statement!(counters_since, schema, codec);
+    retention_statement!(oldest_unresolved_failure, schema, codec);
+    retention_statement!(consumers, schema, codec);
+    retention_statement!(prune_candidates, schema, codec);
+    retention_statement!(delete_prunable_events, schema, codec);
+    retention_statement!(remaining_events, schema, codec);
+    retention_statement!(delete_failures_of, schema, codec);
+    retention_statement!(delete_counters_before, schema, codec);
+    retention_statement!(delete_settled_claims, schema, codec);
+    retention_statement!(count_prunable, schema, codec);
 }
 
 impl BackendSql for SqliteConnection {
@@ -208,20 +224,6 @@ impl BackendSql for SqliteConnection {
         ])
     }
 
-    statement!(inbox_totals, schema, codec);
-    statement!(failure_totals, schema, codec);
-    statement!(processed_since, schema, codec);
-    statement!(counters_since, schema, codec);
-    statement!(oldest_unresolved_failure, schema, codec);
-    statement!(consumers, schema, codec);
-
-    statement!(prune_candidates, schema, codec);
-    statement!(delete_prunable_events, schema, codec);
-    statement!(remaining_events, schema, codec);
-    statement!(delete_failures_of, schema, codec);
-    statement!(delete_counters_before, schema, codec);
-    statement!(count_prunable, schema, codec);
-    statement!(delete_settled_claims, schema, codec);
     statement!(advance_cursor, schema, codec);
     statement!(cursor, schema, codec, rows);
     statement!(cursors, schema, codec, rows);

@@ -8,7 +8,9 @@ use super::outcome::reason_in_doubt;
 use super::{verdict, Claims};
 use crate::backend::sealed::BackendSql;
 use crate::duration::now;
+use crate::engine::run_ready;
 use crate::rows::{ClaimChange, ClaimRow, ConsumerRows};
+use crate::sql::RetentionSql;
 use crate::state::{ClaimState, CorruptRow};
 use crate::transaction::{self, Failure};
 use crate::{observe, Audit, Error, EventId, InboxConnection, IntoEventId, Payload};
@@ -153,7 +155,10 @@ impl Claims {
     ///
     /// [`Error::Database`].
     pub fn consumers<C: InboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
-        Ok(conn.sql().consumers(ConsumerRows::Claims)?)
+        Ok(run_ready(C::Backend::consumers(
+            conn,
+            ConsumerRows::Claims,
+        ))?)
     }
 
     /// Up to `limit` of the consumer's claims, in any state, after event id `after` where

@@ -13,7 +13,7 @@ use crate::names::{InvalidStreamName, StreamName};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
-use crate::sql::InboxSql;
+use crate::sql::{InboxSql, RetentionSql};
 use crate::state::GapState;
 use crate::transaction::{self, Failure, Scope};
 use crate::watermark::{Change, Refusal, Stream, Verdict};
@@ -460,7 +460,10 @@ impl Cursor {
     ///
     /// [`Error::Database`].
     pub fn consumers<C: InboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
-        Ok(conn.sql().consumers(ConsumerRows::Streams)?)
+        Ok(run_ready(C::Backend::consumers(
+            conn,
+            ConsumerRows::Streams,
+        ))?)
     }
 
     /// Removes the consumer's processed id rows (kept by [`Sequenced::event`]) whose sequence
@@ -503,7 +506,7 @@ impl Cursor {
                     };
                     let ids: Vec<&str> = batch.iter().map(|(_, id)| id.as_str()).collect();
                     let deleted = tx.sql().delete_sequenced_events(self.key(), last, &ids)?;
-                    tx.sql().delete_failures_of(self.consumer(), &ids)?;
+                    run_ready(C::Backend::delete_failures_of(tx, self.consumer(), &ids))?;
                     Ok((deleted, batch.len() == batch_size))
                 },
             )

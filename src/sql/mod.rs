@@ -9,22 +9,25 @@
 //! - [`TransactionSql`] (`transaction.rs`): per backend, how a top-level transaction begins
 //!   and commits, how to tell it is still alive, and what an error means.
 //! - One trait per area for its statements, implemented on Diesel's backend types and
-//!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`). [`Sql`] names them all.
+//!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
+//!   [`RetentionSql`] (`retention.rs`). [`Sql`] names them all.
 
 mod blocking;
 mod db;
 mod failures;
 mod inbox;
+mod retention;
 mod transaction;
 
 pub(crate) use blocking::Blocking;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use failures::FailureSql;
 pub(crate) use inbox::InboxSql;
+pub(crate) use retention::RetentionSql;
 pub(crate) use transaction::TransactionSql;
 
 /// Every area's statements for one database: what a connection's backend must implement for
 /// the inbox to run on it. Sealed.
-pub trait Sql: InboxSql + FailureSql {}
+pub trait Sql: InboxSql + FailureSql + RetentionSql {}
 
-impl<B: InboxSql + FailureSql> Sql for B {}
+impl<B: InboxSql + FailureSql + RetentionSql> Sql for B {}
