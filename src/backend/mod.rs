@@ -7,7 +7,8 @@
 //! (`mod codec`). How a backend begins and commits a transaction, checks that it is alive, and
 //! classifies its errors is [`crate::sql::TransactionSql`]. Statements that read the same on
 //! every backend are written once, each moved area's in a file of its own (`inbox.rs`,
-//! `failures.rs`, `retention.rs`) and the rest in `portable.rs`; each backend's impl names every one it takes from there, with its codec and
+//! `failures.rs`, `retention.rs`,
+//! `cursor.rs`) and the rest in `portable.rs`; each backend's impl names every one it takes from there, with its codec and
 //! schema as explicit arguments. The statements on the inbox's own migration record are in
 //! `tracking.rs` (a supertrait of `BackendSql`), and the polled PostgreSQL migration lock in
 //! `lock.rs`. The rows the statements read and write are [`crate::rows`]; what their errors
@@ -29,6 +30,8 @@ mod inbox;
 mod failures;
 #[macro_use]
 mod retention;
+#[macro_use]
+mod cursor;
 #[macro_use]
 mod outbox;
 #[cfg(feature = "postgres")]
@@ -59,12 +62,12 @@ impl<C> InboxConnection for C where
 pub(crate) use crate::rows::{Key, StreamKey};
 
 pub(crate) mod sealed {
-    use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, StreamKey, Utc};
+    use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, Utc};
     use crate::rows::{
-        ClaimChange, ClaimRow, CursorRow, GapRow, Listed, NewClaim, NewOutboxRow, OutboxChange,
-        OutboxRow, OutboxTotals,
+        ClaimChange, ClaimRow, Listed, NewClaim, NewOutboxRow, OutboxChange, OutboxRow,
+        OutboxTotals,
     };
-    use crate::state::{ClaimState, GapCause, GapState, OutboxState};
+    use crate::state::{ClaimState, OutboxState};
 
     /// A connection whose statements run on a concrete connection type: itself, or the one
     /// an r2d2 pool wraps.
@@ -133,94 +136,6 @@ pub(crate) mod sealed {
         fn release_prune_lock(&mut self) -> QueryResult<()> {
             Ok(())
         }
-
-        /// Moves the cursor to `sequence` if it is the next one, no gap is open and `epoch`
-        /// is the cursor's: the in-order fast path. `false` when any of that does not hold.
-        fn advance_cursor(
-            &mut self,
-            key: StreamKey<'_>,
-            sequence: i64,
-            epoch: i64,
-            now: DateTime<Utc>,
-        ) -> QueryResult<bool>;
-
-        /// The cursor row, locked for the rest of the transaction where the backend has row
-        /// locks (SQLite's immediate transaction holds the whole database instead).
-        fn cursor(&mut self, key: StreamKey<'_>) -> QueryResult<Option<CursorRow>>;
-
-        /// Every cursor of the consumer, by stream name.
-        fn cursors(&mut self, consumer: &str) -> QueryResult<Vec<(String, CursorRow)>>;
-
-        /// Inserts a cursor row with no sequence yet, unless one exists.
-        fn insert_cursor(&mut self, key: StreamKey<'_>, now: DateTime<Utc>) -> QueryResult<()>;
-
-        /// Writes the cursor's watermark and highest sequence.
-        fn save_cursor(
-            &mut self,
-            key: StreamKey<'_>,
-            watermark: Option<i64>,
-            high: Option<i64>,
-            now: DateTime<Utc>,
-        ) -> QueryResult<()>;
-
-        /// Adds one to the cursor's epoch and names its owner.
-        fn bump_epoch(
-            &mut self,
-            key: StreamKey<'_>,
-            owner: &str,
-            now: DateTime<Utc>,
-        ) -> QueryResult<()>;
-
-        /// The consumer's gaps, of one stream and in one state where given (and those whose
-        /// state this version cannot read), by stream and first sequence.
-        fn gaps(
-            &mut self,
-            consumer: &str,
-            stream: Option<&str>,
-            state: Option<GapState>,
-        ) -> QueryResult<Vec<Listed<GapRow>>>;
-
-        /// Up to `limit` of the consumer's gaps after id `after`, of one stream and in one
-        /// state where given (and those whose state this version cannot read), in id order:
-        /// a page of a listing.
-        fn gap_page(
-            &mut self,
-            consumer: &str,
-            stream: Option<&str>,
-            state: Option<GapState>,
-            after: i64,
-            limit: i64,
-        ) -> QueryResult<Vec<Listed<GapRow>>>;
-
-        /// The consumer, stream and state of the gap `id`, if there is one.
-        fn gap_by_id(&mut self, id: i64) -> QueryResult<Option<(String, String, GapState)>>;
-
-        /// Inserts an open gap of `sequences`, found at `detected_at`; returns its id.
-        fn insert_gap(
-            &mut self,
-            key: StreamKey<'_>,
-            sequences: (i64, i64),
-            cause: GapCause,
-            detected_at: DateTime<Utc>,
-        ) -> QueryResult<i64>;
-
-        /// Writes an open gap's range and cause.
-        fn update_gap(
-            &mut self,
-            id: i64,
-            sequences: (i64, i64),
-            cause: GapCause,
-        ) -> QueryResult<()>;
-
-        /// Closes the open gap `id` (filled, or resolved by `audit`); `false` when it was not
-        /// open.
-        fn close_gap(
-            &mut self,
-            id: i64,
-            state: GapState,
-            audit: Option<&crate::Audit>,
-            now: DateTime<Utc>,
-        ) -> QueryResult<bool>;
 
         /// Inserts the claim of `key` as `claim` says, or counts one more delivery on the
         /// existing row and returns it, locked for the rest of the transaction where the
@@ -350,32 +265,6 @@ pub(crate) mod sealed {
 
         /// Per state: the rows, and the oldest row's enqueue time.
         fn outbox_totals(&mut self) -> QueryResult<Vec<OutboxTotals>>;
-
-        /// Records the sequence an event id was settled at.
-        fn insert_event_sequence(
-            &mut self,
-            key: StreamKey<'_>,
-            sequence: i64,
-            event_id: &str,
-        ) -> QueryResult<()>;
-
-        /// Up to `limit` of the stream's `(sequence, event id)` pairs at or below `up_to`, in
-        /// sequence order.
-        fn sequenced_events(
-            &mut self,
-            key: StreamKey<'_>,
-            up_to: i64,
-            limit: i64,
-        ) -> QueryResult<Vec<(i64, String)>>;
-
-        /// Deletes the processed inbox rows of `event_ids` and the stream's sequence records
-        /// at or below `up_to`; returns how many inbox rows it deleted.
-        fn delete_sequenced_events(
-            &mut self,
-            key: StreamKey<'_>,
-            up_to: i64,
-            event_ids: &[&str],
-        ) -> QueryResult<usize>;
     }
 }
 

@@ -16,7 +16,7 @@ use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
-use crate::sql::{FailureSql, InboxSql, RetentionSql};
+use crate::sql::{CursorSql, FailureSql, InboxSql, RetentionSql};
 use crate::state::{Counter, InboxState};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
@@ -348,6 +348,24 @@ impl RetentionSql for Mysql {
     retention_statement!(count_prunable, schema, codec);
 }
 
+impl CursorSql for Mysql {
+    cursor_statement!(advance_cursor, schema, codec);
+    cursor_statement!(cursor, schema, codec, rows, lock = for_update);
+    cursor_statement!(cursors, schema, codec, rows);
+    cursor_statement!(insert_cursor, schema, codec, insert_or_ignore_into);
+    cursor_statement!(save_cursor, schema, codec);
+    cursor_statement!(bump_epoch, schema, codec);
+    cursor_statement!(gaps, schema, codec, rows);
+    cursor_statement!(gap_page, schema, codec, rows);
+    cursor_statement!(gap_by_id, schema, codec);
+    cursor_statement!(insert_gap, schema, codec, last_insert_id);
+    cursor_statement!(update_gap, schema, codec);
+    cursor_statement!(close_gap, schema, codec);
+    cursor_statement!(insert_event_sequence, schema, codec);
+    cursor_statement!(sequenced_events, schema, codec);
+    cursor_statement!(delete_sequenced_events, schema, codec);
+}
+
 impl BackendSql for MysqlConnection {
     const OUTBOX_FOLLOWERS: bool = false;
     fn with_migration_lock(
@@ -462,22 +480,6 @@ impl BackendSql for MysqlConnection {
         .get_result::<Option<i32>>(self)
         .map(drop)
     }
-
-    statement!(advance_cursor, schema, codec);
-    statement!(cursor, schema, codec, rows, lock = for_update);
-    statement!(cursors, schema, codec, rows);
-    statement!(insert_cursor, schema, codec, insert_or_ignore_into);
-    statement!(save_cursor, schema, codec);
-    statement!(bump_epoch, schema, codec);
-    statement!(gaps, schema, codec, rows);
-    statement!(gap_page, schema, codec, rows);
-    statement!(gap_by_id, schema, codec);
-    statement!(insert_gap, schema, codec, last_insert_id);
-    statement!(update_gap, schema, codec);
-    statement!(close_gap, schema, codec);
-    statement!(insert_event_sequence, schema, codec);
-    statement!(sequenced_events, schema, codec);
-    statement!(delete_sequenced_events, schema, codec);
 
     fn record_claim(
         &mut self,

@@ -12,7 +12,7 @@ use super::sealed::{BackendSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
-use crate::sql::{FailureSql, InboxSql, RetentionSql};
+use crate::sql::{CursorSql, FailureSql, InboxSql, RetentionSql};
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {
@@ -142,6 +142,30 @@ impl RetentionSql for Pg {
     retention_statement!(count_prunable, schema, codec);
 }
 
+impl CursorSql for Pg {
+    cursor_statement!(advance_cursor, schema, codec);
+    cursor_statement!(cursor, schema, codec, rows, lock = for_update);
+    cursor_statement!(cursors, schema, codec, rows);
+    cursor_statement!(
+        insert_cursor,
+        schema,
+        codec,
+        insert_into,
+        on_conflict_do_nothing
+    );
+    cursor_statement!(save_cursor, schema, codec);
+    cursor_statement!(bump_epoch, schema, codec);
+    cursor_statement!(gaps, schema, codec, rows);
+    cursor_statement!(gap_page, schema, codec, rows);
+    cursor_statement!(gap_by_id, schema, codec);
+    cursor_statement!(insert_gap, schema, codec, returning);
+    cursor_statement!(update_gap, schema, codec);
+    cursor_statement!(close_gap, schema, codec);
+    cursor_statement!(insert_event_sequence, schema, codec);
+    cursor_statement!(sequenced_events, schema, codec);
+    cursor_statement!(delete_sequenced_events, schema, codec);
+}
+
 impl BackendSql for PgConnection {
     fn with_migration_lock(
         &mut self,
@@ -219,27 +243,6 @@ impl BackendSql for PgConnection {
         .map(drop)
     }
 
-    statement!(advance_cursor, schema, codec);
-    statement!(cursor, schema, codec, rows, lock = for_update);
-    statement!(cursors, schema, codec, rows);
-    statement!(
-        insert_cursor,
-        schema,
-        codec,
-        insert_into,
-        on_conflict_do_nothing
-    );
-    statement!(save_cursor, schema, codec);
-    statement!(bump_epoch, schema, codec);
-    statement!(gaps, schema, codec, rows);
-    statement!(gap_page, schema, codec, rows);
-    statement!(gap_by_id, schema, codec);
-    statement!(insert_gap, schema, codec, returning);
-    statement!(update_gap, schema, codec);
-    statement!(close_gap, schema, codec);
-    statement!(insert_event_sequence, schema, codec);
-    statement!(sequenced_events, schema, codec);
-    statement!(delete_sequenced_events, schema, codec);
     statement!(record_claim, schema, codec, rows, upsert_returning);
     statement!(claim, schema, codec, rows, lock = for_update);
     statement!(claims, schema, codec, rows);

@@ -16,7 +16,7 @@ use crate::class::ErrorClass;
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
 use crate::sql::TransactionSql;
-use crate::sql::{FailureSql, InboxSql, RetentionSql};
+use crate::sql::{CursorSql, FailureSql, InboxSql, RetentionSql};
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
 mod codec {
@@ -124,6 +124,30 @@ impl RetentionSql for Sqlite {
     retention_statement!(count_prunable, schema, codec);
 }
 
+impl CursorSql for Sqlite {
+    cursor_statement!(advance_cursor, schema, codec);
+    cursor_statement!(cursor, schema, codec, rows);
+    cursor_statement!(cursors, schema, codec, rows);
+    cursor_statement!(
+        insert_cursor,
+        schema,
+        codec,
+        insert_into,
+        on_conflict_do_nothing
+    );
+    cursor_statement!(save_cursor, schema, codec);
+    cursor_statement!(bump_epoch, schema, codec);
+    cursor_statement!(gaps, schema, codec, rows);
+    cursor_statement!(gap_page, schema, codec, rows);
+    cursor_statement!(gap_by_id, schema, codec);
+    cursor_statement!(insert_gap, schema, codec, returning);
+    cursor_statement!(update_gap, schema, codec);
+    cursor_statement!(close_gap, schema, codec);
+    cursor_statement!(insert_event_sequence, schema, codec);
+    cursor_statement!(sequenced_events, schema, codec);
+    cursor_statement!(delete_sequenced_events, schema, codec);
+}
+
 impl BackendSql for SqliteConnection {
     fn with_migration_lock(
         &mut self,
@@ -224,27 +248,6 @@ impl BackendSql for SqliteConnection {
         ])
     }
 
-    statement!(advance_cursor, schema, codec);
-    statement!(cursor, schema, codec, rows);
-    statement!(cursors, schema, codec, rows);
-    statement!(
-        insert_cursor,
-        schema,
-        codec,
-        insert_into,
-        on_conflict_do_nothing
-    );
-    statement!(save_cursor, schema, codec);
-    statement!(bump_epoch, schema, codec);
-    statement!(gaps, schema, codec, rows);
-    statement!(gap_page, schema, codec, rows);
-    statement!(gap_by_id, schema, codec);
-    statement!(insert_gap, schema, codec, returning);
-    statement!(update_gap, schema, codec);
-    statement!(close_gap, schema, codec);
-    statement!(insert_event_sequence, schema, codec);
-    statement!(sequenced_events, schema, codec);
-    statement!(delete_sequenced_events, schema, codec);
     statement!(record_claim, schema, codec, rows, upsert_returning);
     statement!(claim, schema, codec, rows);
     statement!(claims, schema, codec, rows);

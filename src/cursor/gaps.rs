@@ -3,9 +3,10 @@
 
 use tracing::info;
 
-use crate::backend::sealed::BackendSql;
+use crate::engine::run_ready;
 use crate::gap::Gap;
 use crate::rows::{GapRow, Listed};
+use crate::sql::CursorSql;
 use crate::state::{CorruptRow, GapState};
 use crate::transaction::{self, Failure};
 use crate::watermark::Stream;
@@ -70,9 +71,12 @@ impl Gaps {
         &self,
         conn: &mut C,
     ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
-        let rows = conn
-            .sql()
-            .gaps(&self.consumer, self.stream.as_deref(), Some(GapState::Open))?;
+        let rows = run_ready(C::Backend::gaps(
+            conn,
+            &self.consumer,
+            self.stream.as_deref(),
+            Some(GapState::Open),
+        ))?;
         Ok(self.in_place(rows))
     }
 
@@ -95,9 +99,14 @@ impl Gaps {
     ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
         let state = None;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows =
-            conn.sql()
-                .gap_page(&self.consumer, self.stream.as_deref(), state, after, limit)?;
+        let rows = run_ready(C::Backend::gap_page(
+            conn,
+            &self.consumer,
+            self.stream.as_deref(),
+            state,
+            after,
+            limit,
+        ))?;
         Ok(self.in_place(rows))
     }
 
@@ -151,9 +160,7 @@ impl Gaps {
     ) -> Result<Gap, Failure<Error>> {
         let not_found = || Failure::Inbox(Error::GapNotFound { id });
         let at = id.to_string();
-        let (consumer, stream, state) = conn
-            .sql()
-            .gap_by_id(id)
+        let (consumer, stream, state) = run_ready(C::Backend::gap_by_id(conn, id))
             .map_err(|e| match crate::state::unreadable(e, &[("id", &at)]) {
                 Ok(corrupt) => Failure::Inbox(corrupt.into()),
                 Err(e) => Failure::Database(e),
@@ -167,25 +174,40 @@ impl Gaps {
         }
         let key = (consumer.as_str(), stream.as_str());
         // The cursor row's lock orders this with the stream's deliveries.
-        let high = conn.sql().cursor(key)?.and_then(|row| row.high);
+        let high = run_ready(C::Backend::cursor(conn, key))?.and_then(|row| row.high);
         let open = open_gaps(
             &consumer,
-            conn.sql()
-                .gaps(&consumer, Some(&stream), Some(GapState::Open))?,
+            run_ready(C::Backend::gaps(
+                conn,
+                &consumer,
+                Some(&stream),
+                Some(GapState::Open),
+            ))?,
         )
         .map_err(|corrupt| Failure::Inbox(corrupt.into()))?;
         let Some(row) = open.iter().find(|gap| gap.id == id).cloned() else {
             // A delivery filled it between the two reads.
-            let state = conn.sql().gap_by_id(id)?.map_or(GapState::Filled, |g| g.2);
+            let state =
+                run_ready(C::Backend::gap_by_id(conn, id))?.map_or(GapState::Filled, |g| g.2);
             return Err(Failure::Inbox(Error::GapNotOpen { id, state }));
         };
         let mut ledger = Stream::new(high, open);
         ledger.resolve(id);
         let now = crate::duration::now();
-        conn.sql()
-            .close_gap(id, GapState::Resolved, Some(audit), now)?;
-        conn.sql()
-            .save_cursor(key, ledger.watermark(), ledger.high(), now)?;
+        run_ready(C::Backend::close_gap(
+            conn,
+            id,
+            GapState::Resolved,
+            Some(audit),
+            now,
+        ))?;
+        run_ready(C::Backend::save_cursor(
+            conn,
+            key,
+            ledger.watermark(),
+            ledger.high(),
+            now,
+        ))?;
         Ok(Gap::resolved(row, audit, now))
     }
 }

@@ -4,7 +4,6 @@
 use chrono::{DateTime, Utc};
 use tracing::{info, warn};
 
-use crate::backend::sealed::BackendSql;
 use crate::backend::StreamKey;
 use crate::duration::now;
 use crate::engine::run_ready;
@@ -13,7 +12,7 @@ use crate::names::{InvalidStreamName, StreamName};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
-use crate::sql::{InboxSql, RetentionSql};
+use crate::sql::{CursorSql, InboxSql, RetentionSql};
 use crate::state::GapState;
 use crate::transaction::{self, Failure, Scope};
 use crate::watermark::{Change, Refusal, Stream, Verdict};
@@ -395,11 +394,9 @@ impl Cursor {
         let subject = self.inbox.subject(None);
         let lease = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
             let now = now();
-            let sql = tx.sql();
-            sql.insert_cursor(self.key(), now)?;
-            sql.bump_epoch(self.key(), owner, now)?;
-            let row = sql
-                .cursor(self.key())?
+            run_ready(C::Backend::insert_cursor(tx, self.key(), now))?;
+            run_ready(C::Backend::bump_epoch(tx, self.key(), owner, now))?;
+            let row = run_ready(C::Backend::cursor(tx, self.key()))?
                 .ok_or(diesel::result::Error::NotFound)?;
             Ok::<_, Failure<Error>>(Lease {
                 epoch: row.epoch.unsigned_abs(),
@@ -426,7 +423,7 @@ impl Cursor {
     /// [`Error::Database`].
     pub fn resume<C: InboxConnection>(&self, conn: &mut C) -> Result<Resume, Error> {
         Ok(resume_at(
-            conn.sql().cursor(self.key())?.and_then(|row| row.watermark),
+            run_ready(C::Backend::cursor(conn, self.key()))?.and_then(|row| row.watermark),
         ))
     }
 
@@ -436,7 +433,7 @@ impl Cursor {
     ///
     /// [`Error::Database`].
     pub fn position<C: InboxConnection>(&self, conn: &mut C) -> Result<Option<Position>, Error> {
-        let row = conn.sql().cursor(self.key())?;
+        let row = run_ready(C::Backend::cursor(conn, self.key()))?;
         Ok(row.map(|row| Position::from_row(self.stream().to_owned(), row)))
     }
 
@@ -446,7 +443,7 @@ impl Cursor {
     ///
     /// [`Error::Database`].
     pub fn all<C: InboxConnection>(conn: &mut C, inbox: &Inbox) -> Result<Vec<Position>, Error> {
-        let rows = conn.sql().cursors(inbox.consumer())?;
+        let rows = run_ready(C::Backend::cursors(conn, inbox.consumer()))?;
         Ok(rows
             .into_iter()
             .map(|(stream, row)| Position::from_row(stream, row))
@@ -487,7 +484,9 @@ impl Cursor {
         if transaction::scope_of(conn)? != Scope::TopLevel {
             return Err(Error::PruneInsideTransaction);
         }
-        let Some(watermark) = conn.sql().cursor(self.key())?.and_then(|row| row.watermark) else {
+        let Some(watermark) =
+            run_ready(C::Backend::cursor(conn, self.key()))?.and_then(|row| row.watermark)
+        else {
             return Ok(0);
         };
         let limit = i64::try_from(batch_size).unwrap_or(i64::MAX);
@@ -500,12 +499,22 @@ impl Cursor {
                 self.inbox.retry_policy(),
                 subject,
                 |tx| {
-                    let batch = tx.sql().sequenced_events(self.key(), watermark, limit)?;
+                    let batch = run_ready(C::Backend::sequenced_events(
+                        tx,
+                        self.key(),
+                        watermark,
+                        limit,
+                    ))?;
                     let Some(&(last, _)) = batch.last() else {
                         return Ok::<_, Failure<Error>>((0, false));
                     };
                     let ids: Vec<&str> = batch.iter().map(|(_, id)| id.as_str()).collect();
-                    let deleted = tx.sql().delete_sequenced_events(self.key(), last, &ids)?;
+                    let deleted = run_ready(C::Backend::delete_sequenced_events(
+                        tx,
+                        self.key(),
+                        last,
+                        &ids,
+                    ))?;
                     run_ready(C::Backend::delete_failures_of(tx, self.consumer(), &ids))?;
                     Ok((deleted, batch.len() == batch_size))
                 },
@@ -572,9 +581,13 @@ impl Cursor {
         // The next sequence of a stream with no gap, from the owner: one update. A first
         // available sequence at or below it evicts nothing, since the watermark is just below.
         let fast = first_available.is_none_or(|first| first <= sequence)
-            && conn
-                .sql()
-                .advance_cursor(self.key(), sequence, self.stored_epoch(), now)?;
+            && run_ready(C::Backend::advance_cursor(
+                conn,
+                self.key(),
+                sequence,
+                self.stored_epoch(),
+                now,
+            ))?;
         let (delivered, gaps) = if fast {
             let delivered = self.settle(conn, delivery, sequence, effect, Vec::new(), now)?;
             (delivered, Vec::new())
@@ -632,8 +645,12 @@ impl Cursor {
                     Recorded::New => {
                         let value =
                             run_ready(inbox::run_effect(conn, key, effect, &|_: &T| Ok(None)))?;
-                        conn.sql()
-                            .insert_event_sequence(self.key(), sequence, key.1)?;
+                        run_ready(C::Backend::insert_event_sequence(
+                            conn,
+                            self.key(),
+                            sequence,
+                            key.1,
+                        ))?;
                         value
                     }
                 }
@@ -649,12 +666,11 @@ impl Cursor {
         conn: &mut C,
         now: DateTime<Utc>,
     ) -> Result<Stream, Failure<E>> {
-        let sql = conn.sql();
-        let row = if let Some(row) = sql.cursor(self.key())? {
+        let row = if let Some(row) = run_ready(C::Backend::cursor(conn, self.key()))? {
             row
         } else {
-            sql.insert_cursor(self.key(), now)?;
-            sql.cursor(self.key())?
+            run_ready(C::Backend::insert_cursor(conn, self.key(), now))?;
+            run_ready(C::Backend::cursor(conn, self.key()))?
                 .ok_or(diesel::result::Error::NotFound)?
         };
         let epoch = self.stored_epoch();
@@ -665,7 +681,12 @@ impl Cursor {
                 current: row.epoch.unsigned_abs(),
             }));
         }
-        let open = sql.gaps(self.consumer(), Some(self.stream()), Some(GapState::Open))?;
+        let open = run_ready(C::Backend::gaps(
+            conn,
+            self.consumer(),
+            Some(self.stream()),
+            Some(GapState::Open),
+        ))?;
         let open = gaps::open_gaps(self.consumer(), open)
             .map_err(|corrupt| Failure::Inbox(corrupt.into()))?;
         Ok(Stream::new(row.high, open))
@@ -696,9 +717,13 @@ impl Cursor {
             match change {
                 Change::Insert { gap, detected } => {
                     let sequences = (gap.first, gap.last);
-                    let id =
-                        conn.sql()
-                            .insert_gap(self.key(), sequences, gap.cause, gap.detected_at)?;
+                    let id = run_ready(C::Backend::insert_gap(
+                        conn,
+                        self.key(),
+                        sequences,
+                        gap.cause,
+                        gap.detected_at,
+                    ))?;
                     stream.inserted(gap.first, id);
                     if detected {
                         found.push(Gap::found(id, self.stream(), &gap));
@@ -706,11 +731,15 @@ impl Cursor {
                 }
                 Change::Update(gap) => {
                     let id = gap.id.ok_or(diesel::result::Error::NotFound)?;
-                    conn.sql()
-                        .update_gap(id, (gap.first, gap.last), gap.cause)?;
+                    run_ready(C::Backend::update_gap(
+                        conn,
+                        id,
+                        (gap.first, gap.last),
+                        gap.cause,
+                    ))?;
                 }
                 Change::Filled { id } => {
-                    conn.sql().close_gap(id, GapState::Filled, None, now)?;
+                    run_ready(C::Backend::close_gap(conn, id, GapState::Filled, None, now))?;
                 }
             }
         }
@@ -724,8 +753,13 @@ impl Cursor {
         stream: &Stream,
         now: DateTime<Utc>,
     ) -> diesel::QueryResult<()> {
-        conn.sql()
-            .save_cursor(self.key(), stream.watermark(), stream.high(), now)
+        run_ready(C::Backend::save_cursor(
+            conn,
+            self.key(),
+            stream.watermark(),
+            stream.high(),
+            now,
+        ))
     }
 
     /// After the effect failed: with an event id, the inbox's failure policy records it; a

@@ -10,9 +10,10 @@
 //!   and commits, how to tell it is still alive, and what an error means.
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
-//!   [`RetentionSql`] (`retention.rs`). [`Sql`] names them all.
+//!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`). [`Sql`] names them all.
 
 mod blocking;
+mod cursor;
 mod db;
 mod failures;
 mod inbox;
@@ -20,6 +21,7 @@ mod retention;
 mod transaction;
 
 pub(crate) use blocking::Blocking;
+pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use failures::FailureSql;
 pub(crate) use inbox::InboxSql;
@@ -28,6 +30,6 @@ pub(crate) use transaction::TransactionSql;
 
 /// Every area's statements for one database: what a connection's backend must implement for
 /// the inbox to run on it. Sealed.
-pub trait Sql: InboxSql + FailureSql + RetentionSql {}
+pub trait Sql: InboxSql + FailureSql + RetentionSql + CursorSql {}
 
-impl<B: InboxSql + FailureSql + RetentionSql> Sql for B {}
+impl<B: InboxSql + FailureSql + RetentionSql + CursorSql> Sql for B {}
