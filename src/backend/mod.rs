@@ -8,7 +8,7 @@
 //! classifies its errors is [`crate::sql::TransactionSql`]. Statements that read the same on
 //! every backend are written once, each moved area's in a file of its own (`inbox.rs`,
 //! `failures.rs`, `retention.rs`,
-//! `cursor.rs`) and the rest in `portable.rs`; each backend's impl names every one it takes from there, with its codec and
+//! `cursor.rs`, `claims.rs`) and the rest in `portable.rs`; each backend's impl names every one it takes from there, with its codec and
 //! schema as explicit arguments. The statements on the inbox's own migration record are in
 //! `tracking.rs` (a supertrait of `BackendSql`), and the polled PostgreSQL migration lock in
 //! `lock.rs`. The rows the statements read and write are [`crate::rows`]; what their errors
@@ -32,6 +32,8 @@ mod failures;
 mod retention;
 #[macro_use]
 mod cursor;
+#[macro_use]
+mod claims;
 #[macro_use]
 mod outbox;
 #[cfg(feature = "postgres")]
@@ -62,12 +64,9 @@ impl<C> InboxConnection for C where
 pub(crate) use crate::rows::{Key, StreamKey};
 
 pub(crate) mod sealed {
-    use super::{AnsiTransactionManager, Connection, DateTime, Key, QueryResult, Utc};
-    use crate::rows::{
-        ClaimChange, ClaimRow, Listed, NewClaim, NewOutboxRow, OutboxChange, OutboxRow,
-        OutboxTotals,
-    };
-    use crate::state::{ClaimState, OutboxState};
+    use super::{AnsiTransactionManager, Connection, DateTime, QueryResult, Utc};
+    use crate::rows::{Listed, NewOutboxRow, OutboxChange, OutboxRow, OutboxTotals};
+    use crate::state::OutboxState;
 
     /// A connection whose statements run on a concrete connection type: itself, or the one
     /// an r2d2 pool wraps.
@@ -136,40 +135,6 @@ pub(crate) mod sealed {
         fn release_prune_lock(&mut self) -> QueryResult<()> {
             Ok(())
         }
-
-        /// Inserts the claim of `key` as `claim` says, or counts one more delivery on the
-        /// existing row and returns it, locked for the rest of the transaction where the
-        /// backend has row locks (SQLite's immediate transaction holds the whole database).
-        /// `None` when it inserted.
-        fn record_claim(
-            &mut self,
-            key: Key<'_>,
-            claim: &NewClaim<'_>,
-        ) -> QueryResult<Option<ClaimRow>>;
-
-        /// The claim of `key`; with `lock`, locked as [`record_claim`](Self::record_claim)
-        /// locks it.
-        fn claim(&mut self, key: Key<'_>, lock: bool) -> QueryResult<Option<ClaimRow>>;
-
-        /// Up to `limit` of the consumer's claims, in the stored states given (all where
-        /// `None`), after event id `after` where given, in event id order.
-        fn claims(
-            &mut self,
-            consumer: &str,
-            states: Option<&[ClaimState]>,
-            after: Option<&str>,
-            limit: i64,
-        ) -> QueryResult<Vec<Listed<ClaimRow>>>;
-
-        /// Applies `change` to the claim if its attempt is `attempt` and its stored state one
-        /// of `from`; `false` when it is not (fenced).
-        fn update_claim(
-            &mut self,
-            key: Key<'_>,
-            attempt: i64,
-            from: &[ClaimState],
-            change: &ClaimChange<'_>,
-        ) -> QueryResult<bool>;
 
         /// Whether a relay's take also locks the pending rows after each head it took
         /// ([`outbox_followers`](Self::outbox_followers)), so that a pass publishes runs of one

@@ -16,7 +16,7 @@ use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
-use crate::sql::{CursorSql, FailureSql, InboxSql, RetentionSql};
+use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, RetentionSql};
 use crate::state::{Counter, InboxState};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
@@ -366,6 +366,37 @@ impl CursorSql for Mysql {
     cursor_statement!(delete_sequenced_events, schema, codec);
 }
 
+impl ClaimSql for Mysql {
+    async fn record_claim<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        key: Key<'_>,
+        claim: &NewClaim<'_>,
+    ) -> QueryResult<Option<ClaimRow>> {
+        use crate::sql::Run;
+        use schema::diesel_inbox_claims::dsl as k;
+        // Counting the delivery always changes the row, so the affected rows tell an insert
+        // from an existing claim, as in `record_delivery`; the update locks the row.
+        let affected = diesel::insert_into(k::diesel_inbox_claims)
+            .values(new_claim_row!(schema, codec, key, claim))
+            .on_conflict(diesel::dsl::DuplicatedKeys)
+            .do_update()
+            .set((
+                k::deliveries.eq(k::deliveries + 1),
+                k::updated_at.eq(codec::time(claim.now)),
+            ))
+            .execute_on(conn)
+            .await?;
+        if affected == INSERTED {
+            return Ok(None);
+        }
+        Self::claim(conn, key, true).await
+    }
+
+    claim_statement!(claim, schema, codec, rows, lock = for_update);
+    claim_statement!(claims, schema, codec, rows);
+    claim_statement!(update_claim, schema, codec);
+}
+
 impl BackendSql for MysqlConnection {
     const OUTBOX_FOLLOWERS: bool = false;
     fn with_migration_lock(
@@ -481,32 +512,6 @@ impl BackendSql for MysqlConnection {
         .map(drop)
     }
 
-    fn record_claim(
-        &mut self,
-        key: Key<'_>,
-        claim: &NewClaim<'_>,
-    ) -> QueryResult<Option<ClaimRow>> {
-        use schema::diesel_inbox_claims::dsl as k;
-        // Counting the delivery always changes the row, so the affected rows tell an insert
-        // from an existing claim, as in `record_delivery`; the update locks the row.
-        let affected = diesel::insert_into(k::diesel_inbox_claims)
-            .values(new_claim_row!(schema, codec, key, claim))
-            .on_conflict(diesel::dsl::DuplicatedKeys)
-            .do_update()
-            .set((
-                k::deliveries.eq(k::deliveries + 1),
-                k::updated_at.eq(codec::time(claim.now)),
-            ))
-            .execute(self)?;
-        if affected == INSERTED {
-            return Ok(None);
-        }
-        self.claim(key, true)
-    }
-
-    statement!(claim, schema, codec, rows, lock = for_update);
-    statement!(claims, schema, codec, rows);
-    statement!(update_claim, schema, codec);
     outbox_statements!(schema, codec, insert = unique_error, lock = for_update);
 
     fn lock_outbox_aggregate(

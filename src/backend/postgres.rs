@@ -12,7 +12,7 @@ use super::sealed::{BackendSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
-use crate::sql::{CursorSql, FailureSql, InboxSql, RetentionSql};
+use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, RetentionSql};
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {
@@ -166,6 +166,13 @@ impl CursorSql for Pg {
     cursor_statement!(delete_sequenced_events, schema, codec);
 }
 
+impl ClaimSql for Pg {
+    claim_statement!(record_claim, schema, codec, rows, upsert_returning);
+    claim_statement!(claim, schema, codec, rows, lock = for_update);
+    claim_statement!(claims, schema, codec, rows);
+    claim_statement!(update_claim, schema, codec);
+}
+
 impl BackendSql for PgConnection {
     fn with_migration_lock(
         &mut self,
@@ -243,10 +250,6 @@ impl BackendSql for PgConnection {
         .map(drop)
     }
 
-    statement!(record_claim, schema, codec, rows, upsert_returning);
-    statement!(claim, schema, codec, rows, lock = for_update);
-    statement!(claims, schema, codec, rows);
-    statement!(update_claim, schema, codec);
     outbox_statements!(schema, codec, insert = do_nothing, lock = for_update);
 
     fn lock_outbox_aggregate(

@@ -16,7 +16,7 @@ use crate::class::ErrorClass;
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
 use crate::sql::TransactionSql;
-use crate::sql::{CursorSql, FailureSql, InboxSql, RetentionSql};
+use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, RetentionSql};
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
 mod codec {
@@ -148,6 +148,13 @@ impl CursorSql for Sqlite {
     cursor_statement!(delete_sequenced_events, schema, codec);
 }
 
+impl ClaimSql for Sqlite {
+    claim_statement!(record_claim, schema, codec, rows, upsert_returning);
+    claim_statement!(claim, schema, codec, rows);
+    claim_statement!(claims, schema, codec, rows);
+    claim_statement!(update_claim, schema, codec);
+}
+
 impl BackendSql for SqliteConnection {
     fn with_migration_lock(
         &mut self,
@@ -248,10 +255,6 @@ impl BackendSql for SqliteConnection {
         ])
     }
 
-    statement!(record_claim, schema, codec, rows, upsert_returning);
-    statement!(claim, schema, codec, rows);
-    statement!(claims, schema, codec, rows);
-    statement!(update_claim, schema, codec);
     outbox_statements!(schema, codec, insert = do_nothing);
 
     fn lock_outbox_aggregate(

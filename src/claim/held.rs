@@ -10,11 +10,12 @@ use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
 use super::verdict::{self, InDoubtPolicy};
-use crate::backend::sealed::BackendSql;
 use crate::backend::Key;
 use crate::decide::HandlerFailure;
 use crate::duration::{after, now};
+use crate::engine::run_ready;
 use crate::rows::ClaimChange;
+use crate::sql::ClaimSql;
 use crate::state::ClaimState;
 use crate::transaction::{self, Failure};
 use crate::{observe, Claims, Error, EventId, HandlerError, InboxConnection};
@@ -353,10 +354,16 @@ impl Claim {
             now,
         };
         let from = verdict::holder_may_move_from(state);
-        if conn.sql().update_claim(key, self.attempt, from, &change)? {
+        if run_ready(C::Backend::update_claim(
+            conn,
+            key,
+            self.attempt,
+            from,
+            &change,
+        ))? {
             return Ok(());
         }
-        let row = conn.sql().claim(key, false)?;
+        let row = run_ready(C::Backend::claim(conn, key, false))?;
         Err(Failure::Inbox(match row {
             Some(row) => Error::ClaimFenced {
                 event_id: self.event_id.clone(),

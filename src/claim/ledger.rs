@@ -6,10 +6,10 @@ use tracing::info;
 use super::held::idempotency_key;
 use super::outcome::reason_in_doubt;
 use super::{verdict, Claims};
-use crate::backend::sealed::BackendSql;
 use crate::duration::now;
 use crate::engine::run_ready;
 use crate::rows::{ClaimChange, ClaimRow, ConsumerRows};
+use crate::sql::ClaimSql;
 use crate::sql::RetentionSql;
 use crate::state::{ClaimState, CorruptRow};
 use crate::transaction::{self, Failure};
@@ -198,13 +198,15 @@ impl Claims {
             ("consumer", self.consumer()),
             ("event_id", event_id.as_str()),
         ];
-        let row = conn
-            .sql()
-            .claim((self.consumer(), event_id.as_str()), false)
-            .map_err(|e| match crate::state::unreadable(e, &key) {
-                Ok(corrupt) => Error::CorruptRow(corrupt),
-                Err(e) => Error::Database(e),
-            })?;
+        let row = run_ready(C::Backend::claim(
+            conn,
+            (self.consumer(), event_id.as_str()),
+            false,
+        ))
+        .map_err(|e| match crate::state::unreadable(e, &key) {
+            Ok(corrupt) => Error::CorruptRow(corrupt),
+            Err(e) => Error::Database(e),
+        })?;
         Ok(row
             .map(|row| ClaimRecord::from_row(self.consumer(), row, now()))
             .transpose()?)
@@ -294,7 +296,7 @@ impl Claims {
                 event_id: event_id.clone(),
             })
         };
-        let row = conn.sql().claim(key, true)?.ok_or_else(not_found)?;
+        let row = run_ready(C::Backend::claim(conn, key, true))?.ok_or_else(not_found)?;
         if let Err(state) = verdict::resolvable(&row, now) {
             return Err(Failure::Inbox(Error::ClaimNotInDoubt {
                 event_id: event_id.clone(),
@@ -311,9 +313,14 @@ impl Claims {
             now,
         };
         // The row is locked: it is as it was read.
-        conn.sql()
-            .update_claim(key, row.attempt, &[row.state], &change)?;
-        let row = conn.sql().claim(key, false)?.ok_or_else(not_found)?;
+        run_ready(C::Backend::update_claim(
+            conn,
+            key,
+            row.attempt,
+            &[row.state],
+            &change,
+        ))?;
+        let row = run_ready(C::Backend::claim(conn, key, false))?.ok_or_else(not_found)?;
         ClaimRecord::from_row(self.consumer(), row, now).map_err(|c| Failure::Inbox(c.into()))
     }
 
@@ -326,7 +333,7 @@ impl Claims {
     ) -> Result<Vec<Result<ClaimRecord, CorruptRow>>, Error> {
         let now = now();
         let consumer = self.consumer();
-        let rows = conn.sql().claims(consumer, states, after, limit)?;
+        let rows = run_ready(C::Backend::claims(conn, consumer, states, after, limit))?;
         Ok(rows
             .into_iter()
             .map(|row| match row {

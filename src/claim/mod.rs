@@ -19,10 +19,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::backend::sealed::BackendSql;
 use crate::decide;
 use crate::duration::{after, now};
+use crate::engine::run_ready;
 use crate::rows::{ClaimChange, ClaimRow, NewClaim};
+use crate::sql::ClaimSql;
 use crate::state::ClaimState;
 use crate::transaction::{self, Failure, Scope};
 use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery};
@@ -245,7 +246,7 @@ impl Claims {
             payload_hash: fingerprint.as_ref().map(|f| &f[..]),
             payload: delivery.payload.as_ref(),
         };
-        let Some(row) = conn.sql().record_claim(key, &new)? else {
+        let Some(row) = run_ready(C::Backend::record_claim(conn, key, &new))? else {
             let acquired = Found::Acquired {
                 attempt: 1,
                 lease_until,
@@ -270,8 +271,13 @@ impl Claims {
                     now,
                 };
                 // The row is locked: no one else can have moved it since it was read.
-                conn.sql()
-                    .update_claim(key, row.attempt, &[row.state], &change)?;
+                run_ready(C::Backend::update_claim(
+                    conn,
+                    key,
+                    row.attempt,
+                    &[row.state],
+                    &change,
+                ))?;
                 let acquired = Found::Acquired {
                     attempt: row.attempt + 1,
                     lease_until,
@@ -427,7 +433,12 @@ fn record_lapse<C: InboxConnection>(
         audit: None,
         now: now(),
     };
-    conn.sql()
-        .update_claim(key, row.attempt, &[ClaimState::InProgress], &change)?;
+    run_ready(C::Backend::update_claim(
+        conn,
+        key,
+        row.attempt,
+        &[ClaimState::InProgress],
+        &change,
+    ))?;
     Ok(())
 }

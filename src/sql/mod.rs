@@ -10,9 +10,11 @@
 //!   and commits, how to tell it is still alive, and what an error means.
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
-//!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`). [`Sql`] names them all.
+//!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
+//!   [`ClaimSql`] (`claims.rs`). [`Sql`] names them all.
 
 mod blocking;
+mod claims;
 mod cursor;
 mod db;
 mod failures;
@@ -21,6 +23,7 @@ mod retention;
 mod transaction;
 
 pub(crate) use blocking::Blocking;
+pub(crate) use claims::ClaimSql;
 pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use failures::FailureSql;
@@ -30,6 +33,6 @@ pub(crate) use transaction::TransactionSql;
 
 /// Every area's statements for one database: what a connection's backend must implement for
 /// the inbox to run on it. Sealed.
-pub trait Sql: InboxSql + FailureSql + RetentionSql + CursorSql {}
+pub trait Sql: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql {}
 
-impl<B: InboxSql + FailureSql + RetentionSql + CursorSql> Sql for B {}
+impl<B: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql> Sql for B {}
