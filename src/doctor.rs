@@ -26,7 +26,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::backend::sealed::BackendSql;
+use crate::backend::sealed::AdminSql;
 pub use crate::check::{Check, CheckStatus};
 use crate::migrations::objects::{Index, Table, INDEXES, TABLES};
 use crate::migrations::{created_table, version_of_migration};
@@ -64,7 +64,7 @@ pub fn check<C: InboxConnection>(conn: &mut C) -> Result<Vec<Check>, Error> {
 
 /// Whether `table` exists with every column; if not, the statement that recreates what is
 /// missing, from its migration's SQL.
-fn table_check<S: BackendSql>(sql: &mut S, table: &Table) -> diesel::QueryResult<Check> {
+fn table_check<S: AdminSql>(sql: &mut S, table: &Table) -> diesel::QueryResult<Check> {
     let created = created_table(sql.dialect(), table.name);
     if !sql.table_exists(table.name)? {
         let found = format!(
@@ -107,7 +107,7 @@ fn table_check<S: BackendSql>(sql: &mut S, table: &Table) -> diesel::QueryResult
 
 /// Whether `index` exists; if not, the statement that recreates it (after its table, when
 /// that is missing too).
-fn index_check<S: BackendSql>(
+fn index_check<S: AdminSql>(
     sql: &mut S,
     index: &Index,
     missing_tables: &[&str],
@@ -137,7 +137,7 @@ fn index_check<S: BackendSql>(
 /// Whether every embedded migration is recorded as applied; where the tables exist but no
 /// migration is recorded, the schema came another way (installed into the application's
 /// migrations), which this cannot see into. Missing tables are the tables' own checks.
-fn schema<S: BackendSql>(sql: &mut S) -> diesel::QueryResult<Check> {
+fn schema<S: AdminSql>(sql: &mut S) -> diesel::QueryResult<Check> {
     const NAME: &str = "schema";
     let mut none = true;
     for table in TABLES {

@@ -50,7 +50,7 @@ use diesel::migration::{self, Migration, MigrationVersion};
 use diesel::QueryResult;
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 
-use crate::backend::sealed::BackendSql;
+use crate::backend::sealed::AdminSql;
 use crate::backend::tracking::TracksMigrations;
 pub use crate::dialect::{Dialect, UnknownDatabaseUrl, UnknownDialect};
 use crate::error::MigrationError;
@@ -474,7 +474,7 @@ fn first_free_second(now: DateTime<Utc>, taken: &HashSet<String>, count: usize) 
 /// The versions of the inbox's embedded migrations that `diesel_inbox_migrations` does not
 /// record, oldest first. Reads only: an error when the tracking table is missing (probed in a
 /// transaction of its own, so a caller's PostgreSQL transaction is not left aborted).
-pub(crate) fn pending<C: BackendSql>(conn: &mut C) -> QueryResult<Vec<String>> {
+pub(crate) fn pending<C: AdminSql>(conn: &mut C) -> QueryResult<Vec<String>> {
     use diesel::migration::MigrationSource;
     let migrations = embedded(conn.dialect());
     let applied: HashSet<String> = conn

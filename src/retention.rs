@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tracing::{debug, info, warn};
 
-use crate::backend::sealed::BackendSql;
+use crate::backend::sealed::AdminSql;
 use crate::duration;
 use crate::engine::run_ready;
 use crate::observe;

@@ -1,18 +1,21 @@
 //! The per-backend SQL.
 //!
-//! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) implements the areas of
-//! [`crate::sql`] that have moved there for its backend type (`impl InboxSql for Pg`), on a
-//! connection of either flavour, and [`sealed::BackendSql`] for its connection type: the
-//! statements still to move, sync only. Each also says how it binds keys and times
-//! (`mod codec`). How a backend begins and commits a transaction, checks that it is alive, and
-//! classifies its errors is [`crate::sql::TransactionSql`]. Statements that read the same on
-//! every backend are written once, each moved area's in a file of its own (`inbox.rs`,
-//! `failures.rs`, `retention.rs`,
-//! `cursor.rs`, `claims.rs`) and the rest in `portable.rs`; each backend's impl names every one it takes from there, with its codec and
-//! schema as explicit arguments. The statements on the inbox's own migration record are in
-//! `tracking.rs` (a supertrait of `BackendSql`), and the polled PostgreSQL migration lock in
-//! `lock.rs`. The rows the statements read and write are [`crate::rows`]; what their errors
-//! mean is [`crate::class`]. Adding a backend touches this folder only.
+//! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) implements every area of
+//! [`crate::sql`] for its backend type (`impl InboxSql for Pg`), on a connection of either
+//! flavour, and says how it binds keys and times (`mod codec`). A statement that reads the
+//! same on every backend is written once, in its area's file here (`inbox.rs`, `failures.rs`,
+//! `retention.rs`, `cursor.rs`, `claims.rs`, `outbox.rs`), and each backend's impl names every
+//! one it takes from there, with its codec and schema as explicit arguments; the row mappings
+//! and row builders they share are `portable.rs`. How a backend begins and commits a
+//! transaction, checks that it is alive, and classifies its errors is
+//! [`crate::sql::TransactionSql`].
+//!
+//! [`sealed::AdminSql`], on the connection type and sync only, holds the ops statements: the
+//! catalogue checks the doctor runs, the session-level prune lock, and the migration lock; the
+//! statements on the inbox's own migration record are in `tracking.rs` (a supertrait of
+//! `AdminSql`), and the polled PostgreSQL migration lock in `lock.rs`. The rows the statements
+//! read and write are [`crate::rows`]; what their errors mean is [`crate::class`]. Adding a
+//! backend touches this folder and one impl per area.
 
 use chrono::{DateTime, Utc};
 use diesel::connection::{AnsiTransactionManager, LoadConnection};
@@ -64,23 +67,21 @@ impl<C> InboxConnection for C where
 pub(crate) use crate::rows::{Key, StreamKey};
 
 pub(crate) mod sealed {
-    use super::{AnsiTransactionManager, Connection, DateTime, QueryResult, Utc};
-    use crate::rows::{Listed, NewOutboxRow, OutboxChange, OutboxRow, OutboxTotals};
-    use crate::state::OutboxState;
+    use super::{AnsiTransactionManager, Connection, QueryResult};
 
     /// A connection whose statements run on a concrete connection type: itself, or the one
     /// an r2d2 pool wraps.
     pub trait HasInboxSql {
         /// The concrete connection type.
-        type Sql: BackendSql;
+        type Sql: AdminSql;
         /// The connection to run the inbox's statements on; it shares transaction state with
         /// `self`.
         fn sql(&mut self) -> &mut Self::Sql;
     }
 
-    /// The statements not yet moved to an area of [`crate::sql`], for one concrete
-    /// connection type.
-    pub trait BackendSql:
+    /// The ops statements, for one concrete connection type: catalogue checks, the prune
+    /// lock, the migration lock.
+    pub trait AdminSql:
         Connection<TransactionManager = AnsiTransactionManager> + super::tracking::TracksMigrations
     {
         /// Runs `apply` (the inbox's migrations) holding the backend's migration lock, which
@@ -135,101 +136,6 @@ pub(crate) mod sealed {
         fn release_prune_lock(&mut self) -> QueryResult<()> {
             Ok(())
         }
-
-        /// Whether a relay's take also locks the pending rows after each head it took
-        /// ([`outbox_followers`](Self::outbox_followers)), so that a pass publishes runs of one
-        /// aggregate. MySQL/MariaDB: no. There that read can lose a deadlock to a relay marking
-        /// its rows, and a cached prepared multi-row `SELECT .. FOR UPDATE` that lost one was
-        /// seen to hang its connection on the next run (Diesel 2.3 with MariaDB 10.11); heads
-        /// alone are read with `SKIP LOCKED`, through a statement that is not cached.
-        const OUTBOX_FOLLOWERS: bool = true;
-
-        /// Inserts a pending outbox row: one statement, in the caller's transaction. `false`
-        /// when an outbox row has the event id already; that leaves the transaction usable.
-        fn insert_outbox(&mut self, row: &NewOutboxRow<'_>) -> QueryResult<bool>;
-
-        /// Holds the enqueue order of the aggregate `(aggregate_type, aggregate_id)` until the
-        /// caller's transaction ends, before its row takes a position: a second producer of
-        /// the same aggregate waits here until the first commits or rolls back. So the rows of
-        /// one aggregate commit in position order, and a relay never publishes a later one
-        /// while an earlier one is still uncommitted. PostgreSQL: a transaction-scoped advisory
-        /// lock; MySQL/MariaDB: an upsert of the aggregate's row in
-        /// `diesel_inbox_outbox_aggregates`, whose row lock a Galera cluster certifies too;
-        /// SQLite: nothing, one writer holds the database from its first write to its commit.
-        fn lock_outbox_aggregate(
-            &mut self,
-            aggregate_type: &str,
-            aggregate_id: &str,
-            now: DateTime<Utc>,
-        ) -> QueryResult<()>;
-
-        /// Deletes up to `limit` rows of the aggregates' order locks that no enqueue used since
-        /// `cutoff`; returns how many (0 where the backend keeps no such rows).
-        fn delete_idle_outbox_aggregates(
-            &mut self,
-            cutoff: DateTime<Utc>,
-            limit: i64,
-        ) -> QueryResult<usize>;
-
-        /// Up to `limit` outbox rows a relay may publish now, in position order: pending, due,
-        /// not held by a live lease, and first among the pending rows of their aggregate.
-        /// Each comes with whether later pending rows of its aggregate follow it. Locked for
-        /// the rest of the transaction, skipping rows another relay has locked, where the
-        /// backend has row locks (SQLite's immediate transaction holds the whole database).
-        fn outbox_heads(
-            &mut self,
-            now: DateTime<Utc>,
-            limit: i64,
-        ) -> QueryResult<Vec<(OutboxRow, bool)>>;
-
-        /// Up to `limit` pending rows of `head`'s aggregate after it, in position order;
-        /// locked as [`outbox_heads`](Self::outbox_heads) locks, without skipping.
-        fn outbox_followers(&mut self, head: &OutboxRow, limit: i64)
-            -> QueryResult<Vec<OutboxRow>>;
-
-        /// Leases the pending rows at `positions` to `token` until `until`; returns how many.
-        fn lease_outbox(
-            &mut self,
-            positions: &[i64],
-            token: &str,
-            until: DateTime<Utc>,
-        ) -> QueryResult<usize>;
-
-        /// Applies `change` to those rows at `positions` that are pending and leased to
-        /// `token`; returns how many (fewer when another relay took some over).
-        fn settle_outbox(
-            &mut self,
-            positions: &[i64],
-            token: &str,
-            change: OutboxChange<'_>,
-            now: DateTime<Utc>,
-        ) -> QueryResult<usize>;
-
-        /// Up to `limit` outbox rows after `after`, in position order, in `state` where given.
-        fn outbox_rows(
-            &mut self,
-            state: Option<OutboxState>,
-            after: i64,
-            limit: i64,
-        ) -> QueryResult<Vec<Listed<OutboxRow>>>;
-
-        /// The outbox row at `position`, if there is one.
-        fn outbox_row(&mut self, position: i64) -> QueryResult<Option<OutboxRow>>;
-
-        /// Makes the failed row at `position` pending again, due now, with its attempts at 0;
-        /// `false` when it was not failed.
-        fn retry_outbox(&mut self, position: i64, now: DateTime<Utc>) -> QueryResult<bool>;
-
-        /// Deletes up to `limit` rows published before `cutoff`, oldest first; returns how
-        /// many.
-        fn delete_published_outbox(
-            &mut self,
-            cutoff: DateTime<Utc>,
-            limit: i64,
-        ) -> QueryResult<usize>;
-
-        /// Per state: the rows, and the oldest row's enqueue time.
-        fn outbox_totals(&mut self) -> QueryResult<Vec<OutboxTotals>>;
     }
 }
 

@@ -10,13 +10,13 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::result::DatabaseErrorKind;
 use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
 
-use super::sealed::{BackendSql, HasInboxSql};
+use super::sealed::{AdminSql, HasInboxSql};
 use super::Key;
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
-use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, RetentionSql};
+use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, OutboxSql, RetentionSql};
 use crate::state::{Counter, InboxState};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
@@ -397,8 +397,54 @@ impl ClaimSql for Mysql {
     claim_statement!(update_claim, schema, codec);
 }
 
-impl BackendSql for MysqlConnection {
+impl OutboxSql for Mysql {
     const OUTBOX_FOLLOWERS: bool = false;
+
+    outbox_statement!(insert_outbox, schema, codec, insert = unique_error);
+    async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        now: DateTime<Utc>,
+    ) -> QueryResult<()> {
+        use crate::sql::Run;
+        LockAggregate {
+            aggregate_type: codec::key(aggregate_type),
+            aggregate_id: codec::key(aggregate_id),
+            now: codec::time(now),
+        }
+        .execute_on(conn)
+        .await
+        .map(drop)
+    }
+
+    async fn delete_idle_outbox_aggregates<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        cutoff: DateTime<Utc>,
+        limit: i64,
+    ) -> QueryResult<usize> {
+        use crate::sql::Run;
+        // A row an open enqueue holds is waited for, and read again after its commit: with
+        // its new time it stays. One deleted between enqueues is inserted again by the next.
+        diesel::sql_query(
+            "DELETE FROM diesel_inbox_outbox_aggregates WHERE enqueued_at < ? ORDER BY enqueued_at LIMIT ?",
+        )
+        .bind::<Datetime, _>(codec::time(cutoff))
+        .bind::<BigInt, _>(limit)
+        .execute_on(conn).await
+    }
+    outbox_statement!(outbox_heads, schema, codec, lock = for_update);
+    outbox_statement!(outbox_followers, schema, codec, lock = for_update);
+    outbox_statement!(lease_outbox, schema, codec);
+    outbox_statement!(settle_outbox, schema, codec);
+    outbox_statement!(outbox_rows, schema, codec);
+    outbox_statement!(outbox_row, schema, codec);
+    outbox_statement!(retry_outbox, schema, codec);
+    outbox_statement!(delete_published_outbox, schema, codec);
+    outbox_statement!(outbox_totals, schema, codec);
+}
+
+impl AdminSql for MysqlConnection {
     fn with_migration_lock(
         &mut self,
         lock_timeout: Duration,
@@ -432,16 +478,16 @@ impl BackendSql for MysqlConnection {
         Ok(applied)
     }
 
-    statement!(
+    admin_statement!(
         table_exists,
         catalogue = "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
     );
-    statement!(
+    admin_statement!(
         index_exists,
         catalogue = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = "
     );
 
-    statement!(
+    admin_statement!(
         column_exists,
         columns = (
             "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ",
@@ -510,37 +556,5 @@ impl BackendSql for MysqlConnection {
         )
         .get_result::<Option<i32>>(self)
         .map(drop)
-    }
-
-    outbox_statements!(schema, codec, insert = unique_error, lock = for_update);
-
-    fn lock_outbox_aggregate(
-        &mut self,
-        aggregate_type: &str,
-        aggregate_id: &str,
-        now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        LockAggregate {
-            aggregate_type: codec::key(aggregate_type),
-            aggregate_id: codec::key(aggregate_id),
-            now: codec::time(now),
-        }
-        .execute(self)
-        .map(drop)
-    }
-
-    fn delete_idle_outbox_aggregates(
-        &mut self,
-        cutoff: DateTime<Utc>,
-        limit: i64,
-    ) -> QueryResult<usize> {
-        // A row an open enqueue holds is waited for, and read again after its commit: with
-        // its new time it stays. One deleted between enqueues is inserted again by the next.
-        diesel::sql_query(
-            "DELETE FROM diesel_inbox_outbox_aggregates WHERE enqueued_at < ? ORDER BY enqueued_at LIMIT ?",
-        )
-        .bind::<Datetime, _>(codec::time(cutoff))
-        .bind::<BigInt, _>(limit)
-        .execute(self)
     }
 }

@@ -1,10 +1,12 @@
-//! Statements that read the same on every backend, written once.
+//! What the statements of every backend share, written once: the row mappings
+//! (`row_mappings!`, which expands to a backend's `mod rows`), the row builders the inserts
+//! take (`new_inbox_row!`, `new_gap_row!`, `new_claim_row!`), and the catalogue checks of
+//! `AdminSql` (`admin_statement!`).
 //!
-//! A backend's `impl BackendSql` takes each one by name, `statement!(reset_attempts, schema,
-//! codec)`: `schema` is the backend's module of [`crate::schema`], `codec` its module of key and
-//! time conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`, and `sum_i64`, its
-//! `SUM` of an integer column as a `BIGINT`), and `rows` its
-//! module of row mappings, made by `row_mappings!`. Nothing else is taken from the scope.
+//! Each takes what it needs as explicit arguments: `schema` is the backend's module of
+//! [`crate::schema`], `codec` its module of key and time conversions (`key`, `key_string`,
+//! `time`, `utc`, `Time`, `KeyOwned`, and `sum_i64`, its `SUM` of an integer column as a
+//! `BIGINT`), and `rows` its module of row mappings. Nothing else is taken from the scope.
 
 /// The select lists and row conversions shared by the statements that read rows back.
 /// Expands to `mod rows`.
@@ -470,8 +472,8 @@ macro_rules! new_claim_row {
     }};
 }
 
-/// One `BackendSql` method whose SQL reads the same on every backend, by name.
-macro_rules! statement {
+/// One `AdminSql` catalogue check whose SQL reads the same on every backend, by name.
+macro_rules! admin_statement {
     // `column_exists`; `columns`: the backend's query counting a table's columns by name, in
     // two parts: the SQL before the table's name is bound, and the SQL before the column's.
     ($method:ident, columns = ($before_table:expr, $before_column:expr)) => {

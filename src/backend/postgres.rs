@@ -8,11 +8,11 @@ use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Text};
 
-use super::sealed::{BackendSql, HasInboxSql};
+use super::sealed::{AdminSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
 use crate::error::MigrationError;
 use crate::schema::postgres as schema;
-use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, RetentionSql};
+use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, OutboxSql, RetentionSql};
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {
@@ -173,7 +173,50 @@ impl ClaimSql for Pg {
     claim_statement!(update_claim, schema, codec);
 }
 
-impl BackendSql for PgConnection {
+impl OutboxSql for Pg {
+    outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);
+    async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        _now: DateTime<Utc>,
+    ) -> QueryResult<()> {
+        use crate::sql::Run;
+        // Held until the transaction ends. Two aggregates whose hashes collide only wait for
+        // each other. The lock returns `void`, which reads as not null.
+        diesel::select(
+            diesel::dsl::sql::<Bool>("pg_advisory_xact_lock(")
+                .bind::<Integer, _>(OUTBOX_ORDER_LOCK_CLASS)
+                .sql(", hashtext(")
+                .bind::<Text, _>(aggregate_type)
+                .sql(" || chr(31) || ")
+                .bind::<Text, _>(aggregate_id)
+                .sql(")) IS NOT NULL"),
+        )
+        .get_result_on::<bool>(conn)
+        .await
+        .map(drop)
+    }
+
+    async fn delete_idle_outbox_aggregates<F, C: crate::sql::Db<F, Backend = Self>>(
+        _conn: &mut C,
+        _cutoff: DateTime<Utc>,
+        _limit: i64,
+    ) -> QueryResult<usize> {
+        Ok(0) // advisory locks leave no rows
+    }
+    outbox_statement!(outbox_heads, schema, codec, lock = for_update);
+    outbox_statement!(outbox_followers, schema, codec, lock = for_update);
+    outbox_statement!(lease_outbox, schema, codec);
+    outbox_statement!(settle_outbox, schema, codec);
+    outbox_statement!(outbox_rows, schema, codec);
+    outbox_statement!(outbox_row, schema, codec);
+    outbox_statement!(retry_outbox, schema, codec);
+    outbox_statement!(delete_published_outbox, schema, codec);
+    outbox_statement!(outbox_totals, schema, codec);
+}
+
+impl AdminSql for PgConnection {
     fn with_migration_lock(
         &mut self,
         lock_timeout: Duration,
@@ -192,17 +235,17 @@ impl BackendSql for PgConnection {
         Ok(applied)
     }
 
-    statement!(
+    admin_statement!(
         table_exists,
         catalogue = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = "
     );
-    statement!(
+    admin_statement!(
         index_exists,
         catalogue =
             "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = "
     );
 
-    statement!(
+    admin_statement!(
         column_exists,
         columns = (
             "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ",
@@ -248,36 +291,5 @@ impl BackendSql for PgConnection {
         )
         .get_result::<bool>(self)
         .map(drop)
-    }
-
-    outbox_statements!(schema, codec, insert = do_nothing, lock = for_update);
-
-    fn lock_outbox_aggregate(
-        &mut self,
-        aggregate_type: &str,
-        aggregate_id: &str,
-        _now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        // Held until the transaction ends. Two aggregates whose hashes collide only wait for
-        // each other. The lock returns `void`, which reads as not null.
-        diesel::select(
-            diesel::dsl::sql::<Bool>("pg_advisory_xact_lock(")
-                .bind::<Integer, _>(OUTBOX_ORDER_LOCK_CLASS)
-                .sql(", hashtext(")
-                .bind::<Text, _>(aggregate_type)
-                .sql(" || chr(31) || ")
-                .bind::<Text, _>(aggregate_id)
-                .sql(")) IS NOT NULL"),
-        )
-        .get_result::<bool>(self)
-        .map(drop)
-    }
-
-    fn delete_idle_outbox_aggregates(
-        &mut self,
-        _cutoff: DateTime<Utc>,
-        _limit: i64,
-    ) -> QueryResult<usize> {
-        Ok(0) // advisory locks leave no rows
     }
 }

@@ -10,13 +10,13 @@ use diesel::r2d2::CustomizeConnection;
 use diesel::sql_types::{BigInt, Text};
 use diesel::sqlite::{Sqlite, SqliteConnection};
 
-use super::sealed::{BackendSql, HasInboxSql};
+use super::sealed::{AdminSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
 use crate::class::ErrorClass;
 use crate::error::MigrationError;
 use crate::schema::sqlite as schema;
 use crate::sql::TransactionSql;
-use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, RetentionSql};
+use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, OutboxSql, RetentionSql};
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
 mod codec {
@@ -155,7 +155,38 @@ impl ClaimSql for Sqlite {
     claim_statement!(update_claim, schema, codec);
 }
 
-impl BackendSql for SqliteConnection {
+impl OutboxSql for Sqlite {
+    outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);
+    async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
+        _conn: &mut C,
+        _aggregate_type: &str,
+        _aggregate_id: &str,
+        _now: DateTime<Utc>,
+    ) -> QueryResult<()> {
+        // One writer at a time holds the database from its first write to its commit, so
+        // outbox rows commit in position order already.
+        Ok(())
+    }
+
+    async fn delete_idle_outbox_aggregates<F, C: crate::sql::Db<F, Backend = Self>>(
+        _conn: &mut C,
+        _cutoff: DateTime<Utc>,
+        _limit: i64,
+    ) -> QueryResult<usize> {
+        Ok(0)
+    }
+    outbox_statement!(outbox_heads, schema, codec);
+    outbox_statement!(outbox_followers, schema, codec);
+    outbox_statement!(lease_outbox, schema, codec);
+    outbox_statement!(settle_outbox, schema, codec);
+    outbox_statement!(outbox_rows, schema, codec);
+    outbox_statement!(outbox_row, schema, codec);
+    outbox_statement!(retry_outbox, schema, codec);
+    outbox_statement!(delete_published_outbox, schema, codec);
+    outbox_statement!(outbox_totals, schema, codec);
+}
+
+impl AdminSql for SqliteConnection {
     fn with_migration_lock(
         &mut self,
         lock_timeout: Duration,
@@ -196,16 +227,16 @@ impl BackendSql for SqliteConnection {
         Ok(applied)
     }
 
-    statement!(
+    admin_statement!(
         table_exists,
         catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = "
     );
-    statement!(
+    admin_statement!(
         index_exists,
         catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = "
     );
 
-    statement!(
+    admin_statement!(
         column_exists,
         columns = ("SELECT COUNT(*) FROM pragma_table_info(", ") WHERE name = ")
     );
@@ -253,27 +284,6 @@ impl BackendSql for SqliteConnection {
                 ),
             ),
         ])
-    }
-
-    outbox_statements!(schema, codec, insert = do_nothing);
-
-    fn lock_outbox_aggregate(
-        &mut self,
-        _aggregate_type: &str,
-        _aggregate_id: &str,
-        _now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        // One writer at a time holds the database from its first write to its commit, so
-        // outbox rows commit in position order already.
-        Ok(())
-    }
-
-    fn delete_idle_outbox_aggregates(
-        &mut self,
-        _cutoff: DateTime<Utc>,
-        _limit: i64,
-    ) -> QueryResult<usize> {
-        Ok(0)
     }
 }
 

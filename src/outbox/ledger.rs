@@ -7,9 +7,10 @@ use chrono::{DateTime, Utc};
 use tracing::info;
 
 use super::Outbox;
-use crate::backend::sealed::BackendSql;
 use crate::duration::{before, now};
+use crate::engine::run_ready;
 use crate::rows::OutboxRow;
+use crate::sql::OutboxSql;
 use crate::state::{CorruptRow, OutboxState};
 use crate::{observe, Audit, Error, InboxConnection};
 
@@ -96,7 +97,7 @@ impl Outbox {
         after: i64,
         limit: i64,
     ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
-        let rows = conn.sql().outbox_rows(state, after, limit)?;
+        let rows = run_ready(C::Backend::outbox_rows(conn, state, after, limit))?;
         Ok(rows
             .into_iter()
             .map(|row| {
@@ -114,8 +115,7 @@ impl Outbox {
     /// it is; [`Error::Database`].
     pub fn record<C: InboxConnection>(conn: &mut C, position: i64) -> Result<OutboxRecord, Error> {
         let at = position.to_string();
-        conn.sql()
-            .outbox_row(position)
+        run_ready(C::Backend::outbox_row(conn, position))
             .map_err(
                 |e| match crate::state::unreadable(e, &[("position", &at)]) {
                     Ok(corrupt) => Error::CorruptRow(corrupt),
@@ -138,7 +138,7 @@ impl Outbox {
         position: i64,
         audit: &Audit,
     ) -> Result<(), Error> {
-        if conn.sql().retry_outbox(position, now())? {
+        if run_ready(C::Backend::retry_outbox(conn, position, now()))? {
             info!(
                 position,
                 actor = audit.actor(),
@@ -168,11 +168,15 @@ impl Outbox {
     ) -> Result<u64, Error> {
         let cutoff = before(now(), older_than);
         let limit = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
-        let deleted = in_batches(limit, || conn.sql().delete_published_outbox(cutoff, limit))?;
+        let deleted = in_batches(limit, || {
+            run_ready(C::Backend::delete_published_outbox(conn, cutoff, limit))
+        })?;
         observe::pruned("outbox", "diesel_inbox_outbox", deleted);
         // The aggregates' order locks that no enqueue used since then (MySQL/MariaDB).
         let idle = in_batches(limit, || {
-            conn.sql().delete_idle_outbox_aggregates(cutoff, limit)
+            run_ready(C::Backend::delete_idle_outbox_aggregates(
+                conn, cutoff, limit,
+            ))
         })?;
         observe::pruned("outbox", "diesel_inbox_outbox_aggregates", idle);
         Ok(deleted)
@@ -186,7 +190,7 @@ impl Outbox {
     /// [`Error::Database`].
     pub fn stats<C: InboxConnection>(conn: &mut C) -> Result<OutboxStats, Error> {
         let mut stats = OutboxStats::default();
-        for (state, rows, oldest) in conn.sql().outbox_totals()? {
+        for (state, rows, oldest) in run_ready(C::Backend::outbox_totals(conn))? {
             match state {
                 Ok(OutboxState::Pending) => {
                     stats.pending = rows;

@@ -13,9 +13,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::sealed::BackendSql;
 use crate::duration::now;
+use crate::engine::run_ready;
 use crate::rows::NewOutboxRow;
+use crate::sql::OutboxSql;
 use crate::{observe, transaction, Envelope, Error, InboxConnection};
 
 mod ledger;
@@ -154,15 +155,16 @@ impl Outbox {
         // The aggregate's order lock is held until the transaction ends; outside one, a
         // transaction of its own holds it for the INSERT.
         let enqueue = |conn: &mut C| {
-            let sql = conn.sql();
             if self.order_lock {
-                sql.lock_outbox_aggregate(
-                    &envelope.aggregate_type,
-                    &envelope.aggregate_id,
+                let aggregate = (&envelope.aggregate_type, &envelope.aggregate_id);
+                run_ready(C::Backend::lock_outbox_aggregate(
+                    conn,
+                    aggregate.0,
+                    aggregate.1,
                     row.now,
-                )?;
+                ))?;
             }
-            sql.insert_outbox(&row)
+            run_ready(C::Backend::insert_outbox(conn, &row))
         };
         let inserted = if transaction::depth(conn)? == 0 {
             conn.transaction(enqueue)?

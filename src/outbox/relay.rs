@@ -19,9 +19,11 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::plan::{self, Backoff, Blocked, Settle};
-use crate::backend::sealed::BackendSql;
+use crate::backend::sealed::AdminSql;
 use crate::duration::{after, now};
+use crate::engine::run_ready;
 use crate::rows::{OutboxChange, OutboxRow};
+use crate::sql::OutboxSql;
 use crate::transaction::{self, Failure, Scope, Subject};
 use crate::{
     observe, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher, RetryPolicy,
@@ -242,14 +244,16 @@ impl Relay {
         conn.sql().next_transaction_read_committed()?;
         let rows = in_transaction(conn, |tx| {
             let now = now();
-            let heads = tx.sql().outbox_heads(now, limit)?;
+            let heads = run_ready(C::Backend::outbox_heads(tx, now, limit))?;
             let mut room = self.batch_size.saturating_sub(heads.len());
             let mut groups = Vec::with_capacity(heads.len());
             for (head, more) in heads {
-                let followers = if more && room > 0 && <C::Sql as BackendSql>::OUTBOX_FOLLOWERS {
-                    let found = tx
-                        .sql()
-                        .outbox_followers(&head, i64::try_from(room).unwrap_or(i64::MAX))?;
+                let followers = if more && room > 0 && C::Backend::OUTBOX_FOLLOWERS {
+                    let found = run_ready(C::Backend::outbox_followers(
+                        tx,
+                        &head,
+                        i64::try_from(room).unwrap_or(i64::MAX),
+                    ))?;
                     let found = plan::free_run(found, now);
                     room -= found.len();
                     found
@@ -260,8 +264,12 @@ impl Relay {
             }
             let rows = plan::in_publish_order(groups, self.batch_size);
             let positions: Vec<i64> = rows.iter().map(|row| row.position).collect();
-            tx.sql()
-                .lease_outbox(&positions, &token, after(now, self.lease))?;
+            run_ready(C::Backend::lease_outbox(
+                tx,
+                &positions,
+                &token,
+                after(now, self.lease),
+            ))?;
             Ok(rows)
         })?;
         if !rows.is_empty() {
@@ -329,21 +337,33 @@ fn mark<C: InboxConnection>(
         let mut marked = 0;
         let published: Vec<i64> = positions(taken, settles, |s| *s == Settle::Published);
         let released: Vec<i64> = positions(taken, settles, |s| *s == Settle::Released);
-        marked += tx
-            .sql()
-            .settle_outbox(&published, lease_token, OutboxChange::Published, now)?;
-        marked += tx
-            .sql()
-            .settle_outbox(&released, lease_token, OutboxChange::Released, now)?;
+        marked += run_ready(C::Backend::settle_outbox(
+            tx,
+            &published,
+            lease_token,
+            OutboxChange::Published,
+            now,
+        ))?;
+        marked += run_ready(C::Backend::settle_outbox(
+            tx,
+            &released,
+            lease_token,
+            OutboxChange::Released,
+            now,
+        ))?;
         for (row, settle) in taken.rows.iter().zip(settles) {
             let change = match settle {
                 Settle::Retry { error, at } => OutboxChange::Retry { error, at: *at },
                 Settle::Failed { error } => OutboxChange::Failed { error },
                 Settle::Published | Settle::Released => continue,
             };
-            marked += tx
-                .sql()
-                .settle_outbox(&[row.position], lease_token, change, now)?;
+            marked += run_ready(C::Backend::settle_outbox(
+                tx,
+                &[row.position],
+                lease_token,
+                change,
+                now,
+            ))?;
         }
         Ok(marked)
     })?;

@@ -11,7 +11,7 @@
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
-//!   [`ClaimSql`] (`claims.rs`). [`Sql`] names them all.
+//!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`). [`Sql`] names them all.
 
 mod blocking;
 mod claims;
@@ -19,6 +19,7 @@ mod cursor;
 mod db;
 mod failures;
 mod inbox;
+mod outbox;
 mod retention;
 mod transaction;
 
@@ -28,11 +29,12 @@ pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use failures::FailureSql;
 pub(crate) use inbox::InboxSql;
+pub(crate) use outbox::OutboxSql;
 pub(crate) use retention::RetentionSql;
 pub(crate) use transaction::TransactionSql;
 
 /// Every area's statements for one database: what a connection's backend must implement for
 /// the inbox to run on it. Sealed.
-pub trait Sql: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql {}
+pub trait Sql: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql {}
 
-impl<B: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql> Sql for B {}
+impl<B> Sql for B where B: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql {}

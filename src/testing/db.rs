@@ -11,7 +11,7 @@ use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, R2D2Connection}
 use diesel::{Connection, QueryResult};
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::backend::sealed::BackendSql as _;
+use crate::backend::sealed::AdminSql as _;
 use crate::InboxConnection;
 
 /// A database of its own for one test, with the inbox migrations applied.
