@@ -1,7 +1,7 @@
-//! The claims area's statements that read the same on every backend, written once: a
-//! backend's `impl ClaimSql` takes each by name, `claim_statement!(NAME, schema, codec, ..)`, with its
-//! schema, codec and row mappings as explicit arguments (see `portable.rs`). The trait, and
-//! what each statement does, is [`crate::sql::ClaimSql`].
+//! The claims area's statements that read the same on every backend, written once: a backend's
+//! `impl ClaimSql` takes each by name, `claim_statement!(NAME, schema, codec, ..)`, with its
+//! schema, codec and row mappings as explicit arguments (see `portable.rs`). The trait, and what
+//! each statement does, is [`crate::sql::ClaimSql`].
 
 /// One `ClaimSql` statement whose SQL reads the same on every backend, by name.
 macro_rules! claim_statement {
@@ -25,7 +25,8 @@ macro_rules! claim_statement {
                     k::updated_at.eq($codec::time(claim.now)),
                 ))
                 .returning($rows::claim_columns())
-                .get_result_on::<$rows::ClaimColumns>(conn).await?;
+                .get_result_on::<$rows::ClaimColumns>(conn)
+                .await?;
             let row = $crate::backend::readable($rows::claim_row(row))?;
             Ok((row.deliveries > 1).then_some(row))
         }
@@ -45,7 +46,9 @@ macro_rules! claim_statement {
                 if lock {
                     return row
                         .$lock()
-                        .limit(1).get_result_on::<$rows::ClaimColumns>(conn).await
+                        .limit(1)
+                        .get_result_on::<$rows::ClaimColumns>(conn)
+                        .await
                         .optional()?
                         .map(|row| $crate::backend::readable($rows::claim_row(row)))
                         .transpose();
@@ -81,7 +84,8 @@ macro_rules! claim_statement {
                 .order(k::event_id)
                 .limit(limit)
                 .select($rows::claim_summary_columns())
-                .load_on::<$rows::ClaimSummaryColumns>(conn).await
+                .load_on::<$rows::ClaimSummaryColumns>(conn)
+                .await
                 .map(|rows| rows.into_iter().map($rows::claim_summary_row).collect())
         }
     };
@@ -121,7 +125,8 @@ macro_rules! claim_statement {
                     }),
                     k::updated_at.eq(now),
                 ))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(|changed| changed == 1)
         }
     };

@@ -1,7 +1,7 @@
-//! The cursor area's statements that read the same on every backend, written once: a
-//! backend's `impl CursorSql` takes each by name, `cursor_statement!(NAME, schema, codec, ..)`, with its
-//! schema, codec and row mappings as explicit arguments (see `portable.rs`). The trait, and
-//! what each statement does, is [`crate::sql::CursorSql`].
+//! The cursor area's statements that read the same on every backend, written once: a backend's
+//! `impl CursorSql` takes each by name, `cursor_statement!(NAME, schema, codec, ..)`, with its
+//! schema, codec and row mappings as explicit arguments (see `portable.rs`). The trait, and what
+//! each statement does, is [`crate::sql::CursorSql`].
 
 /// One `CursorSql` statement whose SQL reads the same on every backend, by name.
 macro_rules! cursor_statement {
@@ -28,7 +28,8 @@ macro_rules! cursor_statement {
                     c::high.eq(sequence),
                     c::updated_at.eq($codec::time(now)),
                 ))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(|changed| changed == 1)
         }
     };
@@ -45,7 +46,9 @@ macro_rules! cursor_statement {
                 .find(($codec::key(key.0), $codec::key(key.1)))
                 .select($rows::cursor_columns())
                 $(.$lock())?
-                .limit(1).get_result_on::<$rows::CursorColumns>(conn).await
+                .limit(1)
+                .get_result_on::<$rows::CursorColumns>(conn)
+                .await
                 .optional()
                 .map(|row| row.map(|row| $rows::cursor_row(row).1))
         }
@@ -61,7 +64,8 @@ macro_rules! cursor_statement {
                 .filter(c::consumer.eq($codec::key(consumer)))
                 .order(c::stream)
                 .select($rows::cursor_columns())
-                .load_on::<$rows::CursorColumns>(conn).await
+                .load_on::<$rows::CursorColumns>(conn)
+                .await
                 .map(|rows| rows.into_iter().map($rows::cursor_row).collect())
         }
     };
@@ -82,7 +86,8 @@ macro_rules! cursor_statement {
                     c::updated_at.eq($codec::time(now)),
                 ))
                 $(.$on_conflict())?
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(drop)
         }
     };
@@ -102,7 +107,8 @@ macro_rules! cursor_statement {
                     c::high.eq(high),
                     c::updated_at.eq($codec::time(now)),
                 ))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(drop)
         }
     };
@@ -121,7 +127,8 @@ macro_rules! cursor_statement {
                     c::owner.eq(owner),
                     c::updated_at.eq($codec::time(now)),
                 ))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(drop)
         }
     };
@@ -152,7 +159,8 @@ macro_rules! cursor_statement {
             query
                 .order((g::stream, g::first_sequence, g::id))
                 .select($rows::gap_columns())
-                .load_on::<$rows::GapColumns>(conn).await
+                .load_on::<$rows::GapColumns>(conn)
+                .await
                 .map(|rows| rows.into_iter().map($rows::gap_row).collect())
         }
     };
@@ -187,7 +195,8 @@ macro_rules! cursor_statement {
                 .order(g::id)
                 .limit(limit)
                 .select($rows::gap_columns())
-                .load_on::<$rows::GapColumns>(conn).await
+                .load_on::<$rows::GapColumns>(conn)
+                .await
                 .map(|rows| rows.into_iter().map($rows::gap_row).collect())
         }
     };
@@ -201,7 +210,9 @@ macro_rules! cursor_statement {
             g::diesel_inbox_gaps
                 .find(id)
                 .select((g::consumer, g::stream, g::state))
-                .limit(1).get_result_on::<($codec::KeyOwned, $codec::KeyOwned, $crate::state::GapState)>(conn).await
+                .limit(1)
+                .get_result_on::<($codec::KeyOwned, $codec::KeyOwned, $crate::state::GapState)>(conn)
+                .await
                 .optional()
                 .map(|row| {
                     row.map(|(c, s, state)| ($codec::key_string(c), $codec::key_string(s), state))
@@ -238,7 +249,8 @@ macro_rules! cursor_statement {
             use $schema::diesel_inbox_gaps::dsl as g;
             diesel::insert_into(g::diesel_inbox_gaps)
                 .values(new_gap_row!($schema, $codec, key, sequences, cause, detected_at))
-                .execute_on(conn).await?;
+                .execute_on(conn)
+                .await?;
             diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
                 "CAST(LAST_INSERT_ID() AS SIGNED)",
             ))
@@ -261,7 +273,8 @@ macro_rules! cursor_statement {
                     g::last_sequence.eq(sequences.1),
                     g::cause.eq(cause),
                 ))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(drop)
         }
     };
@@ -283,7 +296,8 @@ macro_rules! cursor_statement {
                     g::resolved_by.eq(audit.map($crate::Audit::actor)),
                     g::resolution.eq(audit.map($crate::Audit::reason)),
                 ))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(|changed| changed == 1)
         }
     };
@@ -303,7 +317,8 @@ macro_rules! cursor_statement {
                     q::sequence.eq(sequence),
                     q::event_id.eq($codec::key(event_id)),
                 ))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(drop)
         }
     };
@@ -323,7 +338,8 @@ macro_rules! cursor_statement {
                 .order(q::sequence)
                 .limit(limit)
                 .select((q::sequence, q::event_id))
-                .load_on::<(i64, $codec::KeyOwned)>(conn).await
+                .load_on::<(i64, $codec::KeyOwned)>(conn)
+                .await
                 .map(|rows| rows.into_iter().map(|(s, id)| (s, $codec::key_string(id))).collect())
         }
     };
@@ -345,14 +361,16 @@ macro_rules! cursor_statement {
                     .filter(t::event_id.eq_any(ids))
                     .filter(t::state.eq(InboxState::Processed)),
             )
-            .execute_on(conn).await?;
+            .execute_on(conn)
+            .await?;
             diesel::delete(
                 q::diesel_inbox_event_sequences
                     .filter(q::consumer.eq($codec::key(key.0)))
                     .filter(q::stream.eq($codec::key(key.1)))
                     .filter(q::sequence.le(up_to)),
             )
-            .execute_on(conn).await?;
+            .execute_on(conn)
+            .await?;
             Ok(events)
         }
     };

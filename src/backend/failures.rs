@@ -1,7 +1,7 @@
-//! The failures area's statements that read the same on every backend, written once: a
-//! backend's `impl FailureSql` takes each by name, `failure_statement!(NAME, schema, codec, ..)`, with its
-//! schema, codec and row mappings as explicit arguments (see `portable.rs`). The trait, and
-//! what each statement does, is [`crate::sql::FailureSql`].
+//! The failures area's statements that read the same on every backend, written once: a backend's
+//! `impl FailureSql` takes each by name, `failure_statement!(NAME, schema, codec, ..)`, with its
+//! schema, codec and row mappings as explicit arguments (see `portable.rs`). The trait, and what
+//! each statement does, is [`crate::sql::FailureSql`].
 
 /// One `FailureSql` statement whose SQL reads the same on every backend, by name.
 macro_rules! failure_statement {
@@ -46,7 +46,8 @@ macro_rules! failure_statement {
                     f::payload_kind.eq(kind),
                     f::updated_at.eq(when),
                 ))
-                .execute_on(conn).await?;
+                .execute_on(conn)
+                .await?;
             let (attempts, state) = f::diesel_inbox_failures
                 .find(($codec::key(key.0), $codec::key(key.1)))
                 .select((f::attempts, f::state))
@@ -81,7 +82,9 @@ macro_rules! failure_statement {
                 .find(($codec::key(key.0), $codec::key(key.1)))
                 .select($rows::failure_columns())
                 $(.$lock())?
-                .limit(1).get_result_on::<$rows::FailureColumns>(conn).await
+                .limit(1)
+                .get_result_on::<$rows::FailureColumns>(conn)
+                .await
                 .optional()
                 .map(|row| row.map($rows::failure_row))
         }
@@ -113,7 +116,8 @@ macro_rules! failure_statement {
                 .order(f::event_id)
                 .limit(limit)
                 .select($rows::failure_summary_columns())
-                .load_on::<$rows::FailureSummaryColumns>(conn).await
+                .load_on::<$rows::FailureSummaryColumns>(conn)
+                .await
                 .map(|rows| rows.into_iter().map($rows::failure_summary_row).collect())
         }
     };
@@ -132,7 +136,8 @@ macro_rules! failure_statement {
                 .filter(f::state.eq(from));
             diesel::update(row)
                 .set((f::state.eq(to), f::updated_at.eq($codec::time(now))))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(|changed| changed == 1)
         }
     };
@@ -146,7 +151,8 @@ macro_rules! failure_statement {
             use $schema::diesel_inbox_failures::dsl as f;
             diesel::update(f::diesel_inbox_failures.find(($codec::key(key.0), $codec::key(key.1))))
                 .set((f::attempts.eq(0), f::updated_at.eq($codec::time(now))))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(drop)
         }
     };
@@ -169,7 +175,8 @@ macro_rules! failure_statement {
                     l::reason.eq(row.reason.as_deref()),
                     l::at.eq($codec::time(row.at)),
                 ))
-                .execute_on(conn).await
+                .execute_on(conn)
+                .await
                 .map(drop)
         }
     };
@@ -184,7 +191,8 @@ macro_rules! failure_statement {
                 .filter(l::consumer.eq($codec::key(key.0)).and(l::event_id.eq($codec::key(key.1))))
                 .order(l::id)
                 .select($rows::history_columns())
-                .load_on::<$rows::HistoryColumns>(conn).await
+                .load_on::<$rows::HistoryColumns>(conn)
+                .await
                 .map(|rows| rows.into_iter().map($rows::history_row).collect())
         }
     };

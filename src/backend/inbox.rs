@@ -1,7 +1,7 @@
-//! The inbox area's statements that read the same on every backend, written once: a
-//! backend's `impl InboxSql` takes each by name, `inbox_statement!(store_result, schema,
-//! codec)`, with its schema, codec and row mappings as explicit arguments (see
-//! `portable.rs`). The trait, and what each statement does, is [`crate::sql::InboxSql`].
+//! The inbox area's statements that read the same on every backend, written once: a backend's `impl
+//! InboxSql` takes each by name, `inbox_statement!(store_result, schema, codec)`, with its schema,
+//! codec and row mappings as explicit arguments (see `portable.rs`). The trait, and what each
+//! statement does, is [`crate::sql::InboxSql`].
 
 /// One `InboxSql` statement whose SQL reads the same on every backend, by name.
 macro_rules! inbox_statement {

@@ -67,7 +67,8 @@ macro_rules! outbox_statement {
             ));
         $(let query = query.$lock().skip_locked();)?
         query
-            .load_on::<(outbox_columns!($codec, types), bool)>(conn).await?
+            .load_on::<(outbox_columns!($codec, types), bool)>(conn)
+            .await?
             .into_iter()
             .map(|(row, more)| Ok(($crate::backend::readable(outbox_row!($codec, row))?, more)))
             .collect()
@@ -91,7 +92,8 @@ macro_rules! outbox_statement {
             .select(outbox_columns!($schema));
         $(let query = query.$lock();)?
         query
-            .load_on::<outbox_columns!($codec, types)>(conn).await?
+            .load_on::<outbox_columns!($codec, types)>(conn)
+            .await?
             .into_iter()
             .map(|row| $crate::backend::readable(outbox_row!($codec, row)))
             .collect()
@@ -115,7 +117,8 @@ macro_rules! outbox_statement {
             o::lease_token.eq(Some(token)),
             o::lease_until.eq(Some($codec::time(until))),
         ))
-        .execute_on(conn).await
+        .execute_on(conn)
+        .await
     }
     };
     (settle_outbox, $schema:ident, $codec:ident) => {
@@ -146,7 +149,8 @@ macro_rules! outbox_statement {
                     o::state.eq(OutboxState::Published),
                     o::published_at.eq(Some($codec::time(now))),
                 ))
-                .execute_on(conn).await,
+                .execute_on(conn)
+                .await,
             OutboxChange::Retry { error, at } => update
                 .set((
                     unleased,
@@ -154,7 +158,8 @@ macro_rules! outbox_statement {
                     o::available_at.eq($codec::time(at)),
                     o::last_error.eq(Some(error)),
                 ))
-                .execute_on(conn).await,
+                .execute_on(conn)
+                .await,
             OutboxChange::Failed { error } => update
                 .set((
                     unleased,
@@ -162,7 +167,8 @@ macro_rules! outbox_statement {
                     o::attempts.eq(o::attempts + 1),
                     o::last_error.eq(Some(error)),
                 ))
-                .execute_on(conn).await,
+                .execute_on(conn)
+                .await,
             OutboxChange::Released => update.set(unleased).execute_on(conn).await,
         }
     }
@@ -192,7 +198,8 @@ macro_rules! outbox_statement {
             );
         }
         query
-            .load_on::<outbox_columns!($codec, types)>(conn).await
+            .load_on::<outbox_columns!($codec, types)>(conn)
+            .await
             .map(|rows| rows.into_iter().map(|row| outbox_row!($codec, row)).collect())
     }
     };
@@ -206,14 +213,20 @@ macro_rules! outbox_statement {
         o::table
             .find(position)
             .select(outbox_columns!($schema))
-            .limit(1).get_result_on::<outbox_columns!($codec, types)>(conn).await
+            .limit(1)
+            .get_result_on::<outbox_columns!($codec, types)>(conn)
+            .await
             .optional()?
             .map(|row| $crate::backend::readable(outbox_row!($codec, row)))
             .transpose()
     }
     };
     (retry_outbox, $schema:ident, $codec:ident) => {
-        async fn retry_outbox<F, C: $crate::sql::Db<F, Backend = Self>>(conn: &mut C, position: i64, now: DateTime<Utc>) -> QueryResult<bool> {
+        async fn retry_outbox<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            position: i64,
+            now: DateTime<Utc>,
+        ) -> QueryResult<bool> {
         use $crate::sql::Run;
         use $crate::state::OutboxState;
         use $schema::diesel_inbox_outbox as o;
@@ -227,7 +240,8 @@ macro_rules! outbox_statement {
             o::attempts.eq(0_i64),
             o::available_at.eq($codec::time(now)),
         ))
-        .execute_on(conn).await
+        .execute_on(conn)
+        .await
         .map(|changed| changed == 1)
     }
     };
@@ -257,7 +271,8 @@ macro_rules! outbox_statement {
                 .filter(published)
                 .filter(before),
         )
-        .execute_on(conn).await
+        .execute_on(conn)
+        .await
     }
     };
     (outbox_totals, $schema:ident, $codec:ident) => {
@@ -273,7 +288,8 @@ macro_rules! outbox_statement {
                 diesel::dsl::count_star(),
                 diesel::dsl::min(o::enqueued_at),
             ))
-            .load_on::<(String, i64, Option<$codec::Time>)>(conn).await
+            .load_on::<(String, i64, Option<$codec::Time>)>(conn)
+            .await
             .map(|rows| {
                 rows.into_iter()
                     .map(|(state, rows, oldest)| (state.parse(), rows, oldest.map($codec::utc)))

@@ -1,6 +1,6 @@
-//! The retention area's statements that read the same on every backend, written once: a
-//! backend's `impl RetentionSql` takes each by name, `retention_statement!(NAME, schema, codec, ..)`, with its
-//! schema, codec and row mappings as explicit arguments (see `portable.rs`). The trait, and
+//! The retention area's statements that read the same on every backend, written once: a backend's
+//! `impl RetentionSql` takes each by name, `retention_statement!(NAME, schema, codec, ..)`, with
+//! its schema, codec and row mappings as explicit arguments (see `portable.rs`). The trait, and
 //! what each statement does, is [`crate::sql::RetentionSql`].
 
 /// One `RetentionSql` statement whose SQL reads the same on every backend, by name.
@@ -26,7 +26,8 @@ macro_rules! retention_statement {
                     $codec::sum_i64("deliveries - 1"),
                     $codec::sum_i64("payload_conflicts"),
                 ))
-                .load_on::<(String, i64, Option<i64>, Option<i64>)>(conn).await
+                .load_on::<(String, i64, Option<i64>, Option<i64>)>(conn)
+                .await
                 .map(|rows| {
                     rows.into_iter()
                         .map(|(state, rows, repeats, conflicts)| InboxTotals {
@@ -53,7 +54,8 @@ macro_rules! retention_statement {
                 .filter(f::consumer.eq($codec::key(consumer)))
                 .group_by(f::state)
                 .select((f::state, count_star(), $codec::sum_i64("attempts")))
-                .load_on::<(String, i64, Option<i64>)>(conn).await
+                .load_on::<(String, i64, Option<i64>)>(conn)
+                .await
                 .map(|rows| {
                     rows.into_iter()
                         .map(|(state, rows, attempts)| FailureTotals {
@@ -66,7 +68,11 @@ macro_rules! retention_statement {
         }
     };
     (processed_since, $schema:ident, $codec:ident) => {
-        async fn processed_since<F, C: $crate::sql::Db<F, Backend = Self>>(conn: &mut C, consumer: &str, since: DateTime<Utc>) -> QueryResult<i64> {
+        async fn processed_since<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            consumer: &str,
+            since: DateTime<Utc>,
+        ) -> QueryResult<i64> {
             use $crate::sql::Run;
             use $crate::state::InboxState;
             use $schema::diesel_inbox_events::dsl as t;
@@ -93,7 +99,8 @@ macro_rules! retention_statement {
                 .filter(c::bucket.ge($codec::time(since)))
                 .group_by(c::counter)
                 .select((c::counter, $codec::sum_i64("total")))
-                .load_on::<(String, Option<i64>)>(conn).await
+                .load_on::<(String, Option<i64>)>(conn)
+                .await
                 .map(|rows| {
                     rows.into_iter()
                         .map(|(counter, total)| (counter.parse::<Counter>(), total.unwrap_or(0)))
@@ -126,7 +133,8 @@ macro_rules! retention_statement {
                 .filter(f::consumer.eq($codec::key(consumer)))
                 .filter(unresolved)
                 .select(min(f::first_failed_at))
-                .get_result_on::<Option<$codec::Time>>(conn).await
+                .get_result_on::<Option<$codec::Time>>(conn)
+                .await
                 .map(|first| first.map($codec::utc))
         }
     };
@@ -199,7 +207,8 @@ macro_rules! retention_statement {
                 .limit(limit)
                 .select((t::processed_at, t::event_id))
                 $(.$lock())?
-                .load_on::<($codec::Time, $codec::KeyOwned)>(conn).await
+                .load_on::<($codec::Time, $codec::KeyOwned)>(conn)
+                .await
                 .map(|rows| {
                     rows.into_iter()
                         .map(|(at, id)| $crate::rows::PruneCursor {
@@ -231,7 +240,8 @@ macro_rules! retention_statement {
                     .filter(t::event_id.eq_any(ids))
                     .filter(t::last_seen_at.lt(cutoff)),
             )
-            .execute_on(conn).await
+            .execute_on(conn)
+            .await
         }
     };
     (remaining_events, $schema:ident, $codec:ident) => {
@@ -247,7 +257,8 @@ macro_rules! retention_statement {
                 .filter(t::consumer.eq($codec::key(consumer)))
                 .filter(t::event_id.eq_any(ids))
                 .select(t::event_id)
-                .load_on::<$codec::KeyOwned>(conn).await
+                .load_on::<$codec::KeyOwned>(conn)
+                .await
                 .map(|ids| ids.into_iter().map($codec::key_string).collect())
         }
     };
@@ -266,13 +277,15 @@ macro_rules! retention_statement {
                     .filter(f::consumer.eq($codec::key(consumer)))
                     .filter(f::event_id.eq_any(&ids)),
             )
-            .execute_on(conn).await?;
+            .execute_on(conn)
+            .await?;
             let history = diesel::delete(
                 l::diesel_inbox_failure_log
                     .filter(l::consumer.eq($codec::key(consumer)))
                     .filter(l::event_id.eq_any(&ids)),
             )
-            .execute_on(conn).await?;
+            .execute_on(conn)
+            .await?;
             Ok((failures, history))
         }
     };
@@ -289,7 +302,8 @@ macro_rules! retention_statement {
                     .filter(c::consumer.eq($codec::key(consumer)))
                     .filter(c::bucket.lt($codec::time(cutoff))),
             )
-            .execute_on(conn).await
+            .execute_on(conn)
+            .await
         }
     };
     (delete_settled_claims, $schema:ident, $codec:ident) => {
@@ -306,7 +320,8 @@ macro_rules! retention_statement {
                     .filter(k::state.eq_any($crate::state::ClaimState::SETTLED))
                     .filter(k::updated_at.lt($codec::time(cutoff))),
             )
-            .execute_on(conn).await
+            .execute_on(conn)
+            .await
         }
     };
     (count_prunable, $schema:ident, $codec:ident) => {
@@ -335,23 +350,27 @@ macro_rules! retention_statement {
                 .filter(f::consumer.eq(who))
                 .filter(f::event_id.eq_any(prunable().select(t::event_id)))
                 .count()
-                .get_result_on::<i64>(conn).await?;
+                .get_result_on::<i64>(conn)
+                .await?;
             let history = l::diesel_inbox_failure_log
                 .filter(l::consumer.eq(who))
                 .filter(l::event_id.eq_any(prunable().select(t::event_id)))
                 .count()
-                .get_result_on::<i64>(conn).await?;
+                .get_result_on::<i64>(conn)
+                .await?;
             let counters = c::diesel_inbox_counters
                 .filter(c::consumer.eq(who))
                 .filter(c::bucket.lt(cutoff))
                 .count()
-                .get_result_on::<i64>(conn).await?;
+                .get_result_on::<i64>(conn)
+                .await?;
             let claims = k::diesel_inbox_claims
                 .filter(k::consumer.eq(who))
                 .filter(k::state.eq_any($crate::state::ClaimState::SETTLED))
                 .filter(k::updated_at.lt(cutoff))
                 .count()
-                .get_result_on::<i64>(conn).await?;
+                .get_result_on::<i64>(conn)
+                .await?;
             Ok($crate::rows::PruneCounts {
                 events,
                 failures,

@@ -6,13 +6,13 @@ use tracing::{info, warn};
 
 use crate::backend::StreamKey;
 use crate::duration::now;
-use crate::engine::run_ready;
+use crate::engine::{self, run_ready};
 use crate::inbox::{self, Delivered, Tally};
 use crate::names::{InvalidStreamName, StreamName};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
-use crate::sql::{CursorSql, InboxSql, RetentionSql};
+use crate::sql::{CursorSql, Db, InboxSql, RetentionSql, Sql};
 use crate::state::GapState;
 use crate::transaction::{self, Failure, Scope};
 use crate::watermark::{Change, Refusal, Stream, Verdict};
@@ -325,33 +325,41 @@ impl Cursor {
             .collect::<Result<Vec<_>, _>>()?;
         let scope = transaction::scope_of(conn).map_err(Error::from)?;
         let subject = self.inbox.subject(None);
-        let run = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
+        let body = async |tx: &mut C| {
             let now = now();
-            let mut stream = self.load(tx, now)?;
+            let mut stream = self.load(tx, now).await?;
             let (mut outcomes, mut gaps) = (Vec::with_capacity(items.len()), Vec::new());
             for ((sequence, message), &stored) in items.iter().zip(&sequences) {
-                let (verdict, found) = self.offer(tx, &mut stream, stored, None, now)?;
+                let (verdict, found) = self.offer(tx, &mut stream, stored, None, now).await?;
                 let outcome = match verdict {
                     Verdict::Duplicate => Self::duplicate(*sequence, &stream),
                     Verdict::New { .. } => {
                         let value =
-                            transaction::call_user(tx, |tx| effect(tx, *sequence, message))?;
+                            engine::call_user(tx, |tx: &mut C| effect(tx, *sequence, message))
+                                .await?;
                         processed(value, found.clone())
                     }
                 };
                 gaps.extend(found);
                 outcomes.push(outcome);
             }
-            self.save(tx, &stream, now)?;
+            self.save(tx, &stream, now).await?;
             if scope == Scope::TopLevel {
                 let duplicates = outcomes.iter().filter(|o| o.is_duplicate()).count();
                 // The stream picks the counters' stripe: its deliveries queue on the cursor row.
-                run_ready(
-                    Tally::duplicates(duplicates).count(tx, (self.consumer(), self.stream())),
-                )?;
+                Tally::duplicates(duplicates)
+                    .count(tx, (self.consumer(), self.stream()))
+                    .await?;
             }
             Ok((outcomes, gaps))
-        });
+        };
+        let run = run_ready(engine::run(
+            conn,
+            scope,
+            self.inbox.retry_policy(),
+            subject,
+            body,
+        ));
         match run {
             Ok((outcomes, gaps)) => {
                 self.report(&gaps);
@@ -548,9 +556,17 @@ impl Cursor {
         let scope = transaction::scope_of(conn)?;
         let event_id = delivery.event.as_ref().map(|event| event.id.as_str());
         let subject = self.inbox.subject(event_id);
-        let advanced = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
+        let body = async |tx: &mut C| {
             self.advance(tx, delivery, sequence, first_available, effect, scope)
-        })?;
+                .await
+        };
+        let advanced = run_ready(engine::run(
+            conn,
+            scope,
+            self.inbox.retry_policy(),
+            subject,
+            body,
+        ))?;
         self.report(&advanced.gaps);
         match advanced.delivered {
             Delivered::Outcome(outcome) => Ok(outcome),
@@ -564,43 +580,43 @@ impl Cursor {
     }
 
     /// The body of the cursor's transaction.
-    fn advance<C, T, E, F>(
+    async fn advance<F, C, T, E, H>(
         &self,
         conn: &mut C,
         delivery: &Sequenced,
         sequence: i64,
         first_available: Option<i64>,
-        effect: &mut F,
+        effect: &mut H,
         scope: Scope,
     ) -> Result<Advanced<T>, Failure<E>>
     where
-        C: InboxConnection,
-        F: FnMut(&mut C) -> Result<T, E>,
+        C: Db<F, Backend: Sql>,
+        H: FnMut(&mut C) -> Result<T, E>,
     {
         let now = now();
         // The next sequence of a stream with no gap, from the owner: one update. A first
         // available sequence at or below it evicts nothing, since the watermark is just below.
         let fast = first_available.is_none_or(|first| first <= sequence)
-            && run_ready(C::Backend::advance_cursor(
-                conn,
-                self.key(),
-                sequence,
-                self.stored_epoch(),
-                now,
-            ))?;
+            && C::Backend::advance_cursor(conn, self.key(), sequence, self.stored_epoch(), now)
+                .await?;
         let (delivered, gaps) = if fast {
-            let delivered = self.settle(conn, delivery, sequence, effect, Vec::new(), now)?;
+            let delivered = self
+                .settle(conn, delivery, sequence, effect, Vec::new(), now)
+                .await?;
             (delivered, Vec::new())
         } else {
-            let mut stream = self.load(conn, now)?;
+            let mut stream = self.load(conn, now).await?;
             let before = (stream.watermark(), stream.high());
-            let (verdict, gaps) = self.offer(conn, &mut stream, sequence, first_available, now)?;
+            let (verdict, gaps) = self
+                .offer(conn, &mut stream, sequence, first_available, now)
+                .await?;
             if (stream.watermark(), stream.high()) != before {
-                self.save(conn, &stream, now)?;
+                self.save(conn, &stream, now).await?;
             }
             let delivered = match verdict {
                 Verdict::New { .. } => {
-                    self.settle(conn, delivery, sequence, effect, gaps.clone(), now)?
+                    self.settle(conn, delivery, sequence, effect, gaps.clone(), now)
+                        .await?
                 }
                 Verdict::Duplicate => {
                     Delivered::Outcome(Self::duplicate(delivery.sequence, &stream))
@@ -609,48 +625,45 @@ impl Cursor {
             (delivered, gaps)
         };
         if scope == Scope::TopLevel {
-            run_ready(Tally::of(&delivered).count(conn, (self.consumer(), self.stream())))?;
+            Tally::of(&delivered)
+                .count(conn, (self.consumer(), self.stream()))
+                .await?;
         }
         Ok(Advanced { delivered, gaps })
     }
 
     /// Runs the effect of a sequence the cursor took in; with an event id, through the inbox
     /// row too, which may find the event settled under another sequence.
-    fn settle<C, T, E, F>(
+    async fn settle<F, C, T, E, H>(
         &self,
         conn: &mut C,
         delivery: &Sequenced,
         sequence: i64,
-        effect: &mut F,
+        effect: &mut H,
         gaps: Vec<Gap>,
         now: DateTime<Utc>,
     ) -> Result<Delivered<T>, Failure<E>>
     where
-        C: InboxConnection,
-        F: FnMut(&mut C) -> Result<T, E>,
+        C: Db<F, Backend: Sql>,
+        H: FnMut(&mut C) -> Result<T, E>,
     {
         let value = match &delivery.event {
-            None => transaction::call_user(conn, effect)?,
+            None => engine::call_user(conn, effect).await?,
             Some(event) => {
                 let key = self.inbox.key(event);
                 let fingerprint = event.payload.as_ref().map(crate::Payload::fingerprint);
                 let fingerprint_ref = fingerprint.as_ref().map(|f| &f[..]);
-                let recorded =
-                    run_ready(C::Backend::record_delivery(conn, key, now, fingerprint_ref))
-                        .map_err(|error| Failure::reading_events(error, key))?;
+                let recorded = C::Backend::record_delivery(conn, key, now, fingerprint_ref)
+                    .await
+                    .map_err(|error| Failure::reading_events(error, key))?;
                 match recorded {
                     Recorded::Seen(existing) => {
-                        return run_ready(inbox::seen(conn, key, fingerprint.as_ref(), existing));
+                        return inbox::seen(conn, key, fingerprint.as_ref(), existing).await;
                     }
                     Recorded::New => {
-                        let value =
-                            run_ready(inbox::run_effect(conn, key, effect, &|_: &T| Ok(None)))?;
-                        run_ready(C::Backend::insert_event_sequence(
-                            conn,
-                            self.key(),
-                            sequence,
-                            key.1,
-                        ))?;
+                        let value = inbox::run_effect(conn, key, effect, &|_: &T| Ok(None)).await?;
+                        C::Backend::insert_event_sequence(conn, self.key(), sequence, key.1)
+                            .await?;
                         value
                     }
                 }
@@ -661,16 +674,17 @@ impl Cursor {
 
     /// Reads the stream under the cursor row's lock, creating the row if it is missing, and
     /// refuses a writer from another epoch.
-    fn load<C: InboxConnection, E>(
+    async fn load<F, C: Db<F, Backend: Sql>, E>(
         &self,
         conn: &mut C,
         now: DateTime<Utc>,
     ) -> Result<Stream, Failure<E>> {
-        let row = if let Some(row) = run_ready(C::Backend::cursor(conn, self.key()))? {
+        let row = if let Some(row) = C::Backend::cursor(conn, self.key()).await? {
             row
         } else {
-            run_ready(C::Backend::insert_cursor(conn, self.key(), now))?;
-            run_ready(C::Backend::cursor(conn, self.key()))?
+            C::Backend::insert_cursor(conn, self.key(), now).await?;
+            C::Backend::cursor(conn, self.key())
+                .await?
                 .ok_or(diesel::result::Error::NotFound)?
         };
         let epoch = self.stored_epoch();
@@ -681,12 +695,13 @@ impl Cursor {
                 current: row.epoch.unsigned_abs(),
             }));
         }
-        let open = run_ready(C::Backend::gaps(
+        let open = C::Backend::gaps(
             conn,
             self.consumer(),
             Some(self.stream()),
             Some(GapState::Open),
-        ))?;
+        )
+        .await?;
         let open = gaps::open_gaps(self.consumer(), open)
             .map_err(|corrupt| Failure::Inbox(corrupt.into()))?;
         Ok(Stream::new(row.high, open))
@@ -694,7 +709,7 @@ impl Cursor {
 
     /// Offers one sequence to the loaded stream and writes the ledger changes; returns the
     /// verdict and the gaps it found.
-    fn offer<C: InboxConnection, E>(
+    async fn offer<F, C: Db<F, Backend: Sql>, E>(
         &self,
         conn: &mut C,
         stream: &mut Stream,
@@ -717,13 +732,14 @@ impl Cursor {
             match change {
                 Change::Insert { gap, detected } => {
                     let sequences = (gap.first, gap.last);
-                    let id = run_ready(C::Backend::insert_gap(
+                    let id = C::Backend::insert_gap(
                         conn,
                         self.key(),
                         sequences,
                         gap.cause,
                         gap.detected_at,
-                    ))?;
+                    )
+                    .await?;
                     stream.inserted(gap.first, id);
                     if detected {
                         found.push(Gap::found(id, self.stream(), &gap));
@@ -731,15 +747,10 @@ impl Cursor {
                 }
                 Change::Update(gap) => {
                     let id = gap.id.ok_or(diesel::result::Error::NotFound)?;
-                    run_ready(C::Backend::update_gap(
-                        conn,
-                        id,
-                        (gap.first, gap.last),
-                        gap.cause,
-                    ))?;
+                    C::Backend::update_gap(conn, id, (gap.first, gap.last), gap.cause).await?;
                 }
                 Change::Filled { id } => {
-                    run_ready(C::Backend::close_gap(conn, id, GapState::Filled, None, now))?;
+                    C::Backend::close_gap(conn, id, GapState::Filled, None, now).await?;
                 }
             }
         }
@@ -747,19 +758,13 @@ impl Cursor {
     }
 
     /// Writes the stream's watermark and highest sequence.
-    fn save<C: InboxConnection>(
+    async fn save<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
         stream: &Stream,
         now: DateTime<Utc>,
     ) -> diesel::QueryResult<()> {
-        run_ready(C::Backend::save_cursor(
-            conn,
-            self.key(),
-            stream.watermark(),
-            stream.high(),
-            now,
-        ))
+        C::Backend::save_cursor(conn, self.key(), stream.watermark(), stream.high(), now).await
     }
 
     /// After the effect failed: with an event id, the inbox's failure policy records it; a
