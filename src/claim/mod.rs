@@ -21,9 +21,9 @@ use tracing::{info, warn};
 
 use crate::decide;
 use crate::duration::{after, now};
-use crate::engine::run_ready;
+use crate::engine::{self, run_ready};
 use crate::rows::{ClaimChange, ClaimRow, NewClaim};
-use crate::sql::ClaimSql;
+use crate::sql::{ClaimSql, Db, Sql};
 use crate::state::ClaimState;
 use crate::transaction::{self, Failure, Scope};
 use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery};
@@ -189,13 +189,14 @@ impl Claims {
             return Err(Error::ClaimInsideTransaction);
         }
         let subject = self.inbox.subject(Some(delivery.id.as_str()));
-        let (found, lapsed) = transaction::run(
+        let body = async |tx: &mut C| self.claim_in(tx, &delivery).await;
+        let (found, lapsed) = run_ready(engine::run(
             conn,
             Scope::TopLevel,
             self.inbox.retry_policy(),
             subject,
-            |tx| self.claim_in(tx, &delivery),
-        )
+            body,
+        ))
         .map_err(Failure::into_error)?;
         // The guard is made once the claim has committed: one dropped with a transaction
         // that did not commit would warn of a claim that does not exist.
@@ -231,7 +232,7 @@ impl Claims {
     /// The body of the claim's transaction: insert the claim, or read the existing one and
     /// decide. Returns what it found, and whether it found a holder's lease run out: then it
     /// has just recorded the claim in doubt, or taken it over.
-    fn claim_in<C: InboxConnection>(
+    async fn claim_in<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
         delivery: &Delivery,
@@ -246,7 +247,7 @@ impl Claims {
             payload_hash: fingerprint.as_ref().map(|f| &f[..]),
             payload: delivery.payload.as_ref(),
         };
-        let Some(row) = run_ready(C::Backend::record_claim(conn, key, &new))? else {
+        let Some(row) = C::Backend::record_claim(conn, key, &new).await? else {
             let acquired = Found::Acquired {
                 attempt: 1,
                 lease_until,
@@ -271,13 +272,7 @@ impl Claims {
                     now,
                 };
                 // The row is locked: no one else can have moved it since it was read.
-                run_ready(C::Backend::update_claim(
-                    conn,
-                    key,
-                    row.attempt,
-                    &[row.state],
-                    &change,
-                ))?;
+                C::Backend::update_claim(conn, key, row.attempt, &[row.state], &change).await?;
                 let acquired = Found::Acquired {
                     attempt: row.attempt + 1,
                     lease_until,
@@ -292,7 +287,7 @@ impl Claims {
             verdict::OnDelivery::InDoubt { lapsed } => {
                 let doubt = InDoubt::from_row(&row);
                 if lapsed {
-                    record_lapse(conn, key, &row, &doubt)?;
+                    record_lapse(conn, key, &row, &doubt).await?;
                 }
                 return Ok((Found::Other(Claimed::InDoubt(doubt)), lapsed));
             }
@@ -418,7 +413,7 @@ enum Found {
 }
 
 /// Records that the claim `row`'s lease ran out before its holder completed it.
-fn record_lapse<C: InboxConnection>(
+async fn record_lapse<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     key: crate::backend::Key<'_>,
     row: &ClaimRow,
@@ -433,12 +428,6 @@ fn record_lapse<C: InboxConnection>(
         audit: None,
         now: now(),
     };
-    run_ready(C::Backend::update_claim(
-        conn,
-        key,
-        row.attempt,
-        &[ClaimState::InProgress],
-        &change,
-    ))?;
+    C::Backend::update_claim(conn, key, row.attempt, &[ClaimState::InProgress], &change).await?;
     Ok(())
 }
