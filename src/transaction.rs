@@ -1,5 +1,6 @@
-//! The transaction engine ([`crate::engine`]) for sync Diesel connections: each call runs the
-//! engine's future to the end on the calling thread ([`run_ready`]).
+//! The transaction engine ([`crate::engine`]) for sync closures on sync Diesel connections,
+//! the bodies not yet written over `Db`: each call runs the engine's future to the end on the
+//! calling thread ([`run_ready`]).
 
 use diesel::QueryResult;
 

@@ -1,7 +1,8 @@
 //! The transaction engine: every inbox operation runs here, as "begin, run user code, commit
 //! or roll back, retry contention", written once as `async` code over a [`Db`] connection
-//! so that it serves either flavour. The sync front (`crate::transaction`) runs it with
-//! [`run_ready`].
+//! so that it serves either flavour. A sync caller polls it to the end with [`run_ready`];
+//! bodies not yet written over `Db` go through `crate::transaction`, which does that for a
+//! sync closure.
 //!
 //! [`run`] opens a transaction (or a savepoint, by [`Scope`]), runs a body, and commits what it
 //! returns; anything else rolls back to where the connection was, panics included. Bodies call
