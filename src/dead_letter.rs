@@ -5,9 +5,9 @@ use chrono::{DateTime, Utc};
 
 use crate::audit::Audit;
 use crate::backend::Key;
-use crate::engine::run_ready;
+use crate::engine::{self, run_ready};
 use crate::rows::{FailureRow, HistoryRow, Recorded};
-use crate::sql::{FailureSql, InboxSql};
+use crate::sql::{Db, FailureSql, InboxSql, Sql};
 use crate::state::{CorruptRow, Counter, DeadLetterState, HistoryKind, InboxState};
 use crate::transaction::{self, Failure};
 use crate::{Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
@@ -195,19 +195,15 @@ impl DeadLetters {
         let key = (consumer, event_id.as_str());
         let scope = transaction::scope_of(conn).map_err(Error::from)?;
         let subject = self.inbox.subject(Some(key.1));
-        let redriven = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            let row = transition_from_dead_lettered(tx, key, Transition::Redrive)?;
+        let body = async |tx: &mut C| {
+            let row = transition_from_dead_lettered(tx, key, Transition::Redrive).await?;
             let payload = stored_payload(&row);
             // The dead-letter row in the inbox table held the event back; remove it so the
             // event runs as new, under the same key lock as any concurrent delivery.
-            run_ready(C::Backend::delete_inbox_row(
-                tx,
-                key,
-                InboxState::DeadLettered,
-            ))?;
+            C::Backend::delete_inbox_row(tx, key, InboxState::DeadLettered).await?;
             let fingerprint = payload.as_ref().map(Payload::fingerprint);
             let hash = fingerprint.as_ref().map(|f| &f[..]);
-            let recorded = run_ready(C::Backend::record_delivery(tx, key, Utc::now(), hash))?;
+            let recorded = C::Backend::record_delivery(tx, key, Utc::now(), hash).await?;
             if !matches!(recorded, Recorded::New) {
                 // Processed by other means although its failure row says dead-lettered.
                 return Err(Failure::Inbox(Error::InvalidTransition {
@@ -216,15 +212,23 @@ impl DeadLetters {
                     attempted: DeadLetterState::Redriven,
                 }));
             }
-            let value = run_ready(crate::inbox::run_effect(
+            let value = crate::inbox::run_effect(
                 tx,
                 key,
                 &mut |c: &mut C| effect(c, payload.as_ref()),
                 &|_| Ok(None),
-            ))?;
-            finish_transition(tx, key, Transition::Redrive, audit)?;
+            )
+            .await?;
+            finish_transition(tx, key, Transition::Redrive, audit).await?;
             Ok(value)
-        });
+        };
+        let redriven = run_ready(engine::run(
+            conn,
+            scope,
+            self.inbox.retry_policy(),
+            subject,
+            body,
+        ));
         let value = redriven.map_err(Failure::into_error)?;
         let (event_id, reason) = (key.1, audit.reason());
         tracing::warn!(
@@ -251,16 +255,22 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
     ) -> Result<(), Error> {
-        self.transition(conn, event_id, audit, Transition::Discard, |tx, key| {
-            let (from, to) = (InboxState::DeadLettered, InboxState::Discarded);
-            let marked = run_ready(C::Backend::set_inbox_state(tx, key, from, to))?;
-            // The row that holds deliveries back may have been deleted (by hand): put it
-            // back, or "never run again" would not hold.
-            if !marked {
-                run_ready(C::Backend::insert_held_row(tx, key, Utc::now(), to))?;
-            }
-            Ok(())
-        })
+        self.transition(
+            conn,
+            event_id,
+            audit,
+            Transition::Discard,
+            async |tx, key| {
+                let (from, to) = (InboxState::DeadLettered, InboxState::Discarded);
+                let marked = C::Backend::set_inbox_state(tx, key, from, to).await?;
+                // The row that holds deliveries back may have been deleted (by hand): put it
+                // back, or "never run again" would not hold.
+                if !marked {
+                    C::Backend::insert_held_row(tx, key, Utc::now(), to).await?;
+                }
+                Ok(())
+            },
+        )
     }
 
     /// Releases a dead-lettered event to be published again, with `audit` in its history: the
@@ -306,16 +316,18 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
     ) -> Result<(), Error> {
-        self.transition(conn, event_id, audit, Transition::Release, |tx, key| {
-            // The row that held deliveries back goes (it may be gone already, by hand); the
-            // next delivery inserts its own and runs the effect.
-            run_ready(C::Backend::delete_inbox_row(
-                tx,
-                key,
-                InboxState::DeadLettered,
-            ))?;
-            run_ready(C::Backend::reset_attempts(tx, key, Utc::now()))
-        })
+        self.transition(
+            conn,
+            event_id,
+            audit,
+            Transition::Release,
+            async |tx, key| {
+                // The row that held deliveries back goes (it may be gone already, by hand); the
+                // next delivery inserts its own and runs the effect.
+                C::Backend::delete_inbox_row(tx, key, InboxState::DeadLettered).await?;
+                C::Backend::reset_attempts(tx, key, Utc::now()).await
+            },
+        )
     }
 
     /// A transition that runs no effect (discard, release), in one transaction: check that
@@ -326,18 +338,22 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
         transition: Transition,
-        mut apply: impl FnMut(&mut C, Key<'_>) -> diesel::QueryResult<()>,
+        mut apply: impl AsyncFnMut(&mut C, Key<'_>) -> diesel::QueryResult<()>,
     ) -> Result<(), Error> {
         let event_id = event_id.into_event_id()?;
         let consumer = self.inbox.consumer();
         let key = (consumer, event_id.as_str());
         let scope = transaction::scope_of(conn)?;
         let subject = self.inbox.subject(Some(key.1));
-        transaction::run::<_, _, Error>(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            transition_from_dead_lettered(tx, key, transition)?;
-            apply(tx, key)?;
-            finish_transition(tx, key, transition, audit)
-        })
+        let body = async |tx: &mut C| {
+            transition_from_dead_lettered(tx, key, transition).await?;
+            apply(tx, key).await?;
+            finish_transition(tx, key, transition, audit).await
+        };
+        let policy = self.inbox.retry_policy();
+        run_ready(engine::run::<_, _, _, Error>(
+            conn, scope, policy, subject, body,
+        ))
         .map_err(Failure::into_error)?;
         let (event_id, actor, reason) = (key.1, audit.actor(), audit.reason());
         let state = transition.to();
@@ -382,13 +398,13 @@ impl Transition {
 
 /// Locks the failure row and checks that it is dead-lettered, the one state a transition
 /// leaves.
-fn transition_from_dead_lettered<C: InboxConnection, E>(
+async fn transition_from_dead_lettered<F, C: Db<F, Backend: Sql>, E>(
     conn: &mut C,
     key: Key<'_>,
     transition: Transition,
 ) -> Result<FailureRow, Failure<E>> {
     let event_id = || EventId::new(key.1).expect("the key holds a validated id");
-    let Some(row) = run_ready(C::Backend::failure(conn, key))? else {
+    let Some(row) = C::Backend::failure(conn, key).await? else {
         return Err(Failure::Inbox(Error::DeadLetterNotFound {
             event_id: event_id(),
         }));
@@ -409,21 +425,22 @@ fn transition_from_dead_lettered<C: InboxConnection, E>(
 
 /// Moves the failure row out of dead-lettered, writes the transition into the history and
 /// counts it in the hourly counters.
-fn finish_transition<C: InboxConnection, E>(
+async fn finish_transition<F, C: Db<F, Backend: Sql>, E>(
     conn: &mut C,
     key: Key<'_>,
     transition: Transition,
     audit: &Audit,
 ) -> Result<(), Failure<E>> {
     let now = Utc::now();
-    run_ready(C::Backend::set_failure_state(
+    C::Backend::set_failure_state(
         conn,
         key,
         DeadLetterState::DeadLettered,
         transition.to(),
         now,
-    ))?;
-    run_ready(C::Backend::append_history(
+    )
+    .await?;
+    C::Backend::append_history(
         conn,
         key,
         &HistoryRow {
@@ -434,14 +451,9 @@ fn finish_transition<C: InboxConnection, E>(
             reason: Some(audit.reason().to_owned()),
             at: now,
         },
-    ))?;
-    run_ready(C::Backend::bump_counter(
-        conn,
-        key,
-        transition.counter(),
-        1,
-        now,
-    ))?;
+    )
+    .await?;
+    C::Backend::bump_counter(conn, key, transition.counter(), 1, now).await?;
     Ok(())
 }
 
