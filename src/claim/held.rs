@@ -13,9 +13,9 @@ use super::verdict::{self, InDoubtPolicy};
 use crate::backend::Key;
 use crate::decide::HandlerFailure;
 use crate::duration::{after, now};
-use crate::engine::run_ready;
+use crate::engine::{self, run_ready};
 use crate::rows::ClaimChange;
-use crate::sql::ClaimSql;
+use crate::sql::{ClaimSql, Db, Sql};
 use crate::state::ClaimState;
 use crate::transaction::{self, Failure};
 use crate::{observe, Claims, Error, EventId, HandlerError, InboxConnection};
@@ -154,9 +154,11 @@ impl Claim {
                 return Err(error.into());
             }
         };
-        let completed = self.run(conn, |claim, tx| {
-            claim.write_in(tx, ClaimState::Completed, None, Some(&json), None)?;
-            transaction::call_user(tx, &mut record)
+        let completed = self.run(conn, async |claim, tx| {
+            claim
+                .write_in(tx, ClaimState::Completed, None, Some(&json), None)
+                .await?;
+            engine::call_user(tx, &mut record).await
         });
         let failure = match completed {
             Ok(()) => {
@@ -308,8 +310,8 @@ impl Claim {
         result: Option<&str>,
         note: Option<&str>,
     ) -> Result<(), Error> {
-        self.run(conn, |claim, tx| {
-            claim.write_in(tx, state, lease_until, result, note)
+        self.run(conn, async |claim, tx| {
+            claim.write_in(tx, state, lease_until, result, note).await
         })
         .map_err(Failure::into_error)
     }
@@ -318,22 +320,18 @@ impl Claim {
     fn run<C: InboxConnection, E: HandlerError>(
         &self,
         conn: &mut C,
-        mut body: impl FnMut(&Self, &mut C) -> Result<(), Failure<E>>,
+        mut body: impl AsyncFnMut(&Self, &mut C) -> Result<(), Failure<E>>,
     ) -> Result<(), Failure<E>> {
         let scope = transaction::scope_of(conn)?;
         let subject = self.claims.inbox.subject(Some(self.event_id.as_str()));
-        transaction::run(
-            conn,
-            scope,
-            self.claims.inbox.retry_policy(),
-            subject,
-            |tx| body(self, tx),
-        )
+        let policy = self.claims.inbox.retry_policy();
+        let body = async |tx: &mut C| body(self, tx).await;
+        run_ready(engine::run(conn, scope, policy, subject, body))
     }
 
     /// Applies one change of this holder inside the open transaction; fenced unless the claim
     /// is still this attempt's and in a state the change may leave.
-    fn write_in<C: InboxConnection, E>(
+    async fn write_in<F, C: Db<F, Backend: Sql>, E>(
         &self,
         conn: &mut C,
         state: ClaimState,
@@ -354,16 +352,10 @@ impl Claim {
             now,
         };
         let from = verdict::holder_may_move_from(state);
-        if run_ready(C::Backend::update_claim(
-            conn,
-            key,
-            self.attempt,
-            from,
-            &change,
-        ))? {
+        if C::Backend::update_claim(conn, key, self.attempt, from, &change).await? {
             return Ok(());
         }
-        let row = run_ready(C::Backend::claim(conn, key, false))?;
+        let row = C::Backend::claim(conn, key, false).await?;
         Err(Failure::Inbox(match row {
             Some(row) => Error::ClaimFenced {
                 event_id: self.event_id.clone(),
