@@ -3,6 +3,31 @@
 //! codec and row mappings as explicit arguments (see `portable.rs`). The trait, and what each
 //! statement does, is [`crate::sql::InboxSql`].
 
+/// The upsert that records one delivery of `$key` (`(consumer, event_id)`) and reads the row
+/// back as it now is, where the backend has `INSERT .. ON CONFLICT .. RETURNING`: a future of
+/// the row's columns on `$conn`. Diesel would prepare the upsert anew each time; `Cached` keeps
+/// it prepared.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! upsert_delivery {
+    ($schema:ident, $codec:ident, $rows:ident, $conn:expr, $key:expr, $when:expr, $hash:expr) => {{
+        use $crate::sql::Run;
+        use $schema::diesel_inbox_events::dsl as t;
+        let (consumer, event_id) = $key;
+        let upsert = diesel::insert_into(t::diesel_inbox_events)
+            .values(new_inbox_row!(
+                $schema, $codec, consumer, event_id, $when, $hash
+            ))
+            .on_conflict((t::consumer, t::event_id))
+            .do_update()
+            .set((
+                t::deliveries.eq(t::deliveries + 1),
+                t::last_seen_at.eq($when),
+            ))
+            .returning($rows::existing_columns());
+        $crate::sql::Cached(upsert).get_result_on::<$rows::ExistingColumns>($conn)
+    }};
+}
+
 /// One `InboxSql` statement whose SQL reads the same on every backend, by name.
 macro_rules! inbox_statement {
     // Recording deliveries where the backend has `INSERT .. ON CONFLICT .. RETURNING`
@@ -14,29 +39,9 @@ macro_rules! inbox_statement {
             now: DateTime<Utc>,
             payload_hash: Option<&[u8]>,
         ) -> QueryResult<$crate::rows::Recorded> {
-            use $crate::sql::Run;
-            use $schema::diesel_inbox_events::dsl as t;
-            // Diesel would prepare the upsert anew each time; `Cached` keeps it prepared.
             let when = $codec::time(now);
-            let upsert = diesel::insert_into(t::diesel_inbox_events)
-                .values(new_inbox_row!(
-                    $schema,
-                    $codec,
-                    key.0,
-                    key.1,
-                    when,
-                    payload_hash
-                ))
-                .on_conflict((t::consumer, t::event_id))
-                .do_update()
-                .set((
-                    t::deliveries.eq(t::deliveries + 1),
-                    t::last_seen_at.eq(when),
-                ))
-                .returning($rows::existing_columns());
-            let row = $crate::sql::Cached(upsert)
-                .get_result_on::<$rows::ExistingColumns>(conn)
-                .await?;
+            let row =
+                upsert_delivery!($schema, $codec, $rows, conn, key, when, payload_hash).await?;
             let row = $crate::backend::known($rows::existing(row))?;
             Ok($crate::backend::recorded(row))
         }
@@ -91,25 +96,11 @@ macro_rules! inbox_statement {
             items: &[(&str, Option<&[u8]>)],
             now: DateTime<Utc>,
         ) -> QueryResult<Vec<$crate::rows::Listed<$crate::rows::Recorded>>> {
-            use $crate::sql::Run;
-            use $schema::diesel_inbox_events::dsl as t;
             let when = $codec::time(now);
             let mut found = std::collections::HashMap::with_capacity(items.len());
             for &(event_id, hash) in items {
-                let upsert = diesel::insert_into(t::diesel_inbox_events)
-                    .values(new_inbox_row!(
-                        $schema, $codec, consumer, event_id, when, hash
-                    ))
-                    .on_conflict((t::consumer, t::event_id))
-                    .do_update()
-                    .set((
-                        t::deliveries.eq(t::deliveries + 1),
-                        t::last_seen_at.eq(when),
-                    ))
-                    .returning($rows::existing_columns());
-                let row = $crate::sql::Cached(upsert)
-                    .get_result_on::<$rows::ExistingColumns>(conn)
-                    .await?;
+                let key = (consumer, event_id);
+                let row = upsert_delivery!($schema, $codec, $rows, conn, key, when, hash).await?;
                 found.insert(event_id.to_owned(), $rows::existing(row));
             }
             $crate::backend::in_order(items, found)

@@ -296,6 +296,7 @@ impl InboxSql for Mysql {
     inbox_statement!(delete_inbox_row, schema, codec);
     inbox_statement!(inbox_row, schema, codec, rows);
     inbox_statement!(inbox_rows, schema, rows);
+
     async fn bump_counter<F, C: crate::sql::Db<F, Backend = Self>>(
         conn: &mut C,
         (consumer, event_id): Key<'_>,
@@ -401,6 +402,7 @@ impl OutboxSql for Mysql {
     const OUTBOX_FOLLOWERS: bool = false;
 
     outbox_statement!(insert_outbox, schema, codec, insert = unique_error);
+
     async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
         conn: &mut C,
         aggregate_type: &str,
@@ -433,6 +435,7 @@ impl OutboxSql for Mysql {
         .bind::<BigInt, _>(limit)
         .execute_on(conn).await
     }
+
     outbox_statement!(outbox_heads, schema, codec, lock = for_update);
     outbox_statement!(outbox_followers, schema, codec, lock = for_update);
     outbox_statement!(lease_outbox, schema, codec);

@@ -83,12 +83,14 @@ impl HasInboxSql for PgConnection {
 impl InboxSql for Pg {
     inbox_statement!(record_delivery, schema, codec, rows, upsert_returning);
     inbox_statement!(record_deliveries, schema, codec, rows, upsert_returning);
+
     fn commit_without_waiting_for_disk<F, C: crate::sql::Db<F, Backend = Self>>(
         conn: &mut C,
     ) -> impl Future<Output = QueryResult<()>> + Send {
         // One round trip saves the WAL flush at commit, which costs several.
         conn.batch_execute("SET LOCAL synchronous_commit = off")
     }
+
     inbox_statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
     inbox_statement!(note_payload_conflict, schema, codec);
     inbox_statement!(store_result, schema, codec);
@@ -175,6 +177,7 @@ impl ClaimSql for Pg {
 
 impl OutboxSql for Pg {
     outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);
+
     async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
         conn: &mut C,
         aggregate_type: &str,
@@ -205,6 +208,7 @@ impl OutboxSql for Pg {
     ) -> QueryResult<usize> {
         Ok(0) // advisory locks leave no rows
     }
+
     outbox_statement!(outbox_heads, schema, codec, lock = for_update);
     outbox_statement!(outbox_followers, schema, codec, lock = for_update);
     outbox_statement!(lease_outbox, schema, codec);

@@ -157,6 +157,7 @@ impl ClaimSql for Sqlite {
 
 impl OutboxSql for Sqlite {
     outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);
+
     async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
         _conn: &mut C,
         _aggregate_type: &str,
@@ -175,6 +176,7 @@ impl OutboxSql for Sqlite {
     ) -> QueryResult<usize> {
         Ok(0)
     }
+
     outbox_statement!(outbox_heads, schema, codec);
     outbox_statement!(outbox_followers, schema, codec);
     outbox_statement!(lease_outbox, schema, codec);
