@@ -297,7 +297,7 @@ impl Inbox {
             Ok(slots) => slots,
             Err(Failure::Panicked(panic)) => {
                 let delivery = panicked_at.and_then(|i| deliveries[i].as_ref().ok());
-                self.after_handler_panic(conn, delivery, panic, scope)
+                run_ready(self.after_handler_panic(conn, delivery, panic, scope))
             }
             Err(failure) => {
                 timer.finish_each(deliveries.iter().map(|_| DeliveryOutcome::Error));
@@ -316,7 +316,7 @@ impl Inbox {
                     unreachable!("the batch fills its pending slots before it commits")
                 }
                 (Slot::Failed(error), Ok(delivery)) => {
-                    self.after_handler_error(conn, delivery, error, scope)
+                    run_ready(self.after_handler_error(conn, delivery, error, scope))
                 }
                 (Slot::Failed(error), Err(_)) => Err(error),
             })

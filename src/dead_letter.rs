@@ -215,7 +215,7 @@ impl DeadLetters {
             let value = crate::inbox::run_effect(
                 tx,
                 key,
-                &mut |c: &mut C| effect(c, payload.as_ref()),
+                &mut async |c: &mut C| effect(c, payload.as_ref()),
                 &|_| Ok(None),
             )
             .await?;

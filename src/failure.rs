@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use tracing::{error, warn};
 
 use crate::decide::{self, HandlerFailure, Scope};
-use crate::engine::{self, Subject};
+use crate::engine::{self, Body, Subject};
 use crate::observe;
 use crate::rows::{HistoryRow, Key};
 use crate::sql::{Db, FailureSql, InboxSql, Sql};
@@ -43,8 +43,12 @@ pub(crate) async fn record<F, C: Db<F, Backend: Sql>>(
         consumer,
         event_id: Some(event_id),
     };
-    let body = async |tx: &mut C| {
-        record_attempt(tx, key, policy.max_attempts, error, delivery, failure).await
+    let body = RecordAttempt {
+        key,
+        max_attempts: policy.max_attempts,
+        error,
+        delivery,
+        failure,
     };
     let recorded =
         engine::run::<F, C, _, Error>(conn, Scope::TopLevel, policy.retry, subject, body).await;
@@ -76,6 +80,34 @@ pub(crate) async fn record<F, C: Db<F, Backend: Sql>>(
             warn!(consumer, event_id, handler_error = error, record_error = %failure.into_error(), "handler failed, and recording the failure failed too");
             None
         }
+    }
+}
+
+/// The recording transaction's body: [`record_attempt`], once per attempt.
+struct RecordAttempt<'a> {
+    key: Key<'a>,
+    max_attempts: Option<NonZeroU32>,
+    error: &'a str,
+    delivery: &'a Delivery,
+    failure: HandlerFailure,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for RecordAttempt<'_> {
+    type Output = (i64, Option<DeadLettered>);
+    type Error = Error;
+
+    async fn attempt(
+        &mut self,
+        conn: &mut C,
+    ) -> Result<(i64, Option<DeadLettered>), decide::Failure<Error>> {
+        let Self {
+            key,
+            max_attempts,
+            error,
+            delivery,
+            failure,
+        } = *self;
+        record_attempt(conn, key, max_attempts, error, delivery, failure).await
     }
 }
 

@@ -6,19 +6,19 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde::Serialize;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
 use crate::backend::Key;
 use crate::decide::{self, Failure, Scope, Seen};
-use crate::engine::{self, run_ready};
+use crate::engine::Subject;
+use crate::engine::{self, run_ready, Body, Effect};
 use crate::failure::{self, Policy};
 use crate::names::Consumer;
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::Recorded;
-use crate::sql::{Db, InboxSql, Sql};
+use crate::sql::{Blocking, Db, InboxSql, Sql};
 use crate::state::Counter;
-use crate::transaction::{self, Subject};
 use crate::{
     Delivery, Error, HandlerError, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome,
     RetryPolicy,
@@ -242,16 +242,32 @@ impl Inbox {
     }
 
     /// [`process`](Self::process), with `encode` deciding what result to store on the row.
-    fn run<C, T, E, F>(
+    fn run<C, T, E, H>(
         &self,
         conn: &mut C,
         delivery: impl IntoDelivery,
-        mut effect: F,
+        mut effect: H,
         encode: impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
     ) -> Result<Outcome<T>, E>
     where
         C: InboxConnection,
-        F: FnMut(&mut C) -> Result<T, E>,
+        H: FnMut(&mut C) -> Result<T, E>,
+        E: HandlerError,
+    {
+        let effect = async |tx: &mut C| effect(tx);
+        run_ready(self.run_in::<Blocking, _, _, _>(conn, delivery, effect, encode))
+    }
+
+    /// A delivery in either flavour: the inbox transaction, then what its failure records.
+    pub(crate) async fn run_in<F, C, T, E>(
+        &self,
+        conn: &mut C,
+        delivery: impl IntoDelivery,
+        mut effect: impl Effect<C, Output = T, Error = E>,
+        encode: impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
+    ) -> Result<Outcome<T>, E>
+    where
+        C: Db<F, Backend: Sql>,
         E: HandlerError,
     {
         let timer = observe::DeliveryTimer::start(self.consumer.as_str());
@@ -261,33 +277,47 @@ impl Inbox {
             consumer = self.consumer.as_str(),
             event_id = delivery.id.as_str()
         );
-        let _entered = span.enter();
-
-        let scope = transaction::scope_of(conn).map_err(Error::from)?;
-        let subject = self.subject(Some(delivery.id.as_str()));
-        let body = async |tx: &mut C| {
-            self.deliver(tx, &delivery, &mut effect, &encode, scope)
-                .await
-        };
-        let delivered = run_ready(engine::run(conn, scope, &self.retry, subject, body));
-        // What an error will be labelled: a payload conflict, the handler's failure (unless the
-        // failure policy turns it into a dead letter), or the inbox's own error.
-        let if_err = match &delivered {
-            Ok(Delivered::PayloadConflict) => DeliveryOutcome::PayloadConflict,
-            Err(Failure::Handler(_) | Failure::Panicked(_)) => DeliveryOutcome::Failed,
-            Ok(Delivered::Outcome(_)) | Err(_) => DeliveryOutcome::Error,
-        };
-        let result = match delivered {
-            Ok(Delivered::Outcome(outcome)) => Ok(outcome),
-            Ok(Delivered::PayloadConflict) => Err(Error::PayloadMismatch {
-                event_id: delivery.id,
-            }
-            .into()),
-            Err(Failure::Handler(error)) => self.after_handler_error(conn, &delivery, error, scope),
-            Err(Failure::Panicked(panic)) => {
-                self.after_handler_panic(conn, Some(&delivery), panic, scope)
-            }
-            Err(failure) => Err(failure.into_error()),
+        let delivered = async {
+            let scope = engine::scope_of(conn).map_err(Error::from)?;
+            let subject = self.subject(Some(delivery.id.as_str()));
+            let body = Deliver {
+                inbox: self,
+                delivery: &delivery,
+                effect: &mut effect,
+                encode: &encode,
+                scope,
+            };
+            let delivered = engine::run(conn, scope, &self.retry, subject, body).await;
+            // What an error will be labelled: a payload conflict, the handler's failure
+            // (unless the failure policy turns it into a dead letter), or the inbox's own.
+            let if_err = match &delivered {
+                Ok(Delivered::PayloadConflict) => DeliveryOutcome::PayloadConflict,
+                Err(Failure::Handler(_) | Failure::Panicked(_)) => DeliveryOutcome::Failed,
+                Ok(Delivered::Outcome(_)) | Err(_) => DeliveryOutcome::Error,
+            };
+            let result = match delivered {
+                Ok(Delivered::Outcome(outcome)) => Ok(outcome),
+                Ok(Delivered::PayloadConflict) => Err(Error::PayloadMismatch {
+                    event_id: delivery.id.clone(),
+                }
+                .into()),
+                Err(Failure::Handler(error)) => {
+                    self.after_handler_error(conn, &delivery, error, scope)
+                        .await
+                }
+                Err(Failure::Panicked(panic)) => {
+                    self.after_handler_panic(conn, Some(&delivery), panic, scope)
+                        .await
+                }
+                Err(failure) => Err(failure.into_error()),
+            };
+            Ok::<_, E>((result, if_err))
+        }
+        .instrument(span)
+        .await;
+        let (result, if_err) = match delivered {
+            Ok(labelled) => labelled,
+            Err(error) => (Err(error), DeliveryOutcome::Error),
         };
         timer.finish(DeliveryOutcome::of(&result, if_err));
         result
@@ -305,7 +335,7 @@ impl Inbox {
     ) -> Result<Delivered<T>, Failure<E>>
     where
         C: Db<F, Backend: Sql>,
-        H: FnMut(&mut C) -> Result<T, E>,
+        H: Effect<C, Output = T, Error = E>,
     {
         let key = self.key(delivery);
         let fingerprint = delivery.payload.as_ref().map(crate::Payload::fingerprint);
@@ -335,7 +365,7 @@ impl Inbox {
     /// dead-letters the event, reports [`Outcome::DeadLettered`] instead of the error.
     /// Transient failures, contention that outlasted the retries and a lost connection are
     /// neither recorded nor counted.
-    pub(crate) fn after_handler_error<C: InboxConnection, T, E: HandlerError>(
+    pub(crate) async fn after_handler_error<F, C: Db<F, Backend: Sql>, T, E: HandlerError>(
         &self,
         conn: &mut C,
         delivery: &Delivery,
@@ -346,13 +376,8 @@ impl Inbox {
             decide::handler_failure(&error, <C::Backend as crate::sql::TransactionSql>::classify);
         if scope == Scope::TopLevel && kind.is_recorded() {
             let message = error.to_string();
-            if let Some(dead) = run_ready(failure::record(
-                conn,
-                self.policy(),
-                delivery,
-                &message,
-                kind,
-            )) {
+            if let Some(dead) = failure::record(conn, self.policy(), delivery, &message, kind).await
+            {
                 return Ok(Outcome::DeadLettered(dead));
             }
         } else if scope == Scope::TopLevel {
@@ -367,7 +392,7 @@ impl Inbox {
     }
 
     /// After a handler panic: records the failure like an error, then goes on unwinding.
-    pub(crate) fn after_handler_panic<C: InboxConnection>(
+    pub(crate) async fn after_handler_panic<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
         delivery: Option<&Delivery>,
@@ -376,13 +401,14 @@ impl Inbox {
     ) -> ! {
         if let (Scope::TopLevel, Some(delivery)) = (scope, delivery) {
             let message = failure::panic_message(&*panic);
-            let _ = run_ready(failure::record(
+            let _ = failure::record(
                 conn,
                 self.policy(),
                 delivery,
                 &message,
                 decide::HandlerFailure::Counted,
-            ));
+            )
+            .await;
         }
         panic::resume_unwind(panic)
     }
@@ -415,16 +441,47 @@ impl Inbox {
     }
 }
 
+/// The inbox transaction's body: [`Inbox::deliver`], once per attempt.
+struct Deliver<'a, H, Enc> {
+    inbox: &'a Inbox,
+    delivery: &'a Delivery,
+    effect: &'a mut H,
+    encode: &'a Enc,
+    scope: Scope,
+}
+
+impl<F, C, T, E, H, Enc> Body<F, C> for Deliver<'_, H, Enc>
+where
+    C: Db<F, Backend: Sql>,
+    H: Effect<C, Output = T, Error = E>,
+    Enc: Fn(&T) -> Result<Option<String>, serde_json::Error>,
+{
+    type Output = Delivered<T>;
+    type Error = E;
+
+    async fn attempt(&mut self, conn: &mut C) -> Result<Delivered<T>, Failure<E>> {
+        let Self {
+            inbox,
+            delivery,
+            effect,
+            encode,
+            scope,
+        } = self;
+        inbox
+            .deliver(conn, delivery, &mut **effect, *encode, *scope)
+            .await
+    }
+}
+
 /// Runs the effect of a new event and, where asked, stores its encoded result on the row.
-pub(crate) async fn run_effect<F, C, T, E, H>(
+pub(crate) async fn run_effect<F, C, T, E>(
     conn: &mut C,
     key: Key<'_>,
-    effect: &mut H,
+    effect: &mut impl Effect<C, Output = T, Error = E>,
     encode: &impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
 ) -> Result<T, Failure<E>>
 where
     C: Db<F, Backend: Sql>,
-    H: FnMut(&mut C) -> Result<T, E>,
 {
     let value = engine::call_user(conn, effect).await?;
     let encoded = encode(&value).map_err(|e| Failure::Inbox(Error::StoredResult(e)))?;

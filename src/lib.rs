@@ -98,6 +98,9 @@
 //! Cargo features `postgres`, `sqlite` and `mysql` (MySQL and MariaDB) enable
 //! [`InboxConnection`] for `PgConnection`, `SqliteConnection`, `MysqlConnection` and r2d2
 //! pooled connections of them. On SQLite, set up each connection with [`SqliteSetup`]. The
+//! `async` feature adds the async flavour on diesel-async, `asynch`: the same inbox on
+//! `AsyncPgConnection`, `AsyncMysqlConnection` and `SyncConnectionWrapper<SqliteConnection>`,
+//! with async closures for handlers. The
 //! `testing` feature adds [`testing`], helpers that prove a handler idempotent in a unit test:
 //! throwaway databases, inbox assertions, a delivery harness, fault injection and randomized
 //! delivery schedules.
@@ -146,6 +149,8 @@
 )]
 
 mod ack;
+#[cfg(feature = "async")]
+pub mod asynch;
 mod audit;
 mod backend;
 mod batch;

@@ -36,12 +36,15 @@ where
 /// [`engine::call_user`].
 pub(crate) fn call_user<C, T, E>(
     conn: &mut C,
-    user: impl FnOnce(&mut C) -> Result<T, E>,
+    mut user: impl FnMut(&mut C) -> Result<T, E>,
 ) -> Result<T, Failure<E>>
 where
     C: InboxConnection,
 {
-    run_ready(engine::call_user::<Blocking, _, _, _>(conn, user))
+    run_ready(engine::call_user::<Blocking, _, _, _>(
+        conn,
+        &mut async |tx: &mut C| user(tx),
+    ))
 }
 
 /// Opens a savepoint inside the inbox's own transaction (a batch isolating one event).

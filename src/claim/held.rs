@@ -158,7 +158,7 @@ impl Claim {
             claim
                 .write_in(tx, ClaimState::Completed, None, Some(&json), None)
                 .await?;
-            engine::call_user(tx, &mut record).await
+            engine::call_user(tx, &mut async |tx: &mut C| record(tx)).await
         });
         let failure = match completed {
             Ok(()) => {

@@ -274,8 +274,12 @@ impl Cursor {
             Err(Failure::Handler(error)) => self.after_handler_error(conn, &delivery, error),
             Err(Failure::Panicked(panic)) => {
                 let scope = scope_or_savepoint(conn);
-                self.inbox
-                    .after_handler_panic(conn, delivery.event.as_ref(), panic, scope)
+                run_ready(self.inbox.after_handler_panic(
+                    conn,
+                    delivery.event.as_ref(),
+                    panic,
+                    scope,
+                ))
             }
             Err(failure) => Err(failure.into_error()),
         };
@@ -334,9 +338,10 @@ impl Cursor {
                 let outcome = match verdict {
                     Verdict::Duplicate => Self::duplicate(*sequence, &stream),
                     Verdict::New { .. } => {
-                        let value =
-                            engine::call_user(tx, |tx: &mut C| effect(tx, *sequence, message))
-                                .await?;
+                        let value = engine::call_user(tx, &mut async |tx: &mut C| {
+                            effect(tx, *sequence, message)
+                        })
+                        .await?;
                         processed(value, found.clone())
                     }
                 };
@@ -648,7 +653,7 @@ impl Cursor {
         H: FnMut(&mut C) -> Result<T, E>,
     {
         let value = match &delivery.event {
-            None => engine::call_user(conn, effect).await?,
+            None => engine::call_user(conn, &mut async |tx: &mut C| effect(tx)).await?,
             Some(event) => {
                 let key = self.inbox.key(event);
                 let fingerprint = event.payload.as_ref().map(crate::Payload::fingerprint);
@@ -661,7 +666,13 @@ impl Cursor {
                         return inbox::seen(conn, key, fingerprint.as_ref(), existing).await;
                     }
                     Recorded::New => {
-                        let value = inbox::run_effect(conn, key, effect, &|_: &T| Ok(None)).await?;
+                        let value = inbox::run_effect(
+                            conn,
+                            key,
+                            &mut async |tx: &mut C| effect(tx),
+                            &|_: &T| Ok(None),
+                        )
+                        .await?;
                         C::Backend::insert_event_sequence(conn, self.key(), sequence, key.1)
                             .await?;
                         value
@@ -783,7 +794,7 @@ impl Cursor {
             return Err(error);
         };
         let scope = scope_or_savepoint(conn);
-        let outcome = self.inbox.after_handler_error(conn, event, error, scope)?;
+        let outcome = run_ready(self.inbox.after_handler_error(conn, event, error, scope))?;
         if scope == Scope::TopLevel {
             // The inbox row now holds the event back, so this run skips the effect and
             // advances the cursor.

@@ -9,6 +9,8 @@
 //! user code through [`call_user`], which catches panics and checks that the transaction
 //! survived; the commit refuses a transaction the database aborted. What each observation
 //! means, and whether to retry, is decided in [`crate::decide`]; this module only does the I/O.
+//! What it runs are [`Body`] and [`Effect`] values (`body.rs`); an attempt whose future is
+//! dropped before its level closes marks the connection broken (`guard.rs`).
 //!
 //! The engine drives the connection's transaction manager itself rather than through
 //! `Connection::transaction`, because it needs what that closure API hides: the depth before
@@ -19,15 +21,20 @@
 //! the engine counts the level in the transaction manager as Diesel would; so Diesel's
 //! instrumentation sees them as queries, not as transaction events.
 
+mod body;
+mod guard;
 mod ready;
 mod unwind;
 
+use std::any::Any;
 use std::panic;
 
 use diesel::connection::TransactionDepthChange;
 use diesel::QueryResult;
 use tracing::{debug, warn};
 
+pub(crate) use self::body::{Body, Effect};
+use self::guard::Open;
 pub(crate) use self::ready::run_ready;
 use self::unwind::catch_unwind;
 use crate::decide::{self, Failure, Next, Observed, Scope};
@@ -56,7 +63,7 @@ pub(crate) async fn run<F, C, R, E>(
     scope: Scope,
     policy: &RetryPolicy,
     subject: Subject<'_>,
-    mut body: impl AsyncFnMut(&mut C) -> Result<R, Failure<E>>,
+    mut body: impl Body<F, C, Output = R, Error = E>,
 ) -> Result<R, Failure<E>>
 where
     C: Db<F, Backend: TransactionSql>,
@@ -101,35 +108,70 @@ where
     }
 }
 
-/// One attempt: begin, body, commit; or roll back to where the connection was.
+/// One attempt: begin, body, commit; or roll back to where the connection was. Dropped
+/// half-way (an async delivery cancelled), it leaves the connection broken rather than
+/// inside a transaction (see [`Open`]).
 async fn run_once<F, C, R, E>(
     conn: &mut C,
     scope: Scope,
-    body: &mut impl AsyncFnMut(&mut C) -> Result<R, Failure<E>>,
+    body: &mut impl Body<F, C, Output = R, Error = E>,
 ) -> Result<R, Failure<E>>
 where
     C: Db<F, Backend: TransactionSql>,
 {
-    let before = conn.depth()?;
-    match scope {
-        Scope::TopLevel => {
-            C::Backend::begin_top(conn).await?;
-            conn.count_level(TransactionDepthChange::IncreaseDepth)?;
-        }
-        // Inside the caller's transaction: a savepoint, counted like any other level.
-        Scope::Savepoint => conn.begin_level().await?,
+    let mut open = Open::arm(conn);
+    let attempted = attempt(open.conn(), scope, body).await;
+    open.close();
+    match attempted {
+        Attempted::Finished(result) => result,
+        // After the rollback, outside the guard: the connection is fine.
+        Attempted::Panicked(panic) => panic::resume_unwind(panic),
     }
+}
+
+/// How an attempt ended: with the body's result, or with a panic the body did not catch,
+/// rolled back and to be resumed.
+enum Attempted<R, E> {
+    Finished(Result<R, Failure<E>>),
+    Panicked(Box<dyn Any + Send>),
+}
+
+/// [`run_once`]'s steps.
+async fn attempt<F, C, R, E>(
+    conn: &mut C,
+    scope: Scope,
+    body: &mut impl Body<F, C, Output = R, Error = E>,
+) -> Attempted<R, E>
+where
+    C: Db<F, Backend: TransactionSql>,
+{
+    let opened = async {
+        let before = conn.depth()?;
+        match scope {
+            Scope::TopLevel => {
+                C::Backend::begin_top(conn).await?;
+                conn.count_level(TransactionDepthChange::IncreaseDepth)?;
+            }
+            // Inside the caller's transaction: a savepoint, counted like any other level.
+            Scope::Savepoint => conn.begin_level().await?,
+        }
+        Ok(before)
+    };
+    let before = match opened.await {
+        Ok(before) => before,
+        Err(error) => return Attempted::Finished(Err(Failure::Database(error))),
+    };
     // A panic the body did not catch itself (a `Serialize` impl, say) must not leave the
     // connection inside the transaction either.
-    match catch_unwind(body(conn)).await {
-        Ok(Ok(value)) => commit(conn, scope).await.map(|()| value),
+    match catch_unwind(body.attempt(conn)).await {
+        Ok(Ok(value)) => Attempted::Finished(commit(conn, scope).await.map(|()| value)),
         Ok(Err(failure)) => {
             rollback_to(conn, before).await;
-            Err(failure)
+            Attempted::Finished(Err(failure))
         }
         Err(panic) => {
             rollback_to(conn, before).await;
-            panic::resume_unwind(panic)
+            Attempted::Panicked(panic)
         }
     }
 }
@@ -139,14 +181,15 @@ where
 /// [`decide::after_user_code`]).
 pub(crate) async fn call_user<F, C, T, E>(
     conn: &mut C,
-    user: impl FnOnce(&mut C) -> Result<T, E>,
+    user: &mut impl Effect<C, Output = T, Error = E>,
 ) -> Result<T, Failure<E>>
 where
     C: Db<F, Backend: TransactionSql>,
 {
     let before = conn.depth()?;
     let in_transaction = &mut *conn;
-    let result = match catch_unwind(async move { user(in_transaction) }).await {
+    // Called inside the guarded poll, so that a panic in making the future is caught too.
+    let result = match catch_unwind(async move { user.call(in_transaction).await }).await {
         Ok(result) => result,
         Err(panic) => return Err(Failure::Panicked(panic)),
     };

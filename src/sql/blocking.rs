@@ -3,16 +3,14 @@
 use std::future::{ready, Future};
 use std::time::Duration;
 
-use diesel::connection::{
-    LoadConnection, TransactionDepthChange, TransactionManager, TransactionManagerStatus,
-};
+use diesel::connection::{LoadConnection, TransactionDepthChange, TransactionManager};
 use diesel::deserialize::FromSqlRow;
 use diesel::expression::QueryMetadata;
 use diesel::query_builder::{Query, QueryFragment, QueryId};
 use diesel::query_dsl::CompatibleType;
 use diesel::{Connection, QueryResult, RunQueryDsl};
 
-use super::db::{Db, Stmt};
+use super::db::{count_level_in, depth_of, Db, Stmt};
 
 /// The sync flavour: a Diesel [`Connection`] driven by the calling thread.
 #[derive(Debug)]
@@ -50,22 +48,11 @@ impl<C: Connection<Backend: 'static> + LoadConnection> Db<Blocking> for C {
     }
 
     fn depth(&mut self) -> QueryResult<u32> {
-        let status = Manager::<C>::transaction_manager_status_mut(self);
-        Ok(status
-            .transaction_depth()?
-            .map_or(0, std::num::NonZeroU32::get))
+        depth_of(Manager::<C>::transaction_manager_status_mut(self))
     }
 
     fn count_level(&mut self, change: TransactionDepthChange) -> QueryResult<()> {
-        match Manager::<C>::transaction_manager_status_mut(self) {
-            TransactionManagerStatus::Valid(status) => match (change, status.transaction_depth()) {
-                (TransactionDepthChange::DecreaseDepth, None) => Ok(()),
-                _ => status.change_transaction_depth(change),
-            },
-            TransactionManagerStatus::InError => {
-                Err(diesel::result::Error::BrokenTransactionManager)
-            }
-        }
+        count_level_in(Manager::<C>::transaction_manager_status_mut(self), change)
     }
 
     fn begin_level(&mut self) -> impl Future<Output = QueryResult<()>> + Send {

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use diesel::backend::Backend;
-use diesel::connection::TransactionDepthChange;
+use diesel::connection::{TransactionDepthChange, TransactionManagerStatus};
 use diesel::deserialize::FromSqlRow;
 use diesel::expression::QueryMetadata;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
@@ -73,6 +73,27 @@ pub trait Db<F>: Send + Sized {
     /// Waits `delay` before a contention retry: the thread sleeps for `Blocking`, the
     /// runtime's timer waits for async.
     fn sleep(delay: Duration) -> impl Future<Output = ()> + Send;
+}
+
+/// [`Db::depth`] read off a transaction manager's status, for either flavour.
+pub(super) fn depth_of(status: &mut TransactionManagerStatus) -> QueryResult<u32> {
+    Ok(status
+        .transaction_depth()?
+        .map_or(0, std::num::NonZeroU32::get))
+}
+
+/// [`Db::count_level`] on a transaction manager's status, for either flavour.
+pub(super) fn count_level_in(
+    status: &mut TransactionManagerStatus,
+    change: TransactionDepthChange,
+) -> QueryResult<()> {
+    match status {
+        TransactionManagerStatus::Valid(status) => match (change, status.transaction_depth()) {
+            (TransactionDepthChange::DecreaseDepth, None) => Ok(()),
+            _ => status.change_transaction_depth(change),
+        },
+        TransactionManagerStatus::InError => Err(diesel::result::Error::BrokenTransactionManager),
+    }
 }
 
 /// A query passed on as it is, so that generic code can run it with Diesel's `RunQueryDsl`,

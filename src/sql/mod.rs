@@ -6,6 +6,8 @@
 //!   a transaction body serves sync Diesel and diesel-async alike.
 //! - [`Blocking`] (`blocking.rs`): `Db` for every sync Diesel connection, whose futures are
 //!   complete when they are made.
+//! - `Async` (`asynch.rs`, feature `async`): `Db` for every diesel-async connection, pooled
+//!   ones included.
 //! - [`TransactionSql`] (`transaction.rs`): per backend, how a top-level transaction begins
 //!   and commits, how to tell it is still alive, and what an error means.
 //! - One trait per area for its statements, implemented on Diesel's backend types and
@@ -13,6 +15,8 @@
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
 //!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`). [`Sql`] names them all.
 
+#[cfg(feature = "async")]
+mod asynch;
 mod blocking;
 mod claims;
 mod cursor;
@@ -23,6 +27,8 @@ mod outbox;
 mod retention;
 mod transaction;
 
+#[cfg(feature = "async")]
+pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
 pub(crate) use claims::ClaimSql;
 pub(crate) use cursor::CursorSql;

@@ -1,0 +1,257 @@
+//! The async flavour, on diesel-async (feature `async`): the same inbox, with async closures
+//! for handlers.
+//!
+//! The names and the guarantees are the sync API's: [`with_inbox`] and [`Inbox::process`]
+//! run a handler once per event, in one transaction with the record that it did, on
+//! `AsyncPgConnection`, `AsyncMysqlConnection`, `SyncConnectionWrapper<SqliteConnection>`, and
+//! the pooled connections of diesel-async's deadpool and bb8 pools. Both flavours run the same
+//! transaction bodies and statements; only the connection's I/O differs.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+//! use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+//! use diesel_inbox::{asynch, Outcome};
+//!
+//! # tokio::runtime::Runtime::new()?.block_on(async {
+//! let mut setup = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut setup)?;
+//! let mut conn = SyncConnectionWrapper::new(setup);
+//! conn.batch_execute("CREATE TABLE points (n INTEGER NOT NULL)").await?;
+//!
+//! let award = async |tx: &mut SyncConnectionWrapper<SqliteConnection>| {
+//!     diesel::sql_query("INSERT INTO points (n) VALUES (10)")
+//!         .execute(tx)
+//!         .await
+//! };
+//! let first = asynch::with_inbox(&mut conn, "evt-1", award).await?;
+//! let again = asynch::with_inbox(&mut conn, "evt-1", award).await?;
+//! assert_eq!(first, Outcome::Processed(1));
+//! assert!(again.is_duplicate());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Handlers
+//!
+//! A handler is an async closure over the transaction's connection, `async |tx| { ... }`,
+//! called again when contention rolls the transaction back. It may borrow from its
+//! surroundings (`&event`), and its future must be `Send`, so that the delivery can run on a
+//! multi-threaded runtime. It cannot take its captures by `move` or mutate them: each call's
+//! future must stand on its own. A handler that counts its attempts uses an atomic or a
+//! `Cell`.
+//!
+//! # Cancellation
+//!
+//! A delivery's future may be dropped at any await point: by a `timeout`, a `select!`, or a
+//! shutdown. Its transaction never commits half an effect: it commits whole or not at all.
+//! What a dropped delivery leaves is an open transaction on the connection, which
+//! diesel-async does not end. The inbox marks that connection's transaction manager broken:
+//! the next transaction on it fails with [`Error::Database`](crate::Error::Database)
+//! (`BrokenTransactionManager`), and diesel-async's pools discard it instead of handing it out
+//! again, which closes the session and ends the transaction on the server. So every cancelled
+//! delivery costs a reconnect, and the event is neither lost nor doubled: redelivered, it is
+//! processed, or a duplicate if the commit had gone through.
+//!
+//! Two cases to know:
+//! - **deadpool** checks a connection when it hands it out, not when it takes it back: until
+//!   then a cancelled delivery's connection sits idle in the pool with its transaction open,
+//!   and a redelivery of the same event on another connection waits on that transaction's row
+//!   lock. bb8 checks when it takes the connection back and closes it at once.
+//! - **`SyncConnectionWrapper`** (SQLite) waits for a statement still running on tokio's
+//!   blocking pool when its future is dropped, with `block_in_place`: cancelling a delivery
+//!   on it needs tokio's multi-thread runtime.
+
+use std::future::Future;
+use std::marker::PhantomData;
+
+use diesel_async::AsyncConnection;
+use serde::Serialize;
+
+use crate::engine::Effect;
+use crate::sql::{Async, Sql};
+use crate::{HandlerError, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy};
+
+/// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,
+/// MySQL/MariaDB or SQLite (through `SyncConnectionWrapper`), and the pooled connections of
+/// diesel-async's pools. Sealed: its backend holds the inbox's statements.
+pub trait AsyncInboxConnection: AsyncConnection<Backend: Sql> + 'static {}
+
+impl<C: AsyncConnection<Backend: Sql> + 'static> AsyncInboxConnection for C {}
+
+/// An async handler whose future can be named, so that a delivery's future is `Send`
+/// whenever the handler's is: implemented for every `async |tx| ...` closure that
+/// returns a `Send` future (`AsyncFnMut`'s own future type cannot be named on stable Rust).
+pub trait AsyncHandler<A, R>:
+    AsyncFnMut(A) -> R + FnMut(A) -> <Self as AsyncHandler<A, R>>::Fut
+{
+    /// The future one call returns.
+    type Fut: Future<Output = R>;
+}
+
+impl<H, A, Fut, R> AsyncHandler<A, R> for H
+where
+    H: AsyncFnMut(A) -> R + FnMut(A) -> Fut,
+    Fut: Future<Output = R>,
+{
+    type Fut = Fut;
+}
+
+/// Runs `handler` once per event for the default consumer: the async
+/// [`with_inbox`](crate::with_inbox), with the same guarantees (see [`Inbox::process`]).
+///
+/// # Errors
+///
+/// The handler's own error, unchanged, or the inbox's [`Error`](crate::Error) converted into
+/// `E`.
+#[allow(
+    clippy::manual_async_fn,
+    reason = "the signature promises a `Send` future, which an `async fn` would only leak"
+)]
+pub fn with_inbox<'a, C, T, E, H>(
+    conn: &'a mut C,
+    delivery: impl IntoDelivery + Send + 'a,
+    handler: H,
+) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
+where
+    C: AsyncInboxConnection,
+    H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send + 'a,
+    T: Send + 'a,
+    E: HandlerError + Send + 'a,
+{
+    async move { Inbox::default().process(conn, delivery, handler).await }
+}
+
+/// The inbox for one consumer, for async connections: a [`crate::Inbox`] whose deliveries
+/// are awaited. Made with [`Inbox::new`] or from a [`crate::Inbox`] configured as usual.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct Inbox(crate::Inbox);
+
+impl From<crate::Inbox> for Inbox {
+    fn from(inbox: crate::Inbox) -> Self {
+        Self(inbox)
+    }
+}
+
+impl Inbox {
+    /// [`crate::Inbox::new`].
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidConsumerName`] for a name that is not 1 to 128 bytes of ASCII letters, digits
+    /// and `- _ . : /`.
+    pub fn new(name: &str) -> Result<Self, InvalidConsumerName> {
+        crate::Inbox::new(name).map(Self)
+    }
+
+    /// [`crate::Inbox::retry`].
+    pub fn retry(self, policy: RetryPolicy) -> Self {
+        Self(self.0.retry(policy))
+    }
+
+    /// [`crate::Inbox::max_attempts`].
+    ///
+    /// # Panics
+    ///
+    /// When `attempts` is 0.
+    pub fn max_attempts(self, attempts: u32) -> Self {
+        Self(self.0.max_attempts(attempts))
+    }
+
+    /// The consumer name.
+    pub fn consumer(&self) -> &str {
+        self.0.consumer()
+    }
+
+    /// Runs `handler` if and only if this consumer has not processed the event yet, in one
+    /// transaction with the record that it did: [`crate::Inbox::process`], awaited.
+    ///
+    /// Contention backs off on tokio's timer, never blocking the runtime; a panic in the
+    /// handler rolls back, is recorded, and goes on unwinding; a dropped future leaves its
+    /// connection broken, never inside a transaction (see [the module docs](self)).
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Inbox::process`].
+    pub fn process<'a, C, T, E, H>(
+        &'a self,
+        conn: &'a mut C,
+        delivery: impl IntoDelivery + Send + 'a,
+        handler: H,
+    ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
+    where
+        C: AsyncInboxConnection,
+        H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send + 'a,
+        T: Send + 'a,
+        E: HandlerError + Send + 'a,
+    {
+        self.run(conn, delivery, handler, |_| Ok(None))
+    }
+
+    /// [`process`](Self::process), keeping the handler's return value so that a duplicate
+    /// delivery gets the first answer back: [`crate::Inbox::process_storing_result`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Inbox::process_storing_result`].
+    pub fn process_storing_result<'a, C, T, E, H>(
+        &'a self,
+        conn: &'a mut C,
+        delivery: impl IntoDelivery + Send + 'a,
+        handler: H,
+    ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
+    where
+        C: AsyncInboxConnection,
+        H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send + 'a,
+        T: Serialize + Send + 'a,
+        E: HandlerError + Send + 'a,
+    {
+        self.run(conn, delivery, handler, |value| {
+            serde_json::to_string(value).map(Some)
+        })
+    }
+
+    /// A delivery through the one inbox body, with `encode` deciding what result to store.
+    fn run<'a, C, T, E, H>(
+        &'a self,
+        conn: &'a mut C,
+        delivery: impl IntoDelivery + Send + 'a,
+        handler: H,
+        encode: fn(&T) -> Result<Option<String>, serde_json::Error>,
+    ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
+    where
+        C: AsyncInboxConnection,
+        H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send + 'a,
+        T: Send + 'a,
+        E: HandlerError + Send + 'a,
+    {
+        let effect = Handler(handler, PhantomData);
+        self.0
+            .run_in::<Async, _, _, _>(conn, delivery, effect, encode)
+    }
+}
+
+/// A handler as the engine calls it: through the future type it names, which is `Send`
+/// (an async closure called as `AsyncFnMut` is not provably so, rust-lang/rust#134997).
+struct Handler<H, T, E>(H, PhantomData<fn() -> (T, E)>);
+
+impl<C, T, E, H> Effect<C> for Handler<H, T, E>
+where
+    H: for<'c> AsyncHandler<&'c mut C, Result<T, E>>,
+{
+    type Output = T;
+    type Error = E;
+
+    fn call(&mut self, conn: &mut C) -> impl Future<Output = Result<T, E>> {
+        call(&mut self.0, conn)
+    }
+}
+
+/// Calls `handler` for the future it names.
+fn call<A, R, H: AsyncHandler<A, R>>(handler: &mut H, arg: A) -> H::Fut {
+    handler(arg)
+}

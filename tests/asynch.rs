@@ -1,0 +1,402 @@
+//! The async flavour on diesel-async, against all three backends: the inbox's guarantees as
+//! the sync scenarios pin them, and what a cancelled delivery leaves behind. Deliveries run on
+//! the async connection; what they left is read back through a sync one.
+
+#[allow(dead_code, unused_imports)]
+mod support;
+
+use std::future::Future;
+use std::ops::DerefMut;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use diesel::connection::TransactionManagerStatus;
+use diesel_async::pooled_connection::deadpool::Pool;
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::{AsyncConnection, SimpleAsyncConnection, TransactionManager};
+use diesel_inbox::asynch::{self, AsyncInboxConnection};
+use diesel_inbox::{Ack, Duplicate, Error, Outcome};
+use futures_util::FutureExt;
+
+use support::{setup, Backend, TestConn};
+
+/// A backend's async connection, beside the sync one the scenarios check with.
+trait AsyncBackend: Backend {
+    type Async: AsyncInboxConnection;
+
+    /// An async connection to the database at `url`, set up as the sync one is.
+    fn connect(url: &str) -> impl Future<Output = Self::Async> + Send;
+
+    /// A deadpool pool of such connections.
+    type Pool: Clone + Send + Sync + 'static;
+
+    /// A pool of `size` connections to the database at `url`.
+    fn pool(url: &str, size: usize) -> Self::Pool;
+
+    /// A connection from the pool, as deadpool hands it out.
+    fn get(pool: &Self::Pool) -> impl Future<Output = Pooled<Self::Async>> + Send;
+}
+
+/// A pooled connection, whichever its pool.
+type Pooled<C> = Box<dyn DerefMut<Target = C> + Send>;
+
+/// [`AsyncBackend`]'s pool, whose bounds only a concrete connection type meets.
+macro_rules! deadpool {
+    () => {
+        type Pool = Pool<Self::Async>;
+
+        fn pool(url: &str, size: usize) -> Self::Pool {
+            let mut config = ManagerConfig::default();
+            config.custom_setup = Box::new(|url| {
+                let url = url.to_owned();
+                Box::pin(async move { Ok(Self::connect(&url).await) })
+            });
+            let manager = AsyncDieselConnectionManager::new_with_config(url, config);
+            Pool::builder(manager).max_size(size).build().unwrap()
+        }
+
+        async fn get(pool: &Self::Pool) -> Pooled<Self::Async> {
+            Box::new(pool.get().await.unwrap())
+        }
+    };
+}
+
+impl AsyncBackend for support::Postgres {
+    type Async = diesel_async::AsyncPgConnection;
+
+    async fn connect(url: &str) -> Self::Async {
+        Self::Async::establish(url).await.unwrap()
+    }
+
+    deadpool!();
+}
+
+impl AsyncBackend for support::Mysql {
+    type Async = diesel_async::AsyncMysqlConnection;
+
+    async fn connect(url: &str) -> Self::Async {
+        Self::Async::establish(url).await.unwrap()
+    }
+
+    deadpool!();
+}
+
+impl AsyncBackend for support::Sqlite {
+    type Async =
+        diesel_async::sync_connection_wrapper::SyncConnectionWrapper<diesel::SqliteConnection>;
+
+    async fn connect(url: &str) -> Self::Async {
+        // The busy timeout and journal mode of `SqliteSetup`, as every sync connection has.
+        diesel_async::sync_connection_wrapper::SyncConnectionWrapper::new(Self::connect_to(url))
+    }
+
+    deadpool!();
+}
+
+/// The scenarios' effect: one row in `effects` (the ids are the tests' own, safe as text).
+async fn record_effect<C: AsyncConnection>(tx: &mut C, event_id: &str) -> diesel::QueryResult<()> {
+    tx.batch_execute(&format!(
+        "INSERT INTO effects (event_id) VALUES ('{event_id}')"
+    ))
+    .await
+}
+
+/// The transaction depth diesel-async's transaction manager counts on `conn`; `None` when it
+/// is broken.
+fn depth<C: AsyncConnection>(conn: &mut C) -> Option<u32> {
+    match C::TransactionManager::transaction_manager_status_mut(conn) {
+        TransactionManagerStatus::Valid(status) => Some(
+            status
+                .transaction_depth()
+                .map_or(0, std::num::NonZeroU32::get),
+        ),
+        TransactionManagerStatus::InError => None,
+    }
+}
+
+async fn a_new_event_takes_effect_once_and_a_redelivery_is_a_duplicate<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let award = async |tx: &mut B::Async| record_effect(tx, "evt-1").await.map(|()| 10);
+
+    let first = asynch::with_inbox(&mut conn, "evt-1", award).await.unwrap();
+    let again = asynch::with_inbox(&mut conn, "evt-1", award).await.unwrap();
+
+    assert_eq!(first, Outcome::Processed(10));
+    assert_eq!(again.duplicate().and_then(Duplicate::deliveries), Some(2));
+    assert_eq!(check.effects_of("evt-1"), 1);
+    assert_eq!(depth(&mut conn), Some(0));
+}
+
+async fn a_failing_handler_rolls_back_and_is_dead_lettered_at_the_limit<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let inbox = asynch::Inbox::new("audited").unwrap().max_attempts(2);
+    let failing = async |tx: &mut B::Async| {
+        record_effect(tx, "evt-1").await?;
+        Err::<(), _>(Error::Pool("the ledger refused".into()))
+    };
+
+    let first = inbox.process(&mut conn, "evt-1", failing).await;
+    let second = inbox.process(&mut conn, "evt-1", failing).await;
+
+    assert_eq!(Ack::of(&first), Ack::Redeliver);
+    assert!(first
+        .unwrap_err()
+        .to_string()
+        .contains("the ledger refused"));
+    assert!(matches!(second, Ok(Outcome::DeadLettered(_))), "{second:?}");
+    assert_eq!(check.effect_count(), 0, "both attempts rolled back");
+    assert_eq!(check.failure_rows("audited", "evt-1").0, 1);
+    assert_eq!(depth(&mut conn), Some(0));
+}
+
+async fn a_panicking_handler_rolls_back_and_its_connection_stays_usable<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let panicking = async |tx: &mut B::Async| {
+        record_effect(tx, "evt-1").await?;
+        tx.batch_execute("SELECT 1").await?;
+        panic!("the handler's bug");
+        #[allow(unreachable_code)]
+        Ok::<_, Error>(())
+    };
+
+    let delivery = asynch::with_inbox(&mut conn, "evt-1", panicking);
+    let panic = AssertUnwindSafe(delivery).catch_unwind().await.unwrap_err();
+
+    assert_eq!(panic.downcast_ref::<&str>(), Some(&"the handler's bug"));
+    assert_eq!(check.effect_count(), 0);
+    assert_eq!(depth(&mut conn), Some(0));
+    let redelivered = asynch::with_inbox(&mut conn, "evt-1", async |tx: &mut B::Async| {
+        record_effect(tx, "evt-1").await
+    })
+    .await;
+    assert_eq!(redelivered.unwrap(), Outcome::Processed(()));
+    assert_eq!(check.effects_of("evt-1"), 1);
+}
+
+async fn contention_in_the_handler_is_retried_on_the_runtimes_timer<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let attempts = AtomicU32::new(0);
+    let contended = async |tx: &mut B::Async| {
+        record_effect(tx, "evt-1").await?;
+        if attempts.fetch_add(1, Ordering::Relaxed) == 0 {
+            let kind = diesel::result::DatabaseErrorKind::SerializationFailure;
+            return Err(diesel::result::Error::DatabaseError(
+                kind,
+                Box::new(String::from("could not serialize access")),
+            ));
+        }
+        Ok(())
+    };
+
+    let outcome = asynch::with_inbox(&mut conn, "evt-1", contended).await;
+
+    assert_eq!(outcome.unwrap(), Outcome::Processed(()));
+    assert_eq!(attempts.load(Ordering::Relaxed), 2);
+    assert_eq!(
+        check.effects_of("evt-1"),
+        1,
+        "the first attempt rolled back"
+    );
+}
+
+async fn inside_a_callers_transaction_the_callers_commit_decides<B: AsyncBackend>() {
+    type Manager<C> = <C as AsyncConnection>::TransactionManager;
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let award = async |tx: &mut B::Async| record_effect(tx, "evt-1").await;
+
+    Manager::<B::Async>::begin_transaction(&mut conn)
+        .await
+        .unwrap();
+    let nested = asynch::with_inbox(&mut conn, "evt-1", award).await;
+    assert_eq!(nested.unwrap(), Outcome::Processed(()));
+    assert_eq!(depth(&mut conn), Some(1), "a savepoint, released");
+    Manager::<B::Async>::rollback_transaction(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((check.effect_count(), check.inbox_rows()), (0, 0));
+
+    Manager::<B::Async>::begin_transaction(&mut conn)
+        .await
+        .unwrap();
+    let nested = asynch::with_inbox(&mut conn, "evt-1", award).await;
+    assert_eq!(nested.unwrap(), Outcome::Processed(()));
+    Manager::<B::Async>::commit_transaction(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((check.effect_count(), check.inbox_rows()), (1, 1));
+}
+
+async fn a_duplicate_gets_the_stored_result_back<B: AsyncBackend>() {
+    let (db, _check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let payments = asynch::Inbox::new("payments").unwrap();
+    let charge = async |tx: &mut B::Async| {
+        record_effect(tx, "req-1").await?;
+        Ok::<_, Error>(String::from("receipt-81"))
+    };
+
+    let first = payments.process_storing_result(&mut conn, "req-1", charge);
+    assert_eq!(
+        first.await.unwrap(),
+        Outcome::Processed("receipt-81".into())
+    );
+    let retried = payments
+        .process_storing_result(&mut conn, "req-1", charge)
+        .await
+        .unwrap();
+    let receipt: Option<String> = retried.duplicate().unwrap().stored_result().unwrap();
+    assert_eq!(receipt.as_deref(), Some("receipt-81"));
+}
+
+async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection<
+    B: AsyncBackend,
+>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let stalled = async |tx: &mut B::Async| {
+        record_effect(tx, "evt-1").await?;
+        std::future::pending::<()>().await;
+        Ok::<_, Error>(())
+    };
+
+    let delivery = asynch::with_inbox(&mut conn, "evt-1", stalled);
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), delivery).await;
+
+    assert!(cancelled.is_err(), "the handler never finishes");
+    assert_eq!(
+        depth(&mut conn),
+        None,
+        "marked broken, not left inside a transaction"
+    );
+    let reused = asynch::with_inbox(&mut conn, "evt-2", async |tx: &mut B::Async| {
+        record_effect(tx, "evt-2").await
+    })
+    .await;
+    let error = reused.expect_err("a broken connection takes no new transaction");
+    assert!(
+        matches!(error, diesel::result::Error::BrokenTransactionManager),
+        "{error:?}"
+    );
+    drop(conn);
+    let mut fresh = B::connect(db.url()).await;
+    let redelivered = asynch::with_inbox(&mut fresh, "evt-1", async |tx: &mut B::Async| {
+        record_effect(tx, "evt-1").await
+    })
+    .await;
+    assert_eq!(redelivered.unwrap(), Outcome::Processed(()));
+    assert_eq!(check.effects_of("evt-1"), 1);
+    assert_eq!(check.effects_of("evt-2"), 0);
+}
+
+/// How many events the cancellation scenario delivers, on how many tasks and pooled
+/// connections, and how often each event may be redelivered before the test gives up.
+const EVENTS: usize = 60;
+const WORKERS: usize = 4;
+const MAX_DELIVERIES: usize = 400;
+
+async fn cancelled_deliveries_over_a_pool_take_effect_exactly_once<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let pool = B::pool(db.url(), WORKERS);
+
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|worker| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let mut rng = fastrand::Rng::with_seed(worker as u64);
+                let (mut deliveries, mut cancelled, mut found_in_transaction) = (0, 0, 0);
+                for event in (worker..EVENTS).step_by(WORKERS) {
+                    let id = format!("evt-{event}");
+                    loop {
+                        assert!(deliveries < MAX_DELIVERIES, "{id} never got through");
+                        deliveries += 1;
+                        let mut conn = B::get(&pool).await;
+                        if depth(&mut **conn) != Some(0) {
+                            found_in_transaction += 1;
+                        }
+                        let handler = async |tx: &mut B::Async| {
+                            record_effect(tx, &id).await?;
+                            tokio::task::yield_now().await;
+                            record_effect(tx, &id).await
+                        };
+                        let delivery = asynch::with_inbox(&mut **conn, id.as_str(), handler);
+                        // Two in three attempts are cut short at a random point, within 3 ms;
+                        // the others get a second, so that none waits long on a lock that a
+                        // cancelled connection idle in the pool still holds.
+                        let limit = if rng.u8(0..3) == 0 {
+                            Duration::from_secs(1)
+                        } else {
+                            Duration::from_micros(rng.u64(0..3_000))
+                        };
+                        let result = tokio::time::timeout(limit, delivery).await;
+                        match result {
+                            Ok(Ok(Outcome::Processed(()) | Outcome::Duplicate(_))) => break,
+                            Ok(Ok(other)) => panic!("{id}: {other:?}"),
+                            // The broken connection of an earlier cancel, or contention.
+                            Ok(Err(_)) => {}
+                            Err(_) => cancelled += 1,
+                        }
+                    }
+                }
+                (deliveries, cancelled, found_in_transaction)
+            })
+        })
+        .collect();
+    let (mut deliveries, mut cancelled, mut found_in_transaction) = (0, 0, 0);
+    for worker in workers {
+        let (d, c, f) = worker.await.unwrap();
+        (deliveries, cancelled, found_in_transaction) =
+            (deliveries + d, cancelled + c, found_in_transaction + f);
+    }
+    println!("{EVENTS} events: {deliveries} deliveries, {cancelled} cancelled");
+
+    assert_eq!(
+        found_in_transaction, 0,
+        "no pooled connection handed out in a transaction"
+    );
+    assert!(cancelled > 0, "the scenario cancelled nothing");
+    assert_eq!(check.inbox_rows(), EVENTS);
+    assert_eq!(
+        check.effect_count(),
+        2 * EVENTS,
+        "each event's two rows, once"
+    );
+    for event in 0..EVENTS {
+        assert_eq!(check.effects_of(&format!("evt-{event}")), 2, "evt-{event}");
+    }
+}
+
+/// Each scenario against each backend, on tokio's multi-thread runtime (a cancelled
+/// delivery on `SyncConnectionWrapper` needs it).
+macro_rules! async_backend_tests {
+    ($($backend:ident),*) => {$(
+        #[allow(non_snake_case)]
+        mod $backend {
+            use super::*;
+
+            async_backend_tests!(@each support::$backend:
+                a_new_event_takes_effect_once_and_a_redelivery_is_a_duplicate,
+                a_failing_handler_rolls_back_and_is_dead_lettered_at_the_limit,
+                a_panicking_handler_rolls_back_and_its_connection_stays_usable,
+                contention_in_the_handler_is_retried_on_the_runtimes_timer,
+                inside_a_callers_transaction_the_callers_commit_decides,
+                a_duplicate_gets_the_stored_result_back,
+                a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,
+                cancelled_deliveries_over_a_pool_take_effect_exactly_once
+            );
+        }
+    )*};
+    (@each $backend:path: $($scenario:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $scenario() {
+            super::$scenario::<$backend>().await;
+        }
+    )*};
+}
+
+async_backend_tests!(Postgres, Mysql, Sqlite);
