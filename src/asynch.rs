@@ -50,7 +50,7 @@
 //! shutdown. Its transaction never commits half an effect: it commits whole or not at all.
 //! What a dropped delivery leaves is an open transaction on the connection, which
 //! diesel-async does not end. The inbox marks that connection's transaction manager broken:
-//! the next transaction on it fails with [`Error::Database`](crate::Error::Database)
+//! the next transaction on it fails with [`Error::Database`]
 //! (`BrokenTransactionManager`), and diesel-async's pools discard it instead of handing it out
 //! again, which closes the session and ends the transaction on the server. So every cancelled
 //! delivery costs a reconnect, and the event is neither lost nor doubled: redelivered, it is
@@ -67,13 +67,15 @@
 
 use std::future::Future;
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use diesel_async::AsyncConnection;
 use serde::Serialize;
 
 use crate::engine::Effect;
 use crate::sql::{Async, Sql};
-use crate::{HandlerError, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy};
+use crate::stats;
+use crate::{Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy, Stats};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,
 /// MySQL/MariaDB or SQLite (through `SyncConnectionWrapper`), and the pooled connections of
@@ -100,12 +102,24 @@ where
     type Fut = Fut;
 }
 
+/// A handler the async inbox takes for connections `C`: an async closure over `&mut C`
+/// returning `Result<T, E>`, whose future is `Send`. Implemented for every such closure.
+pub trait Handler<C, T, E>:
+    for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send
+{
+}
+
+impl<C, T, E, H> Handler<C, T, E> for H where
+    H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send
+{
+}
+
 /// Runs `handler` once per event for the default consumer: the async
 /// [`with_inbox`](crate::with_inbox), with the same guarantees (see [`Inbox::process`]).
 ///
 /// # Errors
 ///
-/// The handler's own error, unchanged, or the inbox's [`Error`](crate::Error) converted into
+/// The handler's own error, unchanged, or the inbox's [`Error`] converted into
 /// `E`.
 #[allow(
     clippy::manual_async_fn,
@@ -118,7 +132,7 @@ pub fn with_inbox<'a, C, T, E, H>(
 ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
 where
     C: AsyncInboxConnection,
-    H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send + 'a,
+    H: Handler<C, T, E> + 'a,
     T: Send + 'a,
     E: HandlerError + Send + 'a,
 {
@@ -185,7 +199,7 @@ impl Inbox {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send + 'a,
+        H: Handler<C, T, E> + 'a,
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
@@ -206,13 +220,26 @@ impl Inbox {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send + 'a,
+        H: Handler<C, T, E> + 'a,
         T: Serialize + Send + 'a,
         E: HandlerError + Send + 'a,
     {
         self.run(conn, delivery, handler, |value| {
             serde_json::to_string(value).map(Some)
         })
+    }
+
+    /// This consumer's [`Stats`]: [`crate::Inbox::stats`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn stats<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        recent: Duration,
+    ) -> Result<Stats, Error> {
+        stats::read::<Async, _>(conn, self.consumer(), stats::since(recent)).await
     }
 
     /// A delivery through the one inbox body, with `encode` deciding what result to store.
@@ -225,11 +252,11 @@ impl Inbox {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send + 'a,
+        H: Handler<C, T, E> + 'a,
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
-        let effect = Handler(handler, PhantomData);
+        let effect = Called(handler, PhantomData);
         self.0
             .run_in::<Async, _, _, _>(conn, delivery, effect, encode)
     }
@@ -237,9 +264,9 @@ impl Inbox {
 
 /// A handler as the engine calls it: through the future type it names, which is `Send`
 /// (an async closure called as `AsyncFnMut` is not provably so, rust-lang/rust#134997).
-struct Handler<H, T, E>(H, PhantomData<fn() -> (T, E)>);
+struct Called<H, T, E>(H, PhantomData<fn() -> (T, E)>);
 
-impl<C, T, E, H> Effect<C> for Handler<H, T, E>
+impl<C, T, E, H> Effect<C> for Called<H, T, E>
 where
     H: for<'c> AsyncHandler<&'c mut C, Result<T, E>>,
 {

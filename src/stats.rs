@@ -129,9 +129,13 @@ impl Inbox {
         conn: &mut C,
         recent: Duration,
     ) -> Result<Stats, Error> {
-        let since = crate::duration::before(Utc::now(), recent);
-        run_ready(read(conn, self.consumer(), since))
+        run_ready(read(conn, self.consumer(), since(recent)))
     }
+}
+
+/// The start of a recent window of `recent` up to now.
+pub(crate) fn since(recent: Duration) -> DateTime<Utc> {
+    crate::duration::before(Utc::now(), recent)
 }
 
 impl Stats {
@@ -143,7 +147,7 @@ impl Stats {
     ///
     /// As [`Inbox::stats`].
     pub fn all<C: InboxConnection>(conn: &mut C, recent: Duration) -> Result<Vec<Stats>, Error> {
-        let since = crate::duration::before(Utc::now(), recent);
+        let since = since(recent);
         run_ready(C::Backend::consumers(conn, ConsumerRows::Inbox))?
             .iter()
             .map(|consumer| run_ready(read(conn, consumer, since)))
@@ -157,7 +161,7 @@ fn count(n: i64) -> u64 {
 }
 
 /// One consumer's stats, with the recent window from `since`.
-async fn read<F, C: Db<F, Backend: Sql>>(
+pub(crate) async fn read<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     consumer: &str,
     since: DateTime<Utc>,

@@ -127,6 +127,11 @@ async fn a_new_event_takes_effect_once_and_a_redelivery_is_a_duplicate<B: AsyncB
     assert_eq!(again.duplicate().and_then(Duplicate::deliveries), Some(2));
     assert_eq!(check.effects_of("evt-1"), 1);
     assert_eq!(depth(&mut conn), Some(0));
+    let stats = asynch::Inbox::default()
+        .stats(&mut conn, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!((stats.totals.processed, stats.recent.duplicates), (1, 1));
 }
 
 async fn a_failing_handler_rolls_back_and_is_dead_lettered_at_the_limit<B: AsyncBackend>() {
