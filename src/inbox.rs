@@ -10,8 +10,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use crate::backend::Key;
 use crate::decide::{self, Failure, Scope, Seen};
-use crate::engine::Subject;
-use crate::engine::{self, run_ready, Body, Effect};
+use crate::engine::{self, run_ready, Body, Effect, Subject};
 use crate::failure::{self, Policy};
 use crate::names::Consumer;
 use crate::observe::{self, DeliveryOutcome};
