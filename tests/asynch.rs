@@ -160,12 +160,10 @@ async fn a_failing_handler_rolls_back_and_is_dead_lettered_at_the_limit<B: Async
 async fn a_panicking_handler_rolls_back_and_its_connection_stays_usable<B: AsyncBackend>() {
     let (db, mut check) = setup::<B>();
     let mut conn = B::connect(db.url()).await;
-    let panicking = async |tx: &mut B::Async| {
+    let panicking = async |tx: &mut B::Async| -> Result<(), Error> {
         record_effect(tx, "evt-1").await?;
         tx.batch_execute("SELECT 1").await?;
-        panic!("the handler's bug");
-        #[allow(unreachable_code)]
-        Ok::<_, Error>(())
+        panic!("the handler's bug")
     };
 
     let delivery = asynch::with_inbox(&mut conn, "evt-1", panicking);
