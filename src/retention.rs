@@ -12,7 +12,7 @@ use crate::duration;
 use crate::engine::run_ready;
 use crate::observe;
 use crate::rows::PruneCursor;
-use crate::sql::{Db, RetentionSql, Sql};
+use crate::sql::{Db, RetentionSql, Sql, TransactionSql};
 use crate::transaction::{self, Failure, Scope};
 use crate::{Error, Inbox, InboxConnection};
 
@@ -291,7 +291,7 @@ impl Inbox {
         loop {
             let batch_started = Instant::now();
             // A batch retried for contention runs at the session's own level.
-            conn.sql().next_transaction_read_committed()?;
+            run_ready(C::Backend::next_transaction_read_committed(conn))?;
             let batch =
                 transaction::run(conn, Scope::TopLevel, self.retry_policy(), subject, |tx| {
                     run_ready(prune_batch(tx, consumer, cutoff, &cursor, limit))

@@ -9,6 +9,7 @@ use std::future::Future;
 use std::ops::DerefMut;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use diesel::connection::TransactionManagerStatus;
@@ -16,7 +17,10 @@ use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, SimpleAsyncConnection, TransactionManager};
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
-use diesel_inbox::{Ack, Duplicate, Error, Outcome};
+use diesel_inbox::{
+    Ack, AsyncPublisher, Delivery, Duplicate, Envelope, Error, Outbox, OutboxMessage, Outcome,
+    PublishError, Relay, Resume, Sequenced,
+};
 use futures_util::FutureExt;
 
 use support::{setup, Backend, TestConn};
@@ -257,6 +261,209 @@ async fn a_duplicate_gets_the_stored_result_back<B: AsyncBackend>() {
     assert_eq!(receipt.as_deref(), Some("receipt-81"));
 }
 
+/// An async publisher that keeps the ids it was handed, in order, and fails the first
+/// publish of the ids it was told to.
+#[derive(Default)]
+struct Recorder {
+    sent: Mutex<Vec<String>>,
+    fail_once: Mutex<Vec<String>>,
+}
+
+impl Recorder {
+    fn failing_once(id: &str) -> Self {
+        Self {
+            fail_once: Mutex::new(vec![id.to_owned()]),
+            ..Self::default()
+        }
+    }
+
+    fn sent(&self) -> Vec<String> {
+        self.sent.lock().unwrap().clone()
+    }
+}
+
+impl AsyncPublisher for Recorder {
+    async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+        // A real broker's round trip: the pass awaits, and the runtime runs other tasks.
+        tokio::task::yield_now().await;
+        let id = message.envelope.id().to_string();
+        let mut failing = self.fail_once.lock().unwrap();
+        if let Some(at) = failing.iter().position(|failing| *failing == id) {
+            failing.remove(at);
+            return Err(PublishError::transient("the broker is unreachable"));
+        }
+        self.sent.lock().unwrap().push(id);
+        Ok(())
+    }
+}
+
+async fn an_event_enqueued_by_a_handler_commits_with_it_and_is_published_once<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let outbox = asynch::Outbox::new("billing").unwrap();
+    let invoice = Envelope::new("invoice.issued", "invoice", "7");
+    let bill = async |tx: &mut B::Async| {
+        record_effect(tx, "order-7").await?;
+        outbox.enqueue(tx, "invoices", &invoice).await
+    };
+    let failing = async |tx: &mut B::Async| {
+        let refused = Envelope::new("invoice.issued", "invoice", "8");
+        outbox.enqueue(tx, "invoices", &refused).await?;
+        Err::<(), _>(Error::transient("the ledger refused"))
+    };
+
+    let first = asynch::with_inbox(&mut conn, "order-7", bill)
+        .await
+        .unwrap();
+    let again = asynch::with_inbox(&mut conn, "order-7", bill)
+        .await
+        .unwrap();
+    let failed = asynch::with_inbox(&mut conn, "order-8", failing).await;
+
+    assert!(first.is_processed() && again.is_duplicate());
+    assert!(failed.is_err(), "{failed:?}");
+    let stats = asynch::Outbox::stats(&mut conn).await.unwrap();
+    assert_eq!(
+        (stats.pending, stats.published),
+        (1, 0),
+        "the failed handler's row rolled back"
+    );
+    let recorder = Recorder::default();
+    let relay = asynch::Relay::new();
+    let pass = relay.run_once(&mut conn, &recorder).await.unwrap();
+    assert_eq!((pass.published, pass.taken()), (1, 1));
+    assert!(relay
+        .run_once(&mut conn, &recorder)
+        .await
+        .unwrap()
+        .is_idle());
+    assert_eq!(recorder.sent(), [invoice.id().to_string()]);
+    let stats = Outbox::stats(&mut check).unwrap();
+    assert_eq!((stats.pending, stats.published), (0, 1));
+    assert_eq!(depth(&mut conn), Some(0));
+}
+
+async fn a_failed_publish_holds_back_its_aggregate_until_a_later_pass_publishes_it<
+    B: AsyncBackend,
+>() {
+    let (db, _check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let outbox = asynch::Outbox::new("orders").unwrap();
+    let placed = Envelope::new("order.placed", "order", "1");
+    let paid = Envelope::new("order.paid", "order", "1");
+    let other = Envelope::new("order.placed", "order", "2");
+    for envelope in [&placed, &paid, &other] {
+        outbox.enqueue(&mut conn, "orders", envelope).await.unwrap();
+    }
+    let again = outbox.enqueue(&mut conn, "orders", &placed).await;
+    assert!(
+        matches!(again, Err(Error::AlreadyEnqueued { .. })),
+        "{again:?}"
+    );
+    let recorder = Recorder::failing_once(placed.id().as_str());
+    let relay = asynch::Relay::from(Relay::new().backoff(Duration::ZERO, Duration::ZERO));
+
+    let first = relay.run_once(&mut conn, &recorder).await.unwrap();
+    let mut later = Vec::new();
+    for _ in 0..5 {
+        let pass = relay.run_once(&mut conn, &recorder).await.unwrap();
+        if pass.is_idle() {
+            break;
+        }
+        later.push(pass);
+    }
+
+    assert_eq!((first.published, first.retried), (1, 1));
+    assert_eq!(later.iter().map(|pass| pass.published).sum::<usize>(), 2);
+    assert!(later.iter().all(|pass| pass.retried == 0));
+    let ids = |envelopes: &[&Envelope]| -> Vec<String> {
+        envelopes.iter().map(|e| e.id().to_string()).collect()
+    };
+    assert_eq!(recorder.sent(), ids(&[&other, &placed, &paid]));
+}
+
+async fn a_cursor_settles_each_sequence_once_and_records_what_it_skipped<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let orders = asynch::Inbox::new("projector")
+        .unwrap()
+        .cursor("orders-0")
+        .unwrap();
+
+    let mut outcomes = Vec::new();
+    for n in [1, 1, 4, 3, 2] {
+        let label = format!("seq-{n}");
+        let apply = async |tx: &mut B::Async| record_effect(tx, &label).await;
+        outcomes.push(orders.process(&mut conn, n, apply).await.unwrap());
+    }
+
+    let processed: Vec<bool> = outcomes.iter().map(Outcome::is_processed).collect();
+    assert_eq!(processed, [true, false, true, true, true]);
+    assert_eq!(outcomes[2].gaps()[0].sequences(), 2..=3);
+    for n in 1..=4 {
+        assert_eq!(check.effects_of(&format!("seq-{n}")), 1, "sequence {n}");
+    }
+    let position = orders.position(&mut conn).await.unwrap().unwrap();
+    assert_eq!((position.watermark(), position.high()), (Some(4), Some(4)));
+    assert_eq!(orders.resume(&mut conn).await.unwrap(), Resume::At(5));
+}
+
+async fn a_fenced_cursor_commits_nothing<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let stream = asynch::Inbox::default().cursor("orders-1").unwrap();
+    let award = async |tx: &mut B::Async| Ok::<_, Error>(record_effect(tx, "seq-1").await?);
+
+    let old = stream.acquire(&mut conn, "worker-a").await.unwrap();
+    let new = stream.acquire(&mut conn, "worker-b").await.unwrap();
+    let zombie = stream.clone().epoch(old.epoch());
+    let fenced = zombie.process(&mut conn, 1, award).await;
+
+    assert_eq!(new.epoch(), old.epoch() + 1);
+    assert!(matches!(fenced, Err(Error::Fenced { .. })), "{fenced:?}");
+    assert_eq!(check.effect_count(), 0);
+    let owner = stream.clone().epoch(new.epoch());
+    assert!(owner
+        .process(&mut conn, 1, award)
+        .await
+        .unwrap()
+        .is_processed());
+    assert_eq!(check.effects_of("seq-1"), 1);
+}
+
+async fn a_sequence_whose_event_is_dead_lettered_is_settled_and_the_stream_moves_on<
+    B: AsyncBackend,
+>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let inbox = asynch::Inbox::new("projector").unwrap().max_attempts(1);
+    let stream = inbox.cursor("orders-2").unwrap();
+    let poison = async |tx: &mut B::Async| {
+        record_effect(tx, "evt-1").await?;
+        Err::<(), _>(Error::Pool("unreadable order".into()))
+    };
+    let next = async |tx: &mut B::Async| record_effect(tx, "evt-2").await;
+
+    let first = Sequenced::new(1).event(Delivery::new("evt-1").unwrap());
+    let dead = stream.process(&mut conn, first, poison).await;
+    let settled = stream.resume(&mut conn).await.unwrap();
+    let second = Sequenced::new(2).event(Delivery::new("evt-2").unwrap());
+    let after = stream.process(&mut conn, second, next).await.unwrap();
+
+    assert!(matches!(dead, Ok(Outcome::DeadLettered(_))), "{dead:?}");
+    assert_eq!(
+        settled,
+        Resume::At(2),
+        "the dead letter settled its sequence"
+    );
+    assert!(after.is_processed() && after.gaps().is_empty(), "{after:?}");
+    assert_eq!(
+        (check.effects_of("evt-1"), check.effects_of("evt-2")),
+        (0, 1)
+    );
+    assert_eq!(stream.resume(&mut conn).await.unwrap(), Resume::At(3));
+}
+
 async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection<
     B: AsyncBackend,
 >() {
@@ -389,6 +596,11 @@ macro_rules! async_backend_tests {
                 contention_in_the_handler_is_retried_on_the_runtimes_timer,
                 inside_a_callers_transaction_the_callers_commit_decides,
                 a_duplicate_gets_the_stored_result_back,
+                an_event_enqueued_by_a_handler_commits_with_it_and_is_published_once,
+                a_failed_publish_holds_back_its_aggregate_until_a_later_pass_publishes_it,
+                a_cursor_settles_each_sequence_once_and_records_what_it_skipped,
+                a_fenced_cursor_commits_nothing,
+                a_sequence_whose_event_is_dead_lettered_is_settled_and_the_stream_moves_on,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,
                 cancelled_deliveries_over_a_pool_take_effect_exactly_once
             );

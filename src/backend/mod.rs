@@ -124,14 +124,6 @@ pub(crate) mod sealed {
             Ok(true)
         }
 
-        /// Called before a transaction whose locking reads must lock only the rows they
-        /// return (a prune batch, a relay's claim). MySQL/MariaDB run the next transaction at
-        /// READ COMMITTED, so the read locks neither the index gaps around those rows, which
-        /// redeliveries and enqueues would wait on, nor the rows its filter rejects.
-        fn next_transaction_read_committed(&mut self) -> QueryResult<()> {
-            Ok(())
-        }
-
         /// Releases the lock [`try_prune_lock`](Self::try_prune_lock) took.
         fn release_prune_lock(&mut self) -> QueryResult<()> {
             Ok(())

@@ -543,14 +543,6 @@ impl AdminSql for MysqlConnection {
         .map(|taken| taken == Some(1))
     }
 
-    fn next_transaction_read_committed(&mut self) -> QueryResult<()> {
-        // The next transaction only; the session's own level is left alone.
-        diesel::connection::SimpleConnection::batch_execute(
-            self,
-            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
-        )
-    }
-
     fn release_prune_lock(&mut self) -> QueryResult<()> {
         diesel::select(
             diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")

@@ -1,22 +1,26 @@
 //! Sequence cursors: exactly-once over an ordered stream with one row per stream, a gap
 //! ledger and fencing. The arithmetic is in [`crate::watermark`]; this module does the I/O.
 
+use std::marker::PhantomData;
+
 use chrono::{DateTime, Utc};
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
 use crate::backend::StreamKey;
 use crate::duration::now;
-use crate::engine::{self, run_ready};
+use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::{self, Delivered, Tally};
 use crate::names::{InvalidStreamName, StreamName};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
-use crate::sql::{CursorSql, Db, InboxSql, RetentionSql, Sql};
+use crate::sql::{Blocking, CursorSql, Db, InboxSql, RetentionSql, Sql};
 use crate::state::GapState;
 use crate::transaction::{self, Failure, Scope};
 use crate::watermark::{Change, Refusal, Stream, Verdict};
-use crate::{Delivery, Duplicate, Error, Gap, HandlerError, Inbox, InboxConnection, Outcome};
+use crate::{
+    Delivery, Duplicate, Error, EventId, Gap, HandlerError, Inbox, InboxConnection, Outcome,
+};
 
 mod gaps;
 
@@ -255,7 +259,22 @@ impl Cursor {
         F: FnMut(&mut C) -> Result<T, E>,
         E: HandlerError,
     {
-        let delivery = delivery.into();
+        let effect = async |tx: &mut C| effect(tx);
+        run_ready(self.process_in::<Blocking, _, _, _>(conn, delivery.into(), effect))
+    }
+
+    /// A sequence's delivery in either flavour: the cursor's transaction, then what its
+    /// failure records.
+    pub(crate) async fn process_in<F, C, T, E>(
+        &self,
+        conn: &mut C,
+        delivery: Sequenced,
+        mut effect: impl Effect<C, Output = T, Error = E>,
+    ) -> Result<Outcome<T>, E>
+    where
+        C: Db<F, Backend: Sql>,
+        E: HandlerError,
+    {
         let timer = observe::DeliveryTimer::start(self.consumer());
         let span = tracing::info_span!(
             "cursor",
@@ -263,26 +282,29 @@ impl Cursor {
             stream = self.stream(),
             sequence = delivery.sequence
         );
-        let _entered = span.enter();
-        let result = self.run(conn, &delivery, &mut effect);
-        let if_err = match &result {
-            Err(Failure::Handler(_) | Failure::Panicked(_)) => DeliveryOutcome::Failed,
-            Ok(_) | Err(_) => DeliveryOutcome::Error,
-        };
-        let result = match result {
-            Ok(outcome) => Ok(outcome),
-            Err(Failure::Handler(error)) => self.after_handler_error(conn, &delivery, error),
-            Err(Failure::Panicked(panic)) => {
-                let scope = scope_or_savepoint(conn);
-                run_ready(self.inbox.after_handler_panic(
-                    conn,
-                    delivery.event.as_ref(),
-                    panic,
-                    scope,
-                ))
-            }
-            Err(failure) => Err(failure.into_error()),
-        };
+        let result = async {
+            let result = self.run_in(conn, &delivery, &mut effect).await;
+            let if_err = match &result {
+                Err(Failure::Handler(_) | Failure::Panicked(_)) => DeliveryOutcome::Failed,
+                Ok(_) | Err(_) => DeliveryOutcome::Error,
+            };
+            let result = match result {
+                Ok(outcome) => Ok(outcome),
+                Err(Failure::Handler(error)) => {
+                    self.after_handler_error(conn, &delivery, error).await
+                }
+                Err(Failure::Panicked(panic)) => {
+                    let scope = scope_or_savepoint(conn);
+                    let event = delivery.event.as_ref();
+                    (self.inbox.after_handler_panic(conn, event, panic, scope)).await
+                }
+                Err(failure) => Err(failure.into_error()),
+            };
+            (result, if_err)
+        }
+        .instrument(span)
+        .await;
+        let (result, if_err) = result;
         timer.finish(DeliveryOutcome::of(&result, if_err));
         result
     }
@@ -403,20 +425,24 @@ impl Cursor {
     ///
     /// [`Error::Database`] and the other database errors of [`Inbox::process`].
     pub fn acquire<C: InboxConnection>(&self, conn: &mut C, owner: &str) -> Result<Lease, Error> {
-        let scope = transaction::scope_of(conn)?;
+        run_ready(self.acquire_in::<Blocking, _>(conn, owner))
+    }
+
+    /// [`acquire`](Self::acquire) in either flavour.
+    pub(crate) async fn acquire_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        owner: &str,
+    ) -> Result<Lease, Error> {
+        let scope = engine::scope_of(conn)?;
         let subject = self.inbox.subject(None);
-        let lease = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            let now = now();
-            run_ready(C::Backend::insert_cursor(tx, self.key(), now))?;
-            run_ready(C::Backend::bump_epoch(tx, self.key(), owner, now))?;
-            let row = run_ready(C::Backend::cursor(tx, self.key()))?
-                .ok_or(diesel::result::Error::NotFound)?;
-            Ok::<_, Failure<Error>>(Lease {
-                epoch: row.epoch.unsigned_abs(),
-                resume: resume_at(row.watermark),
-            })
-        })
-        .map_err(Failure::into_error)?;
+        let body = Acquire {
+            cursor: self,
+            owner,
+        };
+        let lease = engine::run(conn, scope, self.inbox.retry_policy(), subject, body)
+            .await
+            .map_err(Failure::into_error)?;
         info!(
             consumer = self.consumer(),
             stream = self.stream(),
@@ -435,9 +461,16 @@ impl Cursor {
     ///
     /// [`Error::Database`].
     pub fn resume<C: InboxConnection>(&self, conn: &mut C) -> Result<Resume, Error> {
-        Ok(resume_at(
-            run_ready(C::Backend::cursor(conn, self.key()))?.and_then(|row| row.watermark),
-        ))
+        run_ready(self.resume_in::<Blocking, _>(conn))
+    }
+
+    /// [`resume`](Self::resume) in either flavour.
+    pub(crate) async fn resume_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Resume, Error> {
+        let row = C::Backend::cursor(conn, self.key()).await?;
+        Ok(resume_at(row.and_then(|row| row.watermark)))
     }
 
     /// Where the cursor stands, if it has a row: its watermark, highest sequence and epoch.
@@ -446,7 +479,15 @@ impl Cursor {
     ///
     /// [`Error::Database`].
     pub fn position<C: InboxConnection>(&self, conn: &mut C) -> Result<Option<Position>, Error> {
-        let row = run_ready(C::Backend::cursor(conn, self.key()))?;
+        run_ready(self.position_in::<Blocking, _>(conn))
+    }
+
+    /// [`position`](Self::position) in either flavour.
+    pub(crate) async fn position_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Option<Position>, Error> {
+        let row = C::Backend::cursor(conn, self.key()).await?;
         Ok(row.map(|row| Position::from_row(self.stream().to_owned(), row)))
     }
 
@@ -541,15 +582,14 @@ impl Cursor {
     }
 
     /// The transaction, retried under contention; failures come back for `process` to handle.
-    fn run<C, T, E, F>(
+    async fn run_in<F, C, T, E>(
         &self,
         conn: &mut C,
         delivery: &Sequenced,
-        effect: &mut F,
+        effect: &mut impl Effect<C, Output = T, Error = E>,
     ) -> Result<Outcome<T>, Failure<E>>
     where
-        C: InboxConnection,
-        F: FnMut(&mut C) -> Result<T, E>,
+        C: Db<F, Backend: Sql>,
         E: HandlerError,
     {
         let sequence = stored(delivery.sequence).map_err(Failure::Inbox)?;
@@ -558,20 +598,18 @@ impl Cursor {
             .map(stored)
             .transpose()
             .map_err(Failure::Inbox)?;
-        let scope = transaction::scope_of(conn)?;
+        let scope = engine::scope_of(conn)?;
         let event_id = delivery.event.as_ref().map(|event| event.id.as_str());
         let subject = self.inbox.subject(event_id);
-        let body = async |tx: &mut C| {
-            self.advance(tx, delivery, sequence, first_available, effect, scope)
-                .await
-        };
-        let advanced = run_ready(engine::run(
-            conn,
+        let body = Advance {
+            cursor: self,
+            delivery,
+            sequence,
+            first_available,
+            effect,
             scope,
-            self.inbox.retry_policy(),
-            subject,
-            body,
-        ))?;
+        };
+        let advanced = engine::run(conn, scope, self.inbox.retry_policy(), subject, body).await?;
         self.report(&advanced.gaps);
         match advanced.delivered {
             Delivered::Outcome(outcome) => Ok(outcome),
@@ -585,18 +623,17 @@ impl Cursor {
     }
 
     /// The body of the cursor's transaction.
-    async fn advance<F, C, T, E, H>(
+    async fn advance<F, C, T, E>(
         &self,
         conn: &mut C,
         delivery: &Sequenced,
         sequence: i64,
         first_available: Option<i64>,
-        effect: &mut H,
+        effect: &mut impl Effect<C, Output = T, Error = E>,
         scope: Scope,
     ) -> Result<Advanced<T>, Failure<E>>
     where
         C: Db<F, Backend: Sql>,
-        H: FnMut(&mut C) -> Result<T, E>,
     {
         let now = now();
         // The next sequence of a stream with no gap, from the owner: one update. A first
@@ -639,21 +676,20 @@ impl Cursor {
 
     /// Runs the effect of a sequence the cursor took in; with an event id, through the inbox
     /// row too, which may find the event settled under another sequence.
-    async fn settle<F, C, T, E, H>(
+    async fn settle<F, C, T, E>(
         &self,
         conn: &mut C,
         delivery: &Sequenced,
         sequence: i64,
-        effect: &mut H,
+        effect: &mut impl Effect<C, Output = T, Error = E>,
         gaps: Vec<Gap>,
         now: DateTime<Utc>,
     ) -> Result<Delivered<T>, Failure<E>>
     where
         C: Db<F, Backend: Sql>,
-        H: FnMut(&mut C) -> Result<T, E>,
     {
         let value = match &delivery.event {
-            None => engine::call_user(conn, &mut async |tx: &mut C| effect(tx)).await?,
+            None => engine::call_user(conn, effect).await?,
             Some(event) => {
                 let key = self.inbox.key(event);
                 let fingerprint = event.payload.as_ref().map(crate::Payload::fingerprint);
@@ -666,13 +702,7 @@ impl Cursor {
                         return inbox::seen(conn, key, fingerprint.as_ref(), existing).await;
                     }
                     Recorded::New => {
-                        let value = inbox::run_effect(
-                            conn,
-                            key,
-                            &mut async |tx: &mut C| effect(tx),
-                            &|_: &T| Ok(None),
-                        )
-                        .await?;
+                        let value = inbox::run_effect(conn, key, effect, &|_: &T| Ok(None)).await?;
                         C::Backend::insert_event_sequence(conn, self.key(), sequence, key.1)
                             .await?;
                         value
@@ -780,32 +810,28 @@ impl Cursor {
 
     /// After the effect failed: with an event id, the inbox's failure policy records it; a
     /// dead-lettered event is then settled, so the cursor moves past its sequence.
-    fn after_handler_error<C, T, E>(
+    async fn after_handler_error<F, C, T, E>(
         &self,
         conn: &mut C,
         delivery: &Sequenced,
         error: E,
     ) -> Result<Outcome<T>, E>
     where
-        C: InboxConnection,
+        C: Db<F, Backend: Sql>,
         E: HandlerError,
     {
         let Some(event) = &delivery.event else {
             return Err(error);
         };
         let scope = scope_or_savepoint(conn);
-        let outcome = run_ready(self.inbox.after_handler_error(conn, event, error, scope))?;
+        let outcome = (self.inbox.after_handler_error(conn, event, error, scope)).await?;
         if scope == Scope::TopLevel {
             // The inbox row now holds the event back, so this run skips the effect and
             // advances the cursor.
-            let settle = |_: &mut C| -> Result<T, E> {
-                Err(Error::DeadLetterNotFound {
-                    event_id: event.id.clone(),
-                }
-                .into())
-            };
+            let mut settled = HeldBack::<T, E>(&event.id, PhantomData);
             let _settled = self
-                .run(conn, delivery, &mut { settle })
+                .run_in(conn, delivery, &mut settled)
+                .await
                 .map_err(Failure::into_error)?;
         }
         Ok(outcome)
@@ -940,8 +966,88 @@ fn processed<T>(value: T, gaps: Vec<Gap>) -> Outcome<T> {
 }
 
 /// The scope the connection is in now that the cursor's own transaction is over.
-fn scope_or_savepoint<C: InboxConnection>(conn: &mut C) -> Scope {
-    transaction::scope_of(conn).unwrap_or(Scope::Savepoint)
+fn scope_or_savepoint<F, C: Db<F>>(conn: &mut C) -> Scope {
+    engine::scope_of(conn).unwrap_or(Scope::Savepoint)
+}
+
+/// The cursor's transaction body: [`Cursor::advance`], once per attempt.
+struct Advance<'a, H> {
+    cursor: &'a Cursor,
+    delivery: &'a Sequenced,
+    sequence: i64,
+    first_available: Option<i64>,
+    effect: &'a mut H,
+    scope: Scope,
+}
+
+impl<F, C, T, E, H> Body<F, C> for Advance<'_, H>
+where
+    C: Db<F, Backend: Sql>,
+    H: Effect<C, Output = T, Error = E>,
+{
+    type Output = Advanced<T>;
+    type Error = E;
+
+    async fn attempt(&mut self, conn: &mut C) -> Result<Advanced<T>, Failure<E>> {
+        let Self {
+            cursor,
+            delivery,
+            sequence,
+            first_available,
+            effect,
+            scope,
+        } = self;
+        cursor
+            .advance(
+                conn,
+                delivery,
+                *sequence,
+                *first_available,
+                &mut **effect,
+                *scope,
+            )
+            .await
+    }
+}
+
+/// [`Cursor::acquire`]'s transaction: the row if missing, the next epoch, and the lease.
+struct Acquire<'a> {
+    cursor: &'a Cursor,
+    owner: &'a str,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Acquire<'_> {
+    type Output = Lease;
+    type Error = Error;
+
+    async fn attempt(&mut self, tx: &mut C) -> Result<Lease, Failure<Error>> {
+        let (key, now) = (self.cursor.key(), now());
+        C::Backend::insert_cursor(tx, key, now).await?;
+        C::Backend::bump_epoch(tx, key, self.owner, now).await?;
+        let row = C::Backend::cursor(tx, key)
+            .await?
+            .ok_or(diesel::result::Error::NotFound)?;
+        Ok(Lease {
+            epoch: row.epoch.unsigned_abs(),
+            resume: resume_at(row.watermark),
+        })
+    }
+}
+
+/// The effect of a sequence whose event was dead-lettered: the inbox row holds it back, so
+/// it never runs; if it did, the dead letter would be gone.
+struct HeldBack<'a, T, E>(&'a EventId, PhantomData<fn() -> (T, E)>);
+
+impl<C, T, E: From<Error>> Effect<C> for HeldBack<'_, T, E> {
+    type Output = T;
+    type Error = E;
+
+    async fn call(&mut self, _: &mut C) -> Result<T, E> {
+        Err(Error::DeadLetterNotFound {
+            event_id: self.0.clone(),
+        }
+        .into())
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::Outbox;
 use crate::duration::{before, now};
 use crate::engine::run_ready;
 use crate::rows::OutboxRow;
-use crate::sql::OutboxSql;
+use crate::sql::{Blocking, Db, OutboxSql, Sql};
 use crate::state::{CorruptRow, OutboxState};
 use crate::{observe, Audit, Error, InboxConnection};
 
@@ -189,8 +189,15 @@ impl Outbox {
     ///
     /// [`Error::Database`].
     pub fn stats<C: InboxConnection>(conn: &mut C) -> Result<OutboxStats, Error> {
+        run_ready(Self::stats_in::<Blocking, _>(conn))
+    }
+
+    /// [`stats`](Self::stats) in either flavour.
+    pub(crate) async fn stats_in<F, C: Db<F, Backend: Sql>>(
+        conn: &mut C,
+    ) -> Result<OutboxStats, Error> {
         let mut stats = OutboxStats::default();
-        for (state, rows, oldest) in run_ready(C::Backend::outbox_totals(conn))? {
+        for (state, rows, oldest) in C::Backend::outbox_totals(conn).await? {
             match state {
                 Ok(OutboxState::Pending) => {
                     stats.pending = rows;

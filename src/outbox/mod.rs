@@ -13,16 +13,20 @@
 
 use std::collections::BTreeMap;
 
+use crate::decide::{Failure, Scope};
 use crate::duration::now;
-use crate::engine::run_ready;
+use crate::engine::{self, run_ready, Body, Subject};
 use crate::rows::NewOutboxRow;
-use crate::sql::OutboxSql;
-use crate::{observe, transaction, Envelope, Error, InboxConnection};
+use crate::sql::{Blocking, Db, OutboxSql, Sql};
+use crate::{observe, Envelope, Error, InboxConnection, RetryPolicy};
 
 mod ledger;
 mod plan;
 mod publish;
 mod relay;
+
+#[cfg(feature = "async")]
+pub(crate) use relay::Awaits;
 
 pub use ledger::{OutboxRecord, OutboxStats};
 pub use publish::{AsyncPublisher, OutboxMessage, PublishError, Publisher};
@@ -123,6 +127,16 @@ impl Outbox {
         topic: &str,
         envelope: &Envelope,
     ) -> Result<(), Error> {
+        run_ready(self.enqueue_in::<Blocking, _>(conn, topic, envelope))
+    }
+
+    /// An enqueue in either flavour.
+    pub(crate) async fn enqueue_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        topic: &str,
+        envelope: &Envelope,
+    ) -> Result<(), Error> {
         check_text("topic", topic, MAX_TOPIC_BYTES)?;
         check_text("aggregate type", &envelope.aggregate_type, 255)?;
         check_text("aggregate id", &envelope.aggregate_id, 255)?;
@@ -142,34 +156,37 @@ impl Outbox {
         let headers = serde_json::to_string(&headers)
             .map_err(|error| Error::InvalidEnvelope(error.to_string()))?;
         let event_id = envelope.id.as_str();
-        let row = NewOutboxRow {
-            event_id,
-            topic,
-            aggregate_type: &envelope.aggregate_type,
-            aggregate_id: &envelope.aggregate_id,
-            event_type: &envelope.event_type,
-            headers: &headers,
-            body: &message.body,
-            now: now(),
+        let mut insert = Insert {
+            order_lock: self.order_lock,
+            row: NewOutboxRow {
+                event_id,
+                topic,
+                aggregate_type: &envelope.aggregate_type,
+                aggregate_id: &envelope.aggregate_id,
+                event_type: &envelope.event_type,
+                headers: &headers,
+                body: &message.body,
+                now: now(),
+            },
         };
         // The aggregate's order lock is held until the transaction ends; outside one, a
         // transaction of its own holds it for the INSERT.
-        let enqueue = |conn: &mut C| {
-            if self.order_lock {
-                let aggregate = (&envelope.aggregate_type, &envelope.aggregate_id);
-                run_ready(C::Backend::lock_outbox_aggregate(
-                    conn,
-                    aggregate.0,
-                    aggregate.1,
-                    row.now,
-                ))?;
-            }
-            run_ready(C::Backend::insert_outbox(conn, &row))
-        };
-        let inserted = if transaction::depth(conn)? == 0 {
-            conn.transaction(enqueue)?
+        let inserted = if conn.depth()? == 0 {
+            let subject = Subject {
+                consumer: "outbox",
+                event_id: Some(event_id),
+            };
+            engine::run(
+                conn,
+                Scope::TopLevel,
+                &RetryPolicy::default(),
+                subject,
+                insert,
+            )
+            .await
+            .map_err(Failure::into_error)?
         } else {
-            enqueue(conn)?
+            insert.attempt(conn).await.map_err(Failure::into_error)?
         };
         if !inserted {
             return Err(Error::AlreadyEnqueued {
@@ -179,6 +196,27 @@ impl Outbox {
         observe::outbox_enqueued(topic);
         tracing::debug!(event_id, topic, "event enqueued in the outbox");
         Ok(())
+    }
+}
+
+/// An enqueue's statements: the aggregate's order lock, then the row; `false` when the
+/// event is in the outbox already.
+struct Insert<'a> {
+    order_lock: bool,
+    row: NewOutboxRow<'a>,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Insert<'_> {
+    type Output = bool;
+    type Error = Error;
+
+    async fn attempt(&mut self, conn: &mut C) -> Result<bool, Failure<Error>> {
+        let row = &self.row;
+        if self.order_lock {
+            let (kind, id) = (row.aggregate_type, row.aggregate_id);
+            C::Backend::lock_outbox_aggregate(conn, kind, id, row.now).await?;
+        }
+        Ok(C::Backend::insert_outbox(conn, row).await?)
     }
 }
 

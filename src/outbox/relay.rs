@@ -14,17 +14,17 @@
 //! pass publishes them again. Delivery is at least once: the broker's dedup window (JetStream's
 //! `Nats-Msg-Id`) and the consumer's inbox absorb the repeats.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
 use super::plan::{self, Backoff, Blocked, Settle};
-use crate::backend::sealed::AdminSql;
+use crate::decide::{Failure, Scope};
 use crate::duration::{after, now};
-use crate::engine::run_ready;
+use crate::engine::{self, run_ready, Body, Subject};
 use crate::rows::{OutboxChange, OutboxRow};
-use crate::sql::OutboxSql;
-use crate::transaction::{self, Failure, Scope, Subject};
+use crate::sql::{Blocking, Db, OutboxSql, Sql, TransactionSql};
 use crate::{
     observe, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher, RetryPolicy,
 };
@@ -176,18 +176,7 @@ impl Relay {
         publisher: &mut P,
     ) -> Result<RelayPass, Error> {
         let _span = tracing::info_span!("relay").entered();
-        let taken = self.take(conn)?;
-        let mut settles = Vec::with_capacity(taken.rows.len());
-        let mut blocked = Blocked::default();
-        for row in &taken.rows {
-            let result = if blocked.holds(row) {
-                None
-            } else {
-                Some(message_of(row).and_then(|message| publisher.publish(&message)))
-            };
-            settles.push(self.judge(&mut blocked, row, result.as_ref()));
-        }
-        mark(conn, &taken, &settles)
+        run_ready(self.pass::<Blocking, _>(conn, &mut Blocks(publisher)))
     }
 
     /// [`run_once`](Self::run_once) for tokio services: the database steps run on the
@@ -211,8 +200,56 @@ impl Relay {
         use tracing::Instrument;
         let span = tracing::info_span!("relay");
         let (relay, in_span) = (self.clone(), span.clone());
-        let taken = blocking(pool, move |conn| in_span.in_scope(|| relay.take(conn))).await?;
-        let taken = std::sync::Arc::new(taken);
+        let taken = blocking(pool, move |conn| {
+            in_span.in_scope(|| run_ready(relay.take::<Blocking, _>(conn)))
+        })
+        .await?;
+        let settles = self
+            .publish(&taken, &mut Awaits(publisher))
+            .instrument(span.clone())
+            .await;
+        blocking(pool, move |conn| {
+            span.in_scope(|| run_ready(mark::<Blocking, _>(conn, &taken, &settles)))
+        })
+        .await
+    }
+
+    /// A pass in either flavour: take, publish, mark.
+    pub(crate) async fn pass<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        publisher: &mut impl Publish,
+    ) -> Result<RelayPass, Error> {
+        let taken = self.take(conn).await?;
+        let settles = self.publish(&taken, publisher).await;
+        mark(conn, &taken, &settles).await
+    }
+
+    /// Step 1: takes and leases the rows this pass publishes.
+    async fn take<F, C: Db<F, Backend: Sql>>(&self, conn: &mut C) -> Result<Taken, Error> {
+        if engine::scope_of(conn)? == Scope::Savepoint {
+            return Err(Error::RelayInsideTransaction);
+        }
+        let token = format!("{:032x}", fastrand::u128(..));
+        // MariaDB: the locking reads lock only the rows they return. A run again after
+        // contention takes the session's own level: as correct, with wider locks.
+        C::Backend::next_transaction_read_committed(conn).await?;
+        let rows = in_transaction(
+            conn,
+            Take {
+                relay: self,
+                token: &token,
+            },
+        )
+        .await?;
+        if !rows.is_empty() {
+            debug!(rows = rows.len(), "relay took outbox rows");
+        }
+        Ok(Taken { token, rows })
+    }
+
+    /// Step 2: publishes the taken rows in order, each judged before the next is tried.
+    async fn publish(&self, taken: &Taken, publisher: &mut impl Publish) -> Vec<Settle> {
         let mut settles = Vec::with_capacity(taken.rows.len());
         let mut blocked = Blocked::default();
         for row in &taken.rows {
@@ -220,62 +257,13 @@ impl Relay {
                 None
             } else {
                 Some(match message_of(row) {
-                    Ok(message) => publisher.publish(&message).instrument(span.clone()).await,
+                    Ok(message) => publisher.send(&message).await,
                     Err(error) => Err(error),
                 })
             };
-            settles.push(span.in_scope(|| self.judge(&mut blocked, row, result.as_ref())));
+            settles.push(self.judge(&mut blocked, row, result.as_ref()));
         }
-        blocking(pool, move |conn| {
-            span.in_scope(|| mark(conn, &taken, &settles))
-        })
-        .await
-    }
-
-    /// Step 1: takes and leases the rows this pass publishes.
-    pub(crate) fn take<C: InboxConnection>(&self, conn: &mut C) -> Result<Taken, Error> {
-        if transaction::scope_of(conn)? == Scope::Savepoint {
-            return Err(Error::RelayInsideTransaction);
-        }
-        let token = format!("{:032x}", fastrand::u128(..));
-        let limit = i64::try_from(self.batch_size).unwrap_or(i64::MAX);
-        // MariaDB: the locking reads lock only the rows they return. A run again after
-        // contention takes the session's own level: as correct, with wider locks.
-        conn.sql().next_transaction_read_committed()?;
-        let rows = in_transaction(conn, |tx| {
-            let now = now();
-            let heads = run_ready(C::Backend::outbox_heads(tx, now, limit))?;
-            let mut room = self.batch_size.saturating_sub(heads.len());
-            let mut groups = Vec::with_capacity(heads.len());
-            for (head, more) in heads {
-                let followers = if more && room > 0 && C::Backend::OUTBOX_FOLLOWERS {
-                    let found = run_ready(C::Backend::outbox_followers(
-                        tx,
-                        &head,
-                        i64::try_from(room).unwrap_or(i64::MAX),
-                    ))?;
-                    let found = plan::free_run(found, now);
-                    room -= found.len();
-                    found
-                } else {
-                    Vec::new()
-                };
-                groups.push((head, followers));
-            }
-            let rows = plan::in_publish_order(groups, self.batch_size);
-            let positions: Vec<i64> = rows.iter().map(|row| row.position).collect();
-            run_ready(C::Backend::lease_outbox(
-                tx,
-                &positions,
-                &token,
-                after(now, self.lease),
-            ))?;
-            Ok(rows)
-        })?;
-        if !rows.is_empty() {
-            debug!(rows = rows.len(), "relay took outbox rows");
-        }
-        Ok(Taken { token, rows })
+        settles
     }
 
     /// Step 2's decision for one row: what its publish result (or `None`: held back) writes,
@@ -322,7 +310,7 @@ impl Relay {
 }
 
 /// Step 3: writes every row's result, fenced by the lease token.
-fn mark<C: InboxConnection>(
+async fn mark<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     taken: &Taken,
     settles: &[Settle],
@@ -331,42 +319,7 @@ fn mark<C: InboxConnection>(
     if taken.rows.is_empty() {
         return Ok(pass);
     }
-    let lease_token = taken.token.as_str();
-    let marked = in_transaction(conn, |tx| {
-        let now = now();
-        let mut marked = 0;
-        let published: Vec<i64> = positions(taken, settles, |s| *s == Settle::Published);
-        let released: Vec<i64> = positions(taken, settles, |s| *s == Settle::Released);
-        marked += run_ready(C::Backend::settle_outbox(
-            tx,
-            &published,
-            lease_token,
-            OutboxChange::Published,
-            now,
-        ))?;
-        marked += run_ready(C::Backend::settle_outbox(
-            tx,
-            &released,
-            lease_token,
-            OutboxChange::Released,
-            now,
-        ))?;
-        for (row, settle) in taken.rows.iter().zip(settles) {
-            let change = match settle {
-                Settle::Retry { error, at } => OutboxChange::Retry { error, at: *at },
-                Settle::Failed { error } => OutboxChange::Failed { error },
-                Settle::Published | Settle::Released => continue,
-            };
-            marked += run_ready(C::Backend::settle_outbox(
-                tx,
-                &[row.position],
-                lease_token,
-                change,
-                now,
-            ))?;
-        }
-        Ok(marked)
-    })?;
+    let marked = in_transaction(conn, Mark { taken, settles }).await?;
     for settle in settles {
         match settle {
             Settle::Published => pass.published += 1,
@@ -427,24 +380,128 @@ fn message_of(row: &OutboxRow) -> Result<OutboxMessage, PublishError> {
     })
 }
 
+/// Step 1's transaction: the due heads, the rows after them, and the lease on all of them.
+struct Take<'a> {
+    relay: &'a Relay,
+    token: &'a str,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Take<'_> {
+    type Output = Vec<OutboxRow>;
+    type Error = Error;
+
+    async fn attempt(&mut self, tx: &mut C) -> Result<Vec<OutboxRow>, Failure<Error>> {
+        let batch_size = self.relay.batch_size;
+        let now = now();
+        let limit = i64::try_from(batch_size).unwrap_or(i64::MAX);
+        let heads = C::Backend::outbox_heads(tx, now, limit).await?;
+        let mut room = batch_size.saturating_sub(heads.len());
+        let mut groups = Vec::with_capacity(heads.len());
+        for (head, more) in heads {
+            let followers = if more && room > 0 && C::Backend::OUTBOX_FOLLOWERS {
+                let limit = i64::try_from(room).unwrap_or(i64::MAX);
+                let found = C::Backend::outbox_followers(tx, &head, limit).await?;
+                let found = plan::free_run(found, now);
+                room -= found.len();
+                found
+            } else {
+                Vec::new()
+            };
+            groups.push((head, followers));
+        }
+        let rows = plan::in_publish_order(groups, batch_size);
+        let positions: Vec<i64> = rows.iter().map(|row| row.position).collect();
+        let until = after(now, self.relay.lease);
+        C::Backend::lease_outbox(tx, &positions, self.token, until).await?;
+        Ok(rows)
+    }
+}
+
+/// Step 3's transaction: every row's result, fenced by the lease token; how many rows it
+/// still held.
+struct Mark<'a> {
+    taken: &'a Taken,
+    settles: &'a [Settle],
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Mark<'_> {
+    type Output = usize;
+    type Error = Error;
+
+    async fn attempt(&mut self, tx: &mut C) -> Result<usize, Failure<Error>> {
+        let Self { taken, settles } = *self;
+        let lease_token = taken.token.as_str();
+        let now = now();
+        let mut marked = 0;
+        for (change, keep) in [
+            (OutboxChange::Published, Settle::Published),
+            (OutboxChange::Released, Settle::Released),
+        ] {
+            let rows = positions(taken, settles, |s| *s == keep);
+            marked += C::Backend::settle_outbox(tx, &rows, lease_token, change, now).await?;
+        }
+        for (row, settle) in taken.rows.iter().zip(settles) {
+            let change = match settle {
+                Settle::Retry { error, at } => OutboxChange::Retry { error, at: *at },
+                Settle::Failed { error } => OutboxChange::Failed { error },
+                Settle::Published | Settle::Released => continue,
+            };
+            let rows = [row.position];
+            marked += C::Backend::settle_outbox(tx, &rows, lease_token, change, now).await?;
+        }
+        Ok(marked)
+    }
+}
+
 /// Runs `body` in a top-level transaction; contention (a deadlock between two relays, a busy
 /// SQLite) is rolled back and run again under the default policy.
-fn in_transaction<C: InboxConnection, R>(
+async fn in_transaction<F, C, R>(
     conn: &mut C,
-    mut body: impl FnMut(&mut C) -> Result<R, diesel::result::Error>,
-) -> Result<R, Error> {
+    body: impl Body<F, C, Output = R, Error = Error>,
+) -> Result<R, Error>
+where
+    C: Db<F, Backend: Sql>,
+{
     let subject = Subject {
         consumer: "outbox relay",
         event_id: None,
     };
-    transaction::run(
+    engine::run(
         conn,
         Scope::TopLevel,
         &RetryPolicy::default(),
         subject,
-        |tx| body(tx).map_err(Failure::Database),
+        body,
     )
+    .await
     .map_err(Failure::into_error)
+}
+
+/// How a pass sends one message: through a blocking [`Publisher`] or an awaited
+/// [`AsyncPublisher`](crate::AsyncPublisher).
+pub(crate) trait Publish {
+    /// Sends `message`; resolves once the broker has it or the publish failed.
+    fn send(&mut self, message: &OutboxMessage) -> impl Future<Output = Result<(), PublishError>>;
+}
+
+/// A blocking [`Publisher`], called in place.
+struct Blocks<'a, P: ?Sized>(&'a mut P);
+
+impl<P: Publisher + ?Sized> Publish for Blocks<'_, P> {
+    fn send(&mut self, message: &OutboxMessage) -> impl Future<Output = Result<(), PublishError>> {
+        std::future::ready(self.0.publish(message))
+    }
+}
+
+/// An [`AsyncPublisher`](crate::AsyncPublisher), awaited.
+#[cfg(any(feature = "tokio", feature = "async"))]
+pub(crate) struct Awaits<'a, P: ?Sized>(pub(crate) &'a P);
+
+#[cfg(any(feature = "tokio", feature = "async"))]
+impl<P: crate::AsyncPublisher + ?Sized> Publish for Awaits<'_, P> {
+    fn send(&mut self, message: &OutboxMessage) -> impl Future<Output = Result<(), PublishError>> {
+        self.0.publish(message)
+    }
 }
 
 /// Runs a database step on tokio's blocking pool with a connection from `pool`; a panic in it

@@ -48,6 +48,17 @@ pub trait TransactionSql: Backend + Sized + 'static {
         conn: &mut C,
     ) -> impl Future<Output = QueryResult<bool>> + Send;
 
+    /// Called before a transaction whose locking reads must lock only the rows they return
+    /// (a prune batch, a relay's take). MySQL/MariaDB run the next transaction at READ
+    /// COMMITTED, so the read locks neither the index gaps around those rows, which
+    /// redeliveries and enqueues would wait on, nor the rows its filter rejects.
+    fn next_transaction_read_committed<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        let _ = conn;
+        ready(Ok(()))
+    }
+
     /// Called before a contention retry.
     fn before_contention_retry<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
@@ -125,6 +136,13 @@ impl TransactionSql for diesel::mysql::Mysql {
         conn: &mut C,
     ) -> impl Future<Output = QueryResult<()>> + Send {
         mysql::prepared_or_text(conn, "COMMIT")
+    }
+
+    fn next_transaction_read_committed<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        // The next transaction only; the session's own level is left alone.
+        conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
     }
 
     async fn transaction_is_alive<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {

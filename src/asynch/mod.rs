@@ -65,6 +65,9 @@
 //!   blocking pool when its future is dropped, with `block_in_place`: cancelling a delivery
 //!   on it needs tokio's multi-thread runtime.
 
+mod cursor;
+mod outbox;
+
 use std::future::Future;
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -76,6 +79,9 @@ use crate::engine::Effect;
 use crate::sql::{Async, Sql};
 use crate::stats;
 use crate::{Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy, Stats};
+
+pub use cursor::Cursor;
+pub use outbox::{Outbox, Relay};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,
 /// MySQL/MariaDB or SQLite (through `SyncConnectionWrapper`), and the pooled connections of
@@ -274,7 +280,10 @@ where
     type Error = E;
 
     fn call(&mut self, conn: &mut C) -> impl Future<Output = Result<T, E>> {
-        call(&mut self.0, conn)
+        // Boxed, so that rustc lays the handler's future out apart from the delivery's: the
+        // engine's own nesting and a handler's (one that enqueues or claims, say) together
+        // would pass its layout depth limit. One allocation per attempt.
+        Box::pin(call(&mut self.0, conn))
     }
 }
 

@@ -1,0 +1,134 @@
+//! The producer side on async connections: [`Outbox::enqueue`] in the caller's transaction,
+//! and a [`Relay`] whose passes run on an async connection and await an [`AsyncPublisher`].
+//! Both run the sync API's bodies and statements.
+
+use crate::outbox::Awaits;
+use crate::sql::Async;
+use crate::{AsyncPublisher, Envelope, Error, OutboxStats, RelayPass};
+
+use super::AsyncInboxConnection;
+
+/// A producer's outbox on async connections: [`crate::Outbox`], whose enqueues are awaited.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::{asynch, Envelope, OutboxMessage, PublishError};
+///
+/// /// Prints what it publishes; a real one sends to a broker and awaits its ack.
+/// struct Stdout;
+///
+/// impl diesel_inbox::AsyncPublisher for Stdout {
+///     async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+///         println!("{} -> {}", message.envelope.id(), message.topic);
+///         Ok(())
+///     }
+/// }
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut setup = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut setup)?;
+/// let mut conn: SyncConnectionWrapper<SqliteConnection> = SyncConnectionWrapper::new(setup);
+/// let outbox = asynch::Outbox::new("orders-service")?;
+///
+/// let placed = Envelope::new("order.placed", "order", "42");
+/// outbox.enqueue(&mut conn, "orders.placed", &placed).await?;
+///
+/// let relay = asynch::Relay::new();
+/// assert_eq!(relay.run_once(&mut conn, &Stdout).await?.published, 1);
+/// assert!(relay.run_once(&mut conn, &Stdout).await?.is_idle());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Outbox(crate::Outbox);
+
+impl From<crate::Outbox> for Outbox {
+    fn from(outbox: crate::Outbox) -> Self {
+        Self(outbox)
+    }
+}
+
+impl Outbox {
+    /// [`crate::Outbox::new`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidEnvelope`] when `producer` is empty.
+    pub fn new(producer: &str) -> Result<Self, Error> {
+        crate::Outbox::new(producer).map(Self)
+    }
+
+    /// The producer name.
+    pub fn producer(&self) -> &str {
+        self.0.producer()
+    }
+
+    /// Enqueues `envelope` for `topic` on `conn`: [`crate::Outbox::enqueue`], awaited. Inside
+    /// a transaction, an async inbox handler's included, the row commits with it; outside
+    /// one, in a transaction of its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Outbox::enqueue`].
+    pub async fn enqueue<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        topic: &str,
+        envelope: &Envelope,
+    ) -> Result<(), Error> {
+        self.0.enqueue_in::<Async, _>(conn, topic, envelope).await
+    }
+
+    /// The rows per state and the oldest pending row: [`crate::Outbox::stats`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn stats<C: AsyncInboxConnection>(conn: &mut C) -> Result<OutboxStats, Error> {
+        crate::Outbox::stats_in::<Async, _>(conn).await
+    }
+}
+
+/// Publishes outbox rows from an async connection through an [`AsyncPublisher`]:
+/// [`crate::Relay`], whose passes are awaited. Configure it as a [`crate::Relay`] and convert
+/// it with `From`.
+///
+/// A pass holds its connection while it publishes; with a pool, take a connection for each
+/// pass, so that a slow broker holds one connection at most.
+#[derive(Debug, Clone, Default)]
+pub struct Relay(crate::Relay);
+
+impl From<crate::Relay> for Relay {
+    fn from(relay: crate::Relay) -> Self {
+        Self(relay)
+    }
+}
+
+impl Relay {
+    /// [`crate::Relay::new`].
+    pub fn new() -> Self {
+        Self(crate::Relay::new())
+    }
+
+    /// One pass: takes the rows due now, publishes them through `publisher` in order,
+    /// awaiting each, and marks them: [`crate::Relay::run_once`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Relay::run_once`].
+    pub async fn run_once<C, P>(&self, conn: &mut C, publisher: &P) -> Result<RelayPass, Error>
+    where
+        C: AsyncInboxConnection,
+        P: AsyncPublisher + ?Sized,
+    {
+        use tracing::Instrument;
+        self.0
+            .pass::<Async, _>(conn, &mut Awaits(publisher))
+            .instrument(tracing::info_span!("relay"))
+            .await
+    }
+}
