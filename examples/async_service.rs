@@ -1,11 +1,13 @@
-//! Consume, transform, produce: a tokio service on embedded SQLite and NATS JetStream.
+//! Consume, transform, produce: a tokio service on diesel-async, embedded SQLite and NATS
+//! JetStream, with no blocking pool: every database step is awaited on a pooled
+//! `SyncConnectionWrapper<SqliteConnection>` from diesel-async's deadpool pool.
 //!
 //! 1. The "orders" service enqueues six `order.placed` events through its outbox, one
 //!    transaction each: orders 1 to 5 at schema version 2, and order 6 at version 3.
 //! 2. One relay task publishes the outbox to JetStream (`<run>.orders.placed`), sleeping a
 //!    little whenever a pass finds nothing to do.
-//! 3. The "billing" consumer pulls each order and runs its inbox on tokio's blocking pool:
-//!    it writes the invoice and enqueues `invoice.issued` in the same transaction, and acks
+//! 3. The "billing" consumer pulls each order and runs its async inbox handler: it writes
+//!    the invoice and enqueues `invoice.issued` in the same transaction, and acks
 //!    the message only after that commit. Its consumer "crashes" after committing order 3 and
 //!    before acking it: JetStream redelivers it after `ack_wait`, and the inbox skips the
 //!    effect. Version 3 is one billing does not read: the inbox dead-letters it and the
@@ -17,29 +19,33 @@
 //!
 //! ```sh
 //! source scripts/services   # NATS with JetStream on 127.0.0.1:4222 (NATS_URL overrides)
-//! cargo run --example async_service --features nats,sqlite
+//! cargo run --example async_service --features async,nats,sqlite
 //! ```
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, PullConsumer};
 use async_nats::jetstream::{self, stream, AckKind, Context};
-use diesel::connection::SimpleConnection;
-use diesel::prelude::*;
-use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::{BigInt, Text};
+use diesel::{Connection, QueryableByName, SqliteConnection};
+use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+use diesel_inbox::asynch::{self, Inbox, Outbox, Relay};
 use diesel_inbox::nats::{envelope_of, JetStreamPublisher};
-use diesel_inbox::{Ack, Envelope, Inbox, Outbox, Outcome, Relay, SchemaVersions, SqliteSetup};
+use diesel_inbox::{Ack, Envelope, Outcome, SchemaVersions, SqliteSetup};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::{sleep, timeout};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
-type SqlitePool = Pool<ConnectionManager<SqliteConnection>>;
+/// SQLite through diesel-async: each statement runs on tokio's blocking pool, out of sight.
+type Conn = SyncConnectionWrapper<SqliteConnection>;
+type SqlitePool = Pool<Conn>;
 
 /// Orders 1 to 5 at schema version 2; one more at version 3.
 const ORDERS: u32 = 5;
@@ -140,13 +146,13 @@ async fn flow(js: &Context, names: &Names) -> Result {
 
     let enqueued = place_orders(&pool, names).await?;
     println!("orders-service: {enqueued} order.placed events enqueued, one transaction each");
-    let billing = Arc::new(Billing {
+    let billing = Billing {
         pool: pool.clone(),
         inbox: Inbox::new("billing")?,
         versions: SchemaVersions::new().accept("order.placed", [1, 2]),
         outbox: Outbox::new("billing")?,
         invoices_topic: names.subject("invoices.issued"),
-    });
+    };
     let orders = consumer(js, &names.orders_stream(), "billing").await?;
     let billed = bill_orders(&billing, orders).await?;
 
@@ -167,37 +173,33 @@ async fn flow(js: &Context, names: &Names) -> Result {
     report(&pool, &counts).await
 }
 
-/// An r2d2 pool over a SQLite file: WAL and a busy timeout on each connection, so that the
+/// A deadpool pool over a SQLite file: WAL and a busy timeout on each connection, so that the
 /// relay and the consumer write side by side; the inbox and outbox tables, and billing's.
 async fn sqlite_pool(path: &Path) -> Result<SqlitePool> {
-    let manager = ConnectionManager::<SqliteConnection>::new(path.display().to_string());
-    let pool = tokio::task::spawn_blocking(move || {
-        Pool::builder()
-            .max_size(4)
-            .connection_customizer(Box::new(SqliteSetup::default()))
-            .build(manager)
-    })
-    .await??;
-    db(&pool, |conn| {
-        diesel_inbox::run_pending_migrations(conn)?;
-        conn.batch_execute("CREATE TABLE invoices (order_id TEXT PRIMARY KEY, total BIGINT)")?;
-        Ok(())
-    })
-    .await?;
+    let mut config = ManagerConfig::<Conn>::default();
+    config.custom_setup = Box::new(|url| {
+        let url = url.to_owned();
+        Box::pin(async move {
+            let mut conn = Conn::new(SqliteConnection::establish(&url)?);
+            let setup = |conn: &mut SqliteConnection| SqliteSetup::default().apply(conn);
+            conn.spawn_blocking(setup)
+                .await
+                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+            Ok(conn)
+        })
+    });
+    let manager = AsyncDieselConnectionManager::new_with_config(path.display().to_string(), config);
+    let pool = Pool::builder(manager).max_size(4).build()?;
+    let mut conn = pool.get().await?;
+    diesel_inbox::asynch::run_pending_migrations(&mut *conn).await?;
+    conn.batch_execute("CREATE TABLE invoices (order_id TEXT PRIMARY KEY, total BIGINT)")
+        .await?;
     Ok(pool)
 }
 
-/// Runs `step` on tokio's blocking pool with a pooled connection: Diesel blocks.
-async fn db<R: Send + 'static>(
-    pool: &SqlitePool,
-    step: impl FnOnce(&mut SqliteConnection) -> Result<R> + Send + 'static,
-) -> Result<R> {
-    let pool = pool.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut conn = pool.get()?;
-        step(&mut conn)
-    })
-    .await?
+/// A pooled connection; pool errors (none to give within deadpool's wait) are the flow's.
+async fn connection(pool: &SqlitePool) -> Result<Object<Conn>> {
+    Ok(pool.get().await?)
 }
 
 /// The orders service: each order's event enqueued in a transaction of its own (where its
@@ -220,21 +222,21 @@ async fn place_orders(pool: &SqlitePool, names: &Names) -> Result<usize> {
     // A version billing does not read yet: a new field, as the orders service now sends it.
     let future = serde_json::json!({"order_id": "6", "total": 990, "currency": "EUR"});
     events.push(placed("6").with_schema_version(3).json(&future)?);
-    db(pool, move |conn| {
-        for event in &events {
-            conn.transaction(|tx| outbox.enqueue(tx, &topic, event))?;
-        }
-        Ok(events.len())
-    })
-    .await
+    let mut conn = connection(pool).await?;
+    for event in &events {
+        // Outside a transaction: the enqueue commits in one of its own.
+        outbox.enqueue(&mut *conn, &topic, event).await?;
+    }
+    Ok(events.len())
 }
 
 fn placed(order_id: &str) -> Envelope {
     Envelope::new("order.placed", "order", order_id)
 }
 
-/// The relay: passes until told to stop, napping when one finds nothing due. A failed pass
-/// (a busy database, a broker away) is logged and tried again.
+/// The relay: passes until told to stop, napping when one finds nothing due; each pass on a
+/// connection of its own from the pool. A failed pass (a busy database, a broker away) is
+/// logged and tried again.
 async fn relay_task(
     pool: SqlitePool,
     publisher: JetStreamPublisher,
@@ -243,7 +245,14 @@ async fn relay_task(
     let relay = Relay::new();
     let mut relayed = 0;
     while !*stop.borrow() {
-        match relay.run_once_async(&pool, &publisher).await {
+        let pass = match connection(&pool).await {
+            Ok(mut conn) => relay
+                .run_once(&mut *conn, &publisher)
+                .await
+                .map_err(Into::into),
+            Err(error) => Err(error),
+        };
+        match pass {
             Ok(pass) if !pass.is_idle() => {
                 relayed += pass.published;
                 continue;
@@ -279,41 +288,30 @@ struct Billing {
 }
 
 impl Billing {
-    /// The inbox on the blocking pool. The outer error is the task's own (a panic); the
-    /// inner one is the inbox's answer, for `Ack::of`.
+    /// The invoice and its `invoice.issued` event, in the inbox's transaction. The outer
+    /// error is the pool's; the inner one is the inbox's answer, for `Ack::of`.
     async fn process(
-        self: &Arc<Self>,
-        envelope: Envelope,
-    ) -> Result<std::result::Result<Outcome<()>, diesel_inbox::Error>> {
-        let billing = Arc::clone(self);
-        Ok(tokio::task::spawn_blocking(move || {
-            let mut conn = billing.pool.get()?;
-            billing.bill(&mut conn, &envelope)
-        })
-        .await?)
-    }
-
-    /// The invoice and its `invoice.issued` event, in the inbox's transaction.
-    fn bill(
         &self,
-        conn: &mut SqliteConnection,
         envelope: &Envelope,
-    ) -> std::result::Result<Outcome<()>, diesel_inbox::Error> {
-        self.inbox.process(conn, envelope, |tx| {
+    ) -> Result<std::result::Result<Outcome<()>, diesel_inbox::Error>> {
+        let mut conn = connection(&self.pool).await?;
+        let bill = async |tx: &mut Conn| {
             self.versions.check(envelope)?;
             let order: OrderPlaced = envelope.decode_json()?;
             diesel::sql_query("INSERT INTO invoices (order_id, total) VALUES (?, ?)")
                 .bind::<Text, _>(&order.order_id)
                 .bind::<BigInt, _>(order.total)
-                .execute(tx)?;
+                .execute(tx)
+                .await?;
             let issued = Envelope::new("invoice.issued", "order", envelope.aggregate_id()).json(
                 &InvoiceIssued {
                     order_id: order.order_id,
                     total: order.total,
                 },
             )?;
-            self.outbox.enqueue(tx, &self.invoices_topic, &issued)
-        })
+            self.outbox.enqueue(tx, &self.invoices_topic, &issued).await
+        };
+        Ok(self.inbox.process(&mut *conn, envelope, bill).await)
     }
 }
 
@@ -327,7 +325,7 @@ struct Billed {
 
 /// Billing's loop: one message at a time, until every order is settled and the stream has
 /// been quiet for a while.
-async fn bill_orders(billing: &Arc<Billing>, consumer: PullConsumer) -> Result<Billed> {
+async fn bill_orders(billing: &Billing, consumer: PullConsumer) -> Result<Billed> {
     let mut messages = consumer.messages().await?;
     let mut billed = Billed::default();
     loop {
@@ -340,9 +338,9 @@ async fn bill_orders(billing: &Arc<Billing>, consumer: PullConsumer) -> Result<B
     }
 }
 
-/// One delivery: decode, process on the blocking pool, then ack as `Ack::of` says.
+/// One delivery: decode, process, then ack as `Ack::of` says.
 async fn consume_one(
-    billing: &Arc<Billing>,
+    billing: &Billing,
     message: &jetstream::Message,
     billed: &mut Billed,
 ) -> Result {
@@ -362,7 +360,7 @@ async fn consume_one(
     let first_delivery = message.info()?.delivered == 1;
     let order = envelope.aggregate_id().to_owned();
     let version = envelope.schema_version();
-    let result = billing.process(envelope).await?;
+    let result = billing.process(&envelope).await?;
     match &result {
         Ok(Outcome::Duplicate(_)) => {
             println!("billing: duplicate delivery of order {order}: effect skipped");
@@ -414,7 +412,7 @@ async fn count_invoices(consumer: PullConsumer, stop: watch::Receiver<bool>) -> 
 }
 
 async fn outbox_stats(pool: &SqlitePool) -> Result<diesel_inbox::OutboxStats> {
-    db(pool, |conn| Ok(Outbox::stats(conn)?)).await
+    Ok(Outbox::stats(&mut *connection(pool).await?).await?)
 }
 
 /// Messages a stream holds.
@@ -437,26 +435,16 @@ struct Count {
     n: i64,
 }
 
-/// Prints the counts next to what they must be, and the dead letters' reasons; fails on any
-/// mismatch.
+/// Prints the counts next to what they must be; fails on any mismatch.
 async fn report(pool: &SqlitePool, counts: &Counts) -> Result {
-    let (invoices, dead) = db(pool, |conn| {
-        let invoices =
-            diesel::sql_query("SELECT COUNT(*) AS n FROM invoices").get_result::<Count>(conn)?;
-        Ok((
-            invoices.n,
-            Inbox::new("billing")?
-                .dead_letters()
-                .list(conn, None, 100)?,
-        ))
-    })
-    .await?;
-    for letter in &dead {
-        match letter {
-            Ok(letter) => println!("dead letter {}: {}", letter.event_id, letter.last_error),
-            Err(unreadable) => println!("unreadable dead letter: {unreadable}"),
-        }
-    }
+    let mut conn = connection(pool).await?;
+    let invoices = diesel::sql_query("SELECT COUNT(*) AS n FROM invoices")
+        .get_result::<Count>(&mut *conn)
+        .await?
+        .n;
+    let billing = asynch::Inbox::new("billing")?;
+    let stats = billing.stats(&mut *conn, Duration::from_secs(3600)).await?;
+    drop(conn);
     let pending = outbox_stats(pool).await?.pending;
     let checks = [
         ("orders published", counts.orders_stored, 6),
@@ -466,7 +454,7 @@ async fn report(pool: &SqlitePool, counts: &Counts) -> Result {
             7,
         ),
         ("invoices written", invoices.unsigned_abs(), 5),
-        ("dead letters", dead.len() as u64, 1),
+        ("dead letters", stats.totals.dead_lettered, 1),
         ("invoice.issued events counted", counts.issued as u64, 5),
         (
             "invoice.issued events in the stream",

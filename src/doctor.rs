@@ -28,8 +28,10 @@
 
 use crate::backend::sealed::AdminSql;
 pub use crate::check::{Check, CheckStatus};
+use crate::engine::run_ready;
 use crate::migrations::objects::{Index, Table, INDEXES, TABLES};
 use crate::migrations::{created_table, version_of_migration};
+use crate::sql::Blocking;
 use crate::{Error, InboxConnection};
 
 /// Where `run_pending_migrations` records the inbox's versions.
@@ -45,8 +47,8 @@ const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 /// [`Error::Database`] when a check's query fails for another reason than what it checks (a
 /// lost connection, missing permissions on the catalog).
 pub fn check<C: InboxConnection>(conn: &mut C) -> Result<Vec<Check>, Error> {
+    let mut checks = vec![schema(conn)?];
     let sql = conn.sql();
-    let mut checks = vec![schema(sql)?];
     let mut missing_tables = Vec::new();
     for table in TABLES {
         let check = table_check(sql, table)?;
@@ -137,8 +139,9 @@ fn index_check<S: AdminSql>(
 /// Whether every embedded migration is recorded as applied; where the tables exist but no
 /// migration is recorded, the schema came another way (installed into the application's
 /// migrations), which this cannot see into. Missing tables are the tables' own checks.
-fn schema<S: AdminSql>(sql: &mut S) -> diesel::QueryResult<Check> {
+fn schema<C: InboxConnection>(conn: &mut C) -> diesel::QueryResult<Check> {
     const NAME: &str = "schema";
+    let sql = conn.sql();
     let mut none = true;
     for table in TABLES {
         none &= !sql.table_exists(table.name)?;
@@ -155,7 +158,7 @@ fn schema<S: AdminSql>(sql: &mut S) -> diesel::QueryResult<Check> {
     if !tracked {
         return Ok(Check::new(NAME, CheckStatus::Warn, installed));
     }
-    let pending = crate::migrations::pending(sql)?;
+    let pending = run_ready(crate::migrations::pending::<Blocking, _>(conn))?;
     Ok(match pending.len() {
         0 => Check::new(NAME, CheckStatus::Ok, "every inbox migration is applied"),
         n if n == crate::migrations::COUNT => Check::new(NAME, CheckStatus::Warn, installed),

@@ -8,7 +8,8 @@
 //!   records the inbox's versions in a table of its own, `diesel_inbox_migrations`, never in
 //!   Diesel's `__diesel_schema_migrations`, so every Diesel CLI command
 //!   (`diesel migration run`, `revert --all`, `redo`, `list`) keeps working on the
-//!   application's own migrations folder, which knows nothing of the inbox.
+//!   application's own migrations folder, which knows nothing of the inbox. On diesel-async,
+//!   `asynch::run_pending_migrations` (feature `async`) runs the same code.
 //! - **Installed**: call [`install`] once (from a build script, a test or an ops tool) to write
 //!   the inbox's SQL into the application's migrations folder as ordinary Diesel CLI
 //!   migrations (`<timestamp>_diesel_inbox_create/{up,down}.sql`, ...). From then on they are
@@ -21,7 +22,7 @@
 //!
 //! The same SQL is available as text through [`sql`] (to print, review or run by hand), and as
 //! [`EmbeddedMigrations`] ([`POSTGRES`], [`SQLITE`], [`MYSQL`]) for an application that runs
-//! them through its own [`MigrationHarness`].
+//! them through its own [`MigrationHarness`](diesel_migrations::MigrationHarness).
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
@@ -46,21 +47,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use diesel::migration::{self, Migration, MigrationVersion};
 use diesel::QueryResult;
-use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
+use diesel_migrations::EmbeddedMigrations;
 
-use crate::backend::sealed::AdminSql;
-use crate::backend::tracking::TracksMigrations;
 pub use crate::dialect::{Dialect, UnknownDatabaseUrl, UnknownDialect};
-use crate::error::MigrationError;
+use crate::engine::run_ready;
+use crate::sql::{Blocking, Db, MigrationsSql, Sql};
 use crate::{Error, InboxConnection};
 
 // Only PostgreSQL polls for its migration lock: MySQL's GET_LOCK waits by itself.
 pub(crate) mod objects;
 mod sql_text;
 
-/// The inbox migrations for PostgreSQL, for an application's own [`MigrationHarness`].
+/// The inbox migrations for PostgreSQL, for an application's own
+/// [`MigrationHarness`](diesel_migrations::MigrationHarness).
 ///
 /// Running them that way records their versions (`20000101000001`, `20000101000002`) in the
 /// application's `__diesel_schema_migrations`, beside its own. The Diesel CLI then knows
@@ -73,7 +73,8 @@ mod sql_text;
 pub const POSTGRES: EmbeddedMigrations =
     diesel_migrations::embed_migrations!("migrations/postgres");
 
-/// The inbox migrations for SQLite, for an application's own [`MigrationHarness`].
+/// The inbox migrations for SQLite, for an application's own
+/// [`MigrationHarness`](diesel_migrations::MigrationHarness).
 ///
 /// Running them that way records their versions (`20000101000001`, `20000101000002`) in the
 /// application's `__diesel_schema_migrations`, beside its own. The Diesel CLI then knows
@@ -96,7 +97,8 @@ pub const POSTGRES: EmbeddedMigrations =
 #[cfg(feature = "sqlite")]
 pub const SQLITE: EmbeddedMigrations = diesel_migrations::embed_migrations!("migrations/sqlite");
 
-/// The inbox migrations for MySQL and MariaDB, for an application's own [`MigrationHarness`].
+/// The inbox migrations for MySQL and MariaDB, for an application's own
+/// [`MigrationHarness`](diesel_migrations::MigrationHarness).
 ///
 /// Running them that way records their versions (`20000101000001`, `20000101000002`) in the
 /// application's `__diesel_schema_migrations`, beside its own. The Diesel CLI then knows
@@ -176,25 +178,21 @@ pub fn run_pending_migrations_with<C: InboxConnection>(
     conn: &mut C,
     options: MigrationOptions,
 ) -> Result<usize, Error> {
-    conn.sql()
-        .with_migration_lock(options.lock_timeout, &mut |conn| {
-            apply(conn, embedded(conn.dialect()))
-        })
+    run_ready(migrate::<Blocking, _>(conn, options))
 }
 
-/// The embedded migrations for `dialect`: a connection of a backend whose feature is off
-/// cannot exist, so neither can its dialect here.
-fn embedded(dialect: Dialect) -> EmbeddedMigrations {
-    match dialect {
-        #[cfg(feature = "postgres")]
-        Dialect::Postgres => POSTGRES,
-        #[cfg(feature = "sqlite")]
-        Dialect::Sqlite => SQLITE,
-        #[cfg(feature = "mysql")]
-        Dialect::Mysql => MYSQL,
-        #[allow(unreachable_patterns)]
-        other => unreachable!("a {other} connection without the {other} feature"),
-    }
+/// [`run_pending_migrations_with`] in either flavour: the migrations not applied yet, in
+/// order, each in a transaction of its own, under the backend's migration lock.
+pub(crate) async fn migrate<F, C: Db<F, Backend: Sql>>(
+    conn: &mut C,
+    options: MigrationOptions,
+) -> Result<usize, Error> {
+    let lock = C::Backend::lock_migrations(conn, options.lock_timeout).await?;
+    let applied = apply(conn).await;
+    let released = C::Backend::unlock_migrations(conn, lock, applied.is_ok()).await;
+    let applied = applied.map_err(|error| Error::Migration(Box::new(error)))?;
+    released.map_err(|error| Error::Migration(Box::new(error)))?;
+    Ok(applied)
 }
 
 /// How [`run_pending_migrations_with`] applies the inbox migrations.
@@ -247,6 +245,8 @@ pub struct MigrationSql {
     /// The migration's name, without a version: `diesel_inbox_create`, `diesel_inbox_failures`.
     /// Installed folders are named `<version>_<name>`.
     pub name: &'static str,
+    /// Its version, as `diesel_inbox_migrations` records it: `20000101000001`.
+    pub version: &'static str,
     /// The SQL that applies it (`up.sql`).
     pub up: &'static str,
     /// The SQL that reverts it (`down.sql`); it drops the tables and every row in them.
@@ -255,9 +255,10 @@ pub struct MigrationSql {
 
 /// The inbox migration `$name` of the folder `migrations/$dialect`, as text.
 macro_rules! migration_sql {
-    ($dialect:literal, $folder:literal, $name:literal) => {
+    ($dialect:literal, $folder:literal, $version:literal, $name:literal) => {
         MigrationSql {
             name: $name,
+            version: $version,
             up: include_str!(concat!(
                 "../migrations/",
                 $dialect,
@@ -284,13 +285,48 @@ macro_rules! migration_sql {
 macro_rules! migrations_sql {
     ($dialect:literal) => {
         &[
-            migration_sql!($dialect, "2000-01-01-000001", "diesel_inbox_create"),
-            migration_sql!($dialect, "2000-01-01-000002", "diesel_inbox_failures"),
-            migration_sql!($dialect, "2000-01-01-000003", "diesel_inbox_operations"),
-            migration_sql!($dialect, "2000-01-01-000004", "diesel_inbox_cursors"),
-            migration_sql!($dialect, "2000-01-01-000005", "diesel_inbox_claims"),
-            migration_sql!($dialect, "2000-01-01-000006", "diesel_inbox_outbox"),
-            migration_sql!($dialect, "2000-01-01-000007", "diesel_inbox_outbox_order"),
+            migration_sql!(
+                $dialect,
+                "2000-01-01-000001",
+                "20000101000001",
+                "diesel_inbox_create"
+            ),
+            migration_sql!(
+                $dialect,
+                "2000-01-01-000002",
+                "20000101000002",
+                "diesel_inbox_failures"
+            ),
+            migration_sql!(
+                $dialect,
+                "2000-01-01-000003",
+                "20000101000003",
+                "diesel_inbox_operations"
+            ),
+            migration_sql!(
+                $dialect,
+                "2000-01-01-000004",
+                "20000101000004",
+                "diesel_inbox_cursors"
+            ),
+            migration_sql!(
+                $dialect,
+                "2000-01-01-000005",
+                "20000101000005",
+                "diesel_inbox_claims"
+            ),
+            migration_sql!(
+                $dialect,
+                "2000-01-01-000006",
+                "20000101000006",
+                "diesel_inbox_outbox"
+            ),
+            migration_sql!(
+                $dialect,
+                "2000-01-01-000007",
+                "20000101000007",
+                "diesel_inbox_outbox_order"
+            ),
         ]
     };
 }
@@ -337,8 +373,8 @@ pub(crate) fn created_table(dialect: Dialect, name: &str) -> Option<sql_text::Cr
 pub(crate) fn version_of_migration(name: &str) -> Option<String> {
     POSTGRES_SQL
         .iter()
-        .position(|m| m.name == name)
-        .map(|at| format!("2000010100000{}", at + 1))
+        .find(|m| m.name == name)
+        .map(|m| m.version.to_owned())
 }
 
 /// Writes the inbox migrations into an application's Diesel migrations folder `dir`, as
@@ -471,124 +507,127 @@ fn first_free_second(now: DateTime<Utc>, taken: &HashSet<String>, count: usize) 
     first
 }
 
-/// The versions of the inbox's embedded migrations that `diesel_inbox_migrations` does not
-/// record, oldest first. Reads only: an error when the tracking table is missing (probed in a
+/// The versions of the inbox's migrations that `diesel_inbox_migrations` does not record,
+/// oldest first. Reads only: an error when the tracking table is missing (probed in a
 /// transaction of its own, so a caller's PostgreSQL transaction is not left aborted).
-pub(crate) fn pending<C: AdminSql>(conn: &mut C) -> QueryResult<Vec<String>> {
-    use diesel::migration::MigrationSource;
-    let migrations = embedded(conn.dialect());
-    let applied: HashSet<String> = conn
-        .transaction(TracksMigrations::applied)?
-        .into_iter()
-        .collect();
-    let embedded = MigrationSource::<C::Backend>::migrations(&migrations)
-        .map_err(diesel::result::Error::QueryBuilderError)?;
-    let mut versions: Vec<String> = embedded
+pub(crate) async fn pending<F, C: Db<F, Backend: Sql>>(conn: &mut C) -> QueryResult<Vec<String>> {
+    conn.begin_level().await?;
+    let applied = C::Backend::applied_migrations(conn).await;
+    end_level(conn, applied.is_ok()).await?;
+    let applied: HashSet<String> = applied?.into_iter().collect();
+    Ok(sql(C::Backend::DIALECT)
         .iter()
-        .map(|m| m.name().version().to_string())
+        .map(|migration| migration.version.to_owned())
         .filter(|version| !applied.contains(version))
-        .collect();
-    versions.sort();
-    Ok(versions)
+        .collect())
 }
 
-/// Applies `migrations` through the inbox's own harness; returns how many ran.
-pub(crate) fn apply<C: TracksMigrations>(
-    conn: &mut C,
-    migrations: EmbeddedMigrations,
-) -> Result<usize, MigrationError> {
-    adopt_pre_release_schema(conn)?;
-    InboxHarness(conn)
-        .run_pending_migrations(migrations)
-        .map(|applied| applied.len())
+/// Applies the migrations `diesel_inbox_migrations` does not record, in order, each in a
+/// transaction of its own with its record; returns how many ran.
+async fn apply<F, C: Db<F, Backend: Sql>>(conn: &mut C) -> Result<usize, FailedMigration> {
+    let failed = |migration: &'static str| {
+        move |error: diesel::result::Error| FailedMigration { migration, error }
+    };
+    adopt_pre_release_schema(conn)
+        .await
+        .map_err(failed("the takeover of diesel-inbox 0.1's schema"))?;
+    let applied: HashSet<String> = C::Backend::applied_migrations(conn)
+        .await
+        .map_err(failed("reading diesel_inbox_migrations"))?
+        .into_iter()
+        .collect();
+    let mut ran = 0;
+    for migration in sql(C::Backend::DIALECT) {
+        if applied.contains(migration.version) {
+            continue;
+        }
+        conn.begin_level().await.map_err(failed(migration.name))?;
+        let mut step = conn.batch_execute(migration.up).await;
+        if step.is_ok() {
+            step = C::Backend::record_migration(conn, migration.version).await;
+        }
+        end_level(conn, step.is_ok())
+            .await
+            .map_err(failed(migration.name))?;
+        step.map_err(failed(migration.name))?;
+        tracing::info!(
+            migration = migration.name,
+            version = migration.version,
+            "applied the inbox migration"
+        );
+        ran += 1;
+    }
+    Ok(ran)
+}
+
+/// A migration that did not apply, and why: what [`Error::Migration`] carries.
+#[derive(Debug, thiserror::Error)]
+#[error("{migration}: {error}")]
+struct FailedMigration {
+    migration: &'static str,
+    #[source]
+    error: diesel::result::Error,
+}
+
+/// Ends the level [`Db::begin_level`] opened: commits it when `ok`, or when the commit fails
+/// and always otherwise, rolls it back.
+async fn end_level<F, C: Db<F>>(conn: &mut C, ok: bool) -> QueryResult<()> {
+    if ok {
+        let committed = conn.commit_level().await;
+        if committed.is_ok() {
+            return committed;
+        }
+        let _ = conn.rollback_level().await;
+        return committed;
+    }
+    conn.rollback_level().await
 }
 
 /// Takes over a database that diesel-inbox 0.1 migrated, once: renames `diesel_inbox` to
 /// `diesel_inbox_events`, so every event it processed stays processed, and moves the inbox's
 /// versions from Diesel's table into `diesel_inbox_migrations`, so that neither the inbox runs
 /// them again nor the Diesel CLI meets versions the application's folder lacks.
-fn adopt_pre_release_schema<C: TracksMigrations>(conn: &mut C) -> QueryResult<()> {
-    conn.create_tracking_table()?;
-    if !conn.applied()?.is_empty() {
+async fn adopt_pre_release_schema<F, C: Db<F, Backend: Sql>>(conn: &mut C) -> QueryResult<()> {
+    C::Backend::create_tracking_table(conn).await?;
+    if !C::Backend::applied_migrations(conn).await?.is_empty() {
         return Ok(());
     }
     // Probed in transactions of their own: a missing table is an error, which on PostgreSQL
     // would otherwise leave a caller's transaction aborted. Versions in Diesel's table beside
     // the new table names come from an application's own harness (see `POSTGRES`): its own.
-    let Ok(adopted) = conn.transaction(TracksMigrations::pre_release_versions) else {
+    conn.begin_level().await?;
+    let adopted = C::Backend::pre_release_versions(conn).await;
+    end_level(conn, adopted.is_ok()).await?;
+    let Ok(adopted) = adopted else {
         return Ok(());
     };
-    let pre_release_table = conn
-        .transaction(|tx| tx.batch_execute("SELECT 1 FROM diesel_inbox WHERE 1 = 0"))
-        .is_ok();
-    if adopted.is_empty() || !pre_release_table {
+    conn.begin_level().await?;
+    let probed = conn
+        .batch_execute("SELECT 1 FROM diesel_inbox WHERE 1 = 0")
+        .await;
+    end_level(conn, probed.is_ok()).await?;
+    if adopted.is_empty() || probed.is_err() {
         return Ok(());
     }
-    conn.transaction(|tx| {
-        tx.batch_execute("ALTER TABLE diesel_inbox RENAME TO diesel_inbox_events")?;
-        for version in &adopted {
-            tx.record(version)?;
-            tx.forget_pre_release(version)?;
+    conn.begin_level().await?;
+    let mut took_over = conn
+        .batch_execute("ALTER TABLE diesel_inbox RENAME TO diesel_inbox_events")
+        .await;
+    for version in &adopted {
+        if took_over.is_ok() {
+            took_over = C::Backend::record_migration(conn, version).await;
         }
-        Ok::<_, diesel::result::Error>(())
-    })?;
+        if took_over.is_ok() {
+            took_over = C::Backend::forget_pre_release(conn, version).await;
+        }
+    }
+    end_level(conn, took_over.is_ok()).await?;
+    took_over?;
     tracing::warn!(
         versions = ?adopted,
         "took over the inbox schema of diesel-inbox 0.1: diesel_inbox is now diesel_inbox_events, and its versions moved from __diesel_schema_migrations to diesel_inbox_migrations"
     );
     Ok(())
-}
-
-/// A [`MigrationHarness`] that keeps its versions in `diesel_inbox_migrations`.
-struct InboxHarness<'a, C>(&'a mut C);
-
-impl<C: TracksMigrations> InboxHarness<'_, C> {
-    /// Runs `step` on the connection, in a transaction when `migration` asks for one.
-    fn step(
-        &mut self,
-        migration: &dyn Migration<C::Backend>,
-        step: impl FnOnce(&mut C) -> migration::Result<()>,
-    ) -> migration::Result<MigrationVersion<'static>> {
-        if migration.metadata().run_in_transaction() {
-            self.0.transaction(step)?;
-        } else {
-            step(self.0)?;
-        }
-        Ok(migration.name().version().as_owned())
-    }
-}
-
-impl<C: TracksMigrations> MigrationHarness<C::Backend> for InboxHarness<'_, C> {
-    fn run_migration(
-        &mut self,
-        migration: &dyn Migration<C::Backend>,
-    ) -> migration::Result<MigrationVersion<'static>> {
-        let version = migration.name().version().to_string();
-        let applied = self.step(migration, |conn| {
-            migration.run(conn)?;
-            conn.record(&version)?;
-            Ok(())
-        })?;
-        tracing::info!(migration = %migration.name(), "applied the inbox migration");
-        Ok(applied)
-    }
-
-    fn revert_migration(
-        &mut self,
-        migration: &dyn Migration<C::Backend>,
-    ) -> migration::Result<MigrationVersion<'static>> {
-        let version = migration.name().version().to_string();
-        self.step(migration, |conn| {
-            migration.revert(conn)?;
-            conn.forget(&version)?;
-            Ok(())
-        })
-    }
-
-    fn applied_migrations(&mut self) -> migration::Result<Vec<MigrationVersion<'static>>> {
-        self.0.create_tracking_table()?;
-        Ok(self.0.applied()?.into_iter().map(Into::into).collect())
-    }
 }
 
 #[cfg(test)]
@@ -767,11 +806,14 @@ mod tests {
                 .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
                 .collect();
             folders.sort();
-            let names: Vec<&str> = folders
+            let names: Vec<(&str, String)> = folders
                 .iter()
-                .map(|f| f.split_once('_').unwrap().1)
+                .map(|f| (f.split_once('_').unwrap().1, version_of(f)))
                 .collect();
-            let listed: Vec<&str> = sql(dialect).iter().map(|m| m.name).collect();
+            let listed: Vec<(&str, String)> = sql(dialect)
+                .iter()
+                .map(|m| (m.name, m.version.to_owned()))
+                .collect();
             assert_eq!(listed, names, "{folder}");
         }
     }

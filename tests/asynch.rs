@@ -17,9 +17,10 @@ use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, SimpleAsyncConnection, TransactionManager};
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
+use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::{
-    Ack, AsyncPublisher, Delivery, Duplicate, Envelope, Error, Outbox, OutboxMessage, Outcome,
-    PublishError, Relay, Resume, Sequenced,
+    Ack, AsyncPublisher, Claim, ClaimOutcome, Claimed, Delivery, Duplicate, Envelope, Error,
+    Outbox, OutboxMessage, Outcome, PublishError, Relay, Resume, Sequenced,
 };
 use futures_util::FutureExt;
 
@@ -464,6 +465,100 @@ async fn a_sequence_whose_event_is_dead_lettered_is_settled_and_the_stream_moves
     assert_eq!(stream.resume(&mut conn).await.unwrap(), Resume::At(3));
 }
 
+async fn a_side_effect_under_a_claim_runs_once_and_a_redelivery_gets_its_result<B: AsyncBackend>() {
+    let (db, _check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let mailer = asynch::Inbox::new("mailer").unwrap().claims();
+    let mails = AtomicU32::new(0);
+    let send = async |claim: &Claim| {
+        tokio::task::yield_now().await;
+        mails.fetch_add(1, Ordering::Relaxed);
+        Ok::<_, Error>(claim.idempotency_key())
+    };
+
+    let first = mailer.run(&mut conn, "welcome:42", send).await.unwrap();
+    let again = mailer.run(&mut conn, "welcome:42", send).await.unwrap();
+
+    let ClaimOutcome::Ran(key) = first else {
+        panic!("the first delivery runs it: {first:?}");
+    };
+    assert_eq!(again, ClaimOutcome::Completed(key));
+    assert_eq!(mails.load(Ordering::Relaxed), 1);
+    assert_eq!(depth(&mut conn), Some(0));
+}
+
+async fn a_held_claim_completes_with_its_records_in_one_transaction<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let charges = asynch::Inbox::new("billing").unwrap().claims();
+
+    let asynch::Claimed::Acquired(claim) = charges.claim(&mut conn, "order-7").await.unwrap()
+    else {
+        panic!("the first delivery acquires the claim");
+    };
+    let meanwhile = charges.claim(&mut conn, "order-7").await.unwrap();
+    let charge_id = String::from("ch_1");
+    let record = async |tx: &mut B::Async| Ok::<_, Error>(record_effect(tx, "ch_1").await?);
+    claim
+        .complete_with(&mut conn, &charge_id, record)
+        .await
+        .unwrap();
+    let after = charges.claim(&mut conn, "order-7").await.unwrap();
+
+    assert!(matches!(meanwhile, Claimed::InProgress(_)), "{meanwhile:?}");
+    let Claimed::Completed(done) = after else {
+        panic!("completed: {after:?}");
+    };
+    assert_eq!(done.result::<String>().unwrap(), charge_id);
+    assert_eq!(check.effects_of("ch_1"), 1);
+}
+
+async fn a_side_effect_that_panics_leaves_its_claim_in_doubt<B: AsyncBackend>() {
+    let (db, _check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let payouts = asynch::Inbox::new("payouts").unwrap().claims();
+    let flaky = async |_: &Claim| Err::<u32, _>(Error::transient("connection refused"));
+    let panicking = async |_: &Claim| -> Result<u32, Error> { panic!("the payout SDK's bug") };
+
+    let released = payouts.run(&mut conn, "payout-1", flaky).await;
+    let run = payouts.run(&mut conn, "payout-1", panicking);
+    let panic = AssertUnwindSafe(run).catch_unwind().await.unwrap_err();
+    let after = payouts.claim(&mut conn, "payout-1").await.unwrap();
+
+    assert!(
+        released.is_err(),
+        "a transient failure releases the claim: {released:?}"
+    );
+    assert_eq!(panic.downcast_ref::<&str>(), Some(&"the payout SDK's bug"));
+    let asynch::Claimed::InDoubt(doubt) = after else {
+        panic!("in doubt: {after:?}");
+    };
+    assert_eq!(doubt.attempt(), 2, "the released claim was taken again");
+}
+
+async fn migrations_apply_on_an_async_connection_once_the_lock_is_free<B: AsyncBackend>() {
+    let (db, _) = support::database_without_inbox_schema::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let mut other_process = db.connect();
+    B::hold_migration_lock(&mut other_process);
+    let options = MigrationOptions::default().lock_timeout(Duration::from_millis(200));
+
+    let locked = asynch::run_pending_migrations_with(&mut conn, options).await;
+    drop(other_process);
+    let applied = asynch::run_pending_migrations(&mut conn).await.unwrap();
+    let again = asynch::run_pending_migrations(&mut conn).await.unwrap();
+
+    assert!(
+        matches!(locked, Err(Error::MigrationLocked { .. })),
+        "{locked:?}"
+    );
+    assert_eq!((applied, again), (support::MIGRATIONS, 0));
+    assert_eq!(depth(&mut conn), Some(0));
+    let nothing = async |_: &mut B::Async| Ok::<_, Error>(());
+    let delivered = asynch::with_inbox(&mut conn, "evt-1", nothing).await;
+    assert!(delivered.unwrap().is_processed(), "the schema is in place");
+}
+
 async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection<
     B: AsyncBackend,
 >() {
@@ -601,6 +696,10 @@ macro_rules! async_backend_tests {
                 a_cursor_settles_each_sequence_once_and_records_what_it_skipped,
                 a_fenced_cursor_commits_nothing,
                 a_sequence_whose_event_is_dead_lettered_is_settled_and_the_stream_moves_on,
+                a_side_effect_under_a_claim_runs_once_and_a_redelivery_gets_its_result,
+                a_held_claim_completes_with_its_records_in_one_transaction,
+                a_side_effect_that_panics_leaves_its_claim_in_doubt,
+                migrations_apply_on_an_async_connection_once_the_lock_is_free,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,
                 cancelled_deliveries_over_a_pool_take_effect_exactly_once
             );

@@ -7,6 +7,18 @@
 //! the pooled connections of diesel-async's deadpool and bb8 pools. Both flavours run the same
 //! transaction bodies and statements; only the connection's I/O differs.
 //!
+//! What is async so far, each a wrapper of the sync type with the same methods, awaited:
+//! - [`Inbox`]: deliveries, stored results, stats;
+//! - [`Cursor`] ([`Inbox::cursor`]): ordered streams, fencing, where to resume;
+//! - [`Claims`] ([`Inbox::claims`]) and a held [`Claim`]: side effects outside the database;
+//! - [`Outbox`] and [`Relay`]: the producer side, publishing through an
+//!   [`AsyncPublisher`](crate::AsyncPublisher).
+//!
+//! - [`run_pending_migrations`]: the schema, fleet-safe.
+//!
+//! Batches and the ops calls (dead letters, gaps, claim resolutions, prune, the doctor) are
+//! sync only for now: run them on a sync connection.
+//!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
 //! use diesel::prelude::*;
@@ -65,7 +77,9 @@
 //!   blocking pool when its future is dropped, with `block_in_place`: cancelling a delivery
 //!   on it needs tokio's multi-thread runtime.
 
+mod claim;
 mod cursor;
+mod migrations;
 mod outbox;
 
 use std::future::Future;
@@ -80,7 +94,9 @@ use crate::sql::{Async, Sql};
 use crate::stats;
 use crate::{Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy, Stats};
 
+pub use claim::{Claim, Claimed, Claims};
 pub use cursor::Cursor;
+pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,

@@ -1,11 +1,9 @@
 //! Waiting, for a bounded time, for the lock that lets one process at a time apply the inbox
-//! migrations. Each backend takes the lock its own way (see its `with_migration_lock`); where the
-//! database cannot wait by itself (PostgreSQL's `pg_try_advisory_lock`), [`poll`] tries again
-//! until the bound.
+//! migrations. Each backend takes the lock its own way (see its `lock_migrations`); where the
+//! database cannot wait by itself (PostgreSQL's `pg_try_advisory_lock`), a [`Wait`] says how
+//! long to sleep between tries, until the bound.
 
 use std::time::{Duration, Instant};
-
-use diesel::QueryResult;
 
 use crate::Error;
 
@@ -21,23 +19,28 @@ fn next_sleep(elapsed: Duration, timeout: Duration) -> Option<Duration> {
     Some(left.min(POLL_INTERVAL))
 }
 
-/// Calls `try_lock` until it takes the lock (`Ok(true)`), sleeping between tries, for at most
-/// `timeout`; [`Error::MigrationLocked`] when the bound passes first.
-pub(crate) fn poll(
+/// A bounded wait for a lock that the database cannot wait for by itself: try, and while
+/// not taken, sleep for [`Wait::next`] and try again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wait {
+    started: Instant,
     timeout: Duration,
-    mut try_lock: impl FnMut() -> QueryResult<bool>,
-) -> Result<(), Error> {
-    let started = Instant::now();
-    loop {
-        if try_lock()? {
-            return Ok(());
+}
+
+impl Wait {
+    /// A wait of at most `timeout`, from now.
+    pub(crate) fn start(timeout: Duration) -> Self {
+        Self {
+            started: Instant::now(),
+            timeout,
         }
-        let Some(sleep) = next_sleep(started.elapsed(), timeout) else {
-            return Err(Error::MigrationLocked {
-                waited: started.elapsed(),
-            });
-        };
-        std::thread::sleep(sleep);
+    }
+
+    /// How long to sleep before the next try; [`Error::MigrationLocked`] once the bound has
+    /// passed.
+    pub(crate) fn next(&self) -> Result<Duration, Error> {
+        let elapsed = self.started.elapsed();
+        next_sleep(elapsed, self.timeout).ok_or(Error::MigrationLocked { waited: elapsed })
     }
 }
 
@@ -58,24 +61,9 @@ mod tests {
     }
 
     #[test]
-    fn a_zero_bound_tries_once_and_gives_up() {
-        let mut tries = 0;
-        let outcome = poll(Duration::ZERO, || {
-            tries += 1;
-            Ok(false)
-        });
-        assert!(matches!(outcome, Err(Error::MigrationLocked { .. })));
-        assert_eq!(tries, 1);
-    }
-
-    #[test]
-    fn a_lock_taken_on_a_later_try_ends_the_wait() {
-        let mut tries = 0;
-        let outcome = poll(Duration::from_secs(60), || {
-            tries += 1;
-            Ok(tries == 3)
-        });
-        assert!(outcome.is_ok());
-        assert_eq!(tries, 3);
+    fn a_zero_bound_gives_up_after_the_first_try() {
+        let wait = Wait::start(Duration::ZERO);
+        assert!(matches!(wait.next(), Err(Error::MigrationLocked { .. })));
+        assert!(Wait::start(Duration::from_secs(60)).next().is_ok());
     }
 }

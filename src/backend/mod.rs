@@ -10,10 +10,11 @@
 //! transaction, checks that it is alive, and classifies its errors is
 //! [`crate::sql::TransactionSql`].
 //!
-//! [`sealed::AdminSql`], on the connection type and sync only, holds the ops statements: the
-//! catalogue checks the doctor runs, the session-level prune lock, and the migration lock; the
-//! statements on the inbox's own migration record are in `tracking.rs` (a supertrait of
-//! `AdminSql`), and the polled PostgreSQL migration lock in `lock.rs`. The rows the statements
+//! The migrations' lock and record ([`crate::sql::MigrationsSql`]) are an area too: the record's
+//! statements are `tracking.rs`, and the wait for a lock the database cannot wait for itself
+//! (PostgreSQL's) is `lock.rs`. [`sealed::AdminSql`], on the connection type and sync only,
+//! holds the remaining ops statements: the catalogue checks the doctor runs and the
+//! session-level prune lock. The rows the statements
 //! read and write are [`crate::rows`]; what their errors mean is [`crate::class`]. Adding a
 //! backend touches this folder and one impl per area.
 
@@ -39,6 +40,8 @@ mod cursor;
 mod claims;
 #[macro_use]
 mod outbox;
+#[macro_use]
+pub(crate) mod tracking;
 #[cfg(feature = "postgres")]
 mod lock;
 #[cfg(feature = "mysql")]
@@ -48,7 +51,6 @@ mod pooled;
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-pub(crate) mod tracking;
 
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteSetup;
@@ -81,19 +83,7 @@ pub(crate) mod sealed {
 
     /// The ops statements, for one concrete connection type: catalogue checks, the prune
     /// lock, the migration lock.
-    pub trait AdminSql:
-        Connection<TransactionManager = AnsiTransactionManager> + super::tracking::TracksMigrations
-    {
-        /// Runs `apply` (the inbox's migrations) holding the backend's migration lock, which
-        /// lets one process at a time apply them and which it waits for at most
-        /// `lock_timeout` ([`Error::MigrationLocked`](crate::Error::MigrationLocked) after
-        /// that); returns how many `apply` ran.
-        fn with_migration_lock(
-            &mut self,
-            lock_timeout: std::time::Duration,
-            apply: &mut dyn FnMut(&mut Self) -> Result<usize, crate::error::MigrationError>,
-        ) -> Result<usize, crate::Error>;
-
+    pub trait AdminSql: Connection<TransactionManager = AnsiTransactionManager> {
         /// Whether the current database has a table called `name`.
         fn table_exists(&mut self, name: &str) -> QueryResult<bool>;
 

@@ -13,10 +13,13 @@ use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
 use super::sealed::{AdminSql, HasInboxSql};
 use super::Key;
 use crate::check::{Check, CheckStatus};
-use crate::error::MigrationError;
+use crate::dialect::Dialect;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
-use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, OutboxSql, RetentionSql};
+use crate::sql::{
+    ClaimSql, CursorSql, Db, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    RetentionSql, Run,
+};
 use crate::state::{Counter, InboxState};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
@@ -447,12 +450,13 @@ impl OutboxSql for Mysql {
     outbox_statement!(outbox_totals, schema, codec);
 }
 
-impl AdminSql for MysqlConnection {
-    fn with_migration_lock(
-        &mut self,
-        lock_timeout: Duration,
-        apply: &mut dyn FnMut(&mut Self) -> Result<usize, MigrationError>,
-    ) -> Result<usize, crate::Error> {
+impl MigrationsSql for Mysql {
+    const DIALECT: Dialect = Dialect::Mysql;
+
+    async fn lock_migrations<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        timeout: Duration,
+    ) -> Result<MigrationLock, crate::Error> {
         // Named after the database, as the prune lock is; the server waits up to the bound
         // (MariaDB takes fractions of a second). 1: taken, 0: timed out, NULL: an error.
         let started = std::time::Instant::now();
@@ -460,27 +464,38 @@ impl AdminSql for MysqlConnection {
             diesel::dsl::sql::<Nullable<Integer>>("GET_LOCK(LEFT(CONCAT(")
                 .bind::<Text, _>(MIGRATION_LOCK_NAME)
                 .sql(", ':', DATABASE()), 64), ")
-                .bind::<diesel::sql_types::Double, _>(lock_timeout.as_secs_f64())
+                .bind::<diesel::sql_types::Double, _>(timeout.as_secs_f64())
                 .sql(")"),
         )
-        .get_result::<Option<i32>>(self)?;
+        .get_result_on::<Option<i32>>(conn)
+        .await?;
         if taken != Some(1) {
             return Err(crate::Error::MigrationLocked {
                 waited: started.elapsed(),
             });
         }
-        let applied = apply(self);
-        let released = diesel::select(
+        Ok(MigrationLock { sqlite: None })
+    }
+
+    async fn unlock_migrations<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        _: MigrationLock,
+        _: bool,
+    ) -> QueryResult<()> {
+        diesel::select(
             diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")
                 .bind::<Text, _>(MIGRATION_LOCK_NAME)
                 .sql(", ':', DATABASE()), 64))"),
         )
-        .get_result::<Option<i32>>(self);
-        let applied = applied.map_err(crate::Error::Migration)?;
-        released?;
-        Ok(applied)
+        .get_result_on::<Option<i32>>(conn)
+        .await
+        .map(drop)
     }
 
+    tracking_statements!();
+}
+
+impl AdminSql for MysqlConnection {
     admin_statement!(
         table_exists,
         catalogue = "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "

@@ -10,9 +10,12 @@ use diesel::sql_types::{BigInt, Bool, Integer, Text};
 
 use super::sealed::{AdminSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
-use crate::error::MigrationError;
+use crate::dialect::Dialect;
 use crate::schema::postgres as schema;
-use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, OutboxSql, RetentionSql};
+use crate::sql::{
+    ClaimSql, CursorSql, Db, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    RetentionSql, Run,
+};
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {
@@ -63,13 +66,18 @@ const MIGRATION_LOCK_KEY: i64 = 0x696e_6278_6d69_6772;
 
 /// `pg_try_advisory_lock(key)` or `pg_advisory_unlock(key)`, by `function`'s name: session
 /// locks, so they outlive the transactions taken while they are held.
-fn advisory(conn: &mut PgConnection, function: &str, key: i64) -> QueryResult<bool> {
+async fn advisory<F, C: Db<F, Backend = Pg>>(
+    conn: &mut C,
+    function: &str,
+    key: i64,
+) -> QueryResult<bool> {
     diesel::select(
         diesel::dsl::sql::<Bool>(&format!("{function}("))
             .bind::<BigInt, _>(key)
             .sql(")"),
     )
-    .get_result(conn)
+    .get_result_on::<bool>(conn)
+    .await
 }
 
 impl HasInboxSql for PgConnection {
@@ -220,25 +228,37 @@ impl OutboxSql for Pg {
     outbox_statement!(outbox_totals, schema, codec);
 }
 
-impl AdminSql for PgConnection {
-    fn with_migration_lock(
-        &mut self,
-        lock_timeout: Duration,
-        apply: &mut dyn FnMut(&mut Self) -> Result<usize, MigrationError>,
-    ) -> Result<usize, crate::Error> {
+impl MigrationsSql for Pg {
+    const DIALECT: Dialect = Dialect::Postgres;
+
+    async fn lock_migrations<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        timeout: Duration,
+    ) -> Result<MigrationLock, crate::Error> {
         // Without the lock, two sessions' `CREATE TABLE IF NOT EXISTS` race on the catalog
         // (pg_type's unique index) and the tracking table's key. Polled, so the wait has a
         // bound without touching the session's lock_timeout.
-        super::lock::poll(lock_timeout, || {
-            advisory(self, "pg_try_advisory_lock", MIGRATION_LOCK_KEY)
-        })?;
-        let applied = apply(self);
-        let released = advisory(self, "pg_advisory_unlock", MIGRATION_LOCK_KEY);
-        let applied = applied.map_err(crate::Error::Migration)?;
-        released?;
-        Ok(applied)
+        let wait = super::lock::Wait::start(timeout);
+        while !advisory(conn, "pg_try_advisory_lock", MIGRATION_LOCK_KEY).await? {
+            C::sleep(wait.next()?).await;
+        }
+        Ok(MigrationLock { sqlite: None })
     }
 
+    async fn unlock_migrations<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        _: MigrationLock,
+        _: bool,
+    ) -> QueryResult<()> {
+        advisory(conn, "pg_advisory_unlock", MIGRATION_LOCK_KEY)
+            .await
+            .map(drop)
+    }
+
+    tracking_statements!();
+}
+
+impl AdminSql for PgConnection {
     admin_statement!(
         table_exists,
         catalogue = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = "

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel::connection::SimpleConnection;
+use diesel::connection::{SimpleConnection, TransactionDepthChange};
 use diesel::prelude::*;
 use diesel::r2d2::CustomizeConnection;
 use diesel::sql_types::{BigInt, Text};
@@ -13,10 +13,12 @@ use diesel::sqlite::{Sqlite, SqliteConnection};
 use super::sealed::{AdminSql, HasInboxSql};
 use crate::check::{Check, CheckStatus};
 use crate::class::ErrorClass;
-use crate::error::MigrationError;
+use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
-use crate::sql::TransactionSql;
-use crate::sql::{ClaimSql, CursorSql, FailureSql, InboxSql, OutboxSql, RetentionSql};
+use crate::sql::{
+    ClaimSql, CursorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    RetentionSql, Run, TransactionSql,
+};
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
 mod codec {
@@ -188,47 +190,84 @@ impl OutboxSql for Sqlite {
     outbox_statement!(outbox_totals, schema, codec);
 }
 
-impl AdminSql for SqliteConnection {
-    fn with_migration_lock(
-        &mut self,
-        lock_timeout: Duration,
-        apply: &mut dyn FnMut(&mut Self) -> Result<usize, MigrationError>,
-    ) -> Result<usize, crate::Error> {
+impl MigrationsSql for Sqlite {
+    const DIALECT: Dialect = Dialect::Sqlite;
+
+    async fn lock_migrations<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        timeout: Duration,
+    ) -> Result<MigrationLock, crate::Error> {
         // One immediate transaction around them all: it takes the write lock at BEGIN, so a
         // second process waits there, on a busy timeout of the bound (the connection's own is
-        // put back after), and then reads the versions the first one recorded.
+        // put back after), and then reads the versions the first one recorded. Inside a
+        // caller's transaction, a savepoint of it.
         let own_timeout = diesel::select(diesel::dsl::sql::<BigInt>(
             "(SELECT timeout FROM pragma_busy_timeout())",
         ))
-        .get_result::<i64>(self)?;
-        let millis = u64::try_from(lock_timeout.as_millis()).unwrap_or(u64::MAX);
-        self.batch_execute(&format!("PRAGMA busy_timeout = {millis}"))?;
+        .get_result_on::<i64>(conn)
+        .await?;
+        let millis = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        conn.batch_execute(&format!("PRAGMA busy_timeout = {millis}"))
+            .await?;
         let started = std::time::Instant::now();
-        let mut began = false;
-        let applied = self.immediate_transaction::<_, MigrationError, _>(|conn| {
-            began = true;
-            apply(conn)
-        });
-        let restored = self.batch_execute(&format!("PRAGMA busy_timeout = {own_timeout}"));
-        let applied = applied.map_err(|error| {
-            let locked = error
-                .downcast_ref::<diesel::result::Error>()
-                .is_some_and(|e| {
-                    <diesel::sqlite::Sqlite as TransactionSql>::classify(e)
-                        == ErrorClass::Contention
-                });
-            if locked && !began {
-                crate::Error::MigrationLocked {
-                    waited: started.elapsed(),
-                }
-            } else {
-                crate::Error::Migration(error)
+        let depth = conn.depth()?;
+        let began = if depth == 0 {
+            match Self::begin_top(conn).await {
+                Ok(()) => conn.count_level(TransactionDepthChange::IncreaseDepth),
+                Err(error) => Err(error),
             }
-        })?;
-        restored?;
-        Ok(applied)
+        } else {
+            conn.begin_level().await
+        };
+        let Err(error) = began else {
+            let sqlite = Some((depth, own_timeout));
+            return Ok(MigrationLock { sqlite });
+        };
+        conn.batch_execute(&format!("PRAGMA busy_timeout = {own_timeout}"))
+            .await?;
+        Err(if Self::classify(&error) == ErrorClass::Contention {
+            crate::Error::MigrationLocked {
+                waited: started.elapsed(),
+            }
+        } else {
+            crate::Error::Migration(Box::new(error))
+        })
     }
 
+    async fn unlock_migrations<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        lock: MigrationLock,
+        applied: bool,
+    ) -> QueryResult<()> {
+        let Some((depth, own_timeout)) = lock.sqlite else {
+            return Ok(());
+        };
+        let committed = match (applied, depth) {
+            (true, 0) => match Self::commit_top(conn).await {
+                Ok(()) => conn.count_level(TransactionDepthChange::DecreaseDepth),
+                Err(error) => Err(error),
+            },
+            (true, _) => conn.commit_level().await,
+            (false, _) => Ok(()),
+        };
+        // Nothing applied, or the commit failed: nothing of it stays.
+        if !applied || committed.is_err() {
+            while conn.depth().is_ok_and(|now| now > depth) {
+                if conn.rollback_level().await.is_err() {
+                    break;
+                }
+            }
+        }
+        let restored = conn
+            .batch_execute(&format!("PRAGMA busy_timeout = {own_timeout}"))
+            .await;
+        committed.and(restored)
+    }
+
+    tracking_statements!();
+}
+
+impl AdminSql for SqliteConnection {
     admin_statement!(
         table_exists,
         catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = "

@@ -1,23 +1,15 @@
 //! The inbox's own record of the migrations it applied, `diesel_inbox_migrations`, and the
-//! record of diesel-inbox 0.1 that it takes over from Diesel's `__diesel_schema_migrations`.
-//! [`crate::migrations`] decides what to apply; these are its statements.
-
-use diesel::{Connection, QueryResult};
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
-use diesel::{ExpressionMethods, QueryDsl, RunQueryDsl};
+//! record of diesel-inbox 0.1 that it takes over from Diesel's `__diesel_schema_migrations`:
+//! the `MigrationsSql` statements that read the same on every backend, written once. A
+//! backend's `impl MigrationsSql` takes them all with `tracking_statements!()`; the trait, and
+//! what each statement does, is [`crate::sql::MigrationsSql`].
 
 /// The versions that diesel-inbox 0.1, before the inbox kept a record of its own, applied
 /// through Diesel's harness and so recorded in the application's `__diesel_schema_migrations`;
 /// back then the events table was named `diesel_inbox`.
-const PRE_RELEASE_VERSIONS: [&str; 2] = ["20000101000001", "20000101000002"];
+pub(crate) const PRE_RELEASE_VERSIONS: [&str; 2] = ["20000101000001", "20000101000002"];
 
-/// The inbox's own record of the migrations it applied, apart from the application's.
-const CREATE_TRACKING_TABLE: &str = "CREATE TABLE IF NOT EXISTS diesel_inbox_migrations (
-    version VARCHAR(50) PRIMARY KEY NOT NULL,
-    run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP
-)";
-
-mod tables {
+pub(crate) mod tables {
     diesel::table! {
         diesel_inbox_migrations (version) {
             version -> VarChar,
@@ -34,75 +26,54 @@ mod tables {
     }
 }
 
-/// The statements on `diesel_inbox_migrations`, for each concrete connection type (Diesel's
-/// DSL is not generic over them).
-pub trait TracksMigrations: Connection + 'static {
-    /// Creates `diesel_inbox_migrations` where it does not exist yet.
-    fn create_tracking_table(&mut self) -> QueryResult<()> {
-        self.batch_execute(CREATE_TRACKING_TABLE)
-    }
-    /// Records `version` as applied.
-    fn record(&mut self, version: &str) -> QueryResult<()>;
-    /// Forgets `version`.
-    fn forget(&mut self, version: &str) -> QueryResult<()>;
-    /// The applied versions, newest first.
-    fn applied(&mut self) -> QueryResult<Vec<String>>;
-    /// The inbox's versions in Diesel's `__diesel_schema_migrations` (an error where that
-    /// table does not exist).
-    fn pre_release_versions(&mut self) -> QueryResult<Vec<String>>;
-    /// Removes `version` from Diesel's `__diesel_schema_migrations`.
-    fn forget_pre_release(&mut self, version: &str) -> QueryResult<()>;
-}
+/// The record's statements, in a backend's `impl MigrationsSql`.
+macro_rules! tracking_statements {
+    () => {
+        async fn record_migration<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            version: &str,
+        ) -> QueryResult<()> {
+            use $crate::backend::tracking::tables::diesel_inbox_migrations as t;
+            use $crate::sql::Run;
+            diesel::insert_into(t::table)
+                .values(t::version.eq(version))
+                .execute_on(conn)
+                .await
+                .map(drop)
+        }
 
-/// Implements [`TracksMigrations`] for the connection type `$conn`.
-macro_rules! tracks_migrations {
-    ($conn:ty) => {
-        impl TracksMigrations for $conn {
-            fn record(&mut self, version: &str) -> QueryResult<()> {
-                use tables::diesel_inbox_migrations as t;
-                diesel::insert_into(t::table)
-                    .values(t::version.eq(version))
-                    .execute(self)
-                    .map(drop)
-            }
+        async fn applied_migrations<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+        ) -> QueryResult<Vec<String>> {
+            use $crate::backend::tracking::tables::diesel_inbox_migrations as t;
+            use $crate::sql::Run;
+            t::table.select(t::version).load_on(conn).await
+        }
 
-            fn forget(&mut self, version: &str) -> QueryResult<()> {
-                use tables::diesel_inbox_migrations as t;
-                diesel::delete(t::table.find(version))
-                    .execute(self)
-                    .map(drop)
-            }
+        async fn pre_release_versions<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+        ) -> QueryResult<Vec<String>> {
+            use $crate::backend::tracking::tables::__diesel_schema_migrations as d;
+            use $crate::backend::tracking::PRE_RELEASE_VERSIONS;
+            use $crate::sql::Run;
+            d::table
+                .select(d::version)
+                .filter(d::version.eq_any(PRE_RELEASE_VERSIONS))
+                .order(d::version)
+                .load_on(conn)
+                .await
+        }
 
-            fn applied(&mut self) -> QueryResult<Vec<String>> {
-                use tables::diesel_inbox_migrations as t;
-                t::table
-                    .select(t::version)
-                    .order(t::version.desc())
-                    .load(self)
-            }
-
-            fn pre_release_versions(&mut self) -> QueryResult<Vec<String>> {
-                use tables::__diesel_schema_migrations as d;
-                d::table
-                    .select(d::version)
-                    .filter(d::version.eq_any(PRE_RELEASE_VERSIONS))
-                    .order(d::version)
-                    .load(self)
-            }
-
-            fn forget_pre_release(&mut self, version: &str) -> QueryResult<()> {
-                use tables::__diesel_schema_migrations as d;
-                diesel::delete(d::table.find(version))
-                    .execute(self)
-                    .map(drop)
-            }
+        async fn forget_pre_release<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            version: &str,
+        ) -> QueryResult<()> {
+            use $crate::backend::tracking::tables::__diesel_schema_migrations as d;
+            use $crate::sql::Run;
+            diesel::delete(d::table.find(version))
+                .execute_on(conn)
+                .await
+                .map(drop)
         }
     };
 }
-
-#[cfg(feature = "postgres")]
-tracks_migrations!(diesel::PgConnection);
-#[cfg(feature = "sqlite")]
-tracks_migrations!(diesel::SqliteConnection);
-#[cfg(feature = "mysql")]
-tracks_migrations!(diesel::MysqlConnection);

@@ -11,13 +11,13 @@ use tracing::{error, info, warn};
 
 use super::verdict::{self, InDoubtPolicy};
 use crate::backend::Key;
+use crate::decide::Failure;
 use crate::decide::HandlerFailure;
 use crate::duration::{after, now};
-use crate::engine::{self, run_ready};
+use crate::engine::{self, run_ready, Body, Effect};
 use crate::rows::ClaimChange;
-use crate::sql::{ClaimSql, Db, Sql};
+use crate::sql::{Blocking, ClaimSql, Db, Sql};
 use crate::state::ClaimState;
-use crate::transaction::{self, Failure};
 use crate::{observe, Claims, Error, EventId, HandlerError, InboxConnection};
 
 /// A claim held by this worker: [`Claimed::Acquired`](crate::Claimed::Acquired).
@@ -98,8 +98,18 @@ impl Claim {
     /// is in doubt; complete it all the same if the side effect happened), another worker
     /// has taken the claim over, or ops resolved it; [`Error::Database`].
     pub fn extend<C: InboxConnection>(&mut self, conn: &mut C, by: Duration) -> Result<(), Error> {
+        run_ready(self.extend_in::<Blocking, _>(conn, by))
+    }
+
+    /// [`extend`](Self::extend) in either flavour.
+    pub(crate) async fn extend_in<F, C: Db<F, Backend: Sql>>(
+        &mut self,
+        conn: &mut C,
+        by: Duration,
+    ) -> Result<(), Error> {
         let lease_until = after(now(), by);
-        self.write(conn, ClaimState::InProgress, Some(lease_until), None, None)?;
+        let in_progress = ClaimState::InProgress;
+        (self.write(conn, in_progress, Some(lease_until), None, None)).await?;
         self.lease_until = lease_until;
         Ok(())
     }
@@ -133,33 +143,44 @@ impl Claim {
     /// [`Error::ClaimFenced`] (another worker took the claim over, or ops completed it:
     /// nothing commits, `record`'s writes included), [`Error::StoredResult`],
     /// [`Error::Database`], [`Error::ConnectionLost`], [`Error::CommitUnknown`].
-    pub fn complete_with<C, T, E, F>(
-        mut self,
-        conn: &mut C,
-        result: &T,
-        mut record: F,
-    ) -> Result<(), E>
+    pub fn complete_with<C, T, E, F>(self, conn: &mut C, result: &T, mut record: F) -> Result<(), E>
     where
         C: InboxConnection,
         T: Serialize,
         E: HandlerError,
         F: FnMut(&mut C) -> Result<(), E>,
     {
+        let record = async |tx: &mut C| record(tx);
+        run_ready(self.complete_in::<Blocking, _, _, _>(conn, result, record))
+    }
+
+    /// [`complete_with`](Self::complete_with) in either flavour.
+    pub(crate) async fn complete_in<F, C, T, E>(
+        mut self,
+        conn: &mut C,
+        result: &T,
+        mut record: impl Effect<C, Output = (), Error = E>,
+    ) -> Result<(), E>
+    where
+        C: Db<F, Backend: Sql>,
+        T: Serialize,
+        E: HandlerError,
+    {
         self.finished = true;
         let json = match serde_json::to_string(result) {
             Ok(json) => json,
             Err(e) => {
                 let error = Error::StoredResult(e);
-                self.completion_failed(conn, None, &error.to_string());
+                self.completion_failed(conn, None, &error.to_string()).await;
                 return Err(error.into());
             }
         };
-        let completed = self.run(conn, async |claim, tx| {
-            claim
-                .write_in(tx, ClaimState::Completed, None, Some(&json), None)
-                .await?;
-            engine::call_user(tx, &mut async |tx: &mut C| record(tx)).await
-        });
+        let body = Complete {
+            claim: &self,
+            json: &json,
+            record: &mut record,
+        };
+        let completed = self.run(conn, body).await;
         let failure = match completed {
             Ok(()) => {
                 observe::claim_transition(self.claims.consumer(), ClaimState::Completed);
@@ -179,17 +200,17 @@ impl Claim {
                 Err(fenced.into())
             }
             Failure::Handler(error) => {
-                self.completion_failed(conn, Some(&json), &error.to_string());
+                (self.completion_failed(conn, Some(&json), &error.to_string())).await;
                 Err(error)
             }
             Failure::Panicked(panic) => {
                 let message = crate::failure::panic_message(&*panic);
-                self.completion_failed(conn, Some(&json), &message);
+                self.completion_failed(conn, Some(&json), &message).await;
                 panic::resume_unwind(panic)
             }
             failure @ (Failure::Inbox(_) | Failure::Database(_)) => {
                 let error: E = failure.into_error();
-                self.completion_failed(conn, Some(&json), &error.to_string());
+                (self.completion_failed(conn, Some(&json), &error.to_string())).await;
                 Err(error)
             }
         }
@@ -203,7 +224,7 @@ impl Claim {
     ///
     /// [`Error::ClaimFenced`]; [`Error::Database`].
     pub fn release<C: InboxConnection>(mut self, conn: &mut C, reason: &str) -> Result<(), Error> {
-        self.finish(conn, ClaimState::Released, reason)
+        run_ready(self.finish::<Blocking, _>(conn, ClaimState::Released, reason))
     }
 
     /// The side effect did not happen, and must never run (an address the mailer refuses, a
@@ -214,7 +235,7 @@ impl Claim {
     ///
     /// [`Error::ClaimFenced`]; [`Error::Database`].
     pub fn abandon<C: InboxConnection>(mut self, conn: &mut C, reason: &str) -> Result<(), Error> {
-        self.finish(conn, ClaimState::Abandoned, reason)
+        run_ready(self.finish::<Blocking, _>(conn, ClaimState::Abandoned, reason))
     }
 
     /// Whether the side effect happened is unknown (a timeout, a connection dropped
@@ -225,24 +246,33 @@ impl Claim {
     ///
     /// [`Error::ClaimFenced`]; [`Error::Database`].
     pub fn outcome_unknown<C: InboxConnection>(
+        self,
+        conn: &mut C,
+        reason: &str,
+    ) -> Result<ClaimState, Error> {
+        run_ready(self.outcome_unknown_in::<Blocking, _>(conn, reason))
+    }
+
+    /// [`outcome_unknown`](Self::outcome_unknown) in either flavour.
+    pub(crate) async fn outcome_unknown_in<F, C: Db<F, Backend: Sql>>(
         mut self,
         conn: &mut C,
         reason: &str,
     ) -> Result<ClaimState, Error> {
         let state = verdict::after_failure(None, self.claims.policy);
-        self.finish(conn, state, reason).map(|()| state)
+        self.finish(conn, state, reason).await.map(|()| state)
     }
 
     /// After the side effect failed with `failure` (`None`: it panicked): moves the claim to
     /// what the failure says and returns that state, or logs why it could not.
-    pub(crate) fn failed<C: InboxConnection>(
+    pub(crate) async fn failed<F, C: Db<F, Backend: Sql>>(
         mut self,
         conn: &mut C,
         failure: Option<HandlerFailure>,
         reason: &str,
     ) -> Option<ClaimState> {
         let state = verdict::after_failure(failure, self.claims.policy);
-        match self.finish(conn, state, reason) {
+        match self.finish(conn, state, reason).await {
             Ok(()) => Some(state),
             Err(error) => {
                 warn!(consumer = self.claims.consumer(), event_id = self.event_id.as_str(), %error, "the side effect failed and the claim could not record it; it stays in progress until its lease runs out");
@@ -252,14 +282,14 @@ impl Claim {
     }
 
     /// Moves the claim to `state`, logged and counted once committed.
-    fn finish<C: InboxConnection>(
+    pub(crate) async fn finish<F, C: Db<F, Backend: Sql>>(
         &mut self,
         conn: &mut C,
         state: ClaimState,
         reason: &str,
     ) -> Result<(), Error> {
         self.finished = true;
-        let written = self.write(conn, state, None, None, Some(reason));
+        let written = self.write(conn, state, None, None, Some(reason)).await;
         if let Err(fenced @ Error::ClaimFenced { .. }) = &written {
             self.fenced(fenced, None);
             return written;
@@ -278,7 +308,12 @@ impl Claim {
     /// After a completion that did not commit: the side effect happened, so the claim must
     /// not wait out its lease in progress. Logs the result and puts the claim in doubt (or
     /// releases it, under the re-run policy), best effort.
-    fn completion_failed<C: InboxConnection>(&self, conn: &mut C, json: Option<&str>, why: &str) {
+    async fn completion_failed<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        json: Option<&str>,
+        why: &str,
+    ) {
         let (consumer, event_id) = self.key();
         error!(consumer, event_id, attempt = self.attempt, result = json, error = why, "the side effect happened but its claim's completion did not commit; resolve the claim with this result");
         let state = verdict::after_failure(None, self.claims.policy);
@@ -286,7 +321,7 @@ impl Claim {
             "the side effect happened, with result {}, but its completion did not commit: {why}",
             json.unwrap_or("(not serializable)")
         );
-        match self.write(conn, state, None, None, Some(&note)) {
+        match self.write(conn, state, None, None, Some(&note)).await {
             Ok(()) => observe::claim_transition(consumer, state),
             Err(error) => {
                 warn!(consumer, event_id, %error, "could not record the failed completion (if the completion did commit after all, the claim is completed); otherwise the claim stays in progress until its lease runs out");
@@ -302,7 +337,7 @@ impl Claim {
     }
 
     /// Applies one change of this holder, in a transaction of its own.
-    fn write<C: InboxConnection>(
+    async fn write<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
         state: ClaimState,
@@ -310,23 +345,26 @@ impl Claim {
         result: Option<&str>,
         note: Option<&str>,
     ) -> Result<(), Error> {
-        self.run(conn, async |claim, tx| {
-            claim.write_in(tx, state, lease_until, result, note).await
-        })
-        .map_err(Failure::into_error)
+        let body = Write {
+            claim: self,
+            state,
+            lease_until,
+            result,
+            note,
+        };
+        self.run(conn, body).await.map_err(Failure::into_error)
     }
 
     /// Runs `body` in a transaction (or a savepoint inside the caller's), retrying contention.
-    fn run<C: InboxConnection, E: HandlerError>(
+    async fn run<F, C: Db<F, Backend: Sql>, E: HandlerError>(
         &self,
         conn: &mut C,
-        mut body: impl AsyncFnMut(&Self, &mut C) -> Result<(), Failure<E>>,
+        body: impl Body<F, C, Output = (), Error = E>,
     ) -> Result<(), Failure<E>> {
-        let scope = transaction::scope_of(conn)?;
+        let scope = engine::scope_of(conn)?;
         let subject = self.claims.inbox.subject(Some(self.event_id.as_str()));
         let policy = self.claims.inbox.retry_policy();
-        let body = async |tx: &mut C| body(self, tx).await;
-        run_ready(engine::run(conn, scope, policy, subject, body))
+        engine::run(conn, scope, policy, subject, body).await
     }
 
     /// Applies one change of this holder inside the open transaction; fenced unless the claim
@@ -371,6 +409,55 @@ impl Claim {
 
     fn key(&self) -> Key<'_> {
         (self.claims.consumer(), self.event_id.as_str())
+    }
+}
+
+/// A holder's write to its claim, in a transaction of its own.
+struct Write<'a> {
+    claim: &'a Claim,
+    state: ClaimState,
+    lease_until: Option<DateTime<Utc>>,
+    result: Option<&'a str>,
+    note: Option<&'a str>,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Write<'_> {
+    type Output = ();
+    type Error = Error;
+
+    async fn attempt(&mut self, tx: &mut C) -> Result<(), Failure<Error>> {
+        let Self {
+            claim,
+            state,
+            lease_until,
+            result,
+            note,
+        } = *self;
+        claim.write_in(tx, state, lease_until, result, note).await
+    }
+}
+
+/// The completion's transaction: the claim completed with its result, and the writes that
+/// record it.
+struct Complete<'a, R> {
+    claim: &'a Claim,
+    json: &'a str,
+    record: &'a mut R,
+}
+
+impl<F, C, E, R> Body<F, C> for Complete<'_, R>
+where
+    C: Db<F, Backend: Sql>,
+    R: Effect<C, Output = (), Error = E>,
+{
+    type Output = ();
+    type Error = E;
+
+    async fn attempt(&mut self, tx: &mut C) -> Result<(), Failure<E>> {
+        let completed = Some(self.json);
+        let claim = self.claim;
+        (claim.write_in(tx, ClaimState::Completed, None, completed, None)).await?;
+        engine::call_user(tx, &mut *self.record).await
     }
 }
 

@@ -12,7 +12,8 @@ mod ledger;
 mod outcome;
 mod verdict;
 
-use std::panic::{self, AssertUnwindSafe};
+use std::future::Future;
+use std::panic;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -20,12 +21,12 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use crate::decide;
+use crate::decide::{Failure, Scope};
 use crate::duration::{after, now};
-use crate::engine::{self, run_ready};
+use crate::engine::{self, run_ready, Body, Effect};
 use crate::rows::{ClaimChange, ClaimRow, NewClaim};
-use crate::sql::{ClaimSql, Db, Sql};
+use crate::sql::{Blocking, ClaimSql, Db, Sql};
 use crate::state::ClaimState;
-use crate::transaction::{self, Failure, Scope};
 use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery};
 
 pub use held::Claim;
@@ -185,19 +186,27 @@ impl Claims {
         delivery: impl IntoDelivery,
     ) -> Result<Claimed, Error> {
         let delivery = delivery.into_delivery()?;
-        if transaction::scope_of(conn)? == Scope::Savepoint {
+        run_ready(self.claim_on::<Blocking, _>(conn, delivery))
+    }
+
+    /// [`claim`](Self::claim) in either flavour.
+    pub(crate) async fn claim_on<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        delivery: Delivery,
+    ) -> Result<Claimed, Error> {
+        if engine::scope_of(conn)? == Scope::Savepoint {
             return Err(Error::ClaimInsideTransaction);
         }
         let subject = self.inbox.subject(Some(delivery.id.as_str()));
-        let body = async |tx: &mut C| self.claim_in(tx, &delivery).await;
-        let (found, lapsed) = run_ready(engine::run(
-            conn,
-            Scope::TopLevel,
-            self.inbox.retry_policy(),
-            subject,
-            body,
-        ))
-        .map_err(Failure::into_error)?;
+        let body = Take {
+            claims: self,
+            delivery: &delivery,
+        };
+        let policy = self.inbox.retry_policy();
+        let (found, lapsed) = engine::run(conn, Scope::TopLevel, policy, subject, body)
+            .await
+            .map_err(Failure::into_error)?;
         // The guard is made once the claim has committed: one dropped with a transaction
         // that did not commit would warn of a claim that does not exist.
         let claimed = match found {
@@ -347,7 +356,7 @@ impl Claims {
         conn: &mut C,
         delivery: impl IntoDelivery,
         effect: F,
-        mut record: R,
+        record: R,
     ) -> Result<ClaimOutcome<T>, E>
     where
         C: InboxConnection,
@@ -356,7 +365,24 @@ impl Claims {
         F: FnOnce(&Claim) -> Result<T, E>,
         R: FnMut(&mut C, &T) -> Result<(), E>,
     {
-        let claim = match self.claim(conn, delivery)? {
+        let delivery = delivery.into_delivery().map_err(Error::from)?;
+        run_ready(self.run_in::<Blocking, _, _, _>(conn, delivery, effect, record))
+    }
+
+    /// [`run_and_record`](Self::run_and_record) in either flavour.
+    pub(crate) async fn run_in<F, C, T, E>(
+        &self,
+        conn: &mut C,
+        delivery: Delivery,
+        effect: impl SideEffect<T, E>,
+        mut record: impl Record<C, T, Error = E>,
+    ) -> Result<ClaimOutcome<T>, E>
+    where
+        C: Db<F, Backend: Sql>,
+        T: Serialize + DeserializeOwned,
+        E: HandlerError,
+    {
+        let claim = match self.claim_on(conn, delivery).await? {
             Claimed::Acquired(claim) => claim,
             Claimed::Completed(done) => return Ok(ClaimOutcome::Completed(done.result()?)),
             Claimed::InProgress(held) => return Ok(ClaimOutcome::InProgress(held)),
@@ -364,9 +390,10 @@ impl Claims {
             Claimed::Abandoned(abandoned) => return Ok(ClaimOutcome::Abandoned(abandoned)),
         };
         let attempt = claim.attempt();
-        let (value, failure) = match panic::catch_unwind(AssertUnwindSafe(|| effect(&claim))) {
+        let (value, failure) = match engine::catch_unwind(effect.run(&claim)).await {
             Ok(Ok(value)) => {
-                claim.complete_with(conn, &value, |tx| record(tx, &value))?;
+                let recorded = Recorded(&mut record, &value);
+                claim.complete_in(conn, &value, recorded).await?;
                 return Ok(ClaimOutcome::Ran(value));
             }
             Ok(Err(error)) => {
@@ -382,7 +409,7 @@ impl Claims {
             Err(error) => error.to_string(),
             Ok(panic) => crate::failure::panic_message(&**panic),
         };
-        let state = claim.failed(conn, failure, &reason);
+        let state = claim.failed(conn, failure, &reason).await;
         let since = now();
         let error = match value {
             Ok(panic) => panic::resume_unwind(panic),
@@ -399,6 +426,63 @@ impl Claims {
             })),
             _ => Err(error),
         }
+    }
+}
+
+/// The side effect a claim guards, run once outside any transaction with the claim: a
+/// closure in the sync flavour, an async closure in the async one.
+pub(crate) trait SideEffect<T, E> {
+    /// Runs it; a panic is caught when the future is polled.
+    fn run(self, claim: &Claim) -> impl Future<Output = Result<T, E>>;
+}
+
+impl<T, E, G: FnOnce(&Claim) -> Result<T, E>> SideEffect<T, E> for G {
+    async fn run(self, claim: &Claim) -> Result<T, E> {
+        self(claim)
+    }
+}
+
+/// The database writes that record a side effect's value, in the completion's transaction.
+pub(crate) trait Record<C, T> {
+    /// The writes' error.
+    type Error;
+
+    /// Writes them on the transaction's connection.
+    fn record(&mut self, tx: &mut C, value: &T) -> impl Future<Output = Result<(), Self::Error>>;
+}
+
+impl<C, T, E, G: FnMut(&mut C, &T) -> Result<(), E>> Record<C, T> for G {
+    type Error = E;
+
+    fn record(&mut self, tx: &mut C, value: &T) -> impl Future<Output = Result<(), E>> {
+        std::future::ready(self(tx, value))
+    }
+}
+
+/// A [`Record`] with its value, as the completion's user code.
+struct Recorded<'a, R, T>(&'a mut R, &'a T);
+
+impl<C, T, R: Record<C, T>> Effect<C> for Recorded<'_, R, T> {
+    type Output = ();
+    type Error = R::Error;
+
+    fn call(&mut self, tx: &mut C) -> impl Future<Output = Result<(), R::Error>> {
+        self.0.record(tx, self.1)
+    }
+}
+
+/// The claim's transaction: [`Claims::claim_in`], once per attempt.
+struct Take<'a> {
+    claims: &'a Claims,
+    delivery: &'a Delivery,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Take<'_> {
+    type Output = (Found, bool);
+    type Error = Error;
+
+    async fn attempt(&mut self, tx: &mut C) -> Result<(Found, bool), Failure<Error>> {
+        self.claims.claim_in(tx, self.delivery).await
     }
 }
 

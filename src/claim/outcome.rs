@@ -8,14 +8,15 @@ use crate::rows::ClaimRow;
 use crate::{Claim, Error};
 
 /// What [`Claims::claim`](crate::Claims::claim) found: the claim to run the side effect
-/// under, or why not to run it.
+/// under, or why not to run it. `H` is the held claim's type: [`Claim`], or the async
+/// flavour's `asynch::Claim`.
 #[must_use = "only Claimed::Acquired may run the side effect"]
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum Claimed {
+pub enum Claimed<H = Claim> {
     /// This delivery holds the claim: run the side effect now, then finish the claim
     /// ([`Claim::complete`] and the others).
-    Acquired(Claim),
+    Acquired(H),
     /// The side effect happened before: its stored result, and the side effect must not run.
     Completed(Completed),
     /// Another worker holds the claim and its lease runs: do not run the side effect;
@@ -25,6 +26,20 @@ pub enum Claimed {
     InDoubt(InDoubt),
     /// The side effect did not happen and must not run.
     Abandoned(Abandoned),
+}
+
+impl<H> Claimed<H> {
+    /// The same finding, with the held claim (if any) made into another type.
+    #[cfg(feature = "async")]
+    pub(crate) fn map_held<K>(self, held: impl FnOnce(H) -> K) -> Claimed<K> {
+        match self {
+            Self::Acquired(claim) => Claimed::Acquired(held(claim)),
+            Self::Completed(done) => Claimed::Completed(done),
+            Self::InProgress(progress) => Claimed::InProgress(progress),
+            Self::InDoubt(doubt) => Claimed::InDoubt(doubt),
+            Self::Abandoned(abandoned) => Claimed::Abandoned(abandoned),
+        }
+    }
 }
 
 /// What [`Claims::run`](crate::Claims::run) came to.

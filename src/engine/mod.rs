@@ -36,7 +36,7 @@ use tracing::{debug, warn};
 pub(crate) use self::body::{Body, Effect};
 use self::guard::Open;
 pub(crate) use self::ready::run_ready;
-use self::unwind::catch_unwind;
+pub(crate) use self::unwind::catch_unwind;
 use crate::decide::{self, Failure, Next, Observed, Scope};
 use crate::sql::{Db, TransactionSql};
 use crate::{Error, HandlerError, RetryPolicy};

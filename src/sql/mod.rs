@@ -13,7 +13,8 @@
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
-//!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`). [`Sql`] names them all.
+//!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`), and the migrations' lock and
+//!   record, [`MigrationsSql`] (`migrations.rs`). [`Sql`] names them all.
 
 #[cfg(feature = "async")]
 mod asynch;
@@ -23,6 +24,7 @@ mod cursor;
 mod db;
 mod failures;
 mod inbox;
+mod migrations;
 mod outbox;
 mod retention;
 mod transaction;
@@ -35,12 +37,19 @@ pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use failures::FailureSql;
 pub(crate) use inbox::InboxSql;
+pub(crate) use migrations::{MigrationLock, MigrationsSql};
 pub(crate) use outbox::OutboxSql;
 pub(crate) use retention::RetentionSql;
 pub(crate) use transaction::TransactionSql;
 
 /// Every area's statements for one database: what a connection's backend must implement for
 /// the inbox to run on it. Sealed.
-pub trait Sql: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql {}
+pub trait Sql:
+    InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql + MigrationsSql
+{
+}
 
-impl<B> Sql for B where B: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql {}
+impl<B> Sql for B where
+    B: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql + MigrationsSql
+{
+}

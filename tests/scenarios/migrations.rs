@@ -8,30 +8,13 @@ use diesel::connection::SimpleConnection;
 use diesel::migration::MigrationVersion;
 use diesel::Connection;
 use diesel_inbox::migrations::{install, sql, Dialect, MigrationOptions};
-use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{run_pending_migrations, run_pending_migrations_with, with_inbox, Error};
 use diesel_migrations::{FileBasedMigrations, MigrationHarness};
 
-use crate::support::{Backend, TestConn};
-
-/// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
-/// indexes and counters that retention and stats use.
-const MIGRATIONS: usize = 7;
-
-/// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-const INBOX_TABLES: [&str; 10] = [
-    "diesel_inbox_claims",
-    "diesel_inbox_counters",
-    "diesel_inbox_cursors",
-    "diesel_inbox_event_sequences",
-    "diesel_inbox_events",
-    "diesel_inbox_failure_log",
-    "diesel_inbox_failures",
-    "diesel_inbox_gaps",
-    "diesel_inbox_outbox",
-    "diesel_inbox_outbox_aggregates",
-];
-const TRACKING_TABLE: &str = "diesel_inbox_migrations";
+use crate::support::{
+    database_without_inbox_schema, drop_inbox_schema, Backend, TestConn, INBOX_TABLES, MIGRATIONS,
+    TRACKING_TABLE,
+};
 
 /// The SQL dialect `install` writes for each backend under test.
 pub trait HasDialect {
@@ -55,21 +38,6 @@ impl HasDialect for crate::support::Mysql {
 
 /// The backend's connection runs Diesel's own harness, as the Diesel CLI does.
 type Db<B> = <<B as Backend>::Conn as Connection>::Backend;
-
-/// A test database without the inbox schema: neither its tables nor its bookkeeping.
-fn database_without_inbox_schema<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
-    let db = B::database();
-    let mut conn = db.connect();
-    drop_inbox_schema(&mut conn);
-    (db, conn)
-}
-
-fn drop_inbox_schema<C: Connection>(conn: &mut C) {
-    for table in INBOX_TABLES.iter().chain([&TRACKING_TABLE]) {
-        conn.batch_execute(&format!("DROP TABLE IF EXISTS {table}"))
-            .unwrap();
-    }
-}
 
 fn table_exists<C: Connection>(conn: &mut C, table: &str) -> bool {
     conn.batch_execute(&format!("SELECT 1 FROM {table} WHERE 1 = 0"))

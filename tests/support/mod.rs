@@ -767,6 +767,40 @@ pub(crate) fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
     (db, conn)
 }
 
+/// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
+/// indexes and counters that retention and stats use.
+pub(crate) const MIGRATIONS: usize = 7;
+
+/// The inbox's tables, and the table where `run_pending_migrations` records its versions.
+pub(crate) const INBOX_TABLES: [&str; 10] = [
+    "diesel_inbox_claims",
+    "diesel_inbox_counters",
+    "diesel_inbox_cursors",
+    "diesel_inbox_event_sequences",
+    "diesel_inbox_events",
+    "diesel_inbox_failure_log",
+    "diesel_inbox_failures",
+    "diesel_inbox_gaps",
+    "diesel_inbox_outbox",
+    "diesel_inbox_outbox_aggregates",
+];
+pub(crate) const TRACKING_TABLE: &str = "diesel_inbox_migrations";
+
+/// A test database without the inbox schema: neither its tables nor its bookkeeping.
+pub(crate) fn database_without_inbox_schema<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
+    let db = B::database();
+    let mut conn = db.connect();
+    drop_inbox_schema(&mut conn);
+    (db, conn)
+}
+
+pub(crate) fn drop_inbox_schema<C: Connection>(conn: &mut C) {
+    for table in INBOX_TABLES.iter().chain([&TRACKING_TABLE]) {
+        conn.batch_execute(&format!("DROP TABLE IF EXISTS {table}"))
+            .unwrap();
+    }
+}
+
 /// Runs `work(thread, conn)` on `threads` threads at once, each on a pooled connection of its
 /// own, released together; returns what each returned, in thread order.
 pub(crate) fn concurrently<C, R>(

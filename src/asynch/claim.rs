@@ -1,0 +1,276 @@
+//! Claims on async connections: [`Claims`], a [`crate::Claims`] whose claims, side effects
+//! and completions are awaited, and [`Claim`], a held claim finished on an async connection.
+//! The same transaction bodies and statements as the sync API.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::claim::SideEffect;
+use crate::sql::Async;
+use crate::{ClaimOutcome, ClaimState, Error, EventId, HandlerError, InDoubtPolicy, IntoDelivery};
+
+use super::{call, AsyncHandler, AsyncInboxConnection, Called, Handler, Inbox};
+
+/// What [`Claims::claim`] found: [`crate::Claimed`], holding an async [`Claim`].
+pub type Claimed = crate::Claimed<Claim>;
+
+impl Inbox {
+    /// Claims on side effects outside the database, for this consumer:
+    /// [`crate::Inbox::claims`].
+    pub fn claims(&self) -> Claims {
+        Claims(self.0.claims())
+    }
+}
+
+/// Claims on side effects outside the database, on async connections: [`crate::Claims`],
+/// awaited. An async side effect (an HTTP call, a payment API) is the natural case.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::{asynch, ClaimOutcome, Error};
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut setup = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut setup)?;
+/// let mut conn: SyncConnectionWrapper<SqliteConnection> = SyncConnectionWrapper::new(setup);
+/// let mailer = asynch::Inbox::new("mailer")?.claims();
+///
+/// let send = async |claim: &diesel_inbox::Claim| {
+///     // mail.send(&to, claim.idempotency_key()).await?
+///     Ok::<_, Error>(format!("sent under {}", claim.idempotency_key()))
+/// };
+/// let first = mailer.run(&mut conn, "welcome:42", send).await?;
+/// let again = mailer.run(&mut conn, "welcome:42", send).await?;
+/// assert!(matches!(first, ClaimOutcome::Ran(_)));
+/// assert!(matches!(again, ClaimOutcome::Completed(_)), "sent once");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Claims(crate::Claims);
+
+impl From<crate::Claims> for Claims {
+    fn from(claims: crate::Claims) -> Self {
+        Self(claims)
+    }
+}
+
+impl Claims {
+    /// [`crate::Claims::lease`].
+    ///
+    /// # Panics
+    ///
+    /// When `lease` is zero.
+    pub fn lease(self, lease: Duration) -> Self {
+        Self(self.0.lease(lease))
+    }
+
+    /// [`crate::Claims::policy`].
+    pub fn policy(self, policy: InDoubtPolicy) -> Self {
+        Self(self.0.policy(policy))
+    }
+
+    /// The consumer name.
+    pub fn consumer(&self) -> &str {
+        self.0.consumer()
+    }
+
+    /// Claims `delivery`'s event in a transaction of its own: [`crate::Claims::claim`],
+    /// awaited. Finish a [`Claimed::Acquired`] claim on an async connection.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Claims::claim`].
+    pub async fn claim<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        delivery: impl IntoDelivery,
+    ) -> Result<Claimed, Error> {
+        let delivery = delivery.into_delivery()?;
+        let claimed = self.0.claim_on::<Async, _>(conn, delivery).await?;
+        Ok(claimed.map_held(Claim))
+    }
+
+    /// Runs the async side effect `effect` once per event, outside any transaction, given the
+    /// claim for its idempotency key: [`crate::Claims::run`], awaited. Its result is stored
+    /// and returned to later deliveries; its error or panic decides the claim as there.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Claims::run`].
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "the signature promises a `Send` future, which an `async fn` would only leak"
+    )]
+    pub fn run<'a, C, T, E, H>(
+        &'a self,
+        conn: &'a mut C,
+        delivery: impl IntoDelivery + Send + 'a,
+        effect: H,
+    ) -> impl Future<Output = Result<ClaimOutcome<T>, E>> + Send + 'a
+    where
+        C: AsyncInboxConnection,
+        H: for<'c> AsyncHandler<&'c crate::Claim, Result<T, E>, Fut: Send> + Send + 'a,
+        T: Serialize + DeserializeOwned + Send + Sync + 'a,
+        E: HandlerError + Send + 'a,
+    {
+        async move {
+            let delivery = delivery.into_delivery().map_err(Error::from)?;
+            let no_record = |_: &mut C, _: &T| Ok(());
+            let effect = Acts(effect);
+            (self
+                .0
+                .run_in::<Async, _, _, _>(conn, delivery, effect, no_record))
+            .await
+        }
+    }
+}
+
+/// An async side effect as a claim runs it: through the future type it names, which is
+/// `Send`, and boxed, as handlers are.
+struct Acts<H>(H);
+
+impl<T, E, H> SideEffect<T, E> for Acts<H>
+where
+    H: for<'c> AsyncHandler<&'c crate::Claim, Result<T, E>>,
+{
+    fn run(mut self, claim: &crate::Claim) -> impl Future<Output = Result<T, E>> {
+        Box::pin(call(&mut self.0, claim))
+    }
+}
+
+/// A claim held by this worker, finished on an async connection: [`crate::Claim`], whose
+/// writes are awaited. Dropped unfinished, it stays in progress until its lease runs out.
+#[must_use = "finish a claim with complete, release, abandon or outcome_unknown; dropped, it stays in progress until its lease runs out, then it is in doubt"]
+#[derive(Debug)]
+pub struct Claim(crate::Claim);
+
+impl Claim {
+    /// The event id claimed.
+    pub fn event_id(&self) -> &EventId {
+        self.0.event_id()
+    }
+
+    /// This holder's attempt: [`crate::Claim::attempt`].
+    pub fn attempt(&self) -> u64 {
+        self.0.attempt()
+    }
+
+    /// When this holder's lease runs out.
+    pub fn lease_until(&self) -> DateTime<Utc> {
+        self.0.lease_until()
+    }
+
+    /// The key to pass downstream: [`crate::Claim::idempotency_key`].
+    pub fn idempotency_key(&self) -> String {
+        self.0.idempotency_key()
+    }
+
+    /// Keeps the claim for `by` from now: [`crate::Claim::extend`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Claim::extend`].
+    pub async fn extend<C: AsyncInboxConnection>(
+        &mut self,
+        conn: &mut C,
+        by: Duration,
+    ) -> Result<(), Error> {
+        self.0.extend_in::<Async, _>(conn, by).await
+    }
+
+    /// The side effect happened: stores `result` and completes the claim:
+    /// [`crate::Claim::complete`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Claim::complete_with`].
+    pub async fn complete<C: AsyncInboxConnection, T: Serialize + Sync>(
+        self,
+        conn: &mut C,
+        result: &T,
+    ) -> Result<(), Error> {
+        let nothing = |_: &mut C| Ok::<_, Error>(());
+        let nothing = async |tx: &mut C| nothing(tx);
+        self.complete_with(conn, result, nothing).await
+    }
+
+    /// The side effect happened: runs `record`, an async closure of database writes that
+    /// record it, and completes the claim with `result`, in one transaction:
+    /// [`crate::Claim::complete_with`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Claim::complete_with`].
+    pub fn complete_with<'a, C, T, E, H>(
+        self,
+        conn: &'a mut C,
+        result: &'a T,
+        record: H,
+    ) -> impl Future<Output = Result<(), E>> + Send + 'a
+    where
+        C: AsyncInboxConnection,
+        T: Serialize + Sync,
+        H: Handler<C, (), E> + 'a,
+        E: HandlerError + Send + 'a,
+    {
+        let record = Called(record, std::marker::PhantomData);
+        self.0.complete_in::<Async, _, _, _>(conn, result, record)
+    }
+
+    /// The side effect did not happen, and may run again: [`crate::Claim::release`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    pub async fn release<C: AsyncInboxConnection>(
+        mut self,
+        conn: &mut C,
+        reason: &str,
+    ) -> Result<(), Error> {
+        (self
+            .0
+            .finish::<Async, _>(conn, ClaimState::Released, reason))
+        .await
+    }
+
+    /// The side effect did not happen, and must never run: [`crate::Claim::abandon`],
+    /// awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    pub async fn abandon<C: AsyncInboxConnection>(
+        mut self,
+        conn: &mut C,
+        reason: &str,
+    ) -> Result<(), Error> {
+        (self
+            .0
+            .finish::<Async, _>(conn, ClaimState::Abandoned, reason))
+        .await
+    }
+
+    /// Whether the side effect happened is unknown: [`crate::Claim::outcome_unknown`],
+    /// awaited. Returns the state the claim took.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    pub async fn outcome_unknown<C: AsyncInboxConnection>(
+        self,
+        conn: &mut C,
+        reason: &str,
+    ) -> Result<ClaimState, Error> {
+        self.0.outcome_unknown_in::<Async, _>(conn, reason).await
+    }
+}

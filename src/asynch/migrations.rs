@@ -1,0 +1,49 @@
+//! The inbox's migrations on an async connection: the same runner, lock and record as
+//! [`crate::run_pending_migrations`].
+
+use crate::migrations::{self, MigrationOptions};
+use crate::sql::Async;
+use crate::Error;
+
+use super::AsyncInboxConnection;
+
+/// Applies the inbox migrations not applied yet: [`crate::run_pending_migrations`], awaited.
+/// Safe in a fleet: replicas starting together wait for one another on the database's
+/// migration lock, for 60 seconds at most (on PostgreSQL on tokio's timer, never blocking the
+/// runtime).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::SqliteConnection;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_async::AsyncConnection;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut conn = SyncConnectionWrapper::<SqliteConnection>::establish(":memory:").await?;
+/// assert_eq!(diesel_inbox::asynch::run_pending_migrations(&mut conn).await?, 7);
+/// assert_eq!(diesel_inbox::asynch::run_pending_migrations(&mut conn).await?, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`crate::run_pending_migrations`].
+pub async fn run_pending_migrations<C: AsyncInboxConnection>(conn: &mut C) -> Result<usize, Error> {
+    run_pending_migrations_with(conn, MigrationOptions::default()).await
+}
+
+/// [`run_pending_migrations`], waiting for the migration lock at most as long as `options`
+/// says: [`crate::run_pending_migrations_with`], awaited.
+///
+/// # Errors
+///
+/// As [`crate::run_pending_migrations`].
+pub async fn run_pending_migrations_with<C: AsyncInboxConnection>(
+    conn: &mut C,
+    options: MigrationOptions,
+) -> Result<usize, Error> {
+    migrations::migrate::<Async, _>(conn, options).await
+}
