@@ -2,27 +2,68 @@
 //! new ones only (once each, or once for all of them), one commit.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 
 use chrono::Utc;
+use tracing::Instrument;
 
-use crate::engine::run_ready;
+use crate::decide::{Failure, Scope};
+use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::{self, Delivered, Tally};
 use crate::observe::{self, DeliveryOutcome};
 use crate::rows::{Listed, Recorded};
-use crate::sql::InboxSql;
+use crate::sql::{Blocking, Db, InboxSql, Sql};
 use crate::state::InboxState;
-use crate::transaction::{self, Failure, Scope};
 use crate::{
     Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery, Outcome, Payload,
 };
 
 /// A batch's effect, as the engine calls it: with the new deliveries it is given, one value
-/// for each.
-type BatchEffect<'f, C, T, E> = dyn FnMut(&mut C, &[&Delivery]) -> Result<Vec<T>, E> + 'f;
+/// for each. A sync closure, or the async flavour's adapters of an async one.
+pub(crate) trait BatchEffect<C> {
+    /// One delivery's value.
+    type Output;
+    /// The effect's error.
+    type Error;
+
+    /// Runs the effect for `new`, on the transaction's connection.
+    fn call(
+        &mut self,
+        conn: &mut C,
+        new: &[&Delivery],
+    ) -> impl Future<Output = Result<Vec<Self::Output>, Self::Error>>;
+}
+
+impl<C, T, E, G> BatchEffect<C> for G
+where
+    G: FnMut(&mut C, &[&Delivery]) -> Result<Vec<T>, E>,
+{
+    type Output = T;
+    type Error = E;
+
+    fn call(&mut self, conn: &mut C, new: &[&Delivery]) -> impl Future<Output = Result<Vec<T>, E>> {
+        std::future::ready(self(conn, new))
+    }
+}
+
+/// A batch effect with the deliveries of one call, as user code the engine calls.
+struct Call<'a, B> {
+    effect: &'a mut B,
+    new: &'a [&'a Delivery],
+}
+
+impl<C, B: BatchEffect<C>> Effect<C> for Call<'_, B> {
+    type Output = Vec<B::Output>;
+    type Error = B::Error;
+
+    fn call(&mut self, conn: &mut C) -> impl Future<Output = Result<Self::Output, Self::Error>> {
+        self.effect.call(conn, self.new)
+    }
+}
 
 /// How a batch transaction runs its effects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     /// One call per new delivery, as the loop meets it.
     Each,
     /// One call for all the new deliveries, after the loop.
@@ -39,14 +80,14 @@ fn one<T>(mut values: Vec<T>) -> T {
 }
 
 /// Runs the effect once for the pending deliveries (`Mode::Together`) and fills their slots.
-fn run_together<C, T, E>(
+async fn run_together<F, C, T, E>(
     conn: &mut C,
     deliveries: &[Result<Delivery, crate::InvalidEventId>],
-    effect: &mut BatchEffect<'_, C, T, E>,
+    effect: &mut impl BatchEffect<C, Output = T, Error = E>,
     slots: &mut [Slot<T, E>],
 ) -> Result<(), Failure<E>>
 where
-    C: InboxConnection,
+    C: Db<F, Backend: Sql>,
 {
     let (pending, new): (Vec<usize>, Vec<&Delivery>) = slots
         .iter()
@@ -60,7 +101,7 @@ where
     if new.is_empty() {
         return Ok(());
     }
-    let values = transaction::call_user(conn, |c: &mut C| effect(c, &new))?;
+    let values = engine::call_user(conn, &mut Call { effect, new: &new }).await?;
     for (i, value) in pending.into_iter().zip(values) {
         slots[i] = Slot::Done(Outcome::Processed(value));
     }
@@ -71,7 +112,7 @@ where
 /// occurrence, or recorded now for a repeat. An inbox row this version cannot read is its
 /// [`CorruptRow`](crate::CorruptRow), which rejects that delivery alone, named; the batch's
 /// other deliveries go on.
-fn recorded_or_corrupt<C: InboxConnection, E>(
+async fn recorded_or_corrupt<F, C: Db<F, Backend: Sql>, E>(
     conn: &mut C,
     recorded: &mut HashMap<&str, Listed<Recorded>>,
     key: crate::backend::Key<'_>,
@@ -81,7 +122,7 @@ fn recorded_or_corrupt<C: InboxConnection, E>(
         return Ok(first.map_err(|bad| bad.in_row(&[("consumer", key.0)], "event_id")));
     }
     let hash = fingerprint.map(|f| &f[..]);
-    match run_ready(C::Backend::record_delivery(conn, key, Utc::now(), hash)) {
+    match C::Backend::record_delivery(conn, key, Utc::now(), hash).await {
         Ok(this) => Ok(Ok(this)),
         Err(error) => match Failure::reading_events(error, key) {
             Failure::Inbox(Error::CorruptRow(corrupt)) => Ok(Err(corrupt)),
@@ -91,7 +132,7 @@ fn recorded_or_corrupt<C: InboxConnection, E>(
 }
 
 /// One delivery's place in a batch while the transaction runs.
-enum Slot<T, E> {
+pub(crate) enum Slot<T, E> {
     Done(Outcome<T>),
     /// New, and its effect runs with the batch's other new deliveries, after the loop.
     Pending,
@@ -164,12 +205,8 @@ impl Inbox {
         F: FnMut(&mut C, &Delivery) -> Result<T, E>,
         E: HandlerError,
     {
-        self.run_batch(
-            conn,
-            deliveries,
-            &mut |c: &mut C, new: &[&Delivery]| new.iter().map(|d| effect(c, d)).collect(),
-            Mode::Each,
-        )
+        let each = |c: &mut C, new: &[&Delivery]| new.iter().map(|d| effect(c, d)).collect();
+        run_ready(self.run_batch::<Blocking, _, _, _>(conn, batch(deliveries), each, Mode::Each))
     }
 
     /// [`process_batch`](Self::process_batch) with one call of `effect` for all the batch's
@@ -226,42 +263,50 @@ impl Inbox {
         F: FnMut(&mut C, &[&Delivery]) -> Result<(), E>,
         E: HandlerError,
     {
-        self.run_batch(
-            conn,
-            deliveries,
-            &mut |c: &mut C, new: &[&Delivery]| effect(c, new).map(|()| vec![(); new.len()]),
-            Mode::Together,
-        )
+        let all = |c: &mut C, new: &[&Delivery]| effect(c, new).map(|()| vec![(); new.len()]);
+        let deliveries = batch(deliveries);
+        run_ready(self.run_batch::<Blocking, _, _, _>(conn, deliveries, all, Mode::Together))
     }
 
     /// The batch forms: `effect` returns one value per delivery it is given, and is given
     /// each new delivery alone (`Mode::Each`), or all of them at once (`Mode::Together`).
     #[allow(clippy::type_complexity)]
-    fn run_batch<C, T, E, I>(
+    pub(crate) async fn run_batch<F, C, T, E>(
         &self,
         conn: &mut C,
-        deliveries: I,
-        effect: &mut BatchEffect<'_, C, T, E>,
+        deliveries: Vec<Result<Delivery, crate::InvalidEventId>>,
+        effect: impl BatchEffect<C, Output = T, Error = E>,
         mode: Mode,
     ) -> Result<Vec<Result<Outcome<T>, E>>, E>
     where
-        C: InboxConnection,
-        I: IntoIterator,
-        I::Item: IntoDelivery,
+        C: Db<F, Backend: Sql>,
         E: HandlerError,
     {
-        let timer = observe::DeliveryTimer::start(self.consumer());
-        let deliveries: Vec<_> = deliveries
-            .into_iter()
-            .map(IntoDelivery::into_delivery)
-            .collect();
         let span = tracing::info_span!(
             "inbox_batch",
             consumer = self.consumer(),
             size = deliveries.len()
         );
-        let _entered = span.enter();
-        let scope = transaction::scope_of(conn).map_err(Error::from)?;
+        self.batch_in(conn, deliveries, effect, mode)
+            .instrument(span)
+            .await
+    }
+
+    /// [`run_batch`](Self::run_batch)'s steps, inside its span.
+    #[allow(clippy::type_complexity)]
+    async fn batch_in<F, C, T, E>(
+        &self,
+        conn: &mut C,
+        deliveries: Vec<Result<Delivery, crate::InvalidEventId>>,
+        mut effect: impl BatchEffect<C, Output = T, Error = E>,
+        mode: Mode,
+    ) -> Result<Vec<Result<Outcome<T>, E>>, E>
+    where
+        C: Db<F, Backend: Sql>,
+        E: HandlerError,
+    {
+        let timer = observe::DeliveryTimer::start(self.consumer());
+        let scope = engine::scope_of(conn).map_err(Error::from)?;
 
         // First every effect in one go; only if one fails, roll back and run the batch again
         // with a savepoint per event, so the failure is isolated and the others commit. The
@@ -270,16 +315,16 @@ impl Inbox {
         let mut panicked_at = None;
         let subject = self.subject(None);
         let slots = loop {
-            let slots = transaction::run(conn, scope, self.retry_policy(), subject, |tx| {
-                self.deliver_batch(
-                    tx,
-                    &deliveries,
-                    effect,
-                    if isolate { Mode::Isolated } else { mode },
-                    &mut panicked_at,
-                    scope,
-                )
-            });
+            let body = DeliverBatch {
+                inbox: self,
+                deliveries: &deliveries,
+                effect: &mut effect,
+                mode: if isolate { Mode::Isolated } else { mode },
+                panicked_at: &mut panicked_at,
+                scope,
+            };
+            let policy = self.retry_policy();
+            let slots = engine::run(conn, scope, policy, subject, body).await;
             match slots {
                 Err(Failure::Handler(_) | Failure::Inbox(Error::TransactionAborted { .. }))
                     if !isolate =>
@@ -297,7 +342,7 @@ impl Inbox {
             Ok(slots) => slots,
             Err(Failure::Panicked(panic)) => {
                 let delivery = panicked_at.and_then(|i| deliveries[i].as_ref().ok());
-                run_ready(self.after_handler_panic(conn, delivery, panic, scope))
+                (self.after_handler_panic(conn, delivery, panic, scope)).await
             }
             Err(failure) => {
                 timer.finish_each(deliveries.iter().map(|_| DeliveryOutcome::Error));
@@ -306,38 +351,37 @@ impl Inbox {
         };
         let if_err: Vec<_> = slots.iter().map(Slot::if_err).collect();
 
-        let results = slots
-            .into_iter()
-            .zip(&deliveries)
-            .map(|(slot, delivery)| match (slot, delivery) {
+        let mut results = Vec::with_capacity(slots.len());
+        for (slot, delivery) in slots.into_iter().zip(&deliveries) {
+            results.push(match (slot, delivery) {
                 (Slot::Done(outcome), _) => Ok(outcome),
                 (Slot::Rejected(error), _) => Err(error.into()),
                 (Slot::Pending, _) => {
                     unreachable!("the batch fills its pending slots before it commits")
                 }
                 (Slot::Failed(error), Ok(delivery)) => {
-                    run_ready(self.after_handler_error(conn, delivery, error, scope))
+                    (self.after_handler_error(conn, delivery, error, scope)).await
                 }
                 (Slot::Failed(error), Err(_)) => Err(error),
-            })
-            .collect::<Vec<_>>();
+            });
+        }
         let outcomes = results.iter().zip(if_err);
         timer.finish_each(outcomes.map(|(result, if_err)| DeliveryOutcome::of(result, if_err)));
         Ok(results)
     }
 
     /// The body of the batch transaction: one slot per delivery.
-    fn deliver_batch<C, T, E>(
+    async fn deliver_batch<F, C, T, E>(
         &self,
         conn: &mut C,
         deliveries: &[Result<Delivery, crate::InvalidEventId>],
-        effect: &mut BatchEffect<'_, C, T, E>,
+        effect: &mut impl BatchEffect<C, Output = T, Error = E>,
         mode: Mode,
         panicked_at: &mut Option<usize>,
         scope: Scope,
     ) -> Result<Vec<Slot<T, E>>, Failure<E>>
     where
-        C: InboxConnection,
+        C: Db<F, Backend: Sql>,
     {
         let fingerprints: Vec<Option<[u8; 32]>> = deliveries
             .iter()
@@ -364,12 +408,8 @@ impl Inbox {
             })
             .collect();
         items.sort_unstable_by_key(|&(id, _)| id);
-        let recorded = run_ready(C::Backend::record_deliveries(
-            conn,
-            self.consumer(),
-            &items,
-            Utc::now(),
-        ))?;
+        let recorded =
+            C::Backend::record_deliveries(conn, self.consumer(), &items, Utc::now()).await?;
         let mut recorded: HashMap<&str, Listed<Recorded>> =
             items.iter().map(|&(id, _)| id).zip(recorded).collect();
 
@@ -385,7 +425,7 @@ impl Inbox {
             };
             let key = self.key(delivery);
             let fingerprint = fingerprints[i].as_ref();
-            let this = match recorded_or_corrupt(conn, &mut recorded, key, fingerprint)? {
+            let this = match recorded_or_corrupt(conn, &mut recorded, key, fingerprint).await? {
                 Ok(this) => this,
                 Err(corrupt) => {
                     slots.push(Slot::Rejected(corrupt.into()));
@@ -396,7 +436,7 @@ impl Inbox {
             *panicked_at = Some(i);
             let slot = match this {
                 Recorded::Seen(existing) => {
-                    let delivered = run_ready(inbox::seen(conn, key, fingerprint, existing))?;
+                    let delivered = inbox::seen(conn, key, fingerprint, existing).await?;
                     tally.add(&Tally::of(&delivered));
                     match delivered {
                         Delivered::Outcome(outcome) => Slot::Done(outcome),
@@ -407,27 +447,29 @@ impl Inbox {
                 }
                 Recorded::New if mode == Mode::Together => Slot::Pending,
                 Recorded::New if mode == Mode::Each => {
-                    let value = transaction::call_user(conn, |c: &mut C| effect(c, &[delivery]))?;
+                    let new = [delivery];
+                    let value = engine::call_user(conn, &mut Call { effect, new: &new }).await?;
                     Slot::Done(Outcome::Processed(one(value)))
                 }
                 Recorded::New => {
-                    let depth = transaction::depth(conn)?;
-                    transaction::begin_savepoint(conn)?;
-                    let ran = transaction::call_user(conn, |c: &mut C| effect(c, &[delivery]));
+                    let depth = conn.depth()?;
+                    conn.begin_level().await?;
+                    let new = [delivery];
+                    let ran = engine::call_user(conn, &mut Call { effect, new: &new }).await;
                     match ran {
-                        Ok(value) => match transaction::release_savepoint(conn) {
+                        Ok(value) => match conn.commit_level().await {
                             Ok(()) => Slot::Done(Outcome::Processed(one(value))),
                             // PostgreSQL refuses to release a savepoint in an aborted
                             // transaction: the effect swallowed a failed statement.
                             Err(source) => {
-                                self.undo(conn, depth, delivery)?;
+                                self.undo(conn, depth, delivery).await?;
                                 Slot::Rejected(Error::TransactionAborted {
                                     source: Some(source),
                                 })
                             }
                         },
                         Err(Failure::Handler(error)) => {
-                            self.undo(conn, depth, delivery)?;
+                            self.undo(conn, depth, delivery).await?;
                             Slot::Failed(error)
                         }
                         Err(other) => return Err(other),
@@ -439,30 +481,70 @@ impl Inbox {
         if mode == Mode::Together {
             // No one event is to blame for a panic in the call for all of them.
             *panicked_at = None;
-            run_together(conn, deliveries, effect, &mut slots)?;
+            run_together(conn, deliveries, effect, &mut slots).await?;
         }
         if scope == Scope::TopLevel {
             // Any of the batch's events picks the counters' stripe.
             let stripe_by = items.first().map_or("", |&(id, _)| id);
-            run_ready(tally.count(conn, (self.consumer(), stripe_by)))?;
+            tally.count(conn, (self.consumer(), stripe_by)).await?;
         }
         Ok(slots)
     }
 
     /// Rolls back a failed event's savepoint (if still open) and removes its inbox row, so a
     /// redelivery runs it again.
-    fn undo<C: InboxConnection, E>(
+    async fn undo<F, C: Db<F, Backend: Sql>, E>(
         &self,
         conn: &mut C,
         depth: u32,
         delivery: &Delivery,
     ) -> Result<(), Failure<E>> {
-        transaction::rollback_to(conn, depth);
-        run_ready(C::Backend::delete_inbox_row(
-            conn,
-            self.key(delivery),
-            InboxState::Processed,
-        ))?;
+        engine::rollback_to(conn, depth).await;
+        let key = self.key(delivery);
+        C::Backend::delete_inbox_row(conn, key, InboxState::Processed).await?;
         Ok(())
+    }
+}
+
+/// The deliveries of a batch, each read as a delivery or refused as an invalid id.
+pub(crate) fn batch<I>(deliveries: I) -> Vec<Result<Delivery, crate::InvalidEventId>>
+where
+    I: IntoIterator,
+    I::Item: IntoDelivery,
+{
+    deliveries
+        .into_iter()
+        .map(IntoDelivery::into_delivery)
+        .collect()
+}
+
+/// A batch transaction's body: [`Inbox::deliver_batch`], once per attempt.
+struct DeliverBatch<'a, B> {
+    inbox: &'a Inbox,
+    deliveries: &'a [Result<Delivery, crate::InvalidEventId>],
+    effect: &'a mut B,
+    mode: Mode,
+    panicked_at: &'a mut Option<usize>,
+    scope: Scope,
+}
+
+impl<F, C, B> Body<F, C> for DeliverBatch<'_, B>
+where
+    C: Db<F, Backend: Sql>,
+    B: BatchEffect<C>,
+{
+    type Output = Vec<Slot<B::Output, B::Error>>;
+    type Error = B::Error;
+
+    async fn attempt(&mut self, conn: &mut C) -> Result<Self::Output, Failure<B::Error>> {
+        let Self {
+            inbox,
+            deliveries,
+            effect,
+            mode,
+            panicked_at,
+            scope,
+        } = self;
+        (inbox.deliver_batch(conn, deliveries, &mut **effect, *mode, panicked_at, *scope)).await
     }
 }

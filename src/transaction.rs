@@ -33,36 +33,7 @@ where
     ))
 }
 
-/// [`engine::call_user`].
-pub(crate) fn call_user<C, T, E>(
-    conn: &mut C,
-    mut user: impl FnMut(&mut C) -> Result<T, E>,
-) -> Result<T, Failure<E>>
-where
-    C: InboxConnection,
-{
-    run_ready(engine::call_user::<Blocking, _, _, _>(
-        conn,
-        &mut async |tx: &mut C| user(tx),
-    ))
-}
-
-/// Opens a savepoint inside the inbox's own transaction (a batch isolating one event).
-pub(crate) fn begin_savepoint<C: InboxConnection>(conn: &mut C) -> QueryResult<()> {
-    run_ready(Db::<Blocking>::begin_level(conn))
-}
-
-/// Releases the innermost savepoint.
-pub(crate) fn release_savepoint<C: InboxConnection>(conn: &mut C) -> QueryResult<()> {
-    run_ready(Db::<Blocking>::commit_level(conn))
-}
-
 /// The connection's transaction depth: 0 outside a transaction (see [`Db::depth`]).
 pub(crate) fn depth<C: InboxConnection>(conn: &mut C) -> QueryResult<u32> {
     Db::<Blocking>::depth(conn)
-}
-
-/// [`engine::rollback_to`].
-pub(crate) fn rollback_to<C: InboxConnection>(conn: &mut C, depth_to_keep: u32) {
-    run_ready(engine::rollback_to::<Blocking, _>(conn, depth_to_keep));
 }

@@ -559,6 +559,68 @@ async fn migrations_apply_on_an_async_connection_once_the_lock_is_free<B: AsyncB
     assert!(delivered.unwrap().is_processed(), "the schema is in place");
 }
 
+async fn a_batch_takes_effect_once_per_new_event_and_isolates_a_failing_one<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let inbox = asynch::Inbox::new("ledger").unwrap();
+    let apply = async |tx: &mut B::Async, delivery: &Delivery| {
+        let id = delivery.id().as_str();
+        record_effect(tx, id).await?;
+        if id == "b" {
+            return Err(Error::Pool("the ledger refused b".into()));
+        }
+        Ok(id.len())
+    };
+
+    let results = inbox
+        .process_batch(&mut conn, ["a", "b", "a", "c"], apply)
+        .await
+        .unwrap();
+
+    assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
+    assert!(results[1].is_err(), "{:?}", results[1]);
+    assert!(results[2].as_ref().is_ok_and(Outcome::is_duplicate));
+    assert!(results[3].as_ref().is_ok_and(Outcome::is_processed));
+    let effects: Vec<usize> = ["a", "b", "c"].map(|id| check.effects_of(id)).into();
+    assert_eq!(effects, [1, 0, 1], "b alone rolled back");
+    assert_eq!(
+        check.failure_rows("ledger", "b").0,
+        1,
+        "b's failure is recorded"
+    );
+    assert_eq!(depth(&mut conn), Some(0));
+}
+
+async fn a_bulk_effect_runs_once_for_all_the_new_events<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let inbox = asynch::Inbox::new("ledger").unwrap();
+    let calls = AtomicU32::new(0);
+    let write_all = async |tx: &mut B::Async, new: &[&Delivery]| {
+        calls.fetch_add(1, Ordering::Relaxed);
+        for delivery in new {
+            record_effect(tx, delivery.id().as_str()).await?;
+        }
+        Ok::<_, Error>(())
+    };
+
+    let first = inbox.process_bulk(&mut conn, ["a", "b"], write_all).await;
+    let second = inbox
+        .process_bulk(&mut conn, ["b", "c", "d"], write_all)
+        .await;
+
+    let processed = |results: Vec<Result<Outcome<()>, Error>>| -> Vec<bool> {
+        results
+            .iter()
+            .map(|r| r.as_ref().unwrap().is_processed())
+            .collect()
+    };
+    assert_eq!(processed(first.unwrap()), [true, true]);
+    assert_eq!(processed(second.unwrap()), [false, true, true]);
+    assert_eq!(calls.load(Ordering::Relaxed), 2, "one call per batch");
+    assert_eq!((check.effect_count(), check.effects_of("b")), (4, 1));
+}
+
 async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection<
     B: AsyncBackend,
 >() {
@@ -700,6 +762,8 @@ macro_rules! async_backend_tests {
                 a_held_claim_completes_with_its_records_in_one_transaction,
                 a_side_effect_that_panics_leaves_its_claim_in_doubt,
                 migrations_apply_on_an_async_connection_once_the_lock_is_free,
+                a_batch_takes_effect_once_per_new_event_and_isolates_a_failing_one,
+                a_bulk_effect_runs_once_for_all_the_new_events,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,
                 cancelled_deliveries_over_a_pool_take_effect_exactly_once
             );

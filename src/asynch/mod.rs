@@ -8,7 +8,8 @@
 //! transaction bodies and statements; only the connection's I/O differs.
 //!
 //! What is async so far, each a wrapper of the sync type with the same methods, awaited:
-//! - [`Inbox`]: deliveries, stored results, stats;
+//! - [`Inbox`]: deliveries, stored results, batches ([`Inbox::process_batch`],
+//!   [`Inbox::process_bulk`]), stats;
 //! - [`Cursor`] ([`Inbox::cursor`]): ordered streams, fencing, where to resume;
 //! - [`Claims`] ([`Inbox::claims`]) and a held [`Claim`]: side effects outside the database;
 //! - [`Outbox`] and [`Relay`]: the producer side, publishing through an
@@ -16,8 +17,8 @@
 //!
 //! - [`run_pending_migrations`]: the schema, fleet-safe.
 //!
-//! Batches and the ops calls (dead letters, gaps, claim resolutions, prune, the doctor) are
-//! sync only for now: run them on a sync connection.
+//! The ops calls (dead letters, gaps, claim resolutions, prune, the doctor) are sync only for
+//! now: run them on a sync connection.
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
@@ -77,6 +78,7 @@
 //!   blocking pool when its future is dropped, with `block_in_place`: cancelling a delivery
 //!   on it needs tokio's multi-thread runtime.
 
+mod batch;
 mod claim;
 mod cursor;
 mod migrations;
@@ -94,6 +96,7 @@ use crate::sql::{Async, Sql};
 use crate::stats;
 use crate::{Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy, Stats};
 
+pub use batch::{AsyncHandler2, BatchHandler, BulkHandler};
 pub use claim::{Claim, Claimed, Claims};
 pub use cursor::Cursor;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};

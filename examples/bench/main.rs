@@ -2,8 +2,8 @@
 //! one run on PostgreSQL, MariaDB and SQLite (a WAL file).
 //!
 //! ```sh
-//! cargo run --release --example bench --features postgres,sqlite,mysql,testing
-//! cargo run --release --example bench --features postgres,sqlite,mysql,testing -- \
+//! cargo run --release --example bench --features async,postgres,sqlite,mysql,testing
+//! cargo run --release --example bench --features async,postgres,sqlite,mysql,testing -- \
 //!     --events 5000 --concurrency-events 20000 --prefill 1000000 --backends postgres,sqlite
 //! ```
 //!
@@ -34,7 +34,11 @@
 //! - enqueue, no order lock: the same without that lock (`Outbox::without_order_lock`, a
 //!   testing knob), to show what the lock costs;
 //! - large inbox: `with_inbox` after `--prefill` rows were put in the inbox table, with random
-//!   (`UUIDv4`) and time-ordered (`UUIDv7`) ids.
+//!   (`UUIDv4`) and time-ordered (`UUIDv7`) ids;
+//! - async bare, async inbox: the credit on diesel-async's connection (`AsyncPgConnection`,
+//!   `AsyncMysqlConnection`, `SyncConnectionWrapper<SqliteConnection>`), in its own
+//!   transaction or through `asynch::with_inbox`, on a current-thread tokio runtime; the two
+//!   interleaved round after round, in a phase of their own after the sync rounds.
 //!
 //! Between the single-connection rounds and the prefill comes the concurrency phase, so that
 //! many connections meet the inbox table at the size the single one did: an r2d2 pool, and 1,
@@ -60,6 +64,10 @@
 //! as text, three round trips each, while the inbox prepares them, one each; the peers prepare
 //! them too, so that the ratios measure the inbox and not the transport.
 //!
+//! After the sync concurrency phase, the async one: 16 deliveries at once as 16 futures on one
+//! current-thread runtime, each on a connection of diesel-async's deadpool pool, bare and
+//! inbox, every id new; against the sync phase's 16 threads on an r2d2 pool.
+//!
 //! Rates and latencies are medians over rounds; each ratio is the median of the per-round
 //! ratios. Servers come from `DIESEL_INBOX_POSTGRES_URL` and `DIESEL_INBOX_MYSQL_URL`
 //! (defaults as in the test suite); each backend gets a fresh database, dropped at the end.
@@ -73,6 +81,8 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel_inbox::testing::TestDatabase;
+
+mod asynch;
 use diesel_inbox::{with_inbox, Delivery, Envelope, Inbox, InboxConnection, Outbox, Outcome};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -109,6 +119,9 @@ use schema::{accounts, naive_inbox};
 
 /// What the bench needs from each backend.
 trait BenchConn: InboxConnection + R2D2Connection + Send + Sized + 'static {
+    /// The backend's diesel-async connection.
+    type Async: asynch::AsyncBench;
+
     const NAME: &'static str;
     const SETUP: &'static str;
     /// Fills the inbox with `rows` rows of another consumer (`{rows}` is replaced).
@@ -180,9 +193,12 @@ macro_rules! bench_conn {
         $prefill:literal,
         $settle:expr,
         $key:ident => $insert:expr,
-        prepared_begin_commit = $prepared:literal
+        prepared_begin_commit = $prepared:literal,
+        async = $async:ty
     ) => {
         impl BenchConn for $conn {
+            type Async = $async;
+
             const NAME: &'static str = $name;
             const PREPARED_BEGIN_COMMIT: bool = $prepared;
             const SETUP: &'static str = $setup;
@@ -262,7 +278,8 @@ bench_conn!(
     key => diesel::insert_into(naive_inbox::table)
         .values(key)
         .on_conflict_do_nothing(),
-    prepared_begin_commit = false
+    prepared_begin_commit = false,
+    async = diesel_async::AsyncPgConnection
 );
 
 bench_conn!(
@@ -283,7 +300,8 @@ bench_conn!(
     // Diesel's MySQL connections count found rows (CLIENT_FOUND_ROWS), a duplicate reports 1
     // affected row too, so the check below it would credit every duplicate again.
     key => diesel::insert_or_ignore_into(naive_inbox::table).values(key),
-    prepared_begin_commit = true
+    prepared_begin_commit = true,
+    async = diesel_async::AsyncMysqlConnection
 );
 
 bench_conn!(
@@ -301,7 +319,8 @@ bench_conn!(
     key => diesel::insert_into(naive_inbox::table)
         .values(key)
         .on_conflict_do_nothing(),
-    prepared_begin_commit = false
+    prepared_begin_commit = false,
+    async = diesel_async::sync_connection_wrapper::SyncConnectionWrapper<diesel::SqliteConnection>
 );
 
 struct Options {
@@ -370,6 +389,12 @@ enum Scenario {
         inbox: bool,
         conns: usize,
         mix: Mix,
+    },
+    /// The credit on diesel-async's connection: in its own transaction, or through
+    /// `asynch::with_inbox`; `tasks` at once (1: one connection; more: a pool).
+    Async {
+        inbox: bool,
+        tasks: usize,
     },
 }
 
@@ -444,6 +469,15 @@ impl Scenario {
                 if inbox { "inbox" } else { "bare" },
                 conns_label(conns),
                 mix.label()
+            ),
+            Self::Async { inbox, tasks } => format!(
+                "async {}{}",
+                if inbox { "inbox" } else { "bare" },
+                if tasks == 1 {
+                    String::new()
+                } else {
+                    format!(", {tasks} tasks, new")
+                }
             ),
         }
     }
@@ -562,7 +596,9 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
                     .all(|r| r.as_ref().is_ok_and(Outcome::is_processed)));
             }
         }
-        Scenario::Concurrent { .. } => unreachable!("concurrent scenarios run on a pool"),
+        Scenario::Concurrent { .. } | Scenario::Async { .. } => {
+            unreachable!("concurrent and async scenarios run on their own")
+        }
     }
     start.elapsed().as_secs_f64()
 }
@@ -871,13 +907,25 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
     small.extend(BATCH_SIZES.map(Scenario::Batch));
     small.extend(BATCH_SIZES.map(Scenario::Bulk));
     let mut rates = rounds(&mut conn, &small, options, &mut feed);
+    let per_round = (options.events / options.rounds).max(1);
+    let single = asynch::single::<C::Async>(db.url(), per_round, options.rounds);
+    for (inbox, rounds) in [false, true].into_iter().zip(single) {
+        rates.push((Scenario::Async { inbox, tasks: 1 }, rounds));
+    }
 
     // Before the prefill, so that the many connections meet the inbox table at the size the
     // single connection did.
     let concurrent = Instant::now();
     let concurrency = concurrency(&db, options);
+    let events = options.concurrency_events.unwrap_or(options.events);
+    let tasks = *CONNS.iter().max().unwrap();
+    let per_round = (events / options.rounds).max(1);
+    let together = asynch::concurrent::<C::Async>(db.url(), tasks, per_round, options.rounds);
+    for (inbox, rounds) in [false, true].into_iter().zip(together) {
+        rates.push((Scenario::Async { inbox, tasks }, rounds));
+    }
     eprintln!(
-        "{}: concurrency phase in {:.1?}",
+        "{}: concurrency phases in {:.1?}",
         C::NAME,
         concurrent.elapsed()
     );
@@ -1006,6 +1054,17 @@ fn print_ratios(columns: &[Figures]) {
             Scenario::Bare,
         ),
         ("inbox / minimal, UUIDv4".to_owned(), v4, Scenario::Minimal),
+        (
+            "async inbox / async bare, UUIDv4".to_owned(),
+            Scenario::Async {
+                inbox: true,
+                tasks: 1,
+            },
+            Scenario::Async {
+                inbox: false,
+                tasks: 1,
+            },
+        ),
     ];
     for size in BATCH_SIZES {
         ratios.push((
@@ -1057,6 +1116,30 @@ fn print_ratios(columns: &[Figures]) {
             print_row(&name, &cells);
         }
     }
+    print_async_ratios(columns);
+}
+
+/// The async phase's 16 tasks on one thread: over its own bare, and over the sync phase's 16
+/// threads (medians of each phase's rounds, so drift between the phases stays in).
+fn print_async_ratios(columns: &[Figures]) {
+    let tasks = *CONNS.iter().max().unwrap();
+    let [bare, inbox] = [false, true].map(|inbox| Scenario::Async { inbox, tasks });
+    let threads = Scenario::Concurrent {
+        inbox: true,
+        conns: tasks,
+        mix: Mix::New,
+    };
+    let cells = |ratio: &dyn Fn(&Figures) -> f64| -> Vec<String> {
+        columns.iter().map(|c| format!("{:.2}", ratio(c))).collect()
+    };
+    print_row(
+        &format!("async inbox / async bare, {tasks} tasks, new"),
+        &cells(&|c| c.ratio(inbox, bare)),
+    );
+    print_row(
+        &format!("async inbox {tasks} tasks / inbox {tasks} threads"),
+        &cells(&|c| c.rate(inbox) / c.rate(threads)),
+    );
 }
 
 /// One backend's concurrent scenarios: bare and inbox side by side, a row per connection
