@@ -18,6 +18,7 @@ use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfi
 use diesel_async::{AsyncConnection, SimpleAsyncConnection, TransactionManager};
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
 use diesel_inbox::migrations::MigrationOptions;
+use diesel_inbox::testing;
 use diesel_inbox::{
     Ack, AsyncPublisher, Claim, ClaimOutcome, Claimed, Delivery, Duplicate, Envelope, Error,
     Outbox, OutboxMessage, Outcome, PublishError, Relay, Resume, Sequenced,
@@ -621,6 +622,39 @@ async fn a_bulk_effect_runs_once_for_all_the_new_events<B: AsyncBackend>() {
     assert_eq!((check.effect_count(), check.effects_of("b")), (4, 1));
 }
 
+async fn the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not<
+    B: AsyncBackend,
+>() {
+    let (db, check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    // Counted through the sync connection the scenarios check with.
+    let check = Mutex::new(check);
+    let effects = async |_: &mut B::Async| {
+        let count = check.lock().unwrap().effect_count();
+        Ok(i64::try_from(count).unwrap())
+    };
+    let idempotent = async |conn: &mut B::Async| {
+        let effect = async |tx: &mut B::Async| record_effect(tx, "evt-1").await;
+        asynch::with_inbox(conn, "evt-1", effect).await
+    };
+    let leaky = async |conn: &mut B::Async| {
+        record_effect(conn, "evt-2").await?;
+        let nothing = async |_: &mut B::Async| Ok::<_, diesel::result::Error>(());
+        asynch::with_inbox(conn, "evt-2", nothing).await
+    };
+
+    let report = testing::asynch::assert_idempotent(&mut conn, 3, idempotent, effects).await;
+    let caught = AssertUnwindSafe(testing::asynch::assert_idempotent(
+        &mut conn, 3, leaky, effects,
+    ))
+    .catch_unwind()
+    .await;
+
+    assert_eq!((report.processed(), report.duplicates()), (1, 2));
+    let message = caught.unwrap_err().downcast::<String>().unwrap();
+    assert!(message.contains("took effect 3 times"), "{message}");
+}
+
 async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection<
     B: AsyncBackend,
 >() {
@@ -764,6 +798,7 @@ macro_rules! async_backend_tests {
                 migrations_apply_on_an_async_connection_once_the_lock_is_free,
                 a_batch_takes_effect_once_per_new_event_and_isolates_a_failing_one,
                 a_bulk_effect_runs_once_for_all_the_new_events,
+                the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,
                 cancelled_deliveries_over_a_pool_take_effect_exactly_once
             );

@@ -63,5 +63,14 @@ pub use db::{Placement, TestDatabase, MAX_PREFIX_BYTES, PREFIX_VARIABLE};
 pub use faults::{Fault, Faults, InjectedFault};
 pub use fixtures::{check_schema_fixtures, write_schema_fixture, FixtureError, FixtureProblem};
 pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};
+
+/// The testing helpers for async handlers on diesel-async connections (feature `async`).
+/// Throwaway databases ([`TestDatabase`]) serve both flavours: connect async with its
+/// [`url`](TestDatabase::url), and read what the handler left with the assertions of this
+/// module's parent on a sync [`connect`](TestDatabase::connect)ion.
+#[cfg(feature = "async")]
+pub mod asynch {
+    pub use super::harness::assert_idempotent_async as assert_idempotent;
+}
 pub use inspect::{inbox_record, InboxRecord};
 pub use schedule::{run_schedule, Schedule, ScheduleOptions, Step};
