@@ -342,7 +342,7 @@ impl Inbox {
             Ok(slots) => slots,
             Err(Failure::Panicked(panic)) => {
                 let delivery = panicked_at.and_then(|i| deliveries[i].as_ref().ok());
-                (self.after_handler_panic(conn, delivery, panic, scope)).await
+                self.after_handler_panic(conn, delivery, panic, scope).await
             }
             Err(failure) => {
                 timer.finish_each(deliveries.iter().map(|_| DeliveryOutcome::Error));
@@ -360,7 +360,7 @@ impl Inbox {
                     unreachable!("the batch fills its pending slots before it commits")
                 }
                 (Slot::Failed(error), Ok(delivery)) => {
-                    (self.after_handler_error(conn, delivery, error, scope)).await
+                    self.after_handler_error(conn, delivery, error, scope).await
                 }
                 (Slot::Failed(error), Err(_)) => Err(error),
             });
@@ -545,6 +545,8 @@ where
             panicked_at,
             scope,
         } = self;
-        (inbox.deliver_batch(conn, deliveries, &mut **effect, *mode, panicked_at, *scope)).await
+        inbox
+            .deliver_batch(conn, deliveries, &mut **effect, *mode, panicked_at, *scope)
+            .await
     }
 }

@@ -253,17 +253,19 @@ pub struct MigrationSql {
     pub down: &'static str,
 }
 
-/// The inbox migration `$name` of the folder `migrations/$dialect`, as text.
+/// The inbox migration `$name`, number `$n` of the folder `migrations/$dialect`, as text.
+/// Every inbox migration is dated 2000-01-01: its folder is `2000-01-01-<n>_<name>`, its
+/// version `20000101<n>`.
 macro_rules! migration_sql {
-    ($dialect:literal, $folder:literal, $version:literal, $name:literal) => {
+    ($dialect:literal, $n:literal, $name:literal) => {
         MigrationSql {
             name: $name,
-            version: $version,
+            version: concat!("20000101", $n),
             up: include_str!(concat!(
                 "../migrations/",
                 $dialect,
-                "/",
-                $folder,
+                "/2000-01-01-",
+                $n,
                 "_",
                 $name,
                 "/up.sql"
@@ -271,8 +273,8 @@ macro_rules! migration_sql {
             down: include_str!(concat!(
                 "../migrations/",
                 $dialect,
-                "/",
-                $folder,
+                "/2000-01-01-",
+                $n,
                 "_",
                 $name,
                 "/down.sql"
@@ -285,48 +287,13 @@ macro_rules! migration_sql {
 macro_rules! migrations_sql {
     ($dialect:literal) => {
         &[
-            migration_sql!(
-                $dialect,
-                "2000-01-01-000001",
-                "20000101000001",
-                "diesel_inbox_create"
-            ),
-            migration_sql!(
-                $dialect,
-                "2000-01-01-000002",
-                "20000101000002",
-                "diesel_inbox_failures"
-            ),
-            migration_sql!(
-                $dialect,
-                "2000-01-01-000003",
-                "20000101000003",
-                "diesel_inbox_operations"
-            ),
-            migration_sql!(
-                $dialect,
-                "2000-01-01-000004",
-                "20000101000004",
-                "diesel_inbox_cursors"
-            ),
-            migration_sql!(
-                $dialect,
-                "2000-01-01-000005",
-                "20000101000005",
-                "diesel_inbox_claims"
-            ),
-            migration_sql!(
-                $dialect,
-                "2000-01-01-000006",
-                "20000101000006",
-                "diesel_inbox_outbox"
-            ),
-            migration_sql!(
-                $dialect,
-                "2000-01-01-000007",
-                "20000101000007",
-                "diesel_inbox_outbox_order"
-            ),
+            migration_sql!($dialect, "000001", "diesel_inbox_create"),
+            migration_sql!($dialect, "000002", "diesel_inbox_failures"),
+            migration_sql!($dialect, "000003", "diesel_inbox_operations"),
+            migration_sql!($dialect, "000004", "diesel_inbox_cursors"),
+            migration_sql!($dialect, "000005", "diesel_inbox_claims"),
+            migration_sql!($dialect, "000006", "diesel_inbox_outbox"),
+            migration_sql!($dialect, "000007", "diesel_inbox_outbox_order"),
         ]
     };
 }

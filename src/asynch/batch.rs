@@ -103,7 +103,8 @@ impl Inbox {
         E: HandlerError + Send + 'a,
     {
         let effect = Each(handler, PhantomData);
-        (self.0).run_batch::<Async, _, _, _>(conn, batch::batch(deliveries), effect, Mode::Each)
+        self.0
+            .run_batch::<Async, _, _, _>(conn, batch::batch(deliveries), effect, Mode::Each)
     }
 
     /// [`process_batch`](Self::process_batch) with one call of `handler` for all the batch's
@@ -128,7 +129,8 @@ impl Inbox {
     {
         let effect = All(handler, PhantomData);
         let deliveries = batch::batch(deliveries);
-        (self.0).run_batch::<Async, _, _, _>(conn, deliveries, effect, Mode::Together)
+        self.0
+            .run_batch::<Async, _, _, _>(conn, deliveries, effect, Mode::Together)
     }
 }
 

@@ -11,8 +11,7 @@ use tracing::{error, info, warn};
 
 use super::verdict::{self, InDoubtPolicy};
 use crate::backend::Key;
-use crate::decide::Failure;
-use crate::decide::HandlerFailure;
+use crate::decide::{Failure, HandlerFailure};
 use crate::duration::{after, now};
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::rows::ClaimChange;
@@ -109,7 +108,8 @@ impl Claim {
     ) -> Result<(), Error> {
         let lease_until = after(now(), by);
         let in_progress = ClaimState::InProgress;
-        (self.write(conn, in_progress, Some(lease_until), None, None)).await?;
+        let until = Some(lease_until);
+        self.write(conn, in_progress, until, None, None).await?;
         self.lease_until = lease_until;
         Ok(())
     }
@@ -200,7 +200,8 @@ impl Claim {
                 Err(fenced.into())
             }
             Failure::Handler(error) => {
-                (self.completion_failed(conn, Some(&json), &error.to_string())).await;
+                self.completion_failed(conn, Some(&json), &error.to_string())
+                    .await;
                 Err(error)
             }
             Failure::Panicked(panic) => {
@@ -210,7 +211,8 @@ impl Claim {
             }
             failure @ (Failure::Inbox(_) | Failure::Database(_)) => {
                 let error: E = failure.into_error();
-                (self.completion_failed(conn, Some(&json), &error.to_string())).await;
+                self.completion_failed(conn, Some(&json), &error.to_string())
+                    .await;
                 Err(error)
             }
         }
@@ -456,7 +458,9 @@ where
     async fn attempt(&mut self, tx: &mut C) -> Result<(), Failure<E>> {
         let completed = Some(self.json);
         let claim = self.claim;
-        (claim.write_in(tx, ClaimState::Completed, None, completed, None)).await?;
+        claim
+            .write_in(tx, ClaimState::Completed, None, completed, None)
+            .await?;
         engine::call_user(tx, &mut *self.record).await
     }
 }

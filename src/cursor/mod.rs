@@ -296,7 +296,9 @@ impl Cursor {
                 Err(Failure::Panicked(panic)) => {
                     let scope = scope_or_savepoint(conn);
                     let event = delivery.event.as_ref();
-                    (self.inbox.after_handler_panic(conn, event, panic, scope)).await
+                    self.inbox
+                        .after_handler_panic(conn, event, panic, scope)
+                        .await
                 }
                 Err(failure) => Err(failure.into_error()),
             };
@@ -824,7 +826,10 @@ impl Cursor {
             return Err(error);
         };
         let scope = scope_or_savepoint(conn);
-        let outcome = (self.inbox.after_handler_error(conn, event, error, scope)).await?;
+        let outcome = self
+            .inbox
+            .after_handler_error(conn, event, error, scope)
+            .await?;
         if scope == Scope::TopLevel {
             // The inbox row now holds the event back, so this run skips the effect and
             // advances the cursor.
