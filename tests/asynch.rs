@@ -514,6 +514,31 @@ async fn a_held_claim_completes_with_its_records_in_one_transaction<B: AsyncBack
     assert_eq!(check.effects_of("ch_1"), 1);
 }
 
+async fn a_side_effect_and_its_records_commit_with_the_claims_completion<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let charges = asynch::Inbox::new("billing").unwrap().claims();
+    let charge = async |_: &Claim| Ok::<_, Error>(String::from("ch_1"));
+    let record = async |tx: &mut B::Async, charge_id: &String| {
+        Ok::<_, Error>(record_effect(tx, charge_id).await?)
+    };
+
+    let first = charges
+        .run_and_record(&mut conn, "order-7", charge, record)
+        .await;
+    let again = charges
+        .run_and_record(&mut conn, "order-7", charge, record)
+        .await;
+
+    assert_eq!(first.unwrap(), ClaimOutcome::Ran("ch_1".into()));
+    assert_eq!(again.unwrap(), ClaimOutcome::Completed("ch_1".into()));
+    assert_eq!(
+        check.effects_of("ch_1"),
+        1,
+        "recorded once, with the completion"
+    );
+}
+
 async fn a_side_effect_that_panics_leaves_its_claim_in_doubt<B: AsyncBackend>() {
     let (db, _check) = setup::<B>();
     let mut conn = B::connect(db.url()).await;
@@ -795,6 +820,7 @@ macro_rules! async_backend_tests {
                 a_side_effect_under_a_claim_runs_once_and_a_redelivery_gets_its_result,
                 a_held_claim_completes_with_its_records_in_one_transaction,
                 a_side_effect_that_panics_leaves_its_claim_in_doubt,
+                a_side_effect_and_its_records_commit_with_the_claims_completion,
                 migrations_apply_on_an_async_connection_once_the_lock_is_free,
                 a_batch_takes_effect_once_per_new_event_and_isolates_a_failing_one,
                 a_bulk_effect_runs_once_for_all_the_new_events,

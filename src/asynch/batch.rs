@@ -174,6 +174,6 @@ where
 }
 
 /// Calls `handler` for the future it names.
-fn call<A, B, R, H: AsyncHandler2<A, B, R>>(handler: &mut H, a: A, b: B) -> H::Fut {
+pub(super) fn call<A, B, R, H: AsyncHandler2<A, B, R>>(handler: &mut H, a: A, b: B) -> H::Fut {
     handler(a, b)
 }

@@ -3,17 +3,19 @@
 //! The same transaction bodies and statements as the sync API.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::claim::SideEffect;
+use crate::claim::{Record, SideEffect};
 use crate::sql::Async;
 use crate::{ClaimOutcome, ClaimState, Error, EventId, HandlerError, InDoubtPolicy, IntoDelivery};
 
-use super::{call, AsyncHandler, AsyncInboxConnection, Called, Handler, Inbox};
+use super::batch::call as call2;
+use super::{call, AsyncHandler, AsyncHandler2, AsyncInboxConnection, Called, Handler, Inbox};
 
 /// What [`Claims::claim`] found: [`crate::Claimed`], holding an async [`Claim`].
 pub type Claimed = crate::Claimed<Claim>;
@@ -107,10 +109,6 @@ impl Claims {
     /// # Errors
     ///
     /// As [`crate::Claims::run`].
-    #[allow(
-        clippy::manual_async_fn,
-        reason = "the signature promises a `Send` future, which an `async fn` would only leak"
-    )]
     pub fn run<'a, C, T, E, H>(
         &'a self,
         conn: &'a mut C,
@@ -123,15 +121,72 @@ impl Claims {
         T: Serialize + DeserializeOwned + Send + Sync + 'a,
         E: HandlerError + Send + 'a,
     {
+        let nothing = async |_: &mut C, _: &T| Ok(());
+        self.run_and_record(conn, delivery, effect, nothing)
+    }
+
+    /// [`run`](Self::run), committing `record`'s database writes (the charge id on the order,
+    /// say) in the completion's transaction: [`crate::Claims::run_and_record`], awaited.
+    /// `record` is an async closure over the transaction's connection and the side effect's
+    /// value.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Claims::run_and_record`].
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "the signature promises a `Send` future, which an `async fn` would only leak"
+    )]
+    pub fn run_and_record<'a, C, T, E, H, R>(
+        &'a self,
+        conn: &'a mut C,
+        delivery: impl IntoDelivery + Send + 'a,
+        effect: H,
+        record: R,
+    ) -> impl Future<Output = Result<ClaimOutcome<T>, E>> + Send + 'a
+    where
+        C: AsyncInboxConnection,
+        H: for<'c> AsyncHandler<&'c crate::Claim, Result<T, E>, Fut: Send> + Send + 'a,
+        R: Records<C, T, E> + 'a,
+        T: Serialize + DeserializeOwned + Send + Sync + 'a,
+        E: HandlerError + Send + 'a,
+    {
         async move {
             let delivery = delivery.into_delivery().map_err(Error::from)?;
-            let no_record = |_: &mut C, _: &T| Ok(());
-            let effect = Acts(effect);
-            (self
+            let (effect, record) = (Acts(effect), Recorded(record, PhantomData));
+            let run = self
                 .0
-                .run_in::<Async, _, _, _>(conn, delivery, effect, no_record))
-            .await
+                .run_in::<Async, _, _, _>(conn, delivery, effect, record);
+            run.await
         }
+    }
+}
+
+/// The database writes [`Claims::run_and_record`] commits with a claim's completion: an async
+/// closure over the transaction's connection and the side effect's value, whose future is
+/// `Send`. Implemented for every such closure.
+pub trait Records<C, T, E>:
+    for<'c, 'v> AsyncHandler2<&'c mut C, &'v T, Result<(), E>, Fut: Send> + Send
+{
+}
+
+impl<C, T, E, R> Records<C, T, E> for R where
+    R: for<'c, 'v> AsyncHandler2<&'c mut C, &'v T, Result<(), E>, Fut: Send> + Send
+{
+}
+
+/// [`Records`] as a claim's completion calls them: through the future type they name, boxed
+/// as a handler's is.
+struct Recorded<R, E>(R, PhantomData<fn() -> E>);
+
+impl<C, T, E, R> Record<C, T> for Recorded<R, E>
+where
+    R: for<'c, 'v> AsyncHandler2<&'c mut C, &'v T, Result<(), E>>,
+{
+    type Error = E;
+
+    fn record(&mut self, tx: &mut C, value: &T) -> impl Future<Output = Result<(), E>> {
+        Box::pin(call2(&mut self.0, tx, value))
     }
 }
 

@@ -97,7 +97,7 @@ use crate::stats;
 use crate::{Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy, Stats};
 
 pub use batch::{AsyncHandler2, BatchHandler, BulkHandler};
-pub use claim::{Claim, Claimed, Claims};
+pub use claim::{Claim, Claimed, Claims, Records};
 pub use cursor::Cursor;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};
