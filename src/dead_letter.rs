@@ -1,15 +1,18 @@
 //! Dead letters: events the failure policy gave up on, and the audited transitions out of that
 //! state (redrive, discard, release).
 
+use std::future::Future;
+
 use chrono::{DateTime, Utc};
+use tracing::Instrument;
 
 use crate::audit::Audit;
 use crate::backend::Key;
-use crate::engine::{self, run_ready};
+use crate::decide::Failure;
+use crate::engine::{self, run_ready, Body, Effect};
 use crate::rows::{FailureRow, HistoryRow, Recorded};
-use crate::sql::{Db, FailureSql, InboxSql, Sql};
+use crate::sql::{Blocking, Db, FailureSql, InboxSql, Sql};
 use crate::state::{CorruptRow, Counter, DeadLetterState, HistoryKind, InboxState};
-use crate::transaction::{self, Failure};
 use crate::{Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
 
 impl Inbox {
@@ -124,18 +127,24 @@ impl DeadLetters {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Result<DeadLetter, CorruptRow>>, Error> {
+        run_ready(self.list_in::<Blocking, _>(conn, after, limit))
+    }
+
+    /// [`list`](Self::list) in either flavour.
+    pub(crate) async fn list_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Result<DeadLetter, CorruptRow>>, Error> {
         let consumer = self.inbox.consumer();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        Ok(run_ready(C::Backend::failures(
-            conn,
-            consumer,
-            DeadLetterState::DeadLettered,
-            after,
-            limit,
-        ))?
-        .into_iter()
-        .map(|row| dead_letter(consumer, row, Vec::new()))
-        .collect())
+        let dead = DeadLetterState::DeadLettered;
+        let rows = C::Backend::failures(conn, consumer, dead, after, limit).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| dead_letter(consumer, row, Vec::new()))
+            .collect())
     }
 
     /// One failed event, in any state, with its payload and history.
@@ -149,13 +158,22 @@ impl DeadLetters {
         conn: &mut C,
         event_id: impl IntoEventId,
     ) -> Result<DeadLetter, Error> {
-        let event_id = event_id.into_event_id()?;
+        run_ready(self.show_in::<Blocking, _>(conn, event_id.into_event_id()?))
+    }
+
+    /// [`show`](Self::show) in either flavour.
+    pub(crate) async fn show_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        event_id: EventId,
+    ) -> Result<DeadLetter, Error> {
         let key = (self.inbox.consumer(), event_id.as_str());
-        let row = run_ready(C::Backend::failure(conn, key))?;
+        let row = C::Backend::failure(conn, key).await?;
         let row = row.ok_or(Error::DeadLetterNotFound {
             event_id: event_id.clone(),
         })?;
-        let history = run_ready(C::Backend::history(conn, key))?
+        let history = C::Backend::history(conn, key)
+            .await?
             .into_iter()
             .map(|line| line.map_err(|bad| bad.in_row(&failure_key(key), "id")))
             .collect::<Result<Vec<_>, _>>()?;
@@ -175,7 +193,7 @@ impl DeadLetters {
         conn: &mut C,
         event_id: impl IntoEventId,
         audit: &Audit,
-        mut effect: F,
+        effect: F,
     ) -> Result<Outcome<T>, E>
     where
         C: InboxConnection,
@@ -183,6 +201,21 @@ impl DeadLetters {
         E: HandlerError,
     {
         let event_id = event_id.into_event_id().map_err(Error::from)?;
+        run_ready(self.redrive_in::<Blocking, _, _, _>(conn, event_id, audit, effect))
+    }
+
+    /// [`redrive`](Self::redrive) in either flavour.
+    pub(crate) async fn redrive_in<F, C, T, E>(
+        &self,
+        conn: &mut C,
+        event_id: EventId,
+        audit: &Audit,
+        mut effect: impl RedriveEffect<C, Output = T, Error = E>,
+    ) -> Result<Outcome<T>, E>
+    where
+        C: Db<F, Backend: Sql>,
+        E: HandlerError,
+    {
         let (consumer, actor) = (self.inbox.consumer(), audit.actor());
         let span = tracing::info_span!(
             "inbox_redrive",
@@ -190,55 +223,32 @@ impl DeadLetters {
             event_id = event_id.as_str(),
             actor
         );
-        let _entered = span.enter();
-
         let key = (consumer, event_id.as_str());
-        let scope = transaction::scope_of(conn).map_err(Error::from)?;
-        let subject = self.inbox.subject(Some(key.1));
-        let body = async |tx: &mut C| {
-            let row = transition_from_dead_lettered(tx, key, Transition::Redrive).await?;
-            let payload = stored_payload(&row);
-            // The dead-letter row in the inbox table held the event back; remove it so the
-            // event runs as new, under the same key lock as any concurrent delivery.
-            C::Backend::delete_inbox_row(tx, key, InboxState::DeadLettered).await?;
-            let fingerprint = payload.as_ref().map(Payload::fingerprint);
-            let hash = fingerprint.as_ref().map(|f| &f[..]);
-            let recorded = C::Backend::record_delivery(tx, key, Utc::now(), hash).await?;
-            if !matches!(recorded, Recorded::New) {
-                // Processed by other means although its failure row says dead-lettered.
-                return Err(Failure::Inbox(Error::InvalidTransition {
-                    event_id: event_id.clone(),
-                    state: DeadLetterState::Redriven,
-                    attempted: DeadLetterState::Redriven,
-                }));
-            }
-            let value = crate::inbox::run_effect(
-                tx,
+        async {
+            let scope = engine::scope_of(conn).map_err(Error::from)?;
+            let subject = self.inbox.subject(Some(key.1));
+            let body = Redrive {
                 key,
-                &mut async |c: &mut C| effect(c, payload.as_ref()),
-                &|_| Ok(None),
-            )
-            .await?;
-            finish_transition(tx, key, Transition::Redrive, audit).await?;
-            Ok(value)
-        };
-        let redriven = run_ready(engine::run(
-            conn,
-            scope,
-            self.inbox.retry_policy(),
-            subject,
-            body,
-        ));
-        let value = redriven.map_err(Failure::into_error)?;
-        let (event_id, reason) = (key.1, audit.reason());
-        tracing::warn!(
-            consumer,
-            event_id,
-            actor,
-            reason,
-            "dead letter redriven and processed"
-        );
-        Ok(Outcome::Processed(value))
+                event_id: &event_id,
+                audit,
+                effect: &mut effect,
+            };
+            let policy = self.inbox.retry_policy();
+            let redriven = engine::run(conn, scope, policy, subject, body)
+                .await
+                .map_err(Failure::into_error)?;
+            let (event_id, reason) = (key.1, audit.reason());
+            tracing::warn!(
+                consumer,
+                event_id,
+                actor,
+                reason,
+                "dead letter redriven and processed"
+            );
+            Ok(Outcome::Processed(redriven))
+        }
+        .instrument(span)
+        .await
     }
 
     /// Marks a dead-lettered event discarded, with `audit` in its history: kept for the record,
@@ -255,22 +265,8 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
     ) -> Result<(), Error> {
-        self.transition(
-            conn,
-            event_id,
-            audit,
-            Transition::Discard,
-            async |tx, key| {
-                let (from, to) = (InboxState::DeadLettered, InboxState::Discarded);
-                let marked = C::Backend::set_inbox_state(tx, key, from, to).await?;
-                // The row that holds deliveries back may have been deleted (by hand): put it
-                // back, or "never run again" would not hold.
-                if !marked {
-                    C::Backend::insert_held_row(tx, key, Utc::now(), to).await?;
-                }
-                Ok(())
-            },
-        )
+        let event_id = event_id.into_event_id()?;
+        run_ready(self.transition::<Blocking, _>(conn, event_id, audit, Transition::Discard))
     }
 
     /// Releases a dead-lettered event to be published again, with `audit` in its history: the
@@ -316,45 +312,32 @@ impl DeadLetters {
         event_id: impl IntoEventId,
         audit: &Audit,
     ) -> Result<(), Error> {
-        self.transition(
-            conn,
-            event_id,
-            audit,
-            Transition::Release,
-            async |tx, key| {
-                // The row that held deliveries back goes (it may be gone already, by hand); the
-                // next delivery inserts its own and runs the effect.
-                C::Backend::delete_inbox_row(tx, key, InboxState::DeadLettered).await?;
-                C::Backend::reset_attempts(tx, key, Utc::now()).await
-            },
-        )
+        let event_id = event_id.into_event_id()?;
+        run_ready(self.transition::<Blocking, _>(conn, event_id, audit, Transition::Release))
     }
 
     /// A transition that runs no effect (discard, release), in one transaction: check that
-    /// the event is dead-lettered, `apply` it to the inbox row, record it with `audit`.
-    fn transition<C: InboxConnection>(
+    /// the event is dead-lettered, apply it to the inbox row, record it with `audit`.
+    pub(crate) async fn transition<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
-        event_id: impl IntoEventId,
+        event_id: EventId,
         audit: &Audit,
         transition: Transition,
-        mut apply: impl AsyncFnMut(&mut C, Key<'_>) -> diesel::QueryResult<()>,
     ) -> Result<(), Error> {
-        let event_id = event_id.into_event_id()?;
         let consumer = self.inbox.consumer();
         let key = (consumer, event_id.as_str());
-        let scope = transaction::scope_of(conn)?;
+        let scope = engine::scope_of(conn)?;
         let subject = self.inbox.subject(Some(key.1));
-        let body = async |tx: &mut C| {
-            transition_from_dead_lettered(tx, key, transition).await?;
-            apply(tx, key).await?;
-            finish_transition(tx, key, transition, audit).await
+        let body = Transit {
+            key,
+            transition,
+            audit,
         };
         let policy = self.inbox.retry_policy();
-        run_ready(engine::run::<_, _, _, Error>(
-            conn, scope, policy, subject, body,
-        ))
-        .map_err(Failure::into_error)?;
+        engine::run(conn, scope, policy, subject, body)
+            .await
+            .map_err(Failure::into_error)?;
         let (event_id, actor, reason) = (key.1, audit.actor(), audit.reason());
         let state = transition.to();
         tracing::warn!(consumer, event_id, actor, reason, %state, "dead letter transition");
@@ -362,9 +345,138 @@ impl DeadLetters {
     }
 }
 
+/// What a redrive runs on the stored payload: a sync closure, or the async front's adapter
+/// of an async one.
+pub(crate) trait RedriveEffect<C> {
+    /// The effect's value.
+    type Output;
+    /// Its error.
+    type Error;
+
+    /// Runs it on the transaction's connection, with the payload the failure stored.
+    fn call(
+        &mut self,
+        conn: &mut C,
+        payload: Option<&Payload>,
+    ) -> impl Future<Output = Result<Self::Output, Self::Error>>;
+}
+
+impl<C, T, E, G: FnMut(&mut C, Option<&Payload>) -> Result<T, E>> RedriveEffect<C> for G {
+    type Output = T;
+    type Error = E;
+
+    fn call(
+        &mut self,
+        conn: &mut C,
+        payload: Option<&Payload>,
+    ) -> impl Future<Output = Result<T, E>> {
+        std::future::ready(self(conn, payload))
+    }
+}
+
+/// A redrive's effect with its payload, as user code the engine calls.
+struct WithPayload<'a, R> {
+    effect: &'a mut R,
+    payload: Option<&'a Payload>,
+}
+
+impl<C, R: RedriveEffect<C>> Effect<C> for WithPayload<'_, R> {
+    type Output = R::Output;
+    type Error = R::Error;
+
+    fn call(&mut self, conn: &mut C) -> impl Future<Output = Result<R::Output, R::Error>> {
+        self.effect.call(conn, self.payload)
+    }
+}
+
+/// A redrive's transaction: the dead letter's stored payload through the inbox path, and the
+/// transition to redriven.
+struct Redrive<'a, R> {
+    key: Key<'a>,
+    event_id: &'a EventId,
+    audit: &'a Audit,
+    effect: &'a mut R,
+}
+
+impl<F, C, R> Body<F, C> for Redrive<'_, R>
+where
+    C: Db<F, Backend: Sql>,
+    R: RedriveEffect<C>,
+{
+    type Output = R::Output;
+    type Error = R::Error;
+
+    async fn attempt(&mut self, tx: &mut C) -> Result<R::Output, Failure<R::Error>> {
+        let key = self.key;
+        let row = transition_from_dead_lettered(tx, key, Transition::Redrive).await?;
+        let payload = stored_payload(&row);
+        // The dead-letter row in the inbox table held the event back; remove it so the
+        // event runs as new, under the same key lock as any concurrent delivery.
+        C::Backend::delete_inbox_row(tx, key, InboxState::DeadLettered).await?;
+        let fingerprint = payload.as_ref().map(Payload::fingerprint);
+        let hash = fingerprint.as_ref().map(|f| &f[..]);
+        let recorded = C::Backend::record_delivery(tx, key, Utc::now(), hash).await?;
+        if !matches!(recorded, Recorded::New) {
+            // Processed by other means although its failure row says dead-lettered.
+            return Err(Failure::Inbox(Error::InvalidTransition {
+                event_id: self.event_id.clone(),
+                state: DeadLetterState::Redriven,
+                attempted: DeadLetterState::Redriven,
+            }));
+        }
+        let mut effect = WithPayload {
+            effect: &mut *self.effect,
+            payload: payload.as_ref(),
+        };
+        let value = crate::inbox::run_effect(tx, key, &mut effect, &|_| Ok(None)).await?;
+        finish_transition(tx, key, Transition::Redrive, self.audit).await?;
+        Ok(value)
+    }
+}
+
+/// A discard's or release's transaction.
+struct Transit<'a> {
+    key: Key<'a>,
+    transition: Transition,
+    audit: &'a Audit,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Transit<'_> {
+    type Output = ();
+    type Error = Error;
+
+    async fn attempt(&mut self, tx: &mut C) -> Result<(), Failure<Error>> {
+        let Self {
+            key,
+            transition,
+            audit,
+        } = *self;
+        transition_from_dead_lettered(tx, key, transition).await?;
+        match transition {
+            Transition::Discard => {
+                let (from, to) = (InboxState::DeadLettered, InboxState::Discarded);
+                let marked = C::Backend::set_inbox_state(tx, key, from, to).await?;
+                // The row that holds deliveries back may have been deleted (by hand): put it
+                // back, or "never run again" would not hold.
+                if !marked {
+                    C::Backend::insert_held_row(tx, key, Utc::now(), to).await?;
+                }
+            }
+            Transition::Release => {
+                // The row that held deliveries back goes (it may be gone already, by hand);
+                // the next delivery inserts its own and runs the effect.
+                C::Backend::delete_inbox_row(tx, key, InboxState::DeadLettered).await?;
+                C::Backend::reset_attempts(tx, key, Utc::now()).await?;
+            }
+            Transition::Redrive => unreachable!("a redrive runs its effect: `Redrive`"),
+        }
+        finish_transition(tx, key, transition, audit).await
+    }
+}
+
 /// The audited ways out of the dead-lettered state.
 #[derive(Debug, Clone, Copy)]
-enum Transition {
+pub(crate) enum Transition {
     Redrive,
     Discard,
     Release,

@@ -20,8 +20,9 @@ use diesel_inbox::asynch::{self, AsyncInboxConnection};
 use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing;
 use diesel_inbox::{
-    Ack, AsyncPublisher, Claim, ClaimOutcome, Claimed, Delivery, Duplicate, Envelope, Error,
-    Outbox, OutboxMessage, Outcome, PublishError, Relay, Resume, Sequenced,
+    Ack, AsyncPublisher, Audit, Claim, ClaimOutcome, Claimed, DeadLetterState, Delivery, Duplicate,
+    Envelope, Error, Outbox, OutboxMessage, Outcome, Payload, PublishError, Relay, Resume,
+    Sequenced,
 };
 use futures_util::FutureExt;
 
@@ -680,6 +681,52 @@ async fn the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_
     assert!(message.contains("took effect 3 times"), "{message}");
 }
 
+async fn dead_letters_are_listed_and_redriven_discarded_or_released_once<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let inbox = asynch::Inbox::new("orders").unwrap().max_attempts(1);
+    let fail = async |_: &mut B::Async| Err::<(), _>(Error::permanent("unknown SKU"));
+    for id in ["evt-1", "evt-2", "evt-3"] {
+        let outcome = inbox.process(&mut conn, id, fail).await.unwrap();
+        assert!(outcome.is_dead_lettered(), "{id}");
+    }
+    let dead = inbox.dead_letters();
+    let audit = Audit::new("ops@example.com", "the SKU exists now").unwrap();
+    let rerun = async |tx: &mut B::Async, _: Option<&Payload>| {
+        Ok::<_, Error>(record_effect(tx, "evt-1").await?)
+    };
+
+    let listed = dead.list(&mut conn, None, 10).await.unwrap();
+    let redriven = dead.redrive(&mut conn, "evt-1", &audit, rerun).await;
+    let again = dead.redrive(&mut conn, "evt-1", &audit, rerun).await;
+    dead.discard(&mut conn, "evt-2", &audit).await.unwrap();
+    dead.release(&mut conn, "evt-3", &audit).await.unwrap();
+
+    assert_eq!(listed.len(), 3);
+    assert!(redriven.unwrap().is_processed());
+    assert!(
+        matches!(again, Err(Error::InvalidTransition { .. })),
+        "{again:?}"
+    );
+    assert_eq!(check.effects_of("evt-1"), 1);
+    let states = [
+        dead.show(&mut conn, "evt-1").await.unwrap().state,
+        dead.show(&mut conn, "evt-2").await.unwrap().state,
+        dead.show(&mut conn, "evt-3").await.unwrap().state,
+    ];
+    let expected = [
+        DeadLetterState::Redriven,
+        DeadLetterState::Discarded,
+        DeadLetterState::Released,
+    ];
+    assert_eq!(states, expected);
+    let ok = async |_: &mut B::Async| Ok::<_, Error>(());
+    let discarded = inbox.process(&mut conn, "evt-2", ok).await.unwrap();
+    let released = inbox.process(&mut conn, "evt-3", ok).await.unwrap();
+    assert!(discarded.is_dead_lettered() && released.is_processed());
+    assert!(dead.list(&mut conn, None, 10).await.unwrap().is_empty());
+}
+
 async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection<
     B: AsyncBackend,
 >() {
@@ -825,6 +872,7 @@ macro_rules! async_backend_tests {
                 a_batch_takes_effect_once_per_new_event_and_isolates_a_failing_one,
                 a_bulk_effect_runs_once_for_all_the_new_events,
                 the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
+                dead_letters_are_listed_and_redriven_discarded_or_released_once,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,
                 cancelled_deliveries_over_a_pool_take_effect_exactly_once
             );

@@ -11,14 +11,15 @@
 //! - [`Inbox`]: deliveries, stored results, batches ([`Inbox::process_batch`],
 //!   [`Inbox::process_bulk`]), stats;
 //! - [`Cursor`] ([`Inbox::cursor`]): ordered streams, fencing, where to resume;
+//! - [`DeadLetters`] ([`Inbox::dead_letters`]): list, show, redrive, discard, release;
 //! - [`Claims`] ([`Inbox::claims`]) and a held [`Claim`]: side effects outside the database;
 //! - [`Outbox`] and [`Relay`]: the producer side, publishing through an
 //!   [`AsyncPublisher`](crate::AsyncPublisher).
 //!
 //! - [`run_pending_migrations`]: the schema, fleet-safe.
 //!
-//! The ops calls (dead letters, gaps, claim resolutions, prune, the doctor) are sync only for
-//! now: run them on a sync connection.
+//! The other ops calls (gaps, claim resolutions, prune, the doctor) are sync only for now: run
+//! them on a sync connection.
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
@@ -81,6 +82,7 @@
 mod batch;
 mod claim;
 mod cursor;
+mod dead_letters;
 mod migrations;
 mod outbox;
 
@@ -99,6 +101,7 @@ use crate::{Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, Ret
 pub use batch::{AsyncHandler2, BatchHandler, BulkHandler};
 pub use claim::{Claim, Claimed, Claims, Records};
 pub use cursor::Cursor;
+pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};
 

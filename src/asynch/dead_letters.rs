@@ -1,0 +1,174 @@
+//! Dead letters on async connections: [`DeadLetters`], a [`crate::DeadLetters`] whose
+//! listings, redrives and audited transitions are awaited. The same transaction bodies and
+//! statements as the sync API.
+
+use std::future::Future;
+use std::marker::PhantomData;
+
+use crate::dead_letter::{RedriveEffect, Transition};
+use crate::sql::Async;
+use crate::{Audit, CorruptRow, DeadLetter, Error, HandlerError, IntoEventId, Outcome, Payload};
+
+use super::batch::call as call2;
+use super::{AsyncHandler2, AsyncInboxConnection, Inbox};
+
+impl Inbox {
+    /// Operations on this consumer's dead letters: [`crate::Inbox::dead_letters`].
+    pub fn dead_letters(&self) -> DeadLetters {
+        DeadLetters(self.0.dead_letters())
+    }
+}
+
+/// A consumer's dead letters on async connections: [`crate::DeadLetters`], awaited.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::{asynch, Audit, Error, Payload};
+///
+/// type Conn = SyncConnectionWrapper<SqliteConnection>;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut setup = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut setup)?;
+/// let mut conn = Conn::new(setup);
+/// let inbox = asynch::Inbox::new("orders")?.max_attempts(1);
+/// let fail = async |_: &mut Conn| Err::<(), _>(Error::permanent("unknown SKU"));
+/// assert!(inbox.process(&mut conn, "order-9", fail).await?.is_dead_lettered());
+///
+/// let dead = inbox.dead_letters();
+/// assert_eq!(dead.list(&mut conn, None, 10).await?.len(), 1);
+/// let audit = Audit::new("ops@example.com", "the SKU exists now")?;
+/// let rerun = async |_: &mut Conn, _: Option<&Payload>| Ok::<_, Error>("shipped");
+/// let redriven = dead.redrive(&mut conn, "order-9", &audit, rerun).await?;
+/// assert!(redriven.is_processed());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct DeadLetters(crate::DeadLetters);
+
+impl DeadLetters {
+    /// Up to `limit` dead-lettered events after `after`: [`crate::DeadLetters::list`],
+    /// awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::DeadLetters::list`].
+    pub async fn list<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Result<DeadLetter, CorruptRow>>, Error> {
+        self.0.list_in::<Async, _>(conn, after, limit).await
+    }
+
+    /// One failed event with its payload and history: [`crate::DeadLetters::show`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::DeadLetters::show`].
+    pub async fn show<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+    ) -> Result<DeadLetter, Error> {
+        let event_id = event_id.into_event_id()?;
+        self.0.show_in::<Async, _>(conn, event_id).await
+    }
+
+    /// Runs `effect`, an async closure over the transaction's connection and the stored
+    /// payload, on a dead-lettered event through the inbox path, and marks it redriven:
+    /// [`crate::DeadLetters::redrive`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::DeadLetters::redrive`].
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "the signature promises a `Send` future, which an `async fn` would only leak"
+    )]
+    pub fn redrive<'a, C, T, E, H>(
+        &'a self,
+        conn: &'a mut C,
+        event_id: impl IntoEventId + Send + 'a,
+        audit: &'a Audit,
+        effect: H,
+    ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
+    where
+        C: AsyncInboxConnection,
+        H: for<'c, 'p> AsyncHandler2<&'c mut C, Option<&'p Payload>, Result<T, E>, Fut: Send>
+            + Send
+            + 'a,
+        T: Send + 'a,
+        E: HandlerError + Send + 'a,
+    {
+        async move {
+            let event_id = event_id.into_event_id().map_err(Error::from)?;
+            let effect = Reruns(effect, PhantomData);
+            let redriven = self
+                .0
+                .redrive_in::<Async, _, _, _>(conn, event_id, audit, effect);
+            redriven.await
+        }
+    }
+
+    /// Marks a dead-lettered event discarded: [`crate::DeadLetters::discard`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::DeadLetters::discard`].
+    pub async fn discard<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+        audit: &Audit,
+    ) -> Result<(), Error> {
+        let event_id = event_id.into_event_id()?;
+        (self.0)
+            .transition::<Async, _>(conn, event_id, audit, Transition::Discard)
+            .await
+    }
+
+    /// Releases a dead-lettered event to be published again: [`crate::DeadLetters::release`],
+    /// awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::DeadLetters::release`].
+    pub async fn release<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+        audit: &Audit,
+    ) -> Result<(), Error> {
+        let event_id = event_id.into_event_id()?;
+        (self.0)
+            .transition::<Async, _>(conn, event_id, audit, Transition::Release)
+            .await
+    }
+}
+
+/// An async redrive effect as the redrive calls it: through the future type it names, boxed
+/// as a handler's is.
+struct Reruns<H, T, E>(H, PhantomData<fn() -> (T, E)>);
+
+impl<C, T, E, H> RedriveEffect<C> for Reruns<H, T, E>
+where
+    H: for<'c, 'p> AsyncHandler2<&'c mut C, Option<&'p Payload>, Result<T, E>>,
+{
+    type Output = T;
+    type Error = E;
+
+    fn call(
+        &mut self,
+        conn: &mut C,
+        payload: Option<&Payload>,
+    ) -> impl Future<Output = Result<T, E>> {
+        Box::pin(call2(&mut self.0, conn, payload))
+    }
+}
