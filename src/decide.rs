@@ -1,7 +1,6 @@
 //! The inbox's decisions, apart from any I/O: what a run of user code came to, what to retry,
 //! what a row seen before means, when the failure policy gives up. The transaction engine
-//! ([`crate::transaction`]) observes and acts; these functions only decide, so that another
-//! engine (an async one) can make the same decisions from its own observations.
+//! ([`crate::engine`]) observes and acts, for both flavours; these functions only decide.
 
 use std::any::Any;
 use std::num::NonZeroU32;

@@ -26,12 +26,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::backend::sealed::AdminSql;
 pub use crate::check::{Check, CheckStatus};
 use crate::engine::run_ready;
 use crate::migrations::objects::{Index, Table, INDEXES, TABLES};
 use crate::migrations::{created_table, version_of_migration};
-use crate::sql::Blocking;
+use crate::sql::{Blocking, Db, DoctorSql, MigrationsSql, Sql};
 use crate::{Error, InboxConnection};
 
 /// Where `run_pending_migrations` records the inbox's versions.
@@ -47,28 +46,35 @@ const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 /// [`Error::Database`] when a check's query fails for another reason than what it checks (a
 /// lost connection, missing permissions on the catalog).
 pub fn check<C: InboxConnection>(conn: &mut C) -> Result<Vec<Check>, Error> {
-    let mut checks = vec![schema(conn)?];
-    let sql = conn.sql();
+    run_ready(check_in::<Blocking, _>(conn))
+}
+
+/// [`check`] in either flavour.
+pub(crate) async fn check_in<F, C: Db<F, Backend: Sql>>(conn: &mut C) -> Result<Vec<Check>, Error> {
+    let mut checks = vec![schema(conn).await?];
     let mut missing_tables = Vec::new();
     for table in TABLES {
-        let check = table_check(sql, table)?;
-        if check.status == CheckStatus::Fail && !sql.table_exists(table.name)? {
+        let check = table_check(conn, table).await?;
+        if check.status == CheckStatus::Fail && !C::Backend::table_exists(conn, table.name).await? {
             missing_tables.push(table.name);
         }
         checks.push(check);
     }
     for index in INDEXES {
-        checks.push(index_check(sql, index, &missing_tables)?);
+        checks.push(index_check(conn, index, &missing_tables).await?);
     }
-    checks.extend(sql.backend_checks()?);
+    checks.extend(C::Backend::backend_checks(conn).await?);
     Ok(checks)
 }
 
 /// Whether `table` exists with every column; if not, the statement that recreates what is
 /// missing, from its migration's SQL.
-fn table_check<S: AdminSql>(sql: &mut S, table: &Table) -> diesel::QueryResult<Check> {
-    let created = created_table(sql.dialect(), table.name);
-    if !sql.table_exists(table.name)? {
+async fn table_check<F, C: Db<F, Backend: Sql>>(
+    conn: &mut C,
+    table: &Table,
+) -> diesel::QueryResult<Check> {
+    let created = created_table(<C::Backend as MigrationsSql>::DIALECT, table.name);
+    if !C::Backend::table_exists(conn, table.name).await? {
         let found = format!(
             "missing, though created by migration {} ({})",
             version_of_migration(table.migration).unwrap_or_default(),
@@ -81,7 +87,7 @@ fn table_check<S: AdminSql>(sql: &mut S, table: &Table) -> diesel::QueryResult<C
     }
     let mut missing = Vec::new();
     for column in table.columns {
-        if !sql.column_exists(table.name, column)? {
+        if !C::Backend::column_exists(conn, table.name, column).await? {
             missing.push(*column);
         }
     }
@@ -109,8 +115,8 @@ fn table_check<S: AdminSql>(sql: &mut S, table: &Table) -> diesel::QueryResult<C
 
 /// Whether `index` exists; if not, the statement that recreates it (after its table, when
 /// that is missing too).
-fn index_check<S: AdminSql>(
-    sql: &mut S,
+async fn index_check<F, C: Db<F, Backend: Sql>>(
+    conn: &mut C,
     index: &Index,
     missing_tables: &[&str],
 ) -> diesel::QueryResult<Check> {
@@ -125,9 +131,9 @@ fn index_check<S: AdminSql>(
         ));
     }
     let exists = if index.unique {
-        sql.unique_index_exists(index.table, index.name)?
+        C::Backend::unique_index_exists(conn, index.table, index.name).await?
     } else {
-        sql.index_exists(index.name)?
+        C::Backend::index_exists(conn, index.name).await?
     };
     Ok(if exists {
         Check::new(index.check, CheckStatus::Ok, "present")
@@ -139,14 +145,13 @@ fn index_check<S: AdminSql>(
 /// Whether every embedded migration is recorded as applied; where the tables exist but no
 /// migration is recorded, the schema came another way (installed into the application's
 /// migrations), which this cannot see into. Missing tables are the tables' own checks.
-fn schema<C: InboxConnection>(conn: &mut C) -> diesel::QueryResult<Check> {
+async fn schema<F, C: Db<F, Backend: Sql>>(conn: &mut C) -> diesel::QueryResult<Check> {
     const NAME: &str = "schema";
-    let sql = conn.sql();
     let mut none = true;
     for table in TABLES {
-        none &= !sql.table_exists(table.name)?;
+        none &= !C::Backend::table_exists(conn, table.name).await?;
     }
-    let tracked = sql.table_exists(TRACKING_TABLE)?;
+    let tracked = C::Backend::table_exists(conn, TRACKING_TABLE).await?;
     if none && !tracked {
         return Ok(Check::new(
             NAME,
@@ -158,7 +163,7 @@ fn schema<C: InboxConnection>(conn: &mut C) -> diesel::QueryResult<Check> {
     if !tracked {
         return Ok(Check::new(NAME, CheckStatus::Warn, installed));
     }
-    let pending = run_ready(crate::migrations::pending::<Blocking, _>(conn))?;
+    let pending = crate::migrations::pending(conn).await?;
     Ok(match pending.len() {
         0 => Check::new(NAME, CheckStatus::Ok, "every inbox migration is applied"),
         n if n == crate::migrations::COUNT => Check::new(NAME, CheckStatus::Warn, installed),

@@ -189,7 +189,6 @@ mod state;
 mod stats;
 #[cfg(feature = "testing")]
 pub mod testing;
-mod transaction;
 mod watermark;
 
 pub use ack::{Ack, AckOutcome};

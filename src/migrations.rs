@@ -51,7 +51,7 @@ use diesel::QueryResult;
 use diesel_migrations::EmbeddedMigrations;
 
 pub use crate::dialect::{Dialect, UnknownDatabaseUrl, UnknownDialect};
-use crate::engine::run_ready;
+use crate::engine::{run_ready, Open};
 use crate::sql::{Blocking, Db, MigrationsSql, Sql};
 use crate::{Error, InboxConnection};
 
@@ -187,9 +187,21 @@ pub(crate) async fn migrate<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     options: MigrationOptions,
 ) -> Result<usize, Error> {
-    let lock = C::Backend::lock_migrations(conn, options.lock_timeout).await?;
-    let applied = apply(conn).await;
-    let released = C::Backend::unlock_migrations(conn, lock, applied.is_ok()).await;
+    // Dropped while it holds the lock, the connection is marked broken, so that no pool hands
+    // the lock out again: the server frees it with the session.
+    let mut held = Open::holding(conn, "the migration lock");
+    let lock = match C::Backend::lock_migrations(held.conn(), options.lock_timeout).await {
+        Ok(lock) => lock,
+        Err(error) => {
+            held.close();
+            return Err(error);
+        }
+    };
+    let applied = apply(held.conn()).await;
+    let released = C::Backend::unlock_migrations(held.conn(), lock, applied.is_ok()).await;
+    if released.is_ok() {
+        held.close();
+    }
     let applied = applied.map_err(|error| Error::Migration(Box::new(error)))?;
     released.map_err(|error| Error::Migration(Box::new(error)))?;
     Ok(applied)

@@ -5,15 +5,14 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
-use crate::backend::sealed::AdminSql;
+use crate::decide::{Failure, Scope};
 use crate::duration;
-use crate::engine::run_ready;
+use crate::engine::{self, run_ready, Body, Open};
 use crate::observe;
 use crate::rows::PruneCursor;
-use crate::sql::{Db, RetentionSql, Sql, TransactionSql};
-use crate::transaction::{self, Failure, Scope};
+use crate::sql::{Blocking, Db, RetentionSql, Sql, TransactionSql};
 use crate::{Error, Inbox, InboxConnection};
 
 /// Rows per batch unless [`Retention::batch_size`] says otherwise.
@@ -212,40 +211,56 @@ impl Inbox {
         conn: &mut C,
         retention: &Retention,
     ) -> Result<Pruned, Error> {
+        run_ready(self.prune_in::<Blocking, _>(conn, retention))
+    }
+
+    /// [`prune`](Self::prune) in either flavour.
+    pub(crate) async fn prune_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        retention: &Retention,
+    ) -> Result<Pruned, Error> {
         if retention.older_than < self.redelivery_window {
             return Err(Error::RetentionBelowWindow {
                 older_than: retention.older_than,
                 window: self.redelivery_window,
             });
         }
-        if transaction::depth(conn)? > 0 {
+        if conn.depth()? > 0 {
             return Err(Error::PruneInsideTransaction);
         }
+        let cutoff = duration::before(Utc::now(), retention.older_than);
+        let span = tracing::info_span!("inbox_prune", consumer = self.consumer(), %cutoff);
+        self.prune_until(conn, cutoff, retention)
+            .instrument(span)
+            .await
+    }
+
+    /// The prune (or the dry run's counts) at `cutoff`, then its log line and metrics.
+    async fn prune_until<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        cutoff: DateTime<Utc>,
+        retention: &Retention,
+    ) -> Result<Pruned, Error> {
         let started = Instant::now();
         let consumer = self.consumer();
-        let cutoff = duration::before(Utc::now(), retention.older_than);
-        let span = tracing::info_span!("inbox_prune", consumer, %cutoff);
-        let _entered = span.enter();
-
-        let pruned = if retention.dry_run {
-            let counts = run_ready(C::Backend::count_prunable(conn, consumer, cutoff))?;
+        let mut pruned = if retention.dry_run {
+            let counts = C::Backend::count_prunable(conn, consumer, cutoff).await?;
             Pruned {
                 events: counts.events.unsigned_abs(),
                 failures: counts.failures.unsigned_abs(),
                 history: counts.history.unsigned_abs(),
                 counters: counts.counters.unsigned_abs(),
                 claims: counts.claims.unsigned_abs(),
-                elapsed: started.elapsed(),
                 dry_run: true,
                 ..Pruned::default()
             }
         } else {
-            let mut lock = PruneLock::take(conn)?;
-            let mut pruned = self.prune_locked(lock.conn(), cutoff, retention.batch_size)?;
-            drop(lock);
-            pruned.elapsed = started.elapsed();
-            pruned
+            self.prune_locked(conn, cutoff, retention.batch_size)
+                .await?
         };
+        pruned.elapsed = started.elapsed();
         info!(
             consumer,
             %cutoff,
@@ -270,8 +285,39 @@ impl Inbox {
         Ok(pruned)
     }
 
+    /// Takes the prune lock, prunes, and releases it; a connection dropped or failing while
+    /// it holds the lock is marked broken, so that no pool hands the lock out again (the
+    /// server frees it with the session).
+    async fn prune_locked<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        cutoff: DateTime<Utc>,
+        batch_size: NonZeroU32,
+    ) -> Result<Pruned, Error> {
+        let mut held = Open::holding(conn, "the prune lock");
+        match C::Backend::try_prune_lock(held.conn()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                held.close();
+                return Err(Error::PruneRunning);
+            }
+            Err(error) => {
+                held.close();
+                return Err(error.into());
+            }
+        }
+        let pruned = self.prune_batches(held.conn(), cutoff, batch_size).await;
+        match C::Backend::release_prune_lock(held.conn()).await {
+            Ok(()) => held.close(),
+            Err(error) => {
+                warn!(%error, "releasing the prune lock failed; it is freed when the session ends");
+            }
+        }
+        pruned
+    }
+
     /// The batches, then the counters and the settled claims, under the prune lock.
-    fn prune_locked<C: InboxConnection>(
+    async fn prune_batches<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
         cutoff: DateTime<Utc>,
@@ -279,6 +325,7 @@ impl Inbox {
     ) -> Result<Pruned, Error> {
         let consumer = self.consumer();
         let subject = self.subject(None);
+        let policy = self.retry_policy();
         let mut pruned = Pruned::default();
         // Before every inbox row: processed_at is never before 1970, ids never empty.
         let mut cursor = PruneCursor {
@@ -291,11 +338,15 @@ impl Inbox {
         loop {
             let batch_started = Instant::now();
             // A batch retried for contention runs at the session's own level.
-            run_ready(C::Backend::next_transaction_read_committed(conn))?;
-            let batch =
-                transaction::run(conn, Scope::TopLevel, self.retry_policy(), subject, |tx| {
-                    run_ready(prune_batch(tx, consumer, cutoff, &cursor, limit))
-                })
+            C::Backend::next_transaction_read_committed(conn).await?;
+            let body = PruneBatch {
+                consumer,
+                cutoff,
+                cursor: &cursor,
+                limit,
+            };
+            let batch = engine::run(conn, Scope::TopLevel, policy, subject, body)
+                .await
                 .map_err(Failure::into_error)?;
             let took = batch_started.elapsed();
             let Some(last) = batch.last else { break };
@@ -322,18 +373,10 @@ impl Inbox {
         // Then, each in one transaction: the counters, and the claims settled before the
         // cutoff (claims are few: one per side effect, not per event).
         let counters_started = Instant::now();
-        let (counters, claims) = transaction::run::<_, _, Error>(
-            conn,
-            Scope::TopLevel,
-            self.retry_policy(),
-            subject,
-            |tx| {
-                let counters = run_ready(C::Backend::delete_counters_before(tx, consumer, cutoff))?;
-                let claims = run_ready(C::Backend::delete_settled_claims(tx, consumer, cutoff))?;
-                Ok((counters, claims))
-            },
-        )
-        .map_err(Failure::into_error)?;
+        let body = PruneSettled { consumer, cutoff };
+        let (counters, claims) = engine::run(conn, Scope::TopLevel, policy, subject, body)
+            .await
+            .map_err(Failure::into_error)?;
         pruned.counters = count(counters);
         pruned.claims = count(claims);
         pruned.longest_batch = pruned.longest_batch.max(counters_started.elapsed());
@@ -352,82 +395,84 @@ struct Batch {
     last: Option<PruneCursor>,
 }
 
-/// One batch, inside its transaction: lock up to `limit` candidates after `cursor`, delete
-/// them in key order re-checking the conditions, then the failures and history of exactly
-/// the events whose rows went.
-async fn prune_batch<F, C: Db<F, Backend: Sql>>(
-    conn: &mut C,
-    consumer: &str,
+/// One batch's transaction: lock up to `limit` candidates after `cursor`, delete them in key
+/// order re-checking the conditions, then the failures and history of exactly the events
+/// whose rows went.
+struct PruneBatch<'a> {
+    consumer: &'a str,
     cutoff: DateTime<Utc>,
-    cursor: &PruneCursor,
+    cursor: &'a PruneCursor,
     limit: i64,
-) -> Result<Batch, Failure<Error>> {
-    let candidates = C::Backend::prune_candidates(conn, consumer, cutoff, cursor, limit).await?;
-    let Some(last) = candidates.last().cloned() else {
-        return Ok(Batch {
-            found: 0,
-            events: 0,
-            failures: 0,
-            history: 0,
-            last: None,
-        });
-    };
-    let mut ids: Vec<&str> = candidates.iter().map(|c| c.event_id.as_str()).collect();
-    ids.sort_unstable();
-    let events = C::Backend::delete_prunable_events(conn, consumer, cutoff, &ids).await?;
-    // The candidates are locked, so the DELETE takes them all; should it not, only the events
-    // whose rows are gone lose their failures.
-    let gone = if events == ids.len() {
-        ids
-    } else {
-        let remaining: HashSet<String> = C::Backend::remaining_events(conn, consumer, &ids)
-            .await?
-            .into_iter()
-            .collect();
-        ids.retain(|id| !remaining.contains(*id));
-        ids
-    };
-    let (failures, history) = if gone.is_empty() {
-        (0, 0)
-    } else {
-        C::Backend::delete_failures_of(conn, consumer, &gone).await?
-    };
-    Ok(Batch {
-        found: candidates.len(),
-        events,
-        failures,
-        history,
-        last: Some(last),
-    })
 }
 
-/// The prune lock, held for as long as this lives: released on drop, on error and panic too.
-struct PruneLock<'c, C: InboxConnection> {
-    conn: &'c mut C,
-}
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for PruneBatch<'_> {
+    type Output = Batch;
+    type Error = Error;
 
-impl<'c, C: InboxConnection> PruneLock<'c, C> {
-    /// Takes the lock, or says another prune holds it.
-    fn take(conn: &'c mut C) -> Result<Self, Error> {
-        if conn.sql().try_prune_lock()? {
-            Ok(Self { conn })
+    async fn attempt(&mut self, conn: &mut C) -> Result<Batch, Failure<Error>> {
+        let Self {
+            consumer,
+            cutoff,
+            cursor,
+            limit,
+        } = *self;
+        let candidates =
+            C::Backend::prune_candidates(conn, consumer, cutoff, cursor, limit).await?;
+        let Some(last) = candidates.last().cloned() else {
+            return Ok(Batch {
+                found: 0,
+                events: 0,
+                failures: 0,
+                history: 0,
+                last: None,
+            });
+        };
+        let mut ids: Vec<&str> = candidates.iter().map(|c| c.event_id.as_str()).collect();
+        ids.sort_unstable();
+        let events = C::Backend::delete_prunable_events(conn, consumer, cutoff, &ids).await?;
+        // The candidates are locked, so the DELETE takes them all; should it not, only the events
+        // whose rows are gone lose their failures.
+        let gone = if events == ids.len() {
+            ids
         } else {
-            Err(Error::PruneRunning)
-        }
-    }
-
-    fn conn(&mut self) -> &mut C {
-        self.conn
+            let remaining: HashSet<String> = C::Backend::remaining_events(conn, consumer, &ids)
+                .await?
+                .into_iter()
+                .collect();
+            ids.retain(|id| !remaining.contains(*id));
+            ids
+        };
+        let (failures, history) = if gone.is_empty() {
+            (0, 0)
+        } else {
+            C::Backend::delete_failures_of(conn, consumer, &gone).await?
+        };
+        Ok(Batch {
+            found: candidates.len(),
+            events,
+            failures,
+            history,
+            last: Some(last),
+        })
     }
 }
 
-impl<C: InboxConnection> Drop for PruneLock<'_, C> {
-    fn drop(&mut self) {
-        // A failed release (a lost connection) frees the lock anyway: the server drops a
-        // session's locks with the session.
-        if let Err(error) = self.conn.sql().release_prune_lock() {
-            warn!(%error, "releasing the prune lock failed; it is freed when the session ends");
-        }
+/// The transaction after the batches: the counters of hours before the cutoff, and the
+/// claims settled before it.
+struct PruneSettled<'a> {
+    consumer: &'a str,
+    cutoff: DateTime<Utc>,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for PruneSettled<'_> {
+    type Output = (usize, usize);
+    type Error = Error;
+
+    async fn attempt(&mut self, tx: &mut C) -> Result<(usize, usize), Failure<Error>> {
+        let (consumer, cutoff) = (self.consumer, self.cutoff);
+        let counters = C::Backend::delete_counters_before(tx, consumer, cutoff).await?;
+        let claims = C::Backend::delete_settled_claims(tx, consumer, cutoff).await?;
+        Ok((counters, claims))
     }
 }
 

@@ -17,12 +17,13 @@ use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, SimpleAsyncConnection, TransactionManager};
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
+use diesel_inbox::doctor::{Check, CheckStatus};
 use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing;
 use diesel_inbox::{
-    Ack, AsyncPublisher, Audit, Claim, ClaimOutcome, Claimed, DeadLetterState, Delivery, Duplicate,
-    Envelope, Error, Outbox, OutboxMessage, Outcome, Payload, PublishError, Relay, Resume,
-    Sequenced,
+    Ack, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimState, Claimed, DeadLetterState,
+    Delivery, Duplicate, Envelope, Error, GapState, Outbox, OutboxMessage, OutboxState, Outcome,
+    Payload, Pruned, PublishError, Relay, Resolution, Resume, Retention, Sequenced,
 };
 use futures_util::FutureExt;
 
@@ -385,6 +386,84 @@ async fn a_failed_publish_holds_back_its_aggregate_until_a_later_pass_publishes_
     assert_eq!(recorder.sent(), ids(&[&other, &placed, &paid]));
 }
 
+async fn ops_list_retry_and_prune_the_outboxs_rows<B: AsyncBackend>() {
+    let (db, _check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let outbox = asynch::Outbox::new("orders").unwrap();
+    let placed = Envelope::new("order.placed", "order", "1");
+    outbox.enqueue(&mut conn, "orders", &placed).await.unwrap();
+    let recorder = Recorder::failing_once(placed.id().as_str());
+    let once = Relay::new()
+        .max_attempts(1)
+        .backoff(Duration::ZERO, Duration::ZERO);
+    let relay = asynch::Relay::from(once);
+    let audit = Audit::new("ops@example.com", "the broker is back").unwrap();
+
+    let first = relay.run_once(&mut conn, &recorder).await.unwrap();
+    let failed = asynch::Outbox::list(&mut conn, Some(OutboxState::Failed), 0, 10)
+        .await
+        .unwrap();
+    let position = failed[0].as_ref().unwrap().position;
+    let record = asynch::Outbox::record(&mut conn, position).await.unwrap();
+    asynch::Outbox::retry(&mut conn, position, &audit)
+        .await
+        .unwrap();
+    let again = asynch::Outbox::retry(&mut conn, position, &audit).await;
+    let retried = relay.run_once(&mut conn, &recorder).await.unwrap();
+    let pruned = asynch::Outbox::prune(&mut conn, Duration::ZERO, 10)
+        .await
+        .unwrap();
+
+    assert_eq!((first.published, first.failed), (0, 1));
+    assert_eq!((failed.len(), record.state), (1, OutboxState::Failed));
+    assert!(
+        matches!(
+            again,
+            Err(Error::OutboxRowNotFailed {
+                state: OutboxState::Pending,
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    assert_eq!(retried.published, 1);
+    assert_eq!(recorder.sent(), [placed.id().to_string()]);
+    assert_eq!(pruned, 1);
+    let left = asynch::Outbox::list(&mut conn, None, 0, 10).await.unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+async fn the_doctor_finds_the_schema_healthy_and_names_what_recreates_a_dropped_index<
+    B: AsyncBackend,
+>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let failed = async |conn: &mut B::Async| -> Vec<Check> {
+        let checks = asynch::doctor::check(conn).await.unwrap();
+        assert!(checks.iter().any(|c| c.name == "schema"), "{checks:?}");
+        checks
+            .into_iter()
+            .filter(|c| c.status == CheckStatus::Fail)
+            .collect()
+    };
+
+    let healthy = failed(&mut conn).await;
+    B::drop_index(
+        &mut check,
+        "diesel_inbox_failure_log",
+        "diesel_inbox_failure_log_event",
+    );
+    let missing = failed(&mut conn).await;
+    let remedy = missing[0].remedy.clone().expect("a remedy");
+    conn.batch_execute(&remedy).await.unwrap();
+    let restored = failed(&mut conn).await;
+
+    assert!(healthy.is_empty(), "{healthy:?}");
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert_eq!(missing[0].name, "index diesel_inbox_failure_log_event");
+    assert!(restored.is_empty(), "{restored:?}");
+}
+
 async fn a_cursor_settles_each_sequence_once_and_records_what_it_skipped<B: AsyncBackend>() {
     let (db, mut check) = setup::<B>();
     let mut conn = B::connect(db.url()).await;
@@ -727,6 +806,178 @@ async fn dead_letters_are_listed_and_redriven_discarded_or_released_once<B: Asyn
     assert!(dead.list(&mut conn, None, 10).await.unwrap().is_empty());
 }
 
+async fn a_cursor_batch_settles_each_new_sequence_once_and_ops_resolve_its_gap<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let inbox = asynch::Inbox::new("indexer").unwrap();
+    let blocks = inbox.cursor("chain-1").unwrap();
+    let run = [(1, "a"), (2, "b"), (2, "b"), (5, "e")];
+    let apply = async |tx: &mut B::Async, height: u64, block: &&str| {
+        record_effect(tx, &format!("{height}{block}")).await?;
+        Ok::<_, Error>(height)
+    };
+
+    let outcomes = blocks.process_batch(&mut conn, &run, apply).await.unwrap();
+    let open = inbox.gaps().open(&mut conn).await.unwrap();
+    let listed = blocks.gaps().list(&mut conn, 0, 10).await.unwrap();
+    let before = blocks.resume(&mut conn).await.unwrap();
+    let gap = open.into_iter().next().unwrap().unwrap();
+    let audit = Audit::new("ops@example.com", "3 and 4 were never mined").unwrap();
+    let resolved = blocks.gaps().resolve(&mut conn, gap.id(), &audit).await;
+    let again = blocks.gaps().resolve(&mut conn, gap.id(), &audit).await;
+
+    let processed: Vec<bool> = outcomes.iter().map(Outcome::is_processed).collect();
+    assert_eq!(processed, [true, true, false, true]);
+    assert_eq!(outcomes[3].gaps()[0].sequences(), 3..=4);
+    for effect in ["1a", "2b", "5e"] {
+        assert_eq!(check.effects_of(effect), 1, "{effect}");
+    }
+    assert_eq!((gap.sequences(), listed.len()), (3..=4, 1));
+    assert_eq!(before, Resume::At(3));
+    assert_eq!(resolved.unwrap().state(), GapState::Resolved);
+    assert!(matches!(again, Err(Error::GapNotOpen { .. })), "{again:?}");
+    assert_eq!(blocks.resume(&mut conn).await.unwrap(), Resume::At(6));
+    let positions = asynch::Cursor::all(&mut conn, &inbox).await.unwrap();
+    assert_eq!(positions.len(), 1);
+    assert_eq!(positions[0].watermark(), Some(5));
+    let consumers = asynch::Cursor::consumers(&mut conn).await.unwrap();
+    assert!(consumers.contains(&"indexer".to_owned()), "{consumers:?}");
+
+    // An id row kept for sequence 6 goes once the watermark passes it.
+    let ok = async |_: &mut B::Async| Ok::<_, Error>(());
+    let six = Sequenced::new(6).event(Delivery::new("evt-6").unwrap());
+    assert!(blocks
+        .process(&mut conn, six, ok)
+        .await
+        .unwrap()
+        .is_processed());
+    assert_eq!(blocks.prune_events(&mut conn, 10).await.unwrap(), 1);
+    assert!(!check.has_inbox_row("indexer", "evt-6"));
+}
+
+async fn a_claim_in_doubt_is_listed_and_resolved_by_ops<B: AsyncBackend>() {
+    let (db, _check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let charges = asynch::Inbox::new("billing")
+        .unwrap()
+        .claims()
+        .lease(Duration::from_millis(1));
+    let Claimed::Acquired(claim) = charges.claim(&mut conn, "order-7:charge").await.unwrap() else {
+        panic!("a first claim is acquired");
+    };
+    // The worker charges the card and dies before completing.
+    std::mem::forget(claim);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+
+    let in_doubt = charges.in_doubt(&mut conn).await.unwrap();
+    let listed = charges.list(&mut conn, None, 10).await.unwrap();
+    let shown = charges.show(&mut conn, "order-7:charge").await.unwrap();
+    let consumers = asynch::Claims::consumers(&mut conn).await.unwrap();
+    let audit = Audit::new("ops@example.com", "charge ch_81 found at the provider").unwrap();
+    let found = Resolution::Completed("ch_81".into());
+    let resolved = charges
+        .resolve(&mut conn, "order-7:charge", found, &audit)
+        .await
+        .unwrap();
+    let again = charges
+        .resolve(&mut conn, "order-7:charge", Resolution::Retry, &audit)
+        .await;
+
+    assert_eq!(in_doubt.len(), 1);
+    assert_eq!(in_doubt[0].state, ClaimState::InDoubt);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(shown.unwrap().state, ClaimState::InDoubt);
+    assert_eq!(consumers, ["billing"]);
+    assert_eq!(resolved.state, ClaimState::Completed);
+    assert!(
+        matches!(again, Err(Error::ClaimNotInDoubt { .. })),
+        "{again:?}"
+    );
+    let Claimed::Completed(done) = charges.claim(&mut conn, "order-7:charge").await.unwrap() else {
+        panic!("the resolution completed the claim");
+    };
+    assert_eq!(done.result::<String>().unwrap(), "ch_81");
+}
+
+/// How many prunes the prune scenario cuts short, at random points within `PRUNE_CUT_US`
+/// microseconds, over how many old rows pruned one per batch.
+const CUT_PRUNES: usize = 30;
+const PRUNE_CUT_US: u64 = 2_000;
+const OLD_ROWS: usize = 300;
+
+/// `retention`'s prune on `conn` once no other session holds the prune lock: a broken
+/// connection's session ends, and frees it, once the server notices it closed. Bounded.
+async fn prune_once_free<C: AsyncInboxConnection>(
+    inbox: &asynch::Inbox,
+    conn: &mut C,
+    retention: &Retention,
+) -> Pruned {
+    for _ in 0..100 {
+        match inbox.prune(conn, retention).await {
+            Err(Error::PruneRunning) => tokio::time::sleep(Duration::from_millis(20)).await,
+            result => return result.unwrap(),
+        }
+    }
+    panic!("a closed session's prune lock is freed within 2 s");
+}
+
+async fn a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection<
+    B: AsyncBackend,
+>() {
+    let (db, mut check) = setup::<B>();
+    let inbox = asynch::Inbox::new("orders").unwrap();
+    let ok = async |_: &mut B::Async| Ok::<_, Error>(());
+    let mut other = B::connect(db.url()).await;
+    assert!(inbox
+        .process(&mut other, "young", ok)
+        .await
+        .unwrap()
+        .is_processed());
+    let month_ago = chrono::Utc::now() - chrono::TimeDelta::days(30);
+    let old = B::fill_sql("orders", "old-", OLD_ROWS, month_ago);
+    diesel::connection::SimpleConnection::batch_execute(&mut check, &old).unwrap();
+    let retention = Retention::older_than(Duration::from_secs(7 * 24 * 60 * 60)).batch_size(1);
+    // Prunes nothing (no row is a year old), but takes and releases the lock: a probe.
+    let probe = Retention::older_than(Duration::from_secs(365 * 24 * 60 * 60));
+    let mut rng = fastrand::Rng::with_seed(11);
+    let (mut broken, mut usable) = (0, 0);
+
+    // SQLite has no prune lock of its own (its writer lock serialises the batches): a prune
+    // cut short there is a transaction cut short, as a delivery's is.
+    let rounds = if B::PRUNE_LOCK.is_some() {
+        CUT_PRUNES
+    } else {
+        0
+    };
+    for round in 0..rounds {
+        let _free = prune_once_free(&inbox, &mut other, &probe).await;
+        let mut conn = B::connect(db.url()).await;
+        let cut = Duration::from_micros(rng.u64(0..PRUNE_CUT_US));
+        let pruning = inbox.prune(&mut conn, &retention);
+        match tokio::time::timeout(cut, pruning).await {
+            Ok(result) => assert!(result.is_ok(), "round {round}: {result:?}"),
+            Err(_) if depth(&mut conn).is_none() => broken += 1,
+            Err(_) => {
+                usable += 1;
+                let after = inbox.prune(&mut other, &probe).await;
+                assert!(
+                    after.is_ok(),
+                    "round {round}: cut short at {cut:?}, usable, and still holding the lock: {after:?}"
+                );
+            }
+        }
+    }
+    println!("{rounds} prunes cut short: {broken} connections marked broken, {usable} left usable");
+
+    let rest = prune_once_free(&inbox, &mut other, &retention.batch_size(100)).await;
+    assert!(rest.events <= OLD_ROWS as u64, "{rest:?}");
+    assert_eq!(check.inbox_rows_like("orders", "old-"), 0);
+    assert!(check.has_inbox_row("orders", "young"));
+    if rounds > 0 {
+        assert!(broken > 0, "no prune was cut short while it held the lock");
+    }
+}
+
 async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection<
     B: AsyncBackend,
 >() {
@@ -873,6 +1124,11 @@ macro_rules! async_backend_tests {
                 a_bulk_effect_runs_once_for_all_the_new_events,
                 the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
                 dead_letters_are_listed_and_redriven_discarded_or_released_once,
+                a_cursor_batch_settles_each_new_sequence_once_and_ops_resolve_its_gap,
+                ops_list_retry_and_prune_the_outboxs_rows,
+                the_doctor_finds_the_schema_healthy_and_names_what_recreates_a_dropped_index,
+                a_claim_in_doubt_is_listed_and_resolved_by_ops,
+                a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,
                 cancelled_deliveries_over_a_pool_take_effect_exactly_once
             );

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::marker::PhantomData;
 
 use crate::batch::{self, BatchEffect, Mode};
+use crate::cursor::SequenceEffect;
 use crate::sql::Async;
 use crate::{Delivery, HandlerError, IntoDelivery, Outcome};
 
@@ -27,6 +28,38 @@ where
     Fut: Future<Output = R>,
 {
     type Fut = Fut;
+}
+
+/// An async handler of three arguments whose future can be named, as [`AsyncHandler`] is for
+/// one: implemented for every `async |tx, sequence, message| ...` closure.
+///
+/// [`AsyncHandler`]: super::AsyncHandler
+pub trait AsyncHandler3<A, B, D, R>:
+    AsyncFnMut(A, B, D) -> R + FnMut(A, B, D) -> <Self as AsyncHandler3<A, B, D, R>>::Fut
+{
+    /// The future one call returns.
+    type Fut: Future<Output = R>;
+}
+
+impl<H, A, B, D, Fut, R> AsyncHandler3<A, B, D, R> for H
+where
+    H: AsyncFnMut(A, B, D) -> R + FnMut(A, B, D) -> Fut,
+    Fut: Future<Output = R>,
+{
+    type Fut = Fut;
+}
+
+/// An effect [`Cursor::process_batch`](super::Cursor::process_batch) takes for connections
+/// `C` and messages `M`: an async closure over `&mut C`, the sequence (`u64`) and its `&M`,
+/// returning `Result<T, E>` in a `Send` future.
+pub trait SequenceHandler<C, M, T, E>:
+    for<'c, 'm> AsyncHandler3<&'c mut C, u64, &'m M, Result<T, E>, Fut: Send> + Send
+{
+}
+
+impl<C, M, T, E, H> SequenceHandler<C, M, T, E> for H where
+    H: for<'c, 'm> AsyncHandler3<&'c mut C, u64, &'m M, Result<T, E>, Fut: Send> + Send
+{
 }
 
 /// An effect [`Inbox::process_batch`] takes for connections `C`: an async closure over
@@ -176,4 +209,30 @@ where
 /// Calls `handler` for the future it names.
 pub(super) fn call<A, B, R, H: AsyncHandler2<A, B, R>>(handler: &mut H, a: A, b: B) -> H::Fut {
     handler(a, b)
+}
+
+/// A cursor batch's handler, called once per new sequence, each future boxed as a handler's
+/// is.
+pub(super) struct Sequences<H, T, E>(pub(super) H, pub(super) PhantomData<fn() -> (T, E)>);
+
+impl<C, M, T, E, H> SequenceEffect<C, M> for Sequences<H, T, E>
+where
+    H: for<'c, 'm> AsyncHandler3<&'c mut C, u64, &'m M, Result<T, E>>,
+{
+    type Output = T;
+    type Error = E;
+
+    fn call(
+        &mut self,
+        conn: &mut C,
+        sequence: u64,
+        message: &M,
+    ) -> impl Future<Output = Result<T, E>> {
+        Box::pin(call3(&mut self.0, conn, sequence, message))
+    }
+}
+
+/// Calls `handler` for the future it names.
+fn call3<A, B, D, R, H: AsyncHandler3<A, B, D, R>>(handler: &mut H, a: A, b: B, d: D) -> H::Fut {
+    handler(a, b, d)
 }

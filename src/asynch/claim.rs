@@ -12,7 +12,10 @@ use serde::Serialize;
 
 use crate::claim::{Record, SideEffect};
 use crate::sql::Async;
-use crate::{ClaimOutcome, ClaimState, Error, EventId, HandlerError, InDoubtPolicy, IntoDelivery};
+use crate::{
+    Audit, ClaimOutcome, ClaimRecord, ClaimState, CorruptRow, Error, EventId, HandlerError,
+    InDoubtPolicy, IntoDelivery, IntoEventId, Resolution,
+};
 
 use super::batch::call as call2;
 use super::{call, AsyncHandler, AsyncHandler2, AsyncInboxConnection, Called, Handler, Inbox};
@@ -100,6 +103,76 @@ impl Claims {
         let delivery = delivery.into_delivery()?;
         let claimed = self.0.claim_on::<Async, _>(conn, delivery).await?;
         Ok(claimed.map_held(Claim))
+    }
+
+    /// The consumer's claims in doubt, oldest first: [`crate::Claims::in_doubt`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Claims::in_doubt`].
+    pub async fn in_doubt<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Vec<ClaimRecord>, Error> {
+        self.0.in_doubt_in::<Async, _>(conn).await
+    }
+
+    /// Every consumer with a claim: [`crate::Claims::consumers`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn consumers<C: AsyncInboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
+        crate::Claims::consumers_in::<Async, _>(conn).await
+    }
+
+    /// Up to `limit` of the consumer's claims after event id `after`:
+    /// [`crate::Claims::list`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn list<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Result<ClaimRecord, CorruptRow>>, Error> {
+        self.0.list_in::<Async, _>(conn, after, limit).await
+    }
+
+    /// The claim of `event_id`, if there is one, with its payload: [`crate::Claims::show`],
+    /// awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Claims::show`].
+    pub async fn show<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+    ) -> Result<Option<ClaimRecord>, Error> {
+        let event_id = event_id.into_event_id()?;
+        self.0.show_in::<Async, _>(conn, &event_id).await
+    }
+
+    /// Resolves the claim of `event_id`, in doubt, as `resolution` says:
+    /// [`crate::Claims::resolve`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Claims::resolve`].
+    pub async fn resolve<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+        resolution: Resolution,
+        audit: &Audit,
+    ) -> Result<ClaimRecord, Error> {
+        let event_id = event_id.into_event_id()?;
+        (self.0)
+            .resolve_in::<Async, _>(conn, &event_id, resolution, audit)
+            .await
     }
 
     /// Runs the async side effect `effect` once per event, outside any transaction, given the

@@ -5,8 +5,12 @@ use std::future::Future;
 use std::marker::PhantomData;
 
 use crate::sql::Async;
-use crate::{Error, HandlerError, InvalidStreamName, Lease, Outcome, Position, Resume, Sequenced};
+use crate::{
+    Audit, CorruptRow, Error, Gap, HandlerError, InvalidStreamName, Lease, Outcome, Position,
+    Resume, Sequenced,
+};
 
+use super::batch::{SequenceHandler, Sequences};
 use super::{AsyncInboxConnection, Called, Handler, Inbox};
 
 impl Inbox {
@@ -18,6 +22,11 @@ impl Inbox {
     /// characters.
     pub fn cursor(&self, stream: &str) -> Result<Cursor, InvalidStreamName> {
         self.0.cursor(stream).map(Cursor)
+    }
+
+    /// The gap ledger of this consumer's cursors, every stream: [`crate::Inbox::gaps`].
+    pub fn gaps(&self) -> Gaps {
+        Gaps(self.0.gaps())
     }
 }
 
@@ -109,6 +118,101 @@ impl Cursor {
             .process_in::<Async, _, _, _>(conn, delivery.into(), effect)
     }
 
+    /// Offers a run of sequences in one transaction that locks and writes the cursor once,
+    /// `handler` running for each one not settled yet: [`crate::Cursor::process_batch`],
+    /// awaited.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_inbox::asynch;
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut setup = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut setup)?;
+    /// let mut conn = Conn::new(setup);
+    /// let blocks = asynch::Inbox::new("indexer")?.cursor("eth:mainnet")?;
+    ///
+    /// let run = [(100, "a"), (101, "b"), (101, "b"), (102, "c")];
+    /// let apply = async |_tx: &mut Conn, height: u64, block: &&str| {
+    ///     Ok::<_, diesel_inbox::Error>(format!("{height}:{block}"))
+    /// };
+    /// let outcomes = blocks.process_batch(&mut conn, &run, apply).await?;
+    /// assert_eq!(outcomes.iter().filter(|o| o.is_processed()).count(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Cursor::process_batch`].
+    pub fn process_batch<'a, C, M, T, E, H>(
+        &'a self,
+        conn: &'a mut C,
+        items: &'a [(u64, M)],
+        handler: H,
+    ) -> impl Future<Output = Result<Vec<Outcome<T>>, E>> + Send + 'a
+    where
+        C: AsyncInboxConnection,
+        M: Sync,
+        H: SequenceHandler<C, M, T, E> + 'a,
+        T: Send + 'a,
+        E: HandlerError + Send + 'a,
+    {
+        let effect = Sequences(handler, PhantomData);
+        self.0
+            .process_batch_in::<Async, _, _, _, _>(conn, items, effect)
+    }
+
+    /// Removes the processed id rows at or below the watermark, in batches:
+    /// [`crate::Cursor::prune_events`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Cursor::prune_events`].
+    ///
+    /// # Panics
+    ///
+    /// When `batch_size` is 0.
+    pub async fn prune_events<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        batch_size: usize,
+    ) -> Result<u64, Error> {
+        self.0.prune_events_in::<Async, _>(conn, batch_size).await
+    }
+
+    /// The gap ledger of this stream: [`crate::Cursor::gaps`].
+    pub fn gaps(&self) -> Gaps {
+        Gaps(self.0.gaps())
+    }
+
+    /// Every cursor of `inbox`'s consumer, by stream name: [`crate::Cursor::all`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn all<C: AsyncInboxConnection>(
+        conn: &mut C,
+        inbox: &Inbox,
+    ) -> Result<Vec<Position>, Error> {
+        crate::Cursor::all_in::<Async, _>(conn, &inbox.0).await
+    }
+
+    /// Every consumer with a cursor or a gap: [`crate::Cursor::consumers`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn consumers<C: AsyncInboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
+        crate::Cursor::consumers_in::<Async, _>(conn).await
+    }
+
     /// Makes the caller the stream's owner: [`crate::Cursor::acquire`], awaited.
     ///
     /// # Errors
@@ -141,5 +245,81 @@ impl Cursor {
         conn: &mut C,
     ) -> Result<Option<Position>, Error> {
         self.0.position_in::<Async, _>(conn).await
+    }
+}
+
+/// A consumer's gap ledger, of every stream or of one, on async connections:
+/// [`crate::Gaps`], awaited. Made with [`Inbox::gaps`] or [`Cursor::gaps`].
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::{asynch, Audit, GapState, Resume};
+///
+/// type Conn = SyncConnectionWrapper<SqliteConnection>;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut setup = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut setup)?;
+/// let mut conn = Conn::new(setup);
+/// let cursor = asynch::Inbox::new("projector")?.cursor("orders-0")?;
+/// let apply = async |_tx: &mut Conn| Ok::<_, diesel_inbox::Error>(());
+/// cursor.process(&mut conn, 1, apply).await?;
+/// cursor.process(&mut conn, 5, apply).await?; // 2..=4 missing
+///
+/// let gap = cursor.gaps().open(&mut conn).await?.remove(0)?;
+/// let audit = Audit::new("ops@example.com", "2..=4 were test messages, deleted upstream")?;
+/// let resolved = cursor.gaps().resolve(&mut conn, gap.id(), &audit).await?;
+/// assert_eq!(resolved.state(), GapState::Resolved);
+/// assert_eq!(cursor.resume(&mut conn).await?, Resume::At(6));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Gaps(crate::Gaps);
+
+impl Gaps {
+    /// The open gaps, by stream and first sequence: [`crate::Gaps::open`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn open<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
+        self.0.open_in::<Async, _>(conn).await
+    }
+
+    /// Up to `limit` gaps after gap id `after`: [`crate::Gaps::list`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn list<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
+        self.0.list_in::<Async, _>(conn, after, limit).await
+    }
+
+    /// Resolves the open gap `id` and moves the watermark past it: [`crate::Gaps::resolve`],
+    /// awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Gaps::resolve`].
+    pub async fn resolve<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<Gap, Error> {
+        self.0.resolve_in::<Async, _>(conn, id, audit).await
     }
 }

@@ -7,19 +7,21 @@
 //! the pooled connections of diesel-async's deadpool and bb8 pools. Both flavours run the same
 //! transaction bodies and statements; only the connection's I/O differs.
 //!
-//! What is async so far, each a wrapper of the sync type with the same methods, awaited:
+//! Each a wrapper of the sync type with the same methods, awaited:
 //! - [`Inbox`]: deliveries, stored results, batches ([`Inbox::process_batch`],
-//!   [`Inbox::process_bulk`]), stats;
-//! - [`Cursor`] ([`Inbox::cursor`]): ordered streams, fencing, where to resume;
+//!   [`Inbox::process_bulk`]), stats, [prune](Inbox::prune);
+//! - [`Cursor`] ([`Inbox::cursor`]): ordered streams, batches of sequences, fencing, where to
+//!   resume, pruning by cursor; [`Gaps`]: the gap ledger, listed and resolved;
 //! - [`DeadLetters`] ([`Inbox::dead_letters`]): list, show, redrive, discard, release;
-//! - [`Claims`] ([`Inbox::claims`]) and a held [`Claim`]: side effects outside the database;
+//! - [`Claims`] ([`Inbox::claims`]) and a held [`Claim`]: side effects outside the database,
+//!   and the claims in doubt, listed and resolved;
 //! - [`Outbox`] and [`Relay`]: the producer side, publishing through an
-//!   [`AsyncPublisher`](crate::AsyncPublisher).
+//!   [`AsyncPublisher`](crate::AsyncPublisher); the outbox's rows listed, retried, pruned;
+//! - [`run_pending_migrations`]: the schema, fleet-safe; [`doctor::check`]: its health.
 //!
-//! - [`run_pending_migrations`]: the schema, fleet-safe.
-//!
-//! The other ops calls (gaps, claim resolutions, prune, the doctor) are sync only for now: run
-//! them on a sync connection.
+//! A future dropped while its connection holds a transaction or a session-level lock (a
+//! prune's, the migrations') marks the connection broken: it refuses the next transaction,
+//! and diesel-async's pools discard it, which ends both on the server.
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
@@ -83,6 +85,7 @@ mod batch;
 mod claim;
 mod cursor;
 mod dead_letters;
+pub mod doctor;
 mod migrations;
 mod outbox;
 
@@ -96,11 +99,14 @@ use serde::Serialize;
 use crate::engine::Effect;
 use crate::sql::{Async, Sql};
 use crate::stats;
-use crate::{Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, RetryPolicy, Stats};
+use crate::{
+    Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, Pruned, Retention,
+    RetryPolicy, Stats,
+};
 
-pub use batch::{AsyncHandler2, BatchHandler, BulkHandler};
+pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use claim::{Claim, Claimed, Claims, Records};
-pub use cursor::Cursor;
+pub use cursor::{Cursor, Gaps};
 pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};
@@ -268,6 +274,23 @@ impl Inbox {
         recent: Duration,
     ) -> Result<Stats, Error> {
         stats::read::<Async, _>(conn, self.consumer(), stats::since(recent)).await
+    }
+
+    /// Prunes this consumer's rows settled before `retention`'s age:
+    /// [`crate::Inbox::prune`], awaited. Cancelled while it holds the prune lock (between
+    /// batches or inside one), the connection is marked broken, so that a pool discards it
+    /// and the server frees the lock with the session; the batches committed stay, and the
+    /// next prune continues where this one stopped.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Inbox::prune`].
+    pub async fn prune<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        retention: &Retention,
+    ) -> Result<Pruned, Error> {
+        self.0.prune_in::<Async, _>(conn, retention).await
     }
 
     /// A delivery through the one inbox body, with `encode` deciding what result to store.

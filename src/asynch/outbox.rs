@@ -2,9 +2,14 @@
 //! and a [`Relay`] whose passes run on an async connection and await an [`AsyncPublisher`].
 //! Both run the sync API's bodies and statements.
 
+use std::time::Duration;
+
 use crate::outbox::Awaits;
 use crate::sql::Async;
-use crate::{AsyncPublisher, Envelope, Error, OutboxStats, RelayPass};
+use crate::{
+    AsyncPublisher, Audit, CorruptRow, Envelope, Error, OutboxRecord, OutboxState, OutboxStats,
+    RelayPass,
+};
 
 use super::AsyncInboxConnection;
 
@@ -90,6 +95,60 @@ impl Outbox {
     /// [`Error::Database`].
     pub async fn stats<C: AsyncInboxConnection>(conn: &mut C) -> Result<OutboxStats, Error> {
         crate::Outbox::stats_in::<Async, _>(conn).await
+    }
+
+    /// Up to `limit` rows after position `after`, in `state` where given:
+    /// [`crate::Outbox::list`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn list<C: AsyncInboxConnection>(
+        conn: &mut C,
+        state: Option<OutboxState>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
+        crate::Outbox::list_in::<Async, _>(conn, state, after, limit).await
+    }
+
+    /// The row at `position`: [`crate::Outbox::record`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Outbox::record`].
+    pub async fn record<C: AsyncInboxConnection>(
+        conn: &mut C,
+        position: i64,
+    ) -> Result<OutboxRecord, Error> {
+        crate::Outbox::record_in::<Async, _>(conn, position).await
+    }
+
+    /// Makes the failed row at `position` pending again: [`crate::Outbox::retry`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Outbox::retry`].
+    pub async fn retry<C: AsyncInboxConnection>(
+        conn: &mut C,
+        position: i64,
+        audit: &Audit,
+    ) -> Result<(), Error> {
+        crate::Outbox::retry_in::<Async, _>(conn, position, audit).await
+    }
+
+    /// Deletes the rows published more than `older_than` ago, in batches:
+    /// [`crate::Outbox::prune`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub async fn prune<C: AsyncInboxConnection>(
+        conn: &mut C,
+        older_than: Duration,
+        batch: usize,
+    ) -> Result<u64, Error> {
+        crate::Outbox::prune_in::<Async, _>(conn, older_than, batch).await
     }
 }
 

@@ -12,14 +12,12 @@
 //!
 //! The migrations' lock and record ([`crate::sql::MigrationsSql`]) are an area too: the record's
 //! statements are `tracking.rs`, and the wait for a lock the database cannot wait for itself
-//! (PostgreSQL's) is `lock.rs`. [`sealed::AdminSql`], on the connection type and sync only,
-//! holds the remaining ops statements: the catalogue checks the doctor runs and the
-//! session-level prune lock. The rows the statements
-//! read and write are [`crate::rows`]; what their errors mean is [`crate::class`]. Adding a
+//! (PostgreSQL's) is `lock.rs`; the doctor's catalogue reads are [`crate::sql::DoctorSql`].
+//! The rows the statements read and write are [`crate::rows`]; what their errors mean is [`crate::class`]. Adding a
 //! backend touches this folder and one impl per area.
 
 use chrono::{DateTime, Utc};
-use diesel::connection::{AnsiTransactionManager, LoadConnection};
+use diesel::connection::LoadConnection;
 use diesel::{Connection, QueryResult};
 
 use crate::rows::{Existing, Listed, Recorded, Unreadable};
@@ -69,56 +67,9 @@ impl<C> InboxConnection for C where
 pub(crate) use crate::rows::{Key, StreamKey};
 
 pub(crate) mod sealed {
-    use super::{AnsiTransactionManager, Connection, QueryResult};
-
-    /// A connection whose statements run on a concrete connection type: itself, or the one
-    /// an r2d2 pool wraps.
-    pub trait HasInboxSql {
-        /// The concrete connection type.
-        type Sql: AdminSql;
-        /// The connection to run the inbox's statements on; it shares transaction state with
-        /// `self`.
-        fn sql(&mut self) -> &mut Self::Sql;
-    }
-
-    /// The ops statements, for one concrete connection type: catalogue checks, the prune
-    /// lock, the migration lock.
-    pub trait AdminSql: Connection<TransactionManager = AnsiTransactionManager> {
-        /// Whether the current database has a table called `name`.
-        fn table_exists(&mut self, name: &str) -> QueryResult<bool>;
-
-        /// Whether the index `name` exists on one of the inbox's tables in the connection's
-        /// schema (database).
-        fn index_exists(&mut self, name: &str) -> QueryResult<bool>;
-
-        /// Whether the current database's table `table` has a column `column`.
-        fn column_exists(&mut self, table: &str, column: &str) -> QueryResult<bool>;
-
-        /// Whether the unique index (constraint) `name` on `table` exists. By name, except on
-        /// SQLite, which names a constraint's index itself.
-        fn unique_index_exists(&mut self, table: &str, name: &str) -> QueryResult<bool> {
-            let _ = table;
-            self.index_exists(name)
-        }
-
-        /// The SQL dialect, for the doctor's remedies.
-        fn dialect(&self) -> crate::dialect::Dialect;
-
-        /// The doctor's checks of this backend's settings.
-        fn backend_checks(&mut self) -> QueryResult<Vec<crate::check::Check>>;
-
-        /// Takes the session-level lock that lets one prune run at a time, without waiting:
-        /// `false` when another session holds it. SQLite has none: its writer lock already
-        /// serialises the batches.
-        fn try_prune_lock(&mut self) -> QueryResult<bool> {
-            Ok(true)
-        }
-
-        /// Releases the lock [`try_prune_lock`](Self::try_prune_lock) took.
-        fn release_prune_lock(&mut self) -> QueryResult<()> {
-            Ok(())
-        }
-    }
+    /// The sync connections the inbox runs on: the three backends' own, and r2d2's pooled
+    /// ones of them.
+    pub trait HasInboxSql {}
 }
 
 /// An existing row counted one more delivery; a fresh row starts at 1.

@@ -10,15 +10,15 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::result::DatabaseErrorKind;
 use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
 
-use super::sealed::{AdminSql, HasInboxSql};
+use super::sealed::HasInboxSql;
 use super::Key;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
 use crate::sql::{
-    ClaimSql, CursorSql, Db, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    RetentionSql, Run,
+    ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
+    OutboxSql, RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
 
@@ -68,13 +68,43 @@ const PRUNE_LOCK_NAME: &str = "diesel_inbox.prune";
 /// database name.
 const MIGRATION_LOCK_NAME: &str = "diesel_inbox.migrations";
 
-impl HasInboxSql for MysqlConnection {
-    type Sql = Self;
-
-    fn sql(&mut self) -> &mut Self {
-        self
-    }
+/// Takes the session's named lock `name` (`GET_LOCK`), waiting up to `timeout`: `false`
+/// when another session held it all that time. Named after the database too, as
+/// PostgreSQL's advisory locks are per database, since `GET_LOCK`'s names are server-wide.
+/// 1: taken, 0: timed out, NULL: an error took it.
+async fn named_lock<F, C: Db<F, Backend = Mysql>>(
+    conn: &mut C,
+    name: &str,
+    timeout: Duration,
+) -> QueryResult<bool> {
+    diesel::select(
+        diesel::dsl::sql::<Nullable<Integer>>("GET_LOCK(LEFT(CONCAT(")
+            .bind::<Text, _>(name)
+            .sql(", ':', DATABASE()), 64), ")
+            .bind::<diesel::sql_types::Double, _>(timeout.as_secs_f64())
+            .sql(")"),
+    )
+    .get_result_on::<Option<i32>>(conn)
+    .await
+    .map(|taken| taken == Some(1))
 }
+
+/// Releases the session's named lock `name` that [`named_lock`] took.
+async fn release_named_lock<F, C: Db<F, Backend = Mysql>>(
+    conn: &mut C,
+    name: &str,
+) -> QueryResult<()> {
+    diesel::select(
+        diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")
+            .bind::<Text, _>(name)
+            .sql(", ':', DATABASE()), 64))"),
+    )
+    .get_result_on::<Option<i32>>(conn)
+    .await
+    .map(drop)
+}
+
+impl HasInboxSql for MysqlConnection {}
 
 /// `INSERT .. ON DUPLICATE KEY UPDATE deliveries = deliveries + 1` reports 1 affected row for an
 /// insert and 2 for an update that changed the row (the update always changes `deliveries`),
@@ -350,6 +380,16 @@ impl RetentionSql for Mysql {
     retention_statement!(delete_counters_before, schema, codec);
     retention_statement!(delete_settled_claims, schema, codec);
     retention_statement!(count_prunable, schema, codec);
+
+    async fn try_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
+        // A named lock of the session, so it outlives the batches' transactions; a timeout
+        // of 0, so a second runner is told at once.
+        named_lock(conn, PRUNE_LOCK_NAME, Duration::ZERO).await
+    }
+
+    async fn release_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<()> {
+        release_named_lock(conn, PRUNE_LOCK_NAME).await
+    }
 }
 
 impl CursorSql for Mysql {
@@ -457,19 +497,9 @@ impl MigrationsSql for Mysql {
         conn: &mut C,
         timeout: Duration,
     ) -> Result<MigrationLock, crate::Error> {
-        // Named after the database, as the prune lock is; the server waits up to the bound
-        // (MariaDB takes fractions of a second). 1: taken, 0: timed out, NULL: an error.
+        // The server waits up to the bound (MariaDB takes fractions of a second).
         let started = std::time::Instant::now();
-        let taken = diesel::select(
-            diesel::dsl::sql::<Nullable<Integer>>("GET_LOCK(LEFT(CONCAT(")
-                .bind::<Text, _>(MIGRATION_LOCK_NAME)
-                .sql(", ':', DATABASE()), 64), ")
-                .bind::<diesel::sql_types::Double, _>(timeout.as_secs_f64())
-                .sql(")"),
-        )
-        .get_result_on::<Option<i32>>(conn)
-        .await?;
-        if taken != Some(1) {
+        if !named_lock(conn, MIGRATION_LOCK_NAME, timeout).await? {
             return Err(crate::Error::MigrationLocked {
                 waited: started.elapsed(),
             });
@@ -482,30 +512,23 @@ impl MigrationsSql for Mysql {
         _: MigrationLock,
         _: bool,
     ) -> QueryResult<()> {
-        diesel::select(
-            diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")
-                .bind::<Text, _>(MIGRATION_LOCK_NAME)
-                .sql(", ':', DATABASE()), 64))"),
-        )
-        .get_result_on::<Option<i32>>(conn)
-        .await
-        .map(drop)
+        release_named_lock(conn, MIGRATION_LOCK_NAME).await
     }
 
     tracking_statements!();
 }
 
-impl AdminSql for MysqlConnection {
-    admin_statement!(
+impl DoctorSql for Mysql {
+    catalogue_statement!(
         table_exists,
         catalogue = "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
     );
-    admin_statement!(
+    catalogue_statement!(
         index_exists,
         catalogue = "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME = "
     );
 
-    admin_statement!(
+    catalogue_statement!(
         column_exists,
         columns = (
             "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ",
@@ -513,10 +536,7 @@ impl AdminSql for MysqlConnection {
         )
     );
 
-    fn dialect(&self) -> crate::dialect::Dialect {
-        crate::dialect::Dialect::Mysql
-    }
-    fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
+    async fn backend_checks<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<Vec<Check>> {
         // The keys must compare byte for byte: under a collation, ids differing in case,
         // accents or trailing spaces would be one event.
         let columns = diesel::dsl::sql::<(Text, Text)>(
@@ -525,7 +545,8 @@ impl AdminSql for MysqlConnection {
              AND TABLE_NAME IN ('diesel_inbox_events', 'diesel_inbox_failures', 'diesel_inbox_failure_log', 'diesel_inbox_counters', 'diesel_inbox_claims') \
              AND COLUMN_NAME IN ('consumer', 'event_id') ORDER BY 1",
         )
-        .load::<(String, String)>(self)?;
+        .load_on::<(String, String)>(conn)
+        .await?;
         let textual: Vec<String> = columns
             .iter()
             .filter(|(_, data_type)| !data_type.eq_ignore_ascii_case("varbinary"))
@@ -542,29 +563,5 @@ impl AdminSql for MysqlConnection {
             format!("{} key columns are VARBINARY", columns.len()),
             (CheckStatus::Fail, detail),
         )])
-    }
-
-    fn try_prune_lock(&mut self) -> QueryResult<bool> {
-        // A named lock of the session, so it outlives the batches' transactions; named after
-        // the database, as PostgreSQL's advisory locks are per database, since GET_LOCK's
-        // names are server-wide; a timeout of 0, so a second runner is told at once. NULL
-        // means an error took it.
-        diesel::select(
-            diesel::dsl::sql::<Nullable<Integer>>("GET_LOCK(LEFT(CONCAT(")
-                .bind::<Text, _>(PRUNE_LOCK_NAME)
-                .sql(", ':', DATABASE()), 64), 0)"),
-        )
-        .get_result::<Option<i32>>(self)
-        .map(|taken| taken == Some(1))
-    }
-
-    fn release_prune_lock(&mut self) -> QueryResult<()> {
-        diesel::select(
-            diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")
-                .bind::<Text, _>(PRUNE_LOCK_NAME)
-                .sql(", ':', DATABASE()), 64))"),
-        )
-        .get_result::<Option<i32>>(self)
-        .map(drop)
     }
 }

@@ -10,9 +10,4 @@ where
     M: ManageConnection,
     M::Connection: InboxConnection + R2D2Connection + Send + 'static,
 {
-    type Sql = <M::Connection as HasInboxSql>::Sql;
-
-    fn sql(&mut self) -> &mut Self::Sql {
-        (**self).sql()
-    }
 }

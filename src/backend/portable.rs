@@ -1,7 +1,7 @@
 //! What the statements of every backend share, written once: the row mappings
 //! (`row_mappings!`, which expands to a backend's `mod rows`), the row builders the inserts
 //! take (`new_inbox_row!`, `new_gap_row!`, `new_claim_row!`), and the catalogue checks of
-//! `AdminSql` (`admin_statement!`).
+//! `DoctorSql` (`catalogue_statement!`).
 //!
 //! Each takes what it needs as explicit arguments: `schema` is the backend's module of
 //! [`crate::schema`], `codec` its module of key and time conversions (`key`, `key_string`,
@@ -472,27 +472,38 @@ macro_rules! new_claim_row {
     }};
 }
 
-/// One `AdminSql` catalogue check whose SQL reads the same on every backend, by name.
-macro_rules! admin_statement {
+/// One `DoctorSql` catalogue read whose shape is the same on every backend, by name.
+macro_rules! catalogue_statement {
     // `column_exists`; `columns`: the backend's query counting a table's columns by name, in
     // two parts: the SQL before the table's name is bound, and the SQL before the column's.
     ($method:ident, columns = ($before_table:expr, $before_column:expr)) => {
-        fn $method(&mut self, table: &str, column: &str) -> QueryResult<bool> {
+        async fn $method<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            table: &str,
+            column: &str,
+        ) -> QueryResult<bool> {
+            use $crate::sql::Run as _;
             diesel::dsl::sql::<diesel::sql_types::BigInt>($before_table)
                 .bind::<diesel::sql_types::Text, _>(table)
                 .sql($before_column)
                 .bind::<diesel::sql_types::Text, _>(column)
-                .get_result::<i64>(self)
+                .get_result_on::<i64>(conn)
+                .await
                 .map(|found| found > 0)
         }
     };
     // `index_exists` or `table_exists`; `catalogue`: the backend's query counting the current
     // database's indexes or tables by name, the name bound last.
     ($method:ident, catalogue = $query:expr) => {
-        fn $method(&mut self, name: &str) -> QueryResult<bool> {
+        async fn $method<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            name: &str,
+        ) -> QueryResult<bool> {
+            use $crate::sql::Run as _;
             diesel::dsl::sql::<diesel::sql_types::BigInt>($query)
                 .bind::<diesel::sql_types::Text, _>(name)
-                .get_result::<i64>(self)
+                .get_result_on::<i64>(conn)
+                .await
                 .map(|found| found > 0)
         }
     };

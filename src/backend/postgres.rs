@@ -8,13 +8,13 @@ use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Text};
 
-use super::sealed::{AdminSql, HasInboxSql};
+use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
 use crate::schema::postgres as schema;
 use crate::sql::{
-    ClaimSql, CursorSql, Db, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    RetentionSql, Run,
+    ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
+    OutboxSql, RetentionSql, Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -80,13 +80,7 @@ async fn advisory<F, C: Db<F, Backend = Pg>>(
     .await
 }
 
-impl HasInboxSql for PgConnection {
-    type Sql = Self;
-
-    fn sql(&mut self) -> &mut Self {
-        self
-    }
-}
+impl HasInboxSql for PgConnection {}
 
 impl InboxSql for Pg {
     inbox_statement!(record_delivery, schema, codec, rows, upsert_returning);
@@ -150,6 +144,18 @@ impl RetentionSql for Pg {
     retention_statement!(delete_counters_before, schema, codec);
     retention_statement!(delete_settled_claims, schema, codec);
     retention_statement!(count_prunable, schema, codec);
+
+    async fn try_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
+        // Session-level, so it outlives the batches' transactions; `try`, so a second runner
+        // is told at once instead of queueing.
+        advisory(conn, "pg_try_advisory_lock", PRUNE_LOCK_KEY).await
+    }
+
+    async fn release_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<()> {
+        advisory(conn, "pg_advisory_unlock", PRUNE_LOCK_KEY)
+            .await
+            .map(drop)
+    }
 }
 
 impl CursorSql for Pg {
@@ -258,18 +264,18 @@ impl MigrationsSql for Pg {
     tracking_statements!();
 }
 
-impl AdminSql for PgConnection {
-    admin_statement!(
+impl DoctorSql for Pg {
+    catalogue_statement!(
         table_exists,
         catalogue = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = "
     );
-    admin_statement!(
+    catalogue_statement!(
         index_exists,
         catalogue =
             "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = "
     );
 
-    admin_statement!(
+    catalogue_statement!(
         column_exists,
         columns = (
             "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ",
@@ -277,14 +283,12 @@ impl AdminSql for PgConnection {
         )
     );
 
-    fn dialect(&self) -> crate::dialect::Dialect {
-        crate::dialect::Dialect::Postgres
-    }
-    fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
+    async fn backend_checks<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<Vec<Check>> {
         let encoding = diesel::select(diesel::dsl::sql::<Text>(
             "current_setting('server_encoding')",
         ))
-        .get_result::<String>(self)?;
+        .get_result_on::<String>(conn)
+        .await?;
         Ok(vec![Check::ok_if(
             "server_encoding",
             encoding == "UTF8",
@@ -294,26 +298,5 @@ impl AdminSql for PgConnection {
                 format!("{encoding}: event ids and consumer names are Unicode text, which this encoding refuses or mangles; create the database with ENCODING 'UTF8'"),
             ),
         )])
-    }
-
-    fn try_prune_lock(&mut self) -> QueryResult<bool> {
-        // Session-level, so it outlives the batches' transactions; `try`, so a second runner
-        // is told at once instead of queueing.
-        diesel::select(
-            diesel::dsl::sql::<Bool>("pg_try_advisory_lock(")
-                .bind::<BigInt, _>(PRUNE_LOCK_KEY)
-                .sql(")"),
-        )
-        .get_result(self)
-    }
-
-    fn release_prune_lock(&mut self) -> QueryResult<()> {
-        diesel::select(
-            diesel::dsl::sql::<Bool>("pg_advisory_unlock(")
-                .bind::<BigInt, _>(PRUNE_LOCK_KEY)
-                .sql(")"),
-        )
-        .get_result::<bool>(self)
-        .map(drop)
     }
 }

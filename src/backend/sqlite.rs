@@ -10,14 +10,14 @@ use diesel::r2d2::CustomizeConnection;
 use diesel::sql_types::{BigInt, Text};
 use diesel::sqlite::{Sqlite, SqliteConnection};
 
-use super::sealed::{AdminSql, HasInboxSql};
+use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
-    ClaimSql, CursorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    RetentionSql, Run, TransactionSql,
+    ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
+    OutboxSql, RetentionSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -56,13 +56,7 @@ mod codec {
 
 row_mappings!(schema = schema, codec = codec);
 
-impl HasInboxSql for SqliteConnection {
-    type Sql = Self;
-
-    fn sql(&mut self) -> &mut Self {
-        self
-    }
-}
+impl HasInboxSql for SqliteConnection {}
 
 impl InboxSql for Sqlite {
     inbox_statement!(record_delivery, schema, codec, rows, upsert_returning);
@@ -267,44 +261,47 @@ impl MigrationsSql for Sqlite {
     tracking_statements!();
 }
 
-impl AdminSql for SqliteConnection {
-    admin_statement!(
+impl DoctorSql for Sqlite {
+    catalogue_statement!(
         table_exists,
         catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = "
     );
-    admin_statement!(
+    catalogue_statement!(
         index_exists,
         catalogue = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = "
     );
 
-    admin_statement!(
+    catalogue_statement!(
         column_exists,
         columns = ("SELECT COUNT(*) FROM pragma_table_info(", ") WHERE name = ")
     );
 
-    fn dialect(&self) -> crate::dialect::Dialect {
-        crate::dialect::Dialect::Sqlite
-    }
-
-    fn unique_index_exists(&mut self, table: &str, name: &str) -> QueryResult<bool> {
+    async fn unique_index_exists<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        table: &str,
+        name: &str,
+    ) -> QueryResult<bool> {
         // A unique constraint's index is `sqlite_autoindex_<table>_<n>`: found by its origin.
         diesel::dsl::sql::<BigInt>("SELECT COUNT(*) FROM pragma_index_list(")
             .bind::<Text, _>(table)
             .sql(") WHERE \"unique\" = 1 AND (origin = 'u' OR name = ")
             .bind::<Text, _>(name)
             .sql(")")
-            .get_result::<i64>(self)
+            .get_result_on::<i64>(conn)
+            .await
             .map(|found| found > 0)
     }
-    fn backend_checks(&mut self) -> QueryResult<Vec<Check>> {
+    async fn backend_checks<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<Vec<Check>> {
         let journal = diesel::select(diesel::dsl::sql::<Text>(
             "(SELECT journal_mode FROM pragma_journal_mode())",
         ))
-        .get_result::<String>(self)?;
+        .get_result_on::<String>(conn)
+        .await?;
         let timeout = diesel::select(diesel::dsl::sql::<BigInt>(
             "(SELECT timeout FROM pragma_busy_timeout())",
         ))
-        .get_result::<i64>(self)?;
+        .get_result_on::<i64>(conn)
+        .await?;
         Ok(vec![
             Check::ok_if(
                 "journal_mode",
@@ -378,10 +375,13 @@ impl SqliteSetup {
     /// The database's error if a pragma fails.
     pub fn apply(&self, conn: &mut SqliteConnection) -> QueryResult<()> {
         // busy_timeout first: switching to WAL itself needs the lock another connection may hold.
-        conn.batch_execute(&format!(
-            "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL;",
-            self.busy_timeout.as_millis()
-        ))
+        SimpleConnection::batch_execute(
+            conn,
+            &format!(
+                "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL;",
+                self.busy_timeout.as_millis()
+            ),
+        )
     }
 }
 

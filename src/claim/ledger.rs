@@ -6,13 +6,12 @@ use tracing::info;
 use super::held::idempotency_key;
 use super::outcome::reason_in_doubt;
 use super::{verdict, Claims};
+use crate::decide::Failure;
 use crate::duration::now;
-use crate::engine::run_ready;
+use crate::engine::{self, run_ready, Body};
 use crate::rows::{ClaimChange, ClaimRow, ConsumerRows};
-use crate::sql::ClaimSql;
-use crate::sql::RetentionSql;
+use crate::sql::{Blocking, ClaimSql, Db, RetentionSql, Sql};
 use crate::state::{ClaimState, CorruptRow};
-use crate::transaction::{self, Failure};
 use crate::{observe, Audit, Error, EventId, InboxConnection, IntoEventId, Payload};
 
 /// A claim as the table keeps it, for ops.
@@ -135,8 +134,16 @@ impl Claims {
     /// [`Error::CorruptRow`] for a claim in doubt whose event id is not a valid one;
     /// [`Error::Database`].
     pub fn in_doubt<C: InboxConnection>(&self, conn: &mut C) -> Result<Vec<ClaimRecord>, Error> {
+        run_ready(self.in_doubt_in::<Blocking, _>(conn))
+    }
+
+    /// [`in_doubt`](Self::in_doubt) in either flavour.
+    pub(crate) async fn in_doubt_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Vec<ClaimRecord>, Error> {
         let states = [ClaimState::InProgress, ClaimState::InDoubt];
-        let records = self.read(conn, Some(&states), None, i64::MAX)?;
+        let records = self.read(conn, Some(&states), None, i64::MAX).await?;
         let mut in_doubt = Vec::new();
         for record in records {
             // The states are compared as text: only a row with an invalid id is unreadable.
@@ -155,10 +162,14 @@ impl Claims {
     ///
     /// [`Error::Database`].
     pub fn consumers<C: InboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
-        Ok(run_ready(C::Backend::consumers(
-            conn,
-            ConsumerRows::Claims,
-        ))?)
+        run_ready(Self::consumers_in::<Blocking, _>(conn))
+    }
+
+    /// [`consumers`](Self::consumers) in either flavour.
+    pub(crate) async fn consumers_in<F, C: Db<F, Backend: Sql>>(
+        conn: &mut C,
+    ) -> Result<Vec<String>, Error> {
+        Ok(C::Backend::consumers(conn, ConsumerRows::Claims).await?)
     }
 
     /// Up to `limit` of the consumer's claims, in any state, after event id `after` where
@@ -179,7 +190,18 @@ impl Claims {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Result<ClaimRecord, CorruptRow>>, Error> {
-        self.read(conn, None, after, i64::try_from(limit).unwrap_or(i64::MAX))
+        run_ready(self.list_in::<Blocking, _>(conn, after, limit))
+    }
+
+    /// [`list`](Self::list) in either flavour.
+    pub(crate) async fn list_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Result<ClaimRecord, CorruptRow>>, Error> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(conn, None, after, limit).await
     }
 
     /// The claim of `event_id`, if there is one, with its payload.
@@ -194,19 +216,25 @@ impl Claims {
         event_id: impl IntoEventId,
     ) -> Result<Option<ClaimRecord>, Error> {
         let event_id = event_id.into_event_id()?;
+        run_ready(self.show_in::<Blocking, _>(conn, &event_id))
+    }
+
+    /// [`show`](Self::show) in either flavour.
+    pub(crate) async fn show_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        event_id: &EventId,
+    ) -> Result<Option<ClaimRecord>, Error> {
         let key = [
             ("consumer", self.consumer()),
             ("event_id", event_id.as_str()),
         ];
-        let row = run_ready(C::Backend::claim(
-            conn,
-            (self.consumer(), event_id.as_str()),
-            false,
-        ))
-        .map_err(|e| match crate::state::unreadable(e, &key) {
-            Ok(corrupt) => Error::CorruptRow(corrupt),
-            Err(e) => Error::Database(e),
-        })?;
+        let row = C::Backend::claim(conn, (self.consumer(), event_id.as_str()), false)
+            .await
+            .map_err(|e| match crate::state::unreadable(e, &key) {
+                Ok(corrupt) => Error::CorruptRow(corrupt),
+                Err(e) => Error::Database(e),
+            })?;
         Ok(row
             .map(|row| ClaimRecord::from_row(self.consumer(), row, now()))
             .transpose()?)
@@ -258,17 +286,35 @@ impl Claims {
         audit: &Audit,
     ) -> Result<ClaimRecord, Error> {
         let event_id = event_id.into_event_id()?;
-        let scope = transaction::scope_of(conn)?;
+        run_ready(self.resolve_in::<Blocking, _>(conn, &event_id, resolution, audit))
+    }
+
+    /// [`resolve`](Self::resolve) in either flavour.
+    pub(crate) async fn resolve_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        event_id: &EventId,
+        resolution: Resolution,
+        audit: &Audit,
+    ) -> Result<ClaimRecord, Error> {
+        let scope = engine::scope_of(conn)?;
         let subject = self.inbox.subject(Some(event_id.as_str()));
         let state = resolution.state();
         let result = match resolution {
             Resolution::Completed(value) => Some(value.to_string()),
             Resolution::Retry | Resolution::Abandon => None,
         };
-        let record = transaction::run(conn, scope, self.inbox.retry_policy(), subject, |tx| {
-            self.resolve_in(tx, &event_id, state, result.as_deref(), audit)
-        })
-        .map_err(Failure::into_error)?;
+        let body = Resolve {
+            claims: self,
+            event_id,
+            state,
+            result: result.as_deref(),
+            audit,
+        };
+        let policy = self.inbox.retry_policy();
+        let record = engine::run(conn, scope, policy, subject, body)
+            .await
+            .map_err(Failure::into_error)?;
         observe::claim_transition(self.consumer(), state);
         info!(
             consumer = self.consumer(),
@@ -281,50 +327,7 @@ impl Claims {
         Ok(record)
     }
 
-    fn resolve_in<C: InboxConnection>(
-        &self,
-        conn: &mut C,
-        event_id: &EventId,
-        state: ClaimState,
-        result: Option<&str>,
-        audit: &Audit,
-    ) -> Result<ClaimRecord, Failure<Error>> {
-        let key = (self.consumer(), event_id.as_str());
-        let now = now();
-        let not_found = || {
-            Failure::Inbox(Error::ClaimNotFound {
-                event_id: event_id.clone(),
-            })
-        };
-        let row = run_ready(C::Backend::claim(conn, key, true))?.ok_or_else(not_found)?;
-        if let Err(state) = verdict::resolvable(&row, now) {
-            return Err(Failure::Inbox(Error::ClaimNotInDoubt {
-                event_id: event_id.clone(),
-                state,
-            }));
-        }
-        let change = ClaimChange {
-            state,
-            acquire: false,
-            lease_until: None,
-            result,
-            note: None,
-            audit: Some(audit),
-            now,
-        };
-        // The row is locked: it is as it was read.
-        run_ready(C::Backend::update_claim(
-            conn,
-            key,
-            row.attempt,
-            &[row.state],
-            &change,
-        ))?;
-        let row = run_ready(C::Backend::claim(conn, key, false))?.ok_or_else(not_found)?;
-        ClaimRecord::from_row(self.consumer(), row, now).map_err(|c| Failure::Inbox(c.into()))
-    }
-
-    fn read<C: InboxConnection>(
+    async fn read<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
         states: Option<&[ClaimState]>,
@@ -333,7 +336,7 @@ impl Claims {
     ) -> Result<Vec<Result<ClaimRecord, CorruptRow>>, Error> {
         let now = now();
         let consumer = self.consumer();
-        let rows = run_ready(C::Backend::claims(conn, consumer, states, after, limit))?;
+        let rows = C::Backend::claims(conn, consumer, states, after, limit).await?;
         Ok(rows
             .into_iter()
             .map(|row| match row {
@@ -341,6 +344,56 @@ impl Claims {
                 Err(bad) => Err(bad.in_row(&[("consumer", consumer)], "event_id")),
             })
             .collect())
+    }
+}
+
+/// [`Claims::resolve`]'s transaction: the claim read under its lock, checked in doubt,
+/// settled as the resolution says with the audit, and read back.
+struct Resolve<'a> {
+    claims: &'a Claims,
+    event_id: &'a EventId,
+    state: ClaimState,
+    result: Option<&'a str>,
+    audit: &'a Audit,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
+    type Output = ClaimRecord;
+    type Error = Error;
+
+    async fn attempt(&mut self, conn: &mut C) -> Result<ClaimRecord, Failure<Error>> {
+        let consumer = self.claims.consumer();
+        let key = (consumer, self.event_id.as_str());
+        let now = now();
+        let not_found = || {
+            Failure::Inbox(Error::ClaimNotFound {
+                event_id: self.event_id.clone(),
+            })
+        };
+        let row = C::Backend::claim(conn, key, true)
+            .await?
+            .ok_or_else(not_found)?;
+        if let Err(state) = verdict::resolvable(&row, now) {
+            return Err(Failure::Inbox(Error::ClaimNotInDoubt {
+                event_id: self.event_id.clone(),
+                state,
+            }));
+        }
+        let change = ClaimChange {
+            state: self.state,
+            acquire: false,
+            lease_until: None,
+            result: self.result,
+            note: None,
+            audit: Some(self.audit),
+            now,
+        };
+        // The row is locked: it is as it was read.
+        C::Backend::update_claim(conn, key, row.attempt, &[row.state], &change).await?;
+        let row = C::Backend::claim(conn, key, false)
+            .await?
+            .ok_or_else(not_found)?;
+        ClaimRecord::from_row(consumer, row, now).map_err(|c| Failure::Inbox(c.into()))
     }
 }
 

@@ -3,12 +3,12 @@
 
 use tracing::info;
 
-use crate::engine::run_ready;
+use crate::decide::Failure;
+use crate::engine::{self, run_ready, Body};
 use crate::gap::Gap;
 use crate::rows::{GapRow, Listed};
-use crate::sql::CursorSql;
+use crate::sql::{Blocking, CursorSql, Db, Sql};
 use crate::state::{CorruptRow, GapState};
-use crate::transaction::{self, Failure};
 use crate::watermark::Stream;
 use crate::{Audit, Error, Inbox, InboxConnection, RetryPolicy};
 
@@ -71,12 +71,16 @@ impl Gaps {
         &self,
         conn: &mut C,
     ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
-        let rows = run_ready(C::Backend::gaps(
-            conn,
-            &self.consumer,
-            self.stream.as_deref(),
-            Some(GapState::Open),
-        ))?;
+        run_ready(self.open_in::<Blocking, _>(conn))
+    }
+
+    /// [`open`](Self::open) in either flavour.
+    pub(crate) async fn open_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
+        let (consumer, stream) = (&self.consumer, self.stream.as_deref());
+        let rows = C::Backend::gaps(conn, consumer, stream, Some(GapState::Open)).await?;
         Ok(self.in_place(rows))
     }
 
@@ -97,16 +101,19 @@ impl Gaps {
         after: i64,
         limit: usize,
     ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
-        let state = None;
+        run_ready(self.list_in::<Blocking, _>(conn, after, limit))
+    }
+
+    /// [`list`](Self::list) in either flavour.
+    pub(crate) async fn list_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
+        let (consumer, stream) = (&self.consumer, self.stream.as_deref());
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = run_ready(C::Backend::gap_page(
-            conn,
-            &self.consumer,
-            self.stream.as_deref(),
-            state,
-            after,
-            limit,
-        ))?;
+        let rows = C::Backend::gap_page(conn, consumer, stream, None, after, limit).await?;
         Ok(self.in_place(rows))
     }
 
@@ -132,15 +139,29 @@ impl Gaps {
         id: i64,
         audit: &Audit,
     ) -> Result<Gap, Error> {
-        let scope = transaction::scope_of(conn)?;
-        let subject = transaction::Subject {
+        run_ready(self.resolve_in::<Blocking, _>(conn, id, audit))
+    }
+
+    /// [`resolve`](Self::resolve) in either flavour.
+    pub(crate) async fn resolve_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<Gap, Error> {
+        let scope = engine::scope_of(conn)?;
+        let subject = engine::Subject {
             consumer: &self.consumer,
             event_id: None,
         };
-        let gap = transaction::run(conn, scope, &RetryPolicy::default(), subject, |tx| {
-            self.resolve_in(tx, id, audit)
-        })
-        .map_err(Failure::into_error)?;
+        let body = Resolve {
+            gaps: self,
+            id,
+            audit,
+        };
+        let gap = engine::run(conn, scope, &RetryPolicy::default(), subject, body)
+            .await
+            .map_err(Failure::into_error)?;
         info!(
             consumer = self.consumer,
             stream = gap.stream(),
@@ -151,22 +172,32 @@ impl Gaps {
         );
         Ok(gap)
     }
+}
 
-    fn resolve_in<C: InboxConnection>(
-        &self,
-        conn: &mut C,
-        id: i64,
-        audit: &Audit,
-    ) -> Result<Gap, Failure<Error>> {
+/// [`Gaps::resolve`]'s transaction: the gap read and checked open, the stream's ledger read
+/// under the cursor row's lock, the gap closed with the audit and the watermark moved.
+struct Resolve<'a> {
+    gaps: &'a Gaps,
+    id: i64,
+    audit: &'a Audit,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
+    type Output = Gap;
+    type Error = Error;
+
+    async fn attempt(&mut self, conn: &mut C) -> Result<Gap, Failure<Error>> {
+        let Self { gaps, id, audit } = *self;
         let not_found = || Failure::Inbox(Error::GapNotFound { id });
         let at = id.to_string();
-        let (consumer, stream, state) = run_ready(C::Backend::gap_by_id(conn, id))
+        let (consumer, stream, state) = C::Backend::gap_by_id(conn, id)
+            .await
             .map_err(|e| match crate::state::unreadable(e, &[("id", &at)]) {
                 Ok(corrupt) => Failure::Inbox(corrupt.into()),
                 Err(e) => Failure::Database(e),
             })?
             .ok_or_else(not_found)?;
-        if consumer != self.consumer || self.stream.as_ref().is_some_and(|s| *s != stream) {
+        if consumer != gaps.consumer || gaps.stream.as_ref().is_some_and(|s| *s != stream) {
             return Err(not_found());
         }
         if state != GapState::Open {
@@ -174,40 +205,24 @@ impl Gaps {
         }
         let key = (consumer.as_str(), stream.as_str());
         // The cursor row's lock orders this with the stream's deliveries.
-        let high = run_ready(C::Backend::cursor(conn, key))?.and_then(|row| row.high);
-        let open = open_gaps(
-            &consumer,
-            run_ready(C::Backend::gaps(
-                conn,
-                &consumer,
-                Some(&stream),
-                Some(GapState::Open),
-            ))?,
-        )
-        .map_err(|corrupt| Failure::Inbox(corrupt.into()))?;
+        let high = C::Backend::cursor(conn, key)
+            .await?
+            .and_then(|row| row.high);
+        let rows = C::Backend::gaps(conn, &consumer, Some(&stream), Some(GapState::Open)).await?;
+        let open = open_gaps(&consumer, rows).map_err(|corrupt| Failure::Inbox(corrupt.into()))?;
         let Some(row) = open.iter().find(|gap| gap.id == id).cloned() else {
             // A delivery filled it between the two reads.
-            let state =
-                run_ready(C::Backend::gap_by_id(conn, id))?.map_or(GapState::Filled, |g| g.2);
+            let state = C::Backend::gap_by_id(conn, id)
+                .await?
+                .map_or(GapState::Filled, |g| g.2);
             return Err(Failure::Inbox(Error::GapNotOpen { id, state }));
         };
         let mut ledger = Stream::new(high, open);
         ledger.resolve(id);
         let now = crate::duration::now();
-        run_ready(C::Backend::close_gap(
-            conn,
-            id,
-            GapState::Resolved,
-            Some(audit),
-            now,
-        ))?;
-        run_ready(C::Backend::save_cursor(
-            conn,
-            key,
-            ledger.watermark(),
-            ledger.high(),
-            now,
-        ))?;
+        C::Backend::close_gap(conn, id, GapState::Resolved, Some(audit), now).await?;
+        let (watermark, high) = (ledger.watermark(), ledger.high());
+        C::Backend::save_cursor(conn, key, watermark, high, now).await?;
         Ok(Gap::resolved(row, audit, now))
     }
 }

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use tracing::{info, warn, Instrument};
 
 use crate::backend::StreamKey;
+use crate::decide::{Failure, Scope};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::{self, Delivered, Tally};
@@ -16,14 +17,17 @@ use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
 use crate::sql::{Blocking, CursorSql, Db, InboxSql, RetentionSql, Sql};
 use crate::state::GapState;
-use crate::transaction::{self, Failure, Scope};
 use crate::watermark::{Change, Refusal, Stream, Verdict};
 use crate::{
     Delivery, Duplicate, Error, EventId, Gap, HandlerError, Inbox, InboxConnection, Outcome,
 };
 
+mod batch;
 mod gaps;
+mod prune;
 
+#[cfg(feature = "async")]
+pub(crate) use batch::SequenceEffect;
 pub use gaps::Gaps;
 
 /// How many gaps that may still fill a cursor keeps open by default; see
@@ -311,95 +315,6 @@ impl Cursor {
         result
     }
 
-    /// Offers a run of sequences in one transaction that locks and writes the cursor once:
-    /// `effect` runs for each one not settled yet, in the order given. Returns one outcome per
-    /// sequence, in order. An error (the effect's, or a refusal) rolls back the whole run.
-    ///
-    /// ```
-    /// # #[cfg(feature = "sqlite")] {
-    /// use diesel::prelude::*;
-    /// use diesel_inbox::Inbox;
-    ///
-    /// let mut conn = SqliteConnection::establish(":memory:")?;
-    /// diesel_inbox::run_pending_migrations(&mut conn)?;
-    /// let blocks = Inbox::new("indexer")?.cursor("eth:mainnet")?;
-    ///
-    /// let run = [(100, "a"), (101, "b"), (101, "b"), (102, "c")];
-    /// let outcomes = blocks.process_batch(&mut conn, &run, |_tx, height, block| {
-    ///     Ok::<_, diesel_inbox::Error>(format!("{height}:{block}"))
-    /// })?;
-    /// assert_eq!(outcomes.iter().filter(|o| o.is_processed()).count(), 3);
-    /// # }
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`process`](Self::process).
-    pub fn process_batch<C, M, T, E, F>(
-        &self,
-        conn: &mut C,
-        items: &[(u64, M)],
-        mut effect: F,
-    ) -> Result<Vec<Outcome<T>>, E>
-    where
-        C: InboxConnection,
-        F: FnMut(&mut C, u64, &M) -> Result<T, E>,
-        E: HandlerError,
-    {
-        let sequences = items
-            .iter()
-            .map(|(sequence, _)| stored(*sequence))
-            .collect::<Result<Vec<_>, _>>()?;
-        let scope = transaction::scope_of(conn).map_err(Error::from)?;
-        let subject = self.inbox.subject(None);
-        let body = async |tx: &mut C| {
-            let now = now();
-            let mut stream = self.load(tx, now).await?;
-            let (mut outcomes, mut gaps) = (Vec::with_capacity(items.len()), Vec::new());
-            for ((sequence, message), &stored) in items.iter().zip(&sequences) {
-                let (verdict, found) = self.offer(tx, &mut stream, stored, None, now).await?;
-                let outcome = match verdict {
-                    Verdict::Duplicate => Self::duplicate(*sequence, &stream),
-                    Verdict::New { .. } => {
-                        let value = engine::call_user(tx, &mut async |tx: &mut C| {
-                            effect(tx, *sequence, message)
-                        })
-                        .await?;
-                        processed(value, found.clone())
-                    }
-                };
-                gaps.extend(found);
-                outcomes.push(outcome);
-            }
-            self.save(tx, &stream, now).await?;
-            if scope == Scope::TopLevel {
-                let duplicates = outcomes.iter().filter(|o| o.is_duplicate()).count();
-                // The stream picks the counters' stripe: its deliveries queue on the cursor row.
-                Tally::duplicates(duplicates)
-                    .count(tx, (self.consumer(), self.stream()))
-                    .await?;
-            }
-            Ok((outcomes, gaps))
-        };
-        let run = run_ready(engine::run(
-            conn,
-            scope,
-            self.inbox.retry_policy(),
-            subject,
-            body,
-        ));
-        match run {
-            Ok((outcomes, gaps)) => {
-                self.report(&gaps);
-                Ok(outcomes)
-            }
-            Err(Failure::Handler(error)) => Err(error),
-            Err(Failure::Panicked(panic)) => std::panic::resume_unwind(panic),
-            Err(failure) => Err(failure.into_error()),
-        }
-    }
-
     /// Makes the caller the stream's owner: adds one to its epoch, so that every cursor
     /// writing with an older one is fenced from now on, and says where to resume. Call it
     /// when a partition is assigned to this instance, then write with
@@ -499,7 +414,15 @@ impl Cursor {
     ///
     /// [`Error::Database`].
     pub fn all<C: InboxConnection>(conn: &mut C, inbox: &Inbox) -> Result<Vec<Position>, Error> {
-        let rows = run_ready(C::Backend::cursors(conn, inbox.consumer()))?;
+        run_ready(Self::all_in::<Blocking, _>(conn, inbox))
+    }
+
+    /// [`all`](Self::all) in either flavour.
+    pub(crate) async fn all_in<F, C: Db<F, Backend: Sql>>(
+        conn: &mut C,
+        inbox: &Inbox,
+    ) -> Result<Vec<Position>, Error> {
+        let rows = C::Backend::cursors(conn, inbox.consumer()).await?;
         Ok(rows
             .into_iter()
             .map(|(stream, row)| Position::from_row(stream, row))
@@ -513,74 +436,14 @@ impl Cursor {
     ///
     /// [`Error::Database`].
     pub fn consumers<C: InboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
-        Ok(run_ready(C::Backend::consumers(
-            conn,
-            ConsumerRows::Streams,
-        ))?)
+        run_ready(Self::consumers_in::<Blocking, _>(conn))
     }
 
-    /// Removes the consumer's processed id rows (kept by [`Sequenced::event`]) whose sequence
-    /// is at or below the watermark, in batches of `batch_size`, each in a short transaction of
-    /// its own: redeliveries of those sequences are duplicates by the cursor, whatever the
-    /// clock says. Dead-lettered and discarded rows stay. Returns how many rows it removed.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::PruneInsideTransaction`] inside an open transaction; [`Error::Database`].
-    ///
-    /// # Panics
-    ///
-    /// When `batch_size` is 0.
-    pub fn prune_events<C: InboxConnection>(
-        &self,
+    /// [`consumers`](Self::consumers) in either flavour.
+    pub(crate) async fn consumers_in<F, C: Db<F, Backend: Sql>>(
         conn: &mut C,
-        batch_size: usize,
-    ) -> Result<u64, Error> {
-        assert!(batch_size > 0, "batch_size must be at least 1");
-        if transaction::scope_of(conn)? != Scope::TopLevel {
-            return Err(Error::PruneInsideTransaction);
-        }
-        let Some(watermark) =
-            run_ready(C::Backend::cursor(conn, self.key()))?.and_then(|row| row.watermark)
-        else {
-            return Ok(0);
-        };
-        let limit = i64::try_from(batch_size).unwrap_or(i64::MAX);
-        let mut removed = 0;
-        loop {
-            let subject = self.inbox.subject(None);
-            let (deleted, more) = transaction::run(
-                conn,
-                Scope::TopLevel,
-                self.inbox.retry_policy(),
-                subject,
-                |tx| {
-                    let batch = run_ready(C::Backend::sequenced_events(
-                        tx,
-                        self.key(),
-                        watermark,
-                        limit,
-                    ))?;
-                    let Some(&(last, _)) = batch.last() else {
-                        return Ok::<_, Failure<Error>>((0, false));
-                    };
-                    let ids: Vec<&str> = batch.iter().map(|(_, id)| id.as_str()).collect();
-                    let deleted = run_ready(C::Backend::delete_sequenced_events(
-                        tx,
-                        self.key(),
-                        last,
-                        &ids,
-                    ))?;
-                    run_ready(C::Backend::delete_failures_of(tx, self.consumer(), &ids))?;
-                    Ok((deleted, batch.len() == batch_size))
-                },
-            )
-            .map_err(Failure::into_error)?;
-            removed += deleted as u64;
-            if !more {
-                return Ok(removed);
-            }
-        }
+    ) -> Result<Vec<String>, Error> {
+        Ok(C::Backend::consumers(conn, ConsumerRows::Streams).await?)
     }
 
     /// The transaction, retried under contention; failures come back for `process` to handle.

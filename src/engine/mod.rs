@@ -1,8 +1,7 @@
 //! The transaction engine: every inbox operation runs here, as "begin, run user code, commit
 //! or roll back, retry contention", written once as `async` code over a [`Db`] connection
 //! so that it serves either flavour. A sync caller polls it to the end with [`run_ready`];
-//! bodies not yet written over `Db` go through `crate::transaction`, which does that for a
-//! sync closure.
+//! an async one awaits it.
 //!
 //! [`run`] opens a transaction (or a savepoint, by [`Scope`]), runs a body, and commits what it
 //! returns; anything else rolls back to where the connection was, panics included. Bodies call
@@ -34,7 +33,7 @@ use diesel::QueryResult;
 use tracing::{debug, warn};
 
 pub(crate) use self::body::{Body, Effect};
-use self::guard::Open;
+pub(crate) use self::guard::Open;
 pub(crate) use self::ready::run_ready;
 pub(crate) use self::unwind::catch_unwind;
 use crate::decide::{self, Failure, Next, Observed, Scope};

@@ -97,7 +97,17 @@ impl Outbox {
         after: i64,
         limit: i64,
     ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
-        let rows = run_ready(C::Backend::outbox_rows(conn, state, after, limit))?;
+        run_ready(Self::list_in::<Blocking, _>(conn, state, after, limit))
+    }
+
+    /// [`list`](Self::list) in either flavour.
+    pub(crate) async fn list_in<F, C: Db<F, Backend: Sql>>(
+        conn: &mut C,
+        state: Option<OutboxState>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
+        let rows = C::Backend::outbox_rows(conn, state, after, limit).await?;
         Ok(rows
             .into_iter()
             .map(|row| {
@@ -114,8 +124,17 @@ impl Outbox {
     /// [`Error::OutboxRowNotFound`]; [`Error::CorruptRow`] when the row cannot be read as
     /// it is; [`Error::Database`].
     pub fn record<C: InboxConnection>(conn: &mut C, position: i64) -> Result<OutboxRecord, Error> {
+        run_ready(Self::record_in::<Blocking, _>(conn, position))
+    }
+
+    /// [`record`](Self::record) in either flavour.
+    pub(crate) async fn record_in<F, C: Db<F, Backend: Sql>>(
+        conn: &mut C,
+        position: i64,
+    ) -> Result<OutboxRecord, Error> {
         let at = position.to_string();
-        run_ready(C::Backend::outbox_row(conn, position))
+        C::Backend::outbox_row(conn, position)
+            .await
             .map_err(
                 |e| match crate::state::unreadable(e, &[("position", &at)]) {
                     Ok(corrupt) => Error::CorruptRow(corrupt),
@@ -138,7 +157,16 @@ impl Outbox {
         position: i64,
         audit: &Audit,
     ) -> Result<(), Error> {
-        if run_ready(C::Backend::retry_outbox(conn, position, now()))? {
+        run_ready(Self::retry_in::<Blocking, _>(conn, position, audit))
+    }
+
+    /// [`retry`](Self::retry) in either flavour.
+    pub(crate) async fn retry_in<F, C: Db<F, Backend: Sql>>(
+        conn: &mut C,
+        position: i64,
+        audit: &Audit,
+    ) -> Result<(), Error> {
+        if C::Backend::retry_outbox(conn, position, now()).await? {
             info!(
                 position,
                 actor = audit.actor(),
@@ -147,7 +175,7 @@ impl Outbox {
             );
             return Ok(());
         }
-        let record = Self::record(conn, position)?;
+        let record = Self::record_in(conn, position).await?;
         Err(Error::OutboxRowNotFailed {
             position,
             state: record.state,
@@ -166,18 +194,36 @@ impl Outbox {
         older_than: Duration,
         batch: usize,
     ) -> Result<u64, Error> {
+        run_ready(Self::prune_in::<Blocking, _>(conn, older_than, batch))
+    }
+
+    /// [`prune`](Self::prune) in either flavour: each delete is a statement of its own, run
+    /// until one deletes fewer than a batch.
+    pub(crate) async fn prune_in<F, C: Db<F, Backend: Sql>>(
+        conn: &mut C,
+        older_than: Duration,
+        batch: usize,
+    ) -> Result<u64, Error> {
         let cutoff = before(now(), older_than);
         let limit = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
-        let deleted = in_batches(limit, || {
-            run_ready(C::Backend::delete_published_outbox(conn, cutoff, limit))
-        })?;
+        let mut deleted = 0_u64;
+        loop {
+            let n = C::Backend::delete_published_outbox(conn, cutoff, limit).await?;
+            deleted += n as u64;
+            if !full(n, limit) {
+                break;
+            }
+        }
         observe::pruned("outbox", "diesel_inbox_outbox", deleted);
         // The aggregates' order locks that no enqueue used since then (MySQL/MariaDB).
-        let idle = in_batches(limit, || {
-            run_ready(C::Backend::delete_idle_outbox_aggregates(
-                conn, cutoff, limit,
-            ))
-        })?;
+        let mut idle = 0_u64;
+        loop {
+            let n = C::Backend::delete_idle_outbox_aggregates(conn, cutoff, limit).await?;
+            idle += n as u64;
+            if !full(n, limit) {
+                break;
+            }
+        }
         observe::pruned("outbox", "diesel_inbox_outbox_aggregates", idle);
         Ok(deleted)
     }
@@ -213,17 +259,7 @@ impl Outbox {
     }
 }
 
-/// Runs `delete` until it deletes fewer than `limit` rows; returns how many it deleted.
-fn in_batches(
-    limit: i64,
-    mut delete: impl FnMut() -> diesel::QueryResult<usize>,
-) -> Result<u64, Error> {
-    let mut deleted = 0_u64;
-    loop {
-        let n = delete()?;
-        deleted += n as u64;
-        if i64::try_from(n).unwrap_or(i64::MAX) < limit {
-            return Ok(deleted);
-        }
-    }
+/// Whether a delete of up to `limit` rows took `n`, all it could: there may be more.
+fn full(n: usize, limit: i64) -> bool {
+    i64::try_from(n).unwrap_or(i64::MAX) >= limit
 }

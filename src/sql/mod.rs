@@ -13,8 +13,9 @@
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
-//!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`), and the migrations' lock and
-//!   record, [`MigrationsSql`] (`migrations.rs`). [`Sql`] names them all.
+//!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`), the migrations' lock and
+//!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
+//!   [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
 
 #[cfg(feature = "async")]
 mod asynch;
@@ -22,6 +23,7 @@ mod blocking;
 mod claims;
 mod cursor;
 mod db;
+mod doctor;
 mod failures;
 mod inbox;
 mod migrations;
@@ -35,6 +37,7 @@ pub(crate) use blocking::Blocking;
 pub(crate) use claims::ClaimSql;
 pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
+pub(crate) use doctor::DoctorSql;
 pub(crate) use failures::FailureSql;
 pub(crate) use inbox::InboxSql;
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
@@ -45,11 +48,18 @@ pub(crate) use transaction::TransactionSql;
 /// Every area's statements for one database: what a connection's backend must implement for
 /// the inbox to run on it. Sealed.
 pub trait Sql:
-    InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql + MigrationsSql
+    InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql + MigrationsSql + DoctorSql
 {
 }
 
 impl<B> Sql for B where
-    B: InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql + MigrationsSql
+    B: InboxSql
+        + FailureSql
+        + RetentionSql
+        + CursorSql
+        + ClaimSql
+        + OutboxSql
+        + MigrationsSql
+        + DoctorSql
 {
 }

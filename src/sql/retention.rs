@@ -116,4 +116,22 @@ pub trait RetentionSql: TransactionSql {
         consumer: &str,
         cutoff: DateTime<Utc>,
     ) -> impl Future<Output = QueryResult<PruneCounts>> + Send;
+
+    /// Takes the session-level lock that lets one prune run at a time, without waiting:
+    /// `false` when another session holds it. SQLite has none: its writer lock already
+    /// serialises the batches.
+    fn try_prune_lock<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<bool>> + Send {
+        let _ = conn;
+        std::future::ready(Ok(true))
+    }
+
+    /// Releases the lock [`try_prune_lock`](Self::try_prune_lock) took.
+    fn release_prune_lock<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        let _ = conn;
+        std::future::ready(Ok(()))
+    }
 }

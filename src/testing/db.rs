@@ -11,7 +11,8 @@ use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, R2D2Connection}
 use diesel::{Connection, QueryResult};
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::backend::sealed::AdminSql as _;
+use crate::engine::run_ready;
+use crate::sql::DoctorSql;
 use crate::InboxConnection;
 
 /// A database of its own for one test, with the inbox migrations applied.
@@ -441,10 +442,11 @@ where
             _connection: PhantomData,
         };
         let mut conn = db.connect();
-        let had_inbox = conn
-            .sql()
-            .table_exists("diesel_inbox_migrations")
-            .unwrap_or_else(|e| panic!("{}", crate::redact(&format!("cannot read {url}: {e}"))));
+        let had_inbox = run_ready(<C::Backend as DoctorSql>::table_exists(
+            &mut conn,
+            "diesel_inbox_migrations",
+        ))
+        .unwrap_or_else(|e| panic!("{}", crate::redact(&format!("cannot read {url}: {e}"))));
         drop(conn);
         db = db.migrated();
         if !had_inbox {
