@@ -760,6 +760,40 @@ async fn the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_
     assert!(message.contains("took effect 3 times"), "{message}");
 }
 
+async fn the_async_inbox_assertions_read_what_the_inbox_recorded<B: AsyncBackend>() {
+    let (db, _check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let inbox = asynch::Inbox::new("orders").unwrap().max_attempts(1);
+    let ok = async |_: &mut B::Async| Ok::<_, Error>(());
+    let fail = async |_: &mut B::Async| Err::<(), _>(Error::permanent("unknown SKU"));
+    for _ in 0..2 {
+        let _ = inbox.process(&mut conn, "evt-1", ok).await.unwrap();
+    }
+    let _ = inbox.process(&mut conn, "evt-2", fail).await.unwrap();
+
+    let record = testing::asynch::assert_processed_once(&mut conn, &inbox, "evt-1").await;
+    testing::asynch::assert_deliveries(&mut conn, &inbox, "evt-1", 2).await;
+    let dead = testing::asynch::assert_dead_lettered(&mut conn, &inbox, "evt-2").await;
+    testing::asynch::assert_not_processed(&mut conn, &inbox, "evt-2").await;
+    testing::asynch::assert_not_processed(&mut conn, &inbox, "evt-3").await;
+    let missing = testing::asynch::inbox_record(&mut conn, &inbox, "evt-3").await;
+    let caught = AssertUnwindSafe(testing::asynch::assert_processed_once(
+        &mut conn, &inbox, "evt-3",
+    ))
+    .catch_unwind()
+    .await;
+
+    assert_eq!(record.deliveries(), 2);
+    assert_eq!(dead.attempts, 1);
+    assert_eq!(missing.unwrap(), None);
+    let message = caught.unwrap_err().downcast::<String>().unwrap();
+    assert!(
+        message.contains("has no row for it; it holds:"),
+        "{message}"
+    );
+    assert!(message.contains("evt-1"), "{message}");
+}
+
 async fn dead_letters_are_listed_and_redriven_discarded_or_released_once<B: AsyncBackend>() {
     let (db, mut check) = setup::<B>();
     let mut conn = B::connect(db.url()).await;
@@ -1123,6 +1157,7 @@ macro_rules! async_backend_tests {
                 a_batch_takes_effect_once_per_new_event_and_isolates_a_failing_one,
                 a_bulk_effect_runs_once_for_all_the_new_events,
                 the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
+                the_async_inbox_assertions_read_what_the_inbox_recorded,
                 dead_letters_are_listed_and_redriven_discarded_or_released_once,
                 a_cursor_batch_settles_each_new_sequence_once_and_ops_resolve_its_gap,
                 ops_list_retry_and_prune_the_outboxs_rows,

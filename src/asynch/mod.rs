@@ -293,6 +293,12 @@ impl Inbox {
         self.0.prune_in::<Async, _>(conn, retention).await
     }
 
+    /// The sync inbox this one wraps: the same consumer and policy.
+    #[cfg(feature = "testing")]
+    pub(crate) fn sync(&self) -> &crate::Inbox {
+        &self.0
+    }
+
     /// A delivery through the one inbox body, with `encode` deciding what result to store.
     fn run<'a, C, T, E, H>(
         &'a self,

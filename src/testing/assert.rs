@@ -2,10 +2,11 @@
 
 use std::fmt::Write as _;
 
-use crate::{DeadLetter, DeadLetterState, EventId, Inbox, IntoEventId};
+use crate::engine::run_ready;
+use crate::sql::{Blocking, Db, Sql};
+use crate::{DeadLetter, DeadLetterState, Error, EventId, Inbox, InboxConnection, IntoEventId};
 
-use super::inspect::{first_records, inbox_record, InboxRecord};
-use crate::InboxConnection;
+use super::inspect::{first_records, inbox_record_in, InboxRecord};
 
 /// How many rows a failure message lists when the expected one is missing.
 const ROWS_SHOWN: usize = 10;
@@ -43,17 +44,21 @@ pub fn assert_processed_once<C: InboxConnection>(
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) -> InboxRecord {
-    let (event_id, record) = read(conn, inbox, event_id);
-    match record {
+    let seen = run_ready(Seen::read::<Blocking, _>(conn, inbox, id(event_id), false));
+    processed_once(inbox, seen)
+}
+
+/// [`assert_processed_once`]'s judgement of what it read.
+#[track_caller]
+pub(super) fn processed_once(inbox: &Inbox, seen: Seen) -> InboxRecord {
+    match seen.record {
         Some(record) if record.is_processed() => record,
         Some(record) => panic!(
-            "expected event {event_id:?} of consumer {:?} to be processed once, but the inbox records it as given up on: {record}",
+            "expected event {:?} of consumer {:?} to be processed once, but the inbox records it as given up on: {record}",
+            seen.event_id.as_str(),
             inbox.consumer(),
         ),
-        None => panic!(
-            "{}",
-            missing(conn, inbox, &event_id, "to be processed once")
-        ),
+        None => panic!("{}", seen.missing(inbox, "to be processed once")),
     }
 }
 
@@ -89,16 +94,23 @@ pub fn assert_deliveries<C: InboxConnection>(
     event_id: impl IntoEventId,
     expected: u64,
 ) -> InboxRecord {
-    let (event_id, record) = read(conn, inbox, event_id);
+    let seen = run_ready(Seen::read::<Blocking, _>(conn, inbox, id(event_id), false));
+    deliveries(inbox, seen, expected)
+}
+
+/// [`assert_deliveries`]'s judgement of what it read.
+#[track_caller]
+pub(super) fn deliveries(inbox: &Inbox, seen: Seen, expected: u64) -> InboxRecord {
     let expectation = format!("to have {expected} {}", plural(expected, "delivery"));
-    match record {
+    match seen.record {
         Some(record) if record.deliveries() == expected => record,
         Some(record) => panic!(
-            "expected event {event_id:?} of consumer {:?} {expectation}, but the inbox counts {}: {record}",
+            "expected event {:?} of consumer {:?} {expectation}, but the inbox counts {}: {record}",
+            seen.event_id.as_str(),
             inbox.consumer(),
             record.deliveries(),
         ),
-        None => panic!("{}", missing(conn, inbox, &event_id, &expectation)),
+        None => panic!("{}", seen.missing(inbox, &expectation)),
     }
 }
 
@@ -131,10 +143,17 @@ pub fn assert_not_processed<C: InboxConnection>(
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) {
-    let (event_id, record) = read(conn, inbox, event_id);
-    if let Some(record) = record.filter(InboxRecord::is_processed) {
+    let seen = run_ready(Seen::read::<Blocking, _>(conn, inbox, id(event_id), false));
+    not_processed(inbox, seen);
+}
+
+/// [`assert_not_processed`]'s judgement of what it read.
+#[track_caller]
+pub(super) fn not_processed(inbox: &Inbox, seen: Seen) {
+    if let Some(record) = seen.record.filter(InboxRecord::is_processed) {
         panic!(
-            "expected event {event_id:?} of consumer {:?} not to be processed, but the inbox records it: {record}",
+            "expected event {:?} of consumer {:?} not to be processed, but the inbox records it: {record}",
+            seen.event_id.as_str(),
             inbox.consumer(),
         );
     }
@@ -172,16 +191,23 @@ pub fn assert_dead_lettered<C: InboxConnection>(
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) -> DeadLetter {
-    let (event_id, record) = read(conn, inbox, event_id);
-    let letter = inbox.dead_letters().show(conn, &event_id);
-    match (record, letter) {
+    let seen = run_ready(Seen::read::<Blocking, _>(conn, inbox, id(event_id), true));
+    dead_lettered(inbox, seen)
+}
+
+/// [`assert_dead_lettered`]'s judgement of what it read.
+#[track_caller]
+pub(super) fn dead_lettered(inbox: &Inbox, seen: Seen) -> DeadLetter {
+    let letter = seen.letter.expect("read with the dead letter");
+    match (seen.record, letter) {
         (Some(record), Ok(letter))
             if record.is_dead_lettered() && letter.state == DeadLetterState::DeadLettered =>
         {
             letter
         }
         (record, letter) => panic!(
-            "expected event {event_id:?} of consumer {:?} to be dead-lettered, but the inbox row is {} and the failure record is {}",
+            "expected event {:?} of consumer {:?} to be dead-lettered, but the inbox row is {} and the failure record is {}",
+            seen.event_id.as_str(),
             inbox.consumer(),
             record.map_or_else(|| "missing".to_owned(), |r| r.to_string()),
             letter.map_or_else(|e| e.to_string(), |l| format!("{} after {} attempt{} (last error: {})", l.state, l.attempts, if l.attempts == 1 { "" } else { "s" }, l.last_error)),
@@ -189,48 +215,85 @@ pub fn assert_dead_lettered<C: InboxConnection>(
     }
 }
 
+/// An event id for an assertion, or a panic naming what is wrong with it.
 #[track_caller]
-fn read<C: InboxConnection>(
-    conn: &mut C,
-    inbox: &Inbox,
-    event_id: impl IntoEventId,
-) -> (EventId, Option<InboxRecord>) {
-    let event_id = event_id
+pub(super) fn id(event_id: impl IntoEventId) -> EventId {
+    event_id
         .into_event_id()
-        .unwrap_or_else(|e| panic!("not an event id the inbox accepts: {e}"));
-    let record = inbox_record(conn, inbox, &event_id)
-        .unwrap_or_else(|e| panic!("cannot read the inbox table: {e}"));
-    (event_id, record)
+        .unwrap_or_else(|e| panic!("not an event id the inbox accepts: {e}"))
 }
 
-/// The message for a missing row: what was expected and what the table holds instead.
-fn missing<C: InboxConnection>(
-    conn: &mut C,
-    inbox: &Inbox,
-    event_id: &EventId,
-    expectation: &str,
-) -> String {
-    let mut message = format!(
-        "expected event {:?} of consumer {:?} {expectation}, but the inbox has no row for it",
-        event_id.as_str(),
-        inbox.consumer()
-    );
-    match first_records(conn, ROWS_SHOWN + 1) {
-        Ok(rows) if rows.is_empty() => message.push_str("; the inbox table is empty"),
-        Ok(rows) => {
-            message.push_str("; it holds:");
-            for row in rows.iter().take(ROWS_SHOWN) {
-                let _ = write!(message, "\n    {row}");
-            }
-            if rows.len() > ROWS_SHOWN {
-                message.push_str("\n    ...");
-            }
-        }
-        Err(e) => {
-            let _ = write!(message, "; listing its rows failed: {e}");
+/// What an assertion reads of one event, before it judges: its inbox row; when there is
+/// none, the table's first rows for the message; and its dead letter, where asked for.
+pub(super) struct Seen {
+    event_id: EventId,
+    record: Option<InboxRecord>,
+    /// The first rows of the table, when the event has none.
+    others: Option<Result<Vec<InboxRecord>, String>>,
+    letter: Option<Result<DeadLetter, Error>>,
+}
+
+impl Seen {
+    /// Reads `event_id`'s row of `inbox`'s consumer (and its dead letter, `with_letter`).
+    ///
+    /// # Panics
+    ///
+    /// When the inbox table cannot be read.
+    pub(super) async fn read<F, C: Db<F, Backend: Sql>>(
+        conn: &mut C,
+        inbox: &Inbox,
+        event_id: EventId,
+        with_letter: bool,
+    ) -> Self {
+        let record = inbox_record_in(conn, inbox, &event_id)
+            .await
+            .unwrap_or_else(|e| panic!("cannot read the inbox table: {e}"));
+        let others = match record {
+            Some(_) => None,
+            None => Some(
+                first_records(conn, ROWS_SHOWN + 1)
+                    .await
+                    .map_err(|e| e.to_string()),
+            ),
+        };
+        let letter = if with_letter {
+            Some(inbox.dead_letters().show_in(conn, event_id.clone()).await)
+        } else {
+            None
+        };
+        Self {
+            event_id,
+            record,
+            others,
+            letter,
         }
     }
-    message
+
+    /// The message for a missing row: what was expected and what the table holds instead.
+    fn missing(&self, inbox: &Inbox, expectation: &str) -> String {
+        let mut message = format!(
+            "expected event {:?} of consumer {:?} {expectation}, but the inbox has no row for it",
+            self.event_id.as_str(),
+            inbox.consumer()
+        );
+        match &self.others {
+            Some(Ok(rows)) if rows.is_empty() => message.push_str("; the inbox table is empty"),
+            Some(Ok(rows)) => {
+                message.push_str("; it holds:");
+                for row in rows.iter().take(ROWS_SHOWN) {
+                    let _ = write!(message, "\n    {row}");
+                }
+                if rows.len() > ROWS_SHOWN {
+                    message.push_str("\n    ...");
+                }
+            }
+            Some(Err(e)) => {
+                let _ = write!(message, "; listing its rows failed: {e}");
+            }
+            None => {}
+        }
+        message
+    }
 }
 
 fn plural(n: u64, word: &str) -> String {

@@ -12,6 +12,7 @@ use diesel::{Connection, QueryResult};
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 use crate::engine::run_ready;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 use crate::sql::DoctorSql;
 use crate::InboxConnection;
 

@@ -7,9 +7,9 @@ use diesel::QueryResult;
 
 use crate::engine::run_ready;
 use crate::rows::InboxRow;
-use crate::sql::InboxSql;
+use crate::sql::{Blocking, Db, InboxSql, Sql};
 use crate::state::InboxState;
-use crate::{Error, Inbox, InboxConnection, IntoEventId};
+use crate::{Error, EventId, Inbox, InboxConnection, IntoEventId};
 
 /// What the inbox table records about one event of one consumer.
 ///
@@ -122,17 +122,26 @@ pub fn inbox_record<C: InboxConnection>(
     event_id: impl IntoEventId,
 ) -> Result<Option<InboxRecord>, Error> {
     let event_id = event_id.into_event_id()?;
+    run_ready(inbox_record_in::<Blocking, _>(conn, inbox, &event_id))
+}
+
+/// [`inbox_record`] in either flavour.
+pub(crate) async fn inbox_record_in<F, C: Db<F, Backend: Sql>>(
+    conn: &mut C,
+    inbox: &Inbox,
+    event_id: &EventId,
+) -> Result<Option<InboxRecord>, Error> {
     let key = (inbox.consumer(), event_id.as_str());
-    let row = run_ready(C::Backend::inbox_row(conn, key))?;
+    let row = C::Backend::inbox_row(conn, key).await?;
     Ok(row.map(InboxRecord::from))
 }
 
 /// Up to `limit` rows of the whole table in key order, for failure messages.
-pub(crate) fn first_records<C: InboxConnection>(
+pub(crate) async fn first_records<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     limit: usize,
 ) -> QueryResult<Vec<InboxRecord>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = run_ready(C::Backend::inbox_rows(conn, limit))?;
+    let rows = C::Backend::inbox_rows(conn, limit).await?;
     Ok(rows.into_iter().map(InboxRecord::from).collect())
 }

@@ -16,6 +16,8 @@
 //! - **Schedules**: [`run_schedule`] plays a [`Schedule`] of duplicates, reorderings and
 //!   injected failures and checks one effect per distinct event; [`ScheduleOptions`] makes
 //!   random ones from a seed, or a proptest strategy.
+//! - **Async**: [`asynch`] (feature `async`) has the inbox assertions, [`inbox_record`] and
+//!   the delivery harness for diesel-async connections.
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
@@ -49,6 +51,8 @@
 //! ```
 
 mod assert;
+#[cfg(feature = "async")]
+pub mod asynch;
 mod db;
 mod faults;
 mod fixtures;
@@ -68,9 +72,5 @@ pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryRep
 /// Throwaway databases ([`TestDatabase`]) serve both flavours: connect async with its
 /// [`url`](TestDatabase::url), and read what the handler left with the assertions of this
 /// module's parent on a sync [`connect`](TestDatabase::connect)ion.
-#[cfg(feature = "async")]
-pub mod asynch {
-    pub use super::harness::assert_idempotent_async as assert_idempotent;
-}
 pub use inspect::{inbox_record, InboxRecord};
 pub use schedule::{run_schedule, Schedule, ScheduleOptions, Step};
