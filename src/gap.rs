@@ -8,15 +8,15 @@ use chrono::{DateTime, Utc};
 use crate::audit::Audit;
 use crate::rows::GapRow;
 use crate::state::{GapCause, GapState};
-use crate::watermark::OpenGap;
+use crate::watermark::{unstored, OpenGap};
 
 /// One range of missing sequences in a stream, as the ledger keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gap {
     id: i64,
     stream: String,
-    first: i64,
-    last: i64,
+    first: u64,
+    last: u64,
     cause: GapCause,
     state: GapState,
     detected_at: DateTime<Utc>,
@@ -30,8 +30,8 @@ impl Gap {
         Self {
             id,
             stream: stream.to_owned(),
-            first: gap.first,
-            last: gap.last,
+            first: unstored(gap.first),
+            last: unstored(gap.last),
             cause: gap.cause,
             state: GapState::Open,
             detected_at: gap.detected_at,
@@ -48,8 +48,8 @@ impl Gap {
         Self {
             id: row.id,
             stream: row.stream,
-            first: row.first,
-            last: row.last,
+            first: unstored(row.first),
+            last: unstored(row.last),
             cause: row.cause,
             state: row.state,
             detected_at: row.detected_at,
@@ -79,24 +79,24 @@ impl Gap {
     }
 
     /// The first missing sequence.
-    pub fn first(&self) -> i64 {
+    pub fn first(&self) -> u64 {
         self.first
     }
 
     /// The last missing sequence.
-    pub fn last(&self) -> i64 {
+    pub fn last(&self) -> u64 {
         self.last
     }
 
     /// The missing sequences. A gap that late arrivals filled in the middle is two rows: the
     /// part below the arrival keeps this id, the part above gets a new one.
-    pub fn sequences(&self) -> RangeInclusive<i64> {
+    pub fn sequences(&self) -> RangeInclusive<u64> {
         self.first..=self.last
     }
 
     /// How many sequences are missing.
     pub fn len(&self) -> u64 {
-        (self.last - self.first).unsigned_abs() + 1
+        self.last - self.first + 1
     }
 
     /// Never: a gap holds at least one sequence.

@@ -13,6 +13,13 @@ use chrono::{DateTime, Utc};
 use crate::rows::GapRow;
 use crate::state::GapCause;
 
+/// A stored sequence as the API hands it out: `u64`, as sequences go in. Gaps and `high` are
+/// never below zero, since only `u64` sequences are stored; a watermark is, one below a stream
+/// that starts at 0, and callers see that as no watermark ([`crate::Position::watermark`]).
+pub(crate) fn unstored(sequence: i64) -> u64 {
+    u64::try_from(sequence).unwrap_or(0)
+}
+
 /// A gap that is open: its sequences are missing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OpenGap {

@@ -782,15 +782,17 @@ impl Position {
         &self.stream
     }
 
-    /// Every sequence at or below it is settled (or evicted); `None` before the first
-    /// sequence. Below zero when a stream starting at 0 has its first sequence in a gap.
-    pub fn watermark(&self) -> Option<i64> {
+    /// Every sequence at or below it is settled (or evicted); `None` while none is: before
+    /// the first sequence, or while a stream that starts at 0 has its first sequence in a gap.
+    /// [`resume`](Self::resume) tells the two apart.
+    pub fn watermark(&self) -> Option<u64> {
         self.watermark
+            .and_then(|watermark| u64::try_from(watermark).ok())
     }
 
     /// The highest sequence settled.
-    pub fn high(&self) -> Option<i64> {
-        self.high
+    pub fn high(&self) -> Option<u64> {
+        self.high.map(crate::watermark::unstored)
     }
 
     /// Where to seek the broker.

@@ -54,17 +54,17 @@ fn with_id(n: u64, id: &str) -> Sequenced {
     Sequenced::new(n).event(Delivery::new(id).unwrap())
 }
 
-fn ranges(gaps: &[Gap]) -> Vec<RangeInclusive<i64>> {
+fn ranges(gaps: &[Gap]) -> Vec<RangeInclusive<u64>> {
     gaps.iter().map(Gap::sequences).collect()
 }
 
 /// The ranges of the stream's open gaps, in order.
-fn open<C: TestConn>(conn: &mut C, cursor: &Cursor) -> Vec<RangeInclusive<i64>> {
+fn open<C: TestConn>(conn: &mut C, cursor: &Cursor) -> Vec<RangeInclusive<u64>> {
     ranges(&readable(cursor.gaps().open(conn).unwrap()))
 }
 
 /// `(watermark, high)` of the stream.
-fn position<C: TestConn>(conn: &mut C, cursor: &Cursor) -> (Option<i64>, Option<i64>) {
+fn position<C: TestConn>(conn: &mut C, cursor: &Cursor) -> (Option<u64>, Option<u64>) {
     let position = cursor
         .position(conn)
         .unwrap()
@@ -171,7 +171,7 @@ pub fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<B: Backend>() {
     assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(6));
     assert!(deliver(&mut conn, &cursor, 6).unwrap().is_processed());
 
-    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
+    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<u64>>::new());
     let closed = readable(cursor.gaps().list(&mut conn, 0, 100).unwrap());
     assert_eq!(closed.len(), 2, "{closed:?}");
     for gap in &closed {
@@ -264,7 +264,7 @@ pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_res
         readable(cursor.gaps().list(&mut conn, 0, 100).unwrap()),
         std::slice::from_ref(&resolved)
     );
-    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
+    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<u64>>::new());
     let twice = inbox.gaps().resolve(&mut conn, evicted.id(), &audit);
     assert!(
         matches!(twice, Err(Error::GapNotOpen { id, state: GapState::Resolved }) if id == evicted.id()),
@@ -384,7 +384,7 @@ pub fn two_instances_racing_on_one_stream_take_effect_once_per_sequence<B: Backe
     for n in 1..=LAST {
         assert_eq!(effects(&mut conn, &cursor, n), 1, "sequence {n}");
     }
-    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<i64>>::new());
+    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<u64>>::new());
     assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(LAST + 1));
 }
 
@@ -479,7 +479,7 @@ impl Model {
         }
         match high {
             Some(high) if n > high + 1 => {
-                let gap = i64::try_from(high + 1).unwrap()..=i64::try_from(n - 1).unwrap();
+                let gap = high + 1..=n - 1;
                 format!("processed after {:?}", [gap])
             }
             _ => "processed".to_owned(),
@@ -534,7 +534,6 @@ pub fn proptest_delivery_orders_take_effect_once_and_leave_open_exactly_the_miss
                 let open: BTreeSet<u64> = readable(cursor.gaps().open(conn).unwrap())
                     .iter()
                     .flat_map(Gap::sequences)
-                    .map(|n| u64::try_from(n).unwrap())
                     .collect();
                 proptest::prop_assert_eq!(open, model.missing(), "after {}", n);
                 proptest::prop_assert_eq!(cursor.resume(conn).unwrap(), model.resume());
@@ -629,6 +628,31 @@ pub fn an_effect_error_in_a_batch_rolls_the_whole_run_back<B: Backend>() {
         ["processed", "processed after [3..=3]", "processed"]
     );
     assert_eq!(position(&mut conn, &cursor), (Some(4), Some(4)));
+}
+
+pub fn a_stream_from_zero_missing_its_first_sequence_has_no_watermark_and_resumes_at_zero<
+    B: Backend,
+>() {
+    let (_db, mut conn) = setup::<B>();
+    let cursor = orders();
+
+    let first = cursor
+        .process(
+            &mut conn,
+            Sequenced::new(2).first_available(0),
+            effect_of(&cursor, 2),
+        )
+        .unwrap();
+
+    assert_eq!(ranges(first.gaps()), [0..=1]);
+    assert_eq!(
+        position(&mut conn, &cursor),
+        (None, Some(2)),
+        "nothing at or below a watermark is settled yet"
+    );
+    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(0));
+    assert!(deliver(&mut conn, &cursor, 0).unwrap().is_processed());
+    assert_eq!(position(&mut conn, &cursor), (Some(0), Some(2)));
 }
 
 pub fn past_max_open_gaps_a_new_gap_is_refused_and_a_filling_sequence_accepted<B: Backend>() {

@@ -139,6 +139,7 @@ macro_rules! backend_tests {
             proptest_delivery_orders_take_effect_once_and_leave_open_exactly_the_missing_sequences,
             a_batch_with_a_duplicate_and_a_jump_updates_the_cursor_once_and_reports_in_order,
             an_effect_error_in_a_batch_rolls_the_whole_run_back,
+            a_stream_from_zero_missing_its_first_sequence_has_no_watermark_and_resumes_at_zero,
             past_max_open_gaps_a_new_gap_is_refused_and_a_filling_sequence_accepted,
             an_event_id_republished_under_a_new_sequence_is_a_duplicate_and_the_cursor_prunes_id_rows,
             a_dead_lettered_sequence_moves_the_cursor_past_it,
