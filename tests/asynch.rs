@@ -22,8 +22,8 @@ use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing;
 use diesel_inbox::{
     Ack, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimState, Claimed, DeadLetterState,
-    Delivery, Duplicate, Envelope, Error, GapState, Outbox, OutboxMessage, OutboxState, Outcome,
-    Payload, Pruned, PublishError, Relay, Resolution, Resume, Retention, Sequenced,
+    Delivery, Duplicate, Envelope, Error, EventId, GapState, Outbox, OutboxMessage, OutboxState,
+    Outcome, Payload, Pruned, PublishError, Relay, Resolution, Resume, Retention, Sequenced,
 };
 use futures_util::FutureExt;
 
@@ -48,6 +48,23 @@ trait AsyncBackend: Backend {
 
 /// A pooled connection, whichever its pool.
 type Pooled<C> = Box<dyn DerefMut<Target = C> + Send>;
+
+/// A pooled connection that derefs to the connection itself, as a pool's own guard does.
+struct Checkout<C>(Pooled<C>);
+
+impl<C> std::ops::Deref for Checkout<C> {
+    type Target = C;
+
+    fn deref(&self) -> &C {
+        &self.0
+    }
+}
+
+impl<C> DerefMut for Checkout<C> {
+    fn deref_mut(&mut self) -> &mut C {
+        &mut self.0
+    }
+}
 
 /// [`AsyncBackend`]'s pool, whose bounds only a concrete connection type meets.
 macro_rules! deadpool {
@@ -760,6 +777,119 @@ async fn the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_
     assert!(message.contains("took effect 3 times"), "{message}");
 }
 
+/// The effect count, read through the sync connection the scenarios check with.
+fn counted_by(check: &Mutex<impl TestConn>) -> i64 {
+    i64::try_from(check.lock().unwrap().effect_count()).unwrap()
+}
+
+async fn random_async_schedules_with_failures_take_effect_once_per_distinct_event<
+    B: AsyncBackend,
+>() {
+    let (db, check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let check = Mutex::new(check);
+    let options = testing::ScheduleOptions::default()
+        .events(6)
+        .failure_rate(0.4);
+
+    for seed in 0..3 {
+        // Schedules reuse the ids evt-0, evt-1, ...: a consumer per run keeps them apart.
+        let inbox = asynch::Inbox::new(&format!("schedule-{seed}")).unwrap();
+        let schedule = options.random(seed);
+        let label = |id: &EventId| format!("{seed}/{id}");
+        let report = testing::asynch::run_schedule(
+            &mut conn,
+            &inbox,
+            &schedule,
+            async |tx: &mut B::Async, id: &EventId| record_effect(tx, &label(id)).await,
+            async |_: &mut B::Async| Ok(counted_by(&check)),
+        )
+        .await;
+
+        assert_eq!(report.processed(), 6, "{schedule}");
+        assert_eq!(
+            report.failed() + report.duplicates() + report.processed(),
+            schedule.steps().len(),
+            "{schedule}"
+        );
+    }
+}
+
+async fn the_async_schedule_catches_an_effect_that_outlives_a_failed_delivery<B: AsyncBackend>() {
+    let (db, _check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let id = EventId::new("evt-1").unwrap();
+    let schedule = testing::Schedule::new([
+        testing::Step::new(id.clone(), Some(testing::Fault::Error)),
+        testing::Step::new(id.clone(), Some(testing::Fault::Panic)),
+        testing::Step::new(id, None),
+    ]);
+    // An email, say: sent from inside the handler, and not rolled back with it.
+    let emails_sent = AtomicU32::new(0);
+
+    let caught = AssertUnwindSafe(testing::asynch::run_schedule(
+        &mut conn,
+        &asynch::Inbox::default(),
+        &schedule,
+        async |_: &mut B::Async, _: &EventId| {
+            emails_sent.fetch_add(1, Ordering::SeqCst);
+            diesel::QueryResult::Ok(())
+        },
+        async |_: &mut B::Async| Ok(i64::from(emails_sent.load(Ordering::SeqCst))),
+    ))
+    .catch_unwind()
+    .await;
+
+    let message = caught.unwrap_err().downcast::<String>().unwrap();
+    for expected in [
+        "2 failed by injected faults",
+        "took effect 3 times, expected 1",
+        "evt-1 (error), evt-1 (panic), evt-1",
+    ] {
+        assert!(message.contains(expected), "{message}");
+    }
+}
+
+async fn one_event_delivered_by_many_futures_at_once_takes_effect_once<B: AsyncBackend>() {
+    let (db, check) = setup::<B>();
+    let pool = B::pool(db.url(), 4);
+    let check = Mutex::new(check);
+
+    let report = testing::asynch::assert_idempotent_concurrently(
+        async || Checkout(B::get(&pool).await),
+        8,
+        async |conn: &mut B::Async| {
+            let effect = async |tx: &mut B::Async| record_effect(tx, "evt-1").await;
+            asynch::with_inbox(conn, "evt-1", effect).await
+        },
+        async |_: &mut B::Async| Ok(counted_by(&check)),
+    )
+    .await;
+
+    assert_eq!((report.processed(), report.duplicates()), (1, 7));
+    let mut conn = B::get(&pool).await;
+    testing::asynch::assert_deliveries(&mut **conn, &asynch::Inbox::default(), "evt-1", 8).await;
+}
+
+async fn a_fault_injected_at_an_async_handlers_end_rolls_its_effect_back<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let mut conn = B::connect(db.url()).await;
+    let faults = testing::Faults::on_attempts([1]);
+    let inbox = asynch::Inbox::default();
+    let handler = async |tx: &mut B::Async| {
+        record_effect(tx, "evt-1").await?;
+        faults.inject().map_err(diesel::result::Error::from)
+    };
+
+    let first = inbox.process(&mut conn, "evt-1", handler).await;
+    let second = inbox.process(&mut conn, "evt-1", handler).await;
+
+    assert!(first.is_err(), "{first:?}");
+    assert!(second.unwrap().is_processed());
+    assert_eq!((faults.attempts(), faults.injected()), (2, 1));
+    assert_eq!(check.effects_of("evt-1"), 1);
+}
+
 async fn the_async_inbox_assertions_read_what_the_inbox_recorded<B: AsyncBackend>() {
     let (db, _check) = setup::<B>();
     let mut conn = B::connect(db.url()).await;
@@ -1158,6 +1288,10 @@ macro_rules! async_backend_tests {
                 a_bulk_effect_runs_once_for_all_the_new_events,
                 the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
                 the_async_inbox_assertions_read_what_the_inbox_recorded,
+                random_async_schedules_with_failures_take_effect_once_per_distinct_event,
+                the_async_schedule_catches_an_effect_that_outlives_a_failed_delivery,
+                one_event_delivered_by_many_futures_at_once_takes_effect_once,
+                a_fault_injected_at_an_async_handlers_end_rolls_its_effect_back,
                 dead_letters_are_listed_and_redriven_discarded_or_released_once,
                 a_cursor_batch_settles_each_new_sequence_once_and_ops_resolve_its_gap,
                 ops_list_retry_and_prune_the_outboxs_rows,

@@ -148,7 +148,8 @@ impl Faults {
 
     /// `handler`, failing on the planned attempts after it has run: with an
     /// [`InjectedFault`] error, or a panic, as [`fault`](Self::fault) says. The handler's own
-    /// error, when it returns one, comes back unchanged.
+    /// error, when it returns one, comes back unchanged. An async handler calls
+    /// [`inject`](Self::inject) at its end instead.
     ///
     /// # Panics
     ///
@@ -161,21 +162,62 @@ impl Faults {
     {
         let faults = self.clone();
         move |conn| {
-            let attempt = faults.counts.attempts.fetch_add(1, Ordering::SeqCst) + 1;
+            let attempt = faults.count();
             let value = handler(conn)?;
-            if !faults.fails(attempt) {
-                return Ok(value);
-            }
-            faults.counts.injected.fetch_add(1, Ordering::SeqCst);
-            let injected = InjectedFault { attempt };
-            match faults.fault {
-                Fault::Panic => panic!("{injected}"),
-                Fault::Error => Err(injected.into()),
-            }
+            faults.strike(attempt)?;
+            Ok(value)
         }
     }
 
-    /// Calls of the wrapped handlers so far.
+    /// Counts one attempt and fails it if the plan says so: the fault for a handler to call
+    /// where it would fail, after its effect, the async handlers included, which
+    /// [`wrap`](Self::wrap) does not take.
+    ///
+    /// ```
+    /// use diesel_inbox::testing::{Faults, InjectedFault};
+    ///
+    /// let faults = Faults::on_attempts([2]);
+    /// let handler = async || -> Result<(), InjectedFault> {
+    ///     // ... the effect, awaited ...
+    ///     faults.inject()
+    /// };
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// assert!(handler().await.is_ok());
+    /// assert_eq!(handler().await.unwrap_err().attempt(), 2);
+    /// # });
+    /// assert_eq!((faults.attempts(), faults.injected()), (2, 1));
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`InjectedFault`] on a planned attempt when the fault is [`Fault::Error`].
+    ///
+    /// # Panics
+    ///
+    /// On a planned attempt when the fault is [`Fault::Panic`].
+    pub fn inject(&self) -> Result<(), InjectedFault> {
+        self.strike(self.count())
+    }
+
+    /// Counts an attempt: its number, from 1.
+    fn count(&self) -> u32 {
+        self.counts.attempts.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Fails `attempt` if the plan says so.
+    fn strike(&self, attempt: u32) -> Result<(), InjectedFault> {
+        if !self.fails(attempt) {
+            return Ok(());
+        }
+        self.counts.injected.fetch_add(1, Ordering::SeqCst);
+        let injected = InjectedFault { attempt };
+        match self.fault {
+            Fault::Panic => panic!("{injected}"),
+            Fault::Error => Err(injected),
+        }
+    }
+
+    /// Attempts counted so far: calls of the wrapped handlers and of [`inject`](Self::inject).
     pub fn attempts(&self) -> u32 {
         self.counts.attempts.load(Ordering::SeqCst)
     }

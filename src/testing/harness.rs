@@ -135,75 +135,6 @@ where
     check(&delivered, before, after, "one after another")
 }
 
-/// [`assert_idempotent`] for an async handler on an async connection (feature `async`):
-/// delivers one event `times` times in a row through `handler`, awaiting each, and asserts
-/// that it took effect exactly once. Same checks and report; `effects` is async too.
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// use diesel::prelude::*;
-/// use diesel::sql_types::BigInt;
-/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-/// use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
-/// use diesel_inbox::asynch;
-/// use diesel_inbox::testing::{self, TestDatabase};
-///
-/// type Conn = SyncConnectionWrapper<SqliteConnection>;
-///
-/// # tokio::runtime::Runtime::new()?.block_on(async {
-/// let db = TestDatabase::sqlite();
-/// let mut conn = Conn::new(db.connect());
-/// conn.batch_execute("CREATE TABLE wallet (cents BIGINT NOT NULL); INSERT INTO wallet VALUES (0);")
-///     .await?;
-///
-/// let report = testing::asynch::assert_idempotent(
-///     &mut conn,
-///     5,
-///     async |conn: &mut Conn| {
-///         asynch::with_inbox(conn, "payment-1", async |tx: &mut Conn| {
-///             diesel::sql_query("UPDATE wallet SET cents = cents + 500").execute(tx).await
-///         })
-///         .await
-///     },
-///     async |conn: &mut Conn| {
-///         diesel::select(diesel::dsl::sql::<BigInt>("(SELECT cents / 500 FROM wallet)"))
-///             .get_result(conn)
-///             .await
-///     },
-/// )
-/// .await;
-/// assert_eq!(report.duplicates(), 4);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// # })?;
-/// # }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
-/// # Panics
-///
-/// As [`assert_idempotent`].
-#[cfg(feature = "async")]
-pub async fn assert_idempotent_async<C, T, E, H, O>(
-    conn: &mut C,
-    times: usize,
-    mut handler: H,
-    mut effects: O,
-) -> DeliveryReport
-where
-    H: AsyncFnMut(&mut C) -> Result<Outcome<T>, E>,
-    E: Debug,
-    O: AsyncFnMut(&mut C) -> QueryResult<i64>,
-{
-    assert!(times > 0, "assert_idempotent needs at least one delivery");
-    let before = counted(effects(conn).await, "before the first delivery");
-    let mut delivered = Vec::with_capacity(times);
-    for _ in 0..times {
-        delivered.push(Delivered::of(handler(conn).await));
-    }
-    let after = counted(effects(conn).await, "after the last delivery");
-    check(&delivered, before, after, "one after another")
-}
-
 /// Delivers one event `times` times at once, each delivery on its own thread with a
 /// connection from `pool`, and asserts that it took effect exactly once.
 ///
@@ -315,12 +246,12 @@ where
 
 /// The effect count read `when`, or a panic that says where counting failed.
 #[track_caller]
-fn counted(count: QueryResult<i64>, when: &str) -> i64 {
+pub(super) fn counted(count: QueryResult<i64>, when: &str) -> i64 {
     count.unwrap_or_else(|e| panic!("counting the effect {when} failed: {e}"))
 }
 
 #[track_caller]
-fn check(delivered: &[Delivered], before: i64, after: i64, how: &str) -> DeliveryReport {
+pub(super) fn check(delivered: &[Delivered], before: i64, after: i64, how: &str) -> DeliveryReport {
     let times = delivered.len();
     let mut processed = Vec::new();
     let mut duplicates = 0;

@@ -16,8 +16,10 @@
 //! - **Schedules**: [`run_schedule`] plays a [`Schedule`] of duplicates, reorderings and
 //!   injected failures and checks one effect per distinct event; [`ScheduleOptions`] makes
 //!   random ones from a seed, or a proptest strategy.
-//! - **Async**: [`asynch`] (feature `async`) has the inbox assertions, [`inbox_record`] and
-//!   the delivery harness for diesel-async connections.
+//! - **Async**: [`asynch`] (feature `async`) has the inbox assertions, [`inbox_record`], the
+//!   delivery harnesses (one delivery after another, and many futures at once) and
+//!   [`run_schedule`] for diesel-async connections and async handlers; an async handler takes
+//!   faults from [`Faults::inject`].
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {

@@ -4,16 +4,19 @@
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Debug};
-use std::panic::{self, AssertUnwindSafe};
+use std::future::Future;
+use std::panic;
 
 use diesel::QueryResult;
 use proptest::strategy::{Just, Strategy};
 
+use crate::engine::{catch_unwind, run_ready, Effect};
+use crate::sql::{Blocking, Db, Sql};
 use crate::{Error, EventId, Inbox, InboxConnection};
 
 use super::faults::Fault;
 use super::harness::{observe, DeliveryReport};
-use super::inspect::inbox_record;
+use super::inspect::{inbox_record_in, InboxRecord};
 
 /// One delivery in a [`Schedule`]: the event, and the fault that fails it, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -304,6 +307,196 @@ struct Seen {
     processed: usize,
     /// Deliveries that committed: the one that processed it, and the duplicates.
     counted: u64,
+    /// Its inbox row after the run.
+    record: Option<InboxRecord>,
+}
+
+/// What a schedule's deliveries came to, before the checks.
+pub(crate) struct Played<'s> {
+    seen: BTreeMap<&'s EventId, Seen>,
+    duplicates: usize,
+    failed: usize,
+}
+
+/// The effect a schedule's deliveries run, `effect(tx, id)`: the test's closure, sync or
+/// async, so that one run serves both flavours.
+pub(crate) trait StepEffect<C> {
+    /// What the effect returns.
+    type Output;
+    /// Its error.
+    type Error: Debug;
+
+    /// The effect of event `id`, inside its delivery's transaction.
+    fn apply(
+        &mut self,
+        tx: &mut C,
+        id: &EventId,
+    ) -> impl Future<Output = Result<Self::Output, Self::Error>>;
+}
+
+/// A sync closure as a [`StepEffect`].
+struct SyncEffect<G>(G);
+
+impl<C, T, E: Debug, G: FnMut(&mut C, &EventId) -> Result<T, E>> StepEffect<C> for SyncEffect<G> {
+    type Output = T;
+    type Error = E;
+
+    fn apply(&mut self, tx: &mut C, id: &EventId) -> impl Future<Output = Result<T, E>> {
+        std::future::ready((self.0)(tx, id))
+    }
+}
+
+/// One step's handler: the effect, then the step's fault, if any.
+struct FaultyStep<'a, G> {
+    effect: &'a mut G,
+    id: &'a EventId,
+    n: usize,
+    fault: Option<Fault>,
+    struck: &'a Cell<Option<Fault>>,
+}
+
+impl<C, G: StepEffect<C>> Effect<C> for FaultyStep<'_, G> {
+    type Output = G::Output;
+    type Error = Failed<G::Error>;
+
+    async fn call(&mut self, tx: &mut C) -> Result<G::Output, Failed<G::Error>> {
+        let value = self
+            .effect
+            .apply(tx, self.id)
+            .await
+            .map_err(Failed::Effect)?;
+        let Some(fault) = self.fault else {
+            return Ok(value);
+        };
+        self.struck.set(Some(fault));
+        match fault {
+            Fault::Panic => panic!(
+                "fault injected in delivery {} ({}) by run_schedule",
+                self.n, self.id
+            ),
+            Fault::Error => Err(Failed::Injected),
+        }
+    }
+}
+
+/// Delivers each step of `schedule` through `inbox`, then reads each event's inbox row:
+/// [`run_schedule`]'s deliveries, in either flavour. Panics on a delivery the schedule did
+/// not fail that failed, as [`run_schedule`] documents.
+pub(crate) async fn play<'s, F, C, G>(
+    conn: &mut C,
+    inbox: &Inbox,
+    schedule: &'s Schedule,
+    effect: &mut G,
+) -> Played<'s>
+where
+    C: Db<F, Backend: Sql>,
+    G: StepEffect<C>,
+{
+    let mut played = Played {
+        seen: BTreeMap::new(),
+        duplicates: 0,
+        failed: 0,
+    };
+    for (n, step) in (1..).zip(schedule.steps()) {
+        let id = step.event_id();
+        let struck = Cell::new(None);
+        let handler = FaultyStep {
+            effect: &mut *effect,
+            id,
+            n,
+            fault: step.fault(),
+            struck: &struck,
+        };
+        let delivery = catch_unwind(inbox.run_in::<F, _, _, _>(conn, id, handler, |_| Ok(None)));
+        let delivery = delivery.await;
+        let tally = played.seen.entry(id).or_default();
+        match delivery {
+            // Asked, not matched: later modes add outcomes, which fail the run below.
+            Ok(Ok(outcome)) if outcome.is_processed() => {
+                tally.processed += 1;
+                tally.counted += 1;
+            }
+            Ok(Ok(outcome)) if outcome.is_duplicate() => {
+                played.duplicates += 1;
+                tally.counted += 1;
+            }
+            Ok(Ok(_)) => panic!(
+                "delivery {n} ({id}) ended neither processed nor duplicate\nschedule: {schedule}"
+            ),
+            Ok(Err(Failed::Injected)) => played.failed += 1,
+            Ok(Err(Failed::Effect(e))) => panic!(
+                "the effect failed in delivery {n} ({id}), where no fault was injected: {e:?}\n\
+                 schedule: {schedule}"
+            ),
+            Ok(Err(Failed::Inbox(e))) => {
+                panic!("the inbox failed in delivery {n} ({id}): {e}\nschedule: {schedule}")
+            }
+            Err(_) if struck.get() == Some(Fault::Panic) => played.failed += 1,
+            Err(payload) => panic::resume_unwind(payload),
+        }
+    }
+    for (id, seen) in &mut played.seen {
+        seen.record = inbox_record_in::<F, _>(conn, inbox, id)
+            .await
+            .unwrap_or_else(|e| panic!("cannot read the inbox table: {e}"));
+    }
+    played
+}
+
+/// [`run_schedule`]'s checks, on what the run `played` and the effect count `before` and
+/// `after` it.
+#[track_caller]
+pub(crate) fn judge(
+    schedule: &Schedule,
+    played: Played<'_>,
+    before: i64,
+    after: i64,
+) -> DeliveryReport {
+    let Played {
+        seen,
+        duplicates,
+        failed,
+    } = played;
+    let expected = schedule.expected_effects();
+    let grew = after - before;
+    if usize::try_from(grew).ok() != Some(expected) {
+        let hint = if usize::try_from(grew).is_ok_and(|grew| grew > expected) {
+            "failed deliveries kept their effect: the effect writes outside the inbox \
+             transaction (another connection, or before or after the inbox call)"
+        } else {
+            "does `effects` count what the effect writes, on the database it writes to?"
+        };
+        panic!(
+            "{} deliveries of {} distinct events ({failed} failed by injected faults) took \
+             effect {grew} times, expected {expected} (the effect count went from {before} \
+             to {after}): {hint}\nschedule: {schedule}",
+            schedule.steps().len(),
+            schedule.distinct_events(),
+        );
+    }
+
+    let mut processed = 0;
+    for (id, seen) in seen {
+        processed += seen.processed;
+        match (seen.processed, seen.record) {
+            (0, None) if seen.counted == 0 => {}
+            (1, Some(record)) if record.deliveries() == seen.counted => {}
+            (processed, record) => panic!(
+                "event {id} was processed {processed} times in {} deliveries that did not fail; \
+                 the inbox row: {}\nschedule: {schedule}",
+                seen.counted,
+                record.map_or_else(|| "none".to_owned(), |r| r.to_string()),
+            ),
+        }
+    }
+
+    DeliveryReport {
+        deliveries: schedule.steps().len(),
+        processed,
+        duplicates,
+        failed,
+        effects: grew,
+    }
 }
 
 /// Runs `schedule` through `inbox` on `conn`, with `effect` as the handler's effect, and
@@ -364,7 +557,7 @@ pub fn run_schedule<C, T, E, F, O>(
     conn: &mut C,
     inbox: &Inbox,
     schedule: &Schedule,
-    mut effect: F,
+    effect: F,
     mut effects: O,
 ) -> DeliveryReport
 where
@@ -374,99 +567,14 @@ where
     O: FnMut(&mut C) -> QueryResult<i64>,
 {
     let before = observe(&mut effects, conn, "before the first delivery");
-    let mut seen: BTreeMap<&EventId, Seen> = BTreeMap::new();
-    let (mut duplicates, mut failed) = (0, 0);
-
-    for (n, step) in (1..).zip(schedule.steps()) {
-        let id = step.event_id();
-        let struck = Cell::new(None);
-        let delivery = panic::catch_unwind(AssertUnwindSafe(|| {
-            inbox.process(conn, id, |tx| {
-                let value = effect(tx, id).map_err(Failed::Effect)?;
-                match step.fault() {
-                    None => Ok(value),
-                    Some(fault) => {
-                        struck.set(Some(fault));
-                        match fault {
-                            Fault::Panic => {
-                                panic!("fault injected in delivery {n} ({id}) by run_schedule")
-                            }
-                            Fault::Error => Err(Failed::Injected),
-                        }
-                    }
-                }
-            })
-        }));
-        let tally = seen.entry(id).or_default();
-        match delivery {
-            // Asked, not matched: later modes add outcomes, which fail the run below.
-            Ok(Ok(outcome)) if outcome.is_processed() => {
-                tally.processed += 1;
-                tally.counted += 1;
-            }
-            Ok(Ok(outcome)) if outcome.is_duplicate() => {
-                duplicates += 1;
-                tally.counted += 1;
-            }
-            Ok(Ok(_)) => panic!(
-                "delivery {n} ({id}) ended neither processed nor duplicate\nschedule: {schedule}"
-            ),
-            Ok(Err(Failed::Injected)) => failed += 1,
-            Ok(Err(Failed::Effect(e))) => panic!(
-                "the effect failed in delivery {n} ({id}), where no fault was injected: {e:?}\n\
-                 schedule: {schedule}"
-            ),
-            Ok(Err(Failed::Inbox(e))) => {
-                panic!("the inbox failed in delivery {n} ({id}): {e}\nschedule: {schedule}")
-            }
-            Err(_) if struck.get() == Some(Fault::Panic) => failed += 1,
-            Err(payload) => panic::resume_unwind(payload),
-        }
-    }
-
+    let played = run_ready(play::<Blocking, _, _>(
+        conn,
+        inbox,
+        schedule,
+        &mut SyncEffect(effect),
+    ));
     let after = observe(&mut effects, conn, "after the last delivery");
-    let expected = schedule.expected_effects();
-    let grew = after - before;
-    if usize::try_from(grew).ok() != Some(expected) {
-        let hint = if usize::try_from(grew).is_ok_and(|grew| grew > expected) {
-            "failed deliveries kept their effect: the effect writes outside the inbox \
-             transaction (another connection, or before or after the inbox call)"
-        } else {
-            "does `effects` count what the effect writes, on the database it writes to?"
-        };
-        panic!(
-            "{} deliveries of {} distinct events ({failed} failed by injected faults) took \
-             effect {grew} times, expected {expected} (the effect count went from {before} \
-             to {after}): {hint}\nschedule: {schedule}",
-            schedule.steps().len(),
-            schedule.distinct_events(),
-        );
-    }
-
-    let mut processed = 0;
-    for (id, seen) in &seen {
-        processed += seen.processed;
-        let record = inbox_record(conn, inbox, *id)
-            .unwrap_or_else(|e| panic!("cannot read the inbox table: {e}"));
-        match (seen.processed, record) {
-            (0, None) if seen.counted == 0 => {}
-            (1, Some(record)) if record.deliveries() == seen.counted => {}
-            (processed, record) => panic!(
-                "event {id} was processed {processed} times in {} deliveries that did not fail; \
-                 the inbox row: {}\nschedule: {schedule}",
-                seen.counted,
-                record.map_or_else(|| "none".to_owned(), |r| r.to_string()),
-            ),
-        }
-    }
-
-    DeliveryReport {
-        deliveries: schedule.steps().len(),
-        processed,
-        duplicates,
-        failed,
-        effects: grew,
-    }
+    judge(schedule, played, before, after)
 }
 
 #[cfg(test)]
