@@ -21,6 +21,9 @@ enum ShipError {
     BadPayload,
     #[error(transparent)]
     Inbox(#[from] diesel_inbox::Error),
+    /// A redrive's refusal (the event is not dead-lettered): what `redrive` needs besides.
+    #[error(transparent)]
+    Refused(#[from] diesel_inbox::AdminError),
 }
 
 impl From<diesel::result::Error> for ShipError {
@@ -40,6 +43,7 @@ impl HandlerError for ShipError {
     fn inbox_error(&self) -> Option<&diesel_inbox::Error> {
         match self {
             ShipError::Inbox(error) => Some(error),
+            ShipError::Refused(error) => error.inbox_error(),
             ShipError::UnknownSku(_) | ShipError::BadPayload => None,
         }
     }
@@ -47,7 +51,9 @@ impl HandlerError for ShipError {
     fn failure_kind(&self) -> FailureKind {
         match self {
             ShipError::BadPayload => FailureKind::Permanent,
-            ShipError::UnknownSku(_) | ShipError::Inbox(_) => FailureKind::Counted,
+            ShipError::UnknownSku(_) | ShipError::Inbox(_) | ShipError::Refused(_) => {
+                FailureKind::Counted
+            }
         }
     }
 }

@@ -166,32 +166,17 @@ impl Error {
             | Error::TooManyOpenGaps { .. }
             // A result that does not serialize: nothing committed; a fixed handler takes it.
             | Error::StoredResult(_)
-            // Not raised by a delivery; redelivering loses nothing.
+            // The caller's own `?` on building an inbox, or on taking a connection from a pool.
             | Error::InvalidConsumerName(_)
-            | Error::InvalidTransition { .. }
-            | Error::DeadLetterNotFound { .. }
-            | Error::MissingAudit(_)
-            | Error::Migration(_)
-            | Error::MigrationLocked { .. }
-            | Error::MigrationInstall { .. }
-            | Error::RetentionBelowWindow { .. }
-            | Error::PruneRunning
-            | Error::PruneInsideTransaction
-            | Error::GapNotFound { .. }
-            | Error::GapNotOpen { .. }
+            | Error::Pool(_)
             // Nothing claimed; or a holder's write refused: the next delivery reads what the
             // claim says now.
             | Error::ClaimInsideTransaction
             | Error::ClaimFenced { .. }
             | Error::ClaimNotFound { .. }
-            | Error::ClaimNotInDoubt { .. }
-            // The producer's side. An effect that enqueues an id twice fails like any
-            // handler error; the rest are not raised by a delivery.
+            // An effect that enqueues an id twice fails like any handler error.
             | Error::AlreadyEnqueued { .. }
-            | Error::OutboxRowNotFound { .. }
-            | Error::OutboxRowNotFailed { .. }
-            | Error::RelayInsideTransaction
-            | Error::Pool(_) => Ack::Redeliver,
+            => Ack::Redeliver,
         }
     }
 }

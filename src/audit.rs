@@ -1,7 +1,7 @@
 //! Who made an audited transition, and why: dead letters, gaps, claims and outbox rows keep
 //! both.
 
-use crate::error::Error;
+use crate::error::AdminError;
 
 /// Who makes an audited transition (of a dead letter, a gap, a claim, an outbox row), and why:
 /// both required, both kept.
@@ -12,7 +12,7 @@ use crate::error::Error;
 /// let audit = Audit::new("ops@example.com", "SKU added upstream")?;
 /// assert_eq!(audit.actor(), "ops@example.com");
 /// assert!(Audit::new("ops@example.com", " ").is_err());
-/// # Ok::<(), diesel_inbox::Error>(())
+/// # Ok::<(), diesel_inbox::AdminError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Audit {
@@ -25,14 +25,14 @@ impl Audit {
     ///
     /// # Errors
     ///
-    /// [`Error::MissingAudit`] when either is empty or blank.
-    pub fn new(actor: impl Into<String>, reason: impl Into<String>) -> Result<Self, Error> {
+    /// [`AdminError::MissingAudit`] when either is empty or blank.
+    pub fn new(actor: impl Into<String>, reason: impl Into<String>) -> Result<Self, AdminError> {
         let (actor, reason) = (actor.into(), reason.into());
         if actor.trim().is_empty() {
-            return Err(Error::MissingAudit("actor"));
+            return Err(AdminError::MissingAudit("actor"));
         }
         if reason.trim().is_empty() {
-            return Err(Error::MissingAudit("reason"));
+            return Err(AdminError::MissingAudit("reason"));
         }
         Ok(Self { actor, reason })
     }

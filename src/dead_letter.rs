@@ -13,7 +13,9 @@ use crate::engine::{self, run_ready, Body, Effect};
 use crate::rows::{FailureRow, HistoryRow, Recorded};
 use crate::sql::{Blocking, Db, FailureSql, InboxSql, Sql};
 use crate::state::{CorruptRow, Counter, DeadLetterState, HistoryKind, InboxState};
-use crate::{Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload};
+use crate::{
+    AdminError, Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload,
+};
 
 impl Inbox {
     /// Operations on this consumer's dead letters.
@@ -76,7 +78,7 @@ pub struct HistoryEntry {
 /// Transitions are explicit and audited (who, why, when), never edits in place: a dead letter
 /// is redriven (run again through the normal inbox path, so it still takes effect at most
 /// once), discarded (kept, marked, never run) or released (its next delivery runs it as new). A transition from the wrong state is
-/// [`Error::InvalidTransition`].
+/// [`AdminError::InvalidTransition`].
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -88,7 +90,7 @@ pub struct HistoryEntry {
 /// let inbox = Inbox::new("orders")?.max_attempts(1);
 ///
 /// let delivery = Delivery::new("order-9")?.json(serde_json::json!({"qty": -1}));
-/// let outcome = inbox.process(&mut conn, &delivery, |_tx| Err::<(), _>(diesel_inbox::Error::MissingAudit("demo")))?;
+/// let outcome = inbox.process(&mut conn, &delivery, |_tx| Err::<(), _>(diesel_inbox::Error::permanent("qty below zero")))?;
 /// assert!(outcome.is_dead_lettered());
 ///
 /// let dead = inbox.dead_letters();
@@ -96,7 +98,7 @@ pub struct HistoryEntry {
 /// let audit = Audit::new("ops@example.com", "qty fixed upstream")?;
 /// let redriven = dead.redrive(&mut conn, "order-9", &audit, |_tx, payload| {
 ///     assert!(matches!(payload, Some(Payload::Json(_))));
-///     Ok::<_, diesel_inbox::Error>(())
+///     Ok::<_, diesel_inbox::AdminError>(())
 /// })?;
 /// assert!(redriven.is_processed());
 /// # }
@@ -151,13 +153,13 @@ impl DeadLetters {
     ///
     /// # Errors
     ///
-    /// [`Error::DeadLetterNotFound`] when the event never failed for this consumer;
+    /// [`AdminError::DeadLetterNotFound`] when the event never failed for this consumer;
     /// [`Error::CorruptRow`] when its row, or a line of its history, cannot be read as it is.
     pub fn show<C: InboxConnection>(
         &self,
         conn: &mut C,
         event_id: impl IntoEventId,
-    ) -> Result<DeadLetter, Error> {
+    ) -> Result<DeadLetter, AdminError> {
         run_ready(self.show_in::<Blocking, _>(conn, event_id.into_event_id()?))
     }
 
@@ -166,10 +168,10 @@ impl DeadLetters {
         &self,
         conn: &mut C,
         event_id: EventId,
-    ) -> Result<DeadLetter, Error> {
+    ) -> Result<DeadLetter, AdminError> {
         let key = (self.inbox.consumer(), event_id.as_str());
         let row = C::Backend::failure(conn, key).await?;
-        let row = row.ok_or(Error::DeadLetterNotFound {
+        let row = row.ok_or(AdminError::DeadLetterNotFound {
             event_id: event_id.clone(),
         })?;
         let history = C::Backend::history(conn, key)
@@ -186,8 +188,8 @@ impl DeadLetters {
     ///
     /// # Errors
     ///
-    /// The effect's error, unchanged; [`Error::InvalidTransition`] unless the event is
-    /// dead-lettered (a second redrive is refused); [`Error::DeadLetterNotFound`].
+    /// The effect's error, unchanged; [`AdminError::InvalidTransition`] unless the event is
+    /// dead-lettered (a second redrive is refused); [`AdminError::DeadLetterNotFound`].
     pub fn redrive<C, T, E, F>(
         &self,
         conn: &mut C,
@@ -198,7 +200,7 @@ impl DeadLetters {
     where
         C: InboxConnection,
         F: FnMut(&mut C, Option<&Payload>) -> Result<T, E>,
-        E: HandlerError,
+        E: HandlerError + From<AdminError>,
     {
         let event_id = event_id.into_event_id().map_err(Error::from)?;
         run_ready(self.redrive_in::<Blocking, _, _, _>(conn, event_id, audit, effect))
@@ -214,7 +216,7 @@ impl DeadLetters {
     ) -> Result<Outcome<T>, E>
     where
         C: Db<F, Backend: Sql>,
-        E: HandlerError,
+        E: HandlerError + From<AdminError>,
     {
         let (consumer, actor) = (self.inbox.consumer(), audit.actor());
         let span = tracing::info_span!(
@@ -257,14 +259,14 @@ impl DeadLetters {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidTransition`] unless the event is dead-lettered;
-    /// [`Error::DeadLetterNotFound`].
+    /// [`AdminError::InvalidTransition`] unless the event is dead-lettered;
+    /// [`AdminError::DeadLetterNotFound`].
     pub fn discard<C: InboxConnection>(
         &self,
         conn: &mut C,
         event_id: impl IntoEventId,
         audit: &Audit,
-    ) -> Result<(), Error> {
+    ) -> Result<(), AdminError> {
         let event_id = event_id.into_event_id()?;
         run_ready(self.transition::<Blocking, _>(conn, event_id, audit, Transition::Discard))
     }
@@ -288,7 +290,7 @@ impl DeadLetters {
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;
     /// let inbox = Inbox::new("orders")?.max_attempts(1);
-    /// let fail = |_tx: &mut SqliteConnection| Err::<(), _>(diesel_inbox::Error::MissingAudit("demo"));
+    /// let fail = |_tx: &mut SqliteConnection| Err::<(), _>(diesel_inbox::Error::permanent("qty below zero"));
     /// assert!(inbox.process(&mut conn, "order-9", fail)?.is_dead_lettered());
     ///
     /// let audit = Audit::new("ops@example.com", "re-published after the SKU fix")?;
@@ -304,14 +306,14 @@ impl DeadLetters {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidTransition`] unless the event is dead-lettered (a second release is
-    /// refused); [`Error::DeadLetterNotFound`].
+    /// [`AdminError::InvalidTransition`] unless the event is dead-lettered (a second release is
+    /// refused); [`AdminError::DeadLetterNotFound`].
     pub fn release<C: InboxConnection>(
         &self,
         conn: &mut C,
         event_id: impl IntoEventId,
         audit: &Audit,
-    ) -> Result<(), Error> {
+    ) -> Result<(), AdminError> {
         let event_id = event_id.into_event_id()?;
         run_ready(self.transition::<Blocking, _>(conn, event_id, audit, Transition::Release))
     }
@@ -324,7 +326,7 @@ impl DeadLetters {
         event_id: EventId,
         audit: &Audit,
         transition: Transition,
-    ) -> Result<(), Error> {
+    ) -> Result<(), AdminError> {
         let consumer = self.inbox.consumer();
         let key = (consumer, event_id.as_str());
         let scope = engine::scope_of(conn)?;
@@ -401,7 +403,7 @@ struct Redrive<'a, R> {
 impl<F, C, R> Body<F, C> for Redrive<'_, R>
 where
     C: Db<F, Backend: Sql>,
-    R: RedriveEffect<C>,
+    R: RedriveEffect<C, Error: From<AdminError>>,
 {
     type Output = R::Output;
     type Error = R::Error;
@@ -418,11 +420,12 @@ where
         let recorded = C::Backend::record_delivery(tx, key, Utc::now(), hash).await?;
         if !matches!(recorded, Recorded::New) {
             // Processed by other means although its failure row says dead-lettered.
-            return Err(Failure::Inbox(Error::InvalidTransition {
+            let refused = AdminError::InvalidTransition {
                 event_id: self.event_id.clone(),
                 state: DeadLetterState::Redriven,
                 attempted: DeadLetterState::Redriven,
-            }));
+            };
+            return Err(Failure::Handler(refused.into()));
         }
         let mut effect = WithPayload {
             effect: &mut *self.effect,
@@ -443,9 +446,9 @@ struct Transit<'a> {
 
 impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Transit<'_> {
     type Output = ();
-    type Error = Error;
+    type Error = AdminError;
 
-    async fn attempt(&mut self, tx: &mut C) -> Result<(), Failure<Error>> {
+    async fn attempt(&mut self, tx: &mut C) -> Result<(), Failure<AdminError>> {
         let Self {
             key,
             transition,
@@ -509,28 +512,30 @@ impl Transition {
 }
 
 /// Locks the failure row and checks that it is dead-lettered, the one state a transition
-/// leaves.
-async fn transition_from_dead_lettered<F, C: Db<F, Backend: Sql>, E>(
+/// leaves; a refusal is the body's own error.
+async fn transition_from_dead_lettered<F, C: Db<F, Backend: Sql>, E: From<AdminError>>(
     conn: &mut C,
     key: Key<'_>,
     transition: Transition,
 ) -> Result<FailureRow, Failure<E>> {
     let event_id = || EventId::new(key.1).expect("the key holds a validated id");
     let Some(row) = C::Backend::failure(conn, key).await? else {
-        return Err(Failure::Inbox(Error::DeadLetterNotFound {
+        let missing = AdminError::DeadLetterNotFound {
             event_id: event_id(),
-        }));
+        };
+        return Err(Failure::Handler(missing.into()));
     };
     let state = row
         .state
         .clone()
         .map_err(|unknown| Failure::Inbox(unknown.in_row(&failure_key(key)).into()))?;
     if state != DeadLetterState::DeadLettered {
-        return Err(Failure::Inbox(Error::InvalidTransition {
+        let refused = AdminError::InvalidTransition {
             event_id: event_id(),
             state,
             attempted: transition.to(),
-        }));
+        };
+        return Err(Failure::Handler(refused.into()));
     }
     Ok(row)
 }

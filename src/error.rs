@@ -76,31 +76,9 @@ pub enum Error {
         /// The reused id.
         event_id: EventId,
     },
-    /// A dead-letter operation found the dead letter in a state it cannot leave that way
-    /// (redriving one that was already redriven or discarded, for instance).
-    #[error("dead letter {event_id:?} is {state}; only a dead-lettered event can be {attempted}")]
-    InvalidTransition {
-        /// The event.
-        event_id: EventId,
-        /// Its current state.
-        state: DeadLetterState,
-        /// The state it was to move to: redriven, discarded or released.
-        attempted: DeadLetterState,
-    },
-    /// No dead letter (nor failure record) exists for the event.
-    #[error(
-        "no dead letter for event {event_id:?} of this consumer; list them with DeadLetters::list"
-    )]
-    DeadLetterNotFound {
-        /// The event.
-        event_id: EventId,
-    },
     /// The effect's result could not be stored or read back as JSON.
     #[error("the effect's result could not be stored or read back as JSON: {0}")]
     StoredResult(#[source] serde_json::Error),
-    /// An audit field (who or why) was empty.
-    #[error("an audited transition (of a dead letter, a gap or a claim) needs a non-empty {0}: say who does it and why")]
-    MissingAudit(&'static str),
     /// An envelope could not be built, encoded or read back: a header is missing or
     /// malformed, a custom header takes a reserved name, or the payload does not serialize.
     /// Nothing was enqueued.
@@ -113,24 +91,6 @@ pub enum Error {
         /// The id.
         event_id: EventId,
     },
-    /// No outbox row has this position.
-    #[error("no outbox row at position {position}: list them with `diesel-inbox outbox`")]
-    OutboxRowNotFound {
-        /// The position asked for.
-        position: i64,
-    },
-    /// Only a failed outbox row can be retried.
-    #[error("outbox row {position} is {state}; only a failed row can be retried")]
-    OutboxRowNotFailed {
-        /// The row's position.
-        position: i64,
-        /// Its state.
-        state: crate::OutboxState,
-    },
-    /// A relay pass was asked for inside an open transaction: its claim must commit before it
-    /// publishes, and its marks after. Run the relay on a connection of its own.
-    #[error("the outbox relay runs its own transactions: call it outside any transaction, on a connection of its own")]
-    RelayInsideTransaction,
     /// No connection could be taken from the pool. The text is the pool's error with any
     /// password redacted ([`redact`](crate::redact)) when the crate builds it.
     #[error("no database connection from the pool: {}", crate::redact(.0))]
@@ -143,49 +103,6 @@ pub enum Error {
     /// counted, and the message should be redelivered later.
     #[error("transient failure, not counted; redeliver the message later: {0}")]
     Transient(#[source] Reason),
-    /// Applying the inbox migrations failed.
-    #[error("applying the inbox migrations failed: {}", crate::redact(&.0.to_string()))]
-    Migration(#[source] MigrationError),
-    /// Another process is applying the inbox migrations (it holds the migration lock: a
-    /// PostgreSQL advisory lock, a MySQL/MariaDB `GET_LOCK`, SQLite's write lock), and did not
-    /// finish within [`MigrationOptions::lock_timeout`](crate::migrations::MigrationOptions::lock_timeout).
-    /// This call applied nothing; retry, and once the other process is done there is nothing
-    /// left to apply.
-    #[error("another process is applying the inbox migrations (it holds the migration lock); waited {} for it, and this call applied nothing: retry, or allow a longer wait with MigrationOptions::lock_timeout", crate::duration::human(*.waited))]
-    MigrationLocked {
-        /// How long this call waited for the lock.
-        waited: std::time::Duration,
-    },
-    /// [`migrations::install`](crate::migrations::install) could not write the inbox
-    /// migrations: the folder is missing, is not a directory, or cannot be written. What that
-    /// call had created was removed again.
-    #[error("cannot install the inbox migrations at {}: {source}; pass the application's Diesel migrations folder, an existing directory you can write to", .path.display())]
-    MigrationInstall {
-        /// The folder or file that could not be read or written.
-        path: std::path::PathBuf,
-        /// What the file system reported.
-        #[source]
-        source: std::io::Error,
-    },
-    /// [`Inbox::prune`](crate::Inbox::prune) was asked to remove rows younger than the
-    /// consumer's declared [`redelivery_window`](crate::Inbox::redelivery_window). Nothing was
-    /// deleted.
-    #[error("refusing to prune inbox rows younger than the redelivery window: the consumer declared a redelivery window of {}, and pruning rows only {} old would let a late redelivery run the effect again; prune older rows, or declare a shorter window with Inbox::redelivery_window if redeliveries really stop sooner", crate::duration::human(*.window), crate::duration::human(*.older_than))]
-    RetentionBelowWindow {
-        /// The age asked for.
-        older_than: std::time::Duration,
-        /// The consumer's redelivery window.
-        window: std::time::Duration,
-    },
-    /// Another [`Inbox::prune`](crate::Inbox::prune) holds the prune lock (in this process or
-    /// another). Nothing was deleted; try again later.
-    #[error("another prune of the inbox is running (it holds the prune lock); nothing was deleted, try again later")]
-    PruneRunning,
-    /// [`Inbox::prune`](crate::Inbox::prune) was called inside an open transaction. It commits
-    /// each batch on its own, so that locks are held briefly; call it on a connection outside
-    /// any transaction.
-    #[error("Inbox::prune was called inside an open transaction; it commits each batch on its own to hold locks briefly, so call it outside any transaction")]
-    PruneInsideTransaction,
     /// The stream name was rejected.
     #[error(transparent)]
     InvalidStreamName(#[from] InvalidStreamName),
@@ -232,21 +149,6 @@ pub enum Error {
     /// A sequence above `i64::MAX`, which no backend stores. Nothing was committed.
     #[error("sequence {0} is above {max}, the largest a cursor stores", max = i64::MAX)]
     SequenceOutOfRange(u64),
-    /// No gap of this consumer (and stream) has that id; list them with
-    /// [`Gaps::list`](crate::Gaps::list) or `diesel-inbox gaps`.
-    #[error("no gap {id} for this consumer; list the gaps with Gaps::list or diesel-inbox gaps")]
-    GapNotFound {
-        /// The id asked for.
-        id: i64,
-    },
-    /// The gap is already closed: only an open gap can be resolved.
-    #[error("gap {id} is {state}; only an open gap can be resolved")]
-    GapNotOpen {
-        /// The gap.
-        id: i64,
-        /// Its state.
-        state: GapState,
-    },
     /// [`Claims::claim`](crate::Claims::claim) or [`Claims::run`](crate::Claims::run) was
     /// called inside an open transaction. A claim must commit before the side effect runs, or
     /// a crash would leave the effect done and no record of it. Nothing was claimed.
@@ -267,6 +169,127 @@ pub enum Error {
         /// The claim's state now.
         state: ClaimState,
     },
+    /// The claim a worker holds is gone from the ledger: someone deleted its row while it
+    /// was held. Nothing was committed; when the side effect ran, record its result by hand.
+    #[error("claim {event_id:?} is no longer in the claims ledger (its row was deleted while held); nothing was committed, so record this result by hand if the side effect ran")]
+    ClaimNotFound {
+        /// The claimed event.
+        event_id: EventId,
+    },
+}
+
+/// What an operation around the deliveries refused or met on the database: the dead letters'
+/// and the claims' ledgers, the gaps, the outbox's rows and its relay, retention, the
+/// migrations.
+///
+/// A delivery never returns it: [`Ack`](crate::Ack) judges only [`Error`]. The database's and
+/// the inbox's own errors that such an operation meets come inside, as
+/// [`AdminError::Inbox`], so that `?` carries an [`Error`] into it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// What a delivery can meet as well: the database's errors (a lost connection, contention
+    /// that outlasted the retries), a row this version cannot read, an invalid id or name.
+    #[error(transparent)]
+    Inbox(#[from] Error),
+    /// A dead-letter operation found the dead letter in a state it cannot leave that way
+    /// (redriving one that was already redriven or discarded, for instance).
+    #[error("dead letter {event_id:?} is {state}; only a dead-lettered event can be {attempted}")]
+    InvalidTransition {
+        /// The event.
+        event_id: EventId,
+        /// Its current state.
+        state: DeadLetterState,
+        /// The state it was to move to: redriven, discarded or released.
+        attempted: DeadLetterState,
+    },
+    /// No dead letter (nor failure record) exists for the event.
+    #[error(
+        "no dead letter for event {event_id:?} of this consumer; list them with DeadLetters::list"
+    )]
+    DeadLetterNotFound {
+        /// The event.
+        event_id: EventId,
+    },
+    /// An audit field (who or why) was empty.
+    #[error("an audited transition (of a dead letter, a gap or a claim) needs a non-empty {0}: say who does it and why")]
+    MissingAudit(&'static str),
+    /// No outbox row has this position.
+    #[error("no outbox row at position {position}: list them with `diesel-inbox outbox`")]
+    OutboxRowNotFound {
+        /// The position asked for.
+        position: i64,
+    },
+    /// Only a failed outbox row can be retried.
+    #[error("outbox row {position} is {state}; only a failed row can be retried")]
+    OutboxRowNotFailed {
+        /// The row's position.
+        position: i64,
+        /// Its state.
+        state: crate::OutboxState,
+    },
+    /// A relay pass was asked for inside an open transaction: its claim must commit before it
+    /// publishes, and its marks after. Run the relay on a connection of its own.
+    #[error("the outbox relay runs its own transactions: call it outside any transaction, on a connection of its own")]
+    RelayInsideTransaction,
+    /// Applying the inbox migrations failed.
+    #[error("applying the inbox migrations failed: {}", crate::redact(&.0.to_string()))]
+    Migration(#[source] MigrationError),
+    /// Another process is applying the inbox migrations (it holds the migration lock: a
+    /// PostgreSQL advisory lock, a MySQL/MariaDB `GET_LOCK`, SQLite's write lock), and did not
+    /// finish within [`MigrationOptions::lock_timeout`](crate::migrations::MigrationOptions::lock_timeout).
+    /// This call applied nothing; retry, and once the other process is done there is nothing
+    /// left to apply.
+    #[error("another process is applying the inbox migrations (it holds the migration lock); waited {} for it, and this call applied nothing: retry, or allow a longer wait with MigrationOptions::lock_timeout", crate::duration::human(*.waited))]
+    MigrationLocked {
+        /// How long this call waited for the lock.
+        waited: std::time::Duration,
+    },
+    /// [`migrations::install`](crate::migrations::install) could not write the inbox
+    /// migrations: the folder is missing, is not a directory, or cannot be written. What that
+    /// call had created was removed again.
+    #[error("cannot install the inbox migrations at {}: {source}; pass the application's Diesel migrations folder, an existing directory you can write to", .path.display())]
+    MigrationInstall {
+        /// The folder or file that could not be read or written.
+        path: std::path::PathBuf,
+        /// What the file system reported.
+        #[source]
+        source: std::io::Error,
+    },
+    /// [`Inbox::prune`](crate::Inbox::prune) was asked to remove rows younger than the
+    /// consumer's declared [`redelivery_window`](crate::Inbox::redelivery_window). Nothing was
+    /// deleted.
+    #[error("refusing to prune inbox rows younger than the redelivery window: the consumer declared a redelivery window of {}, and pruning rows only {} old would let a late redelivery run the effect again; prune older rows, or declare a shorter window with Inbox::redelivery_window if redeliveries really stop sooner", crate::duration::human(*.window), crate::duration::human(*.older_than))]
+    RetentionBelowWindow {
+        /// The age asked for.
+        older_than: std::time::Duration,
+        /// The consumer's redelivery window.
+        window: std::time::Duration,
+    },
+    /// Another [`Inbox::prune`](crate::Inbox::prune) holds the prune lock (in this process or
+    /// another). Nothing was deleted; try again later.
+    #[error("another prune of the inbox is running (it holds the prune lock); nothing was deleted, try again later")]
+    PruneRunning,
+    /// [`Inbox::prune`](crate::Inbox::prune) was called inside an open transaction. It commits
+    /// each batch on its own, so that locks are held briefly; call it on a connection outside
+    /// any transaction.
+    #[error("Inbox::prune was called inside an open transaction; it commits each batch on its own to hold locks briefly, so call it outside any transaction")]
+    PruneInsideTransaction,
+    /// No gap of this consumer (and stream) has that id; list them with
+    /// [`Gaps::list`](crate::Gaps::list) or `diesel-inbox gaps`.
+    #[error("no gap {id} for this consumer; list the gaps with Gaps::list or diesel-inbox gaps")]
+    GapNotFound {
+        /// The id asked for.
+        id: i64,
+    },
+    /// The gap is already closed: only an open gap can be resolved.
+    #[error("gap {id} is {state}; only an open gap can be resolved")]
+    GapNotOpen {
+        /// The gap.
+        id: i64,
+        /// Its state.
+        state: GapState,
+    },
     /// No claim of this consumer has that id; list them with
     /// [`Claims::list`](crate::Claims::list) or `diesel-inbox claims --all`.
     #[error("no claim {event_id:?} for this consumer; list the claims with Claims::list or diesel-inbox claims --all")]
@@ -285,6 +308,55 @@ pub enum Error {
     },
 }
 
+impl AdminError {
+    /// The inbox's error inside, when this is one: [`AdminError::Inbox`].
+    pub fn inbox_error(&self) -> Option<&Error> {
+        match self {
+            AdminError::Inbox(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// [`AdminError::Inbox`] holding [`Error::Database`], so that `?` works on Diesel's results.
+impl From<diesel::result::Error> for AdminError {
+    fn from(error: diesel::result::Error) -> Self {
+        AdminError::Inbox(error.into())
+    }
+}
+
+/// [`AdminError::Inbox`] holding [`Error::InvalidEventId`].
+impl From<InvalidEventId> for AdminError {
+    fn from(error: InvalidEventId) -> Self {
+        AdminError::Inbox(error.into())
+    }
+}
+
+/// [`AdminError::Inbox`] holding [`Error::CorruptRow`].
+impl From<crate::state::CorruptRow> for AdminError {
+    fn from(error: crate::state::CorruptRow) -> Self {
+        AdminError::Inbox(error.into())
+    }
+}
+
+/// [`AdminError::Inbox`] holding [`Error::Pool`], its text redacted.
+impl From<diesel::r2d2::PoolError> for AdminError {
+    fn from(error: diesel::r2d2::PoolError) -> Self {
+        AdminError::Inbox(error.into())
+    }
+}
+
+/// Lets a redrive's effect return plain [`diesel::QueryResult`]: the database's errors come
+/// back as themselves, the rest inside [`diesel::result::Error::QueryBuilderError`].
+impl From<AdminError> for diesel::result::Error {
+    fn from(error: AdminError) -> Self {
+        match error {
+            AdminError::Inbox(error) => error.into(),
+            other => diesel::result::Error::QueryBuilderError(Box::new(other)),
+        }
+    }
+}
+
 /// [`Error::Pool`], so that `pool.get()?` works in a function returning the inbox's error.
 /// The text is redacted: a driver's connection error may echo the URL, password included.
 ///
@@ -295,11 +367,11 @@ pub enum Error {
 ///
 /// fn deliver(pool: &Pool<ConnectionManager<SqliteConnection>>) -> Result<(), diesel_inbox::Error> {
 ///     let mut conn = pool.get()?;
-///     diesel_inbox::run_pending_migrations(&mut conn)?;
 ///     let _outcome = diesel_inbox::with_inbox(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
 ///     Ok(())
 /// }
 /// let pool = Pool::builder().max_size(1).build(ConnectionManager::new(":memory:"))?;
+/// diesel_inbox::run_pending_migrations(&mut pool.get()?)?;
 /// deliver(&pool)?;
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())

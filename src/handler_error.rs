@@ -4,7 +4,7 @@
 
 use std::fmt::Display;
 
-use crate::Error;
+use crate::{AdminError, Error};
 
 /// How the failure policy treats a handler's error.
 ///
@@ -130,6 +130,18 @@ impl HandlerError for Error {
     }
 }
 
+/// For a redrive's effect that returns the operations' error: the inbox's error inside, if
+/// any, says what it is.
+impl HandlerError for AdminError {
+    fn diesel_error(&self) -> Option<&diesel::result::Error> {
+        self.inbox_error()?.diesel_error()
+    }
+
+    fn inbox_error(&self) -> Option<&Error> {
+        AdminError::inbox_error(self)
+    }
+}
+
 impl HandlerError for diesel::result::Error {
     fn diesel_error(&self) -> Option<&diesel::result::Error> {
         match Error::from_diesel(self) {
@@ -158,6 +170,12 @@ impl<'a> Found<'a> {
                 return Some(Found::Diesel(diesel));
             }
             if let Some(inbox) = error.downcast_ref::<Error>() {
+                return Some(Found::Inbox(inbox));
+            }
+            if let Some(inbox) = error
+                .downcast_ref::<AdminError>()
+                .and_then(AdminError::inbox_error)
+            {
                 return Some(Found::Inbox(inbox));
             }
             next = error.source();
@@ -213,6 +231,24 @@ mod tests {
             diesel::result::DatabaseErrorKind::SerializationFailure,
             Box::new("deadlock".to_owned()),
         )
+    }
+
+    #[test]
+    fn an_admin_error_shows_the_inbox_error_inside_also_along_a_chain() {
+        let admin = AdminError::from(Error::ConnectionLost { source: deadlock() });
+        assert!(matches!(
+            HandlerError::inbox_error(&admin),
+            Some(Error::ConnectionLost { .. })
+        ));
+        assert!(HandlerError::diesel_error(&AdminError::from(deadlock())).is_some());
+        assert!(HandlerError::inbox_error(&AdminError::PruneRunning).is_none());
+
+        // `Inbox` is transparent: its source is the Diesel error, one step past the inbox's.
+        let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(admin);
+        assert!(matches!(
+            boxed.inbox_error(),
+            Some(Error::ConnectionLost { .. })
+        ));
     }
 
     #[test]

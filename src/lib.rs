@@ -134,6 +134,11 @@
 //! once) or transient ([`Error::transient`]: redelivered, never counted); the default counts
 //! it toward [`Inbox::max_attempts`].
 //!
+//! [`Error`] holds only what a delivery can meet. The operations around the deliveries (dead
+//! letters, the gap and claims ledgers, the outbox's rows and relay, pruning, migrations)
+//! return [`AdminError`]: their own refusals, and [`AdminError::Inbox`] for the database's and
+//! the inbox's errors they meet on the way.
+//!
 //! # What to ack
 //!
 //! [`Ack::of`]`(&result)` tells a broker loop what to do with the message, for every
@@ -206,7 +211,7 @@ pub use delivery::{Delivery, IntoDelivery, Payload};
 pub use envelope::{
     Envelope, Message, SchemaVersions, TraceContextLayer, UnsupportedSchemaVersion,
 };
-pub use error::Error;
+pub use error::{AdminError, Error};
 pub use gap::Gap;
 pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};

@@ -53,7 +53,7 @@ use diesel_migrations::EmbeddedMigrations;
 pub use crate::dialect::{Dialect, UnknownDatabaseUrl, UnknownDialect};
 use crate::engine::{run_ready, Open};
 use crate::sql::{Blocking, Db, MigrationsSql, Sql};
-use crate::{Error, InboxConnection};
+use crate::{AdminError, InboxConnection};
 
 // Only PostgreSQL polls for its migration lock: MySQL's GET_LOCK waits by itself.
 pub(crate) mod objects;
@@ -147,11 +147,11 @@ pub const MYSQL: EmbeddedMigrations = diesel_migrations::embed_migrations!("migr
 ///
 /// # Errors
 ///
-/// [`Error::Migration`] when a migration fails; what it applied before stays applied (on
+/// [`AdminError::Migration`] when a migration fails; what it applied before stays applied (on
 /// SQLite, where all of them run in one transaction, nothing does).
-/// [`Error::MigrationLocked`] when another process held the lock for longer than the bound:
+/// [`AdminError::MigrationLocked`] when another process held the lock for longer than the bound:
 /// nothing was applied by this call; retry.
-pub fn run_pending_migrations<C: InboxConnection>(conn: &mut C) -> Result<usize, Error> {
+pub fn run_pending_migrations<C: InboxConnection>(conn: &mut C) -> Result<usize, AdminError> {
     run_pending_migrations_with(conn, MigrationOptions::default())
 }
 
@@ -177,7 +177,7 @@ pub fn run_pending_migrations<C: InboxConnection>(conn: &mut C) -> Result<usize,
 pub fn run_pending_migrations_with<C: InboxConnection>(
     conn: &mut C,
     options: MigrationOptions,
-) -> Result<usize, Error> {
+) -> Result<usize, AdminError> {
     run_ready(migrate::<Blocking, _>(conn, options))
 }
 
@@ -186,7 +186,7 @@ pub fn run_pending_migrations_with<C: InboxConnection>(
 pub(crate) async fn migrate<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     options: MigrationOptions,
-) -> Result<usize, Error> {
+) -> Result<usize, AdminError> {
     // Dropped while it holds the lock, the connection is marked broken, so that no pool hands
     // the lock out again: the server frees it with the session.
     let mut held = Open::holding(conn, "the migration lock");
@@ -202,8 +202,8 @@ pub(crate) async fn migrate<F, C: Db<F, Backend: Sql>>(
     if released.is_ok() {
         held.close();
     }
-    let applied = applied.map_err(|error| Error::Migration(Box::new(error)))?;
-    released.map_err(|error| Error::Migration(Box::new(error)))?;
+    let applied = applied.map_err(|error| AdminError::Migration(Box::new(error)))?;
+    released.map_err(|error| AdminError::Migration(Box::new(error)))?;
     Ok(applied)
 }
 
@@ -235,7 +235,7 @@ impl Default for MigrationOptions {
 
 impl MigrationOptions {
     /// How long to wait for another process that is applying the migrations (it holds the
-    /// migration lock) before giving up with [`Error::MigrationLocked`]. Defaults to 60
+    /// migration lock) before giving up with [`AdminError::MigrationLocked`]. Defaults to 60
     /// seconds. On MySQL/MariaDB it is rounded to the microsecond, on SQLite to the
     /// millisecond (as a busy timeout).
     #[must_use]
@@ -384,17 +384,21 @@ pub(crate) fn version_of_migration(name: &str) -> Option<String> {
 ///
 /// # Errors
 ///
-/// [`Error::MigrationInstall`] when `dir` does not exist, is not a directory, or a folder or
+/// [`AdminError::MigrationInstall`] when `dir` does not exist, is not a directory, or a folder or
 /// file cannot be written in it. What this call had created is removed again.
-pub fn install(dir: &Path, dialect: Dialect) -> Result<Vec<PathBuf>, Error> {
+pub fn install(dir: &Path, dialect: Dialect) -> Result<Vec<PathBuf>, AdminError> {
     install_at(dir, dialect, Utc::now())
 }
 
 /// [`install`], stamping the first migration it writes with `now` (or the next free second).
-fn install_at(dir: &Path, dialect: Dialect, now: DateTime<Utc>) -> Result<Vec<PathBuf>, Error> {
+fn install_at(
+    dir: &Path,
+    dialect: Dialect,
+    now: DateTime<Utc>,
+) -> Result<Vec<PathBuf>, AdminError> {
     let failed = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| Error::MigrationInstall { path, source }
+        move |source| AdminError::MigrationInstall { path, source }
     };
     if !fs::metadata(dir).map_err(failed(dir))?.is_dir() {
         return Err(failed(dir)(io::Error::new(
@@ -435,8 +439,8 @@ fn write_migration(
     folder: &Path,
     migration: &MigrationSql,
     written: &mut Vec<PathBuf>,
-) -> Result<(), Error> {
-    let failed = |path: PathBuf| move |source| Error::MigrationInstall { path, source };
+) -> Result<(), AdminError> {
+    let failed = |path: PathBuf| move |source| AdminError::MigrationInstall { path, source };
     fs::create_dir(folder).map_err(failed(folder.to_path_buf()))?;
     written.push(folder.to_path_buf());
     for (file, body) in [("up.sql", migration.up), ("down.sql", migration.down)] {
@@ -539,7 +543,7 @@ async fn apply<F, C: Db<F, Backend: Sql>>(conn: &mut C) -> Result<usize, FailedM
     Ok(ran)
 }
 
-/// A migration that did not apply, and why: what [`Error::Migration`] carries.
+/// A migration that did not apply, and why: what [`AdminError::Migration`] carries.
 #[derive(Debug, thiserror::Error)]
 #[error("{migration}: {error}")]
 struct FailedMigration {
@@ -700,7 +704,7 @@ mod tests {
         let error = install_at(dir.path(), Dialect::Sqlite, now).unwrap_err();
 
         assert!(
-            matches!(&error, Error::MigrationInstall { path, .. } if *path == blocker),
+            matches!(&error, AdminError::MigrationInstall { path, .. } if *path == blocker),
             "{error:?}"
         );
         let left: Vec<_> = fs::read_dir(dir.path())

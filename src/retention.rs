@@ -13,7 +13,7 @@ use crate::engine::{self, run_ready, Body, Open};
 use crate::observe;
 use crate::rows::PruneCursor;
 use crate::sql::{Blocking, Db, RetentionSql, Sql, TransactionSql};
-use crate::{Error, Inbox, InboxConnection};
+use crate::{AdminError, Error, Inbox, InboxConnection};
 
 /// Rows per batch unless [`Retention::batch_size`] says otherwise.
 const DEFAULT_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(1000).expect("not zero");
@@ -33,7 +33,7 @@ const MAX_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect(
 /// *how late a redelivery can come*: declare it per consumer with
 /// [`Inbox::redelivery_window`] (7 days unless declared), and prune with an age at least that
 /// long ([`Retention::older_than`]); a shorter age is refused with
-/// [`Error::RetentionBelowWindow`] before any SQL runs.
+/// [`AdminError::RetentionBelowWindow`] before any SQL runs.
 ///
 /// # Sizing the window
 ///
@@ -71,7 +71,7 @@ const MAX_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect(
 /// One prune runs at a time: on PostgreSQL it holds the session-level advisory lock
 /// `7597117890842752366` of its database (`pg_try_advisory_lock`), on MySQL/MariaDB the named
 /// lock `diesel_inbox.prune:` followed by the database name, cut at 64 characters
-/// (`GET_LOCK`); a second one gets [`Error::PruneRunning`] at once. Both
+/// (`GET_LOCK`); a second one gets [`AdminError::PruneRunning`] at once. Both
 /// are released when the prune ends, by error too, and by the server when the session ends.
 /// SQLite needs no lock of its own: its writer lock serialises the batches, so two prunes
 /// there interleave harmlessly.
@@ -200,17 +200,17 @@ impl Inbox {
     ///
     /// # Errors
     ///
-    /// [`Error::RetentionBelowWindow`] for an age below the
+    /// [`AdminError::RetentionBelowWindow`] for an age below the
     /// [`redelivery_window`](Self::redelivery_window), before any SQL;
-    /// [`Error::PruneInsideTransaction`] on a connection inside a transaction;
-    /// [`Error::PruneRunning`] when another prune holds the lock; [`Error::Database`] or
-    /// [`Error::RetriesExhausted`] from a batch. Batches committed before an error stay
+    /// [`AdminError::PruneInsideTransaction`] on a connection inside a transaction;
+    /// [`AdminError::PruneRunning`] when another prune holds the lock; [`Error::Database`] or
+    /// [`Error::RetriesExhausted`] (in [`AdminError::Inbox`]) from a batch. Batches committed before an error stay
     /// committed: running it again continues where it stopped.
     pub fn prune<C: InboxConnection>(
         &self,
         conn: &mut C,
         retention: &Retention,
-    ) -> Result<Pruned, Error> {
+    ) -> Result<Pruned, AdminError> {
         run_ready(self.prune_in::<Blocking, _>(conn, retention))
     }
 
@@ -219,15 +219,15 @@ impl Inbox {
         &self,
         conn: &mut C,
         retention: &Retention,
-    ) -> Result<Pruned, Error> {
+    ) -> Result<Pruned, AdminError> {
         if retention.older_than < self.redelivery_window {
-            return Err(Error::RetentionBelowWindow {
+            return Err(AdminError::RetentionBelowWindow {
                 older_than: retention.older_than,
                 window: self.redelivery_window,
             });
         }
         if conn.depth()? > 0 {
-            return Err(Error::PruneInsideTransaction);
+            return Err(AdminError::PruneInsideTransaction);
         }
         let cutoff = duration::before(Utc::now(), retention.older_than);
         let span = tracing::info_span!("inbox_prune", consumer = self.consumer(), %cutoff);
@@ -242,7 +242,7 @@ impl Inbox {
         conn: &mut C,
         cutoff: DateTime<Utc>,
         retention: &Retention,
-    ) -> Result<Pruned, Error> {
+    ) -> Result<Pruned, AdminError> {
         let started = Instant::now();
         let consumer = self.consumer();
         let mut pruned = if retention.dry_run {
@@ -293,13 +293,13 @@ impl Inbox {
         conn: &mut C,
         cutoff: DateTime<Utc>,
         batch_size: NonZeroU32,
-    ) -> Result<Pruned, Error> {
+    ) -> Result<Pruned, AdminError> {
         let mut held = Open::holding(conn, "the prune lock");
         match C::Backend::try_prune_lock(held.conn()).await {
             Ok(true) => {}
             Ok(false) => {
                 held.close();
-                return Err(Error::PruneRunning);
+                return Err(AdminError::PruneRunning);
             }
             Err(error) => {
                 held.close();
@@ -313,7 +313,7 @@ impl Inbox {
                 warn!(%error, "releasing the prune lock failed; it is freed when the session ends");
             }
         }
-        pruned
+        Ok(pruned?)
     }
 
     /// The batches, then the counters and the settled claims, under the prune lock.

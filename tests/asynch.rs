@@ -5,6 +5,7 @@
 #[allow(dead_code, unused_imports)]
 mod support;
 
+use diesel_inbox::AdminError;
 use std::future::Future;
 use std::ops::DerefMut;
 use std::panic::AssertUnwindSafe;
@@ -436,7 +437,7 @@ async fn ops_list_retry_and_prune_the_outboxs_rows<B: AsyncBackend>() {
     assert!(
         matches!(
             again,
-            Err(Error::OutboxRowNotFailed {
+            Err(AdminError::OutboxRowNotFailed {
                 state: OutboxState::Pending,
                 ..
             })
@@ -672,7 +673,7 @@ async fn migrations_apply_on_an_async_connection_once_the_lock_is_free<B: AsyncB
     let again = asynch::run_pending_migrations(&mut conn).await.unwrap();
 
     assert!(
-        matches!(locked, Err(Error::MigrationLocked { .. })),
+        matches!(locked, Err(AdminError::MigrationLocked { .. })),
         "{locked:?}"
     );
     assert_eq!((applied, again), (support::MIGRATIONS, 0));
@@ -936,7 +937,7 @@ async fn dead_letters_are_listed_and_redriven_discarded_or_released_once<B: Asyn
     let dead = inbox.dead_letters();
     let audit = Audit::new("ops@example.com", "the SKU exists now").unwrap();
     let rerun = async |tx: &mut B::Async, _: Option<&Payload>| {
-        Ok::<_, Error>(record_effect(tx, "evt-1").await?)
+        Ok::<_, AdminError>(record_effect(tx, "evt-1").await?)
     };
 
     let listed = dead.list(&mut conn, None, 10).await.unwrap();
@@ -948,7 +949,7 @@ async fn dead_letters_are_listed_and_redriven_discarded_or_released_once<B: Asyn
     assert_eq!(listed.len(), 3);
     assert!(redriven.unwrap().is_processed());
     assert!(
-        matches!(again, Err(Error::InvalidTransition { .. })),
+        matches!(again, Err(AdminError::InvalidTransition { .. })),
         "{again:?}"
     );
     assert_eq!(check.effects_of("evt-1"), 1);
@@ -999,7 +1000,10 @@ async fn a_cursor_batch_settles_each_new_sequence_once_and_ops_resolve_its_gap<B
     assert_eq!((gap.sequences(), listed.len()), (3..=4, 1));
     assert_eq!(before, Resume::At(3));
     assert_eq!(resolved.unwrap().state(), GapState::Resolved);
-    assert!(matches!(again, Err(Error::GapNotOpen { .. })), "{again:?}");
+    assert!(
+        matches!(again, Err(AdminError::GapNotOpen { .. })),
+        "{again:?}"
+    );
     assert_eq!(blocks.resume(&mut conn).await.unwrap(), Resume::At(6));
     let positions = asynch::Cursor::all(&mut conn, &inbox).await.unwrap();
     assert_eq!(positions.len(), 1);
@@ -1054,7 +1058,7 @@ async fn a_claim_in_doubt_is_listed_and_resolved_by_ops<B: AsyncBackend>() {
     assert_eq!(consumers, ["billing"]);
     assert_eq!(resolved.state, ClaimState::Completed);
     assert!(
-        matches!(again, Err(Error::ClaimNotInDoubt { .. })),
+        matches!(again, Err(AdminError::ClaimNotInDoubt { .. })),
         "{again:?}"
     );
     let Claimed::Completed(done) = charges.claim(&mut conn, "order-7:charge").await.unwrap() else {
@@ -1078,7 +1082,7 @@ async fn prune_once_free<C: AsyncInboxConnection>(
 ) -> Pruned {
     for _ in 0..100 {
         match inbox.prune(conn, retention).await {
-            Err(Error::PruneRunning) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(AdminError::PruneRunning) => tokio::time::sleep(Duration::from_millis(20)).await,
             result => return result.unwrap(),
         }
     }

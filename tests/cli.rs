@@ -10,9 +10,9 @@ use std::time::Duration;
 use diesel::r2d2::R2D2Connection;
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
-    Audit, ClaimState, Claimed, Claims, Cursor, Delivery, Envelope, Error, GapState, Inbox,
-    InboxConnection, Outbox, OutboxMessage, OutboxState, Payload, PublishError, Publisher, Relay,
-    Resume, Sequenced,
+    AdminError, Audit, ClaimState, Claimed, Claims, Cursor, Delivery, Envelope, Error, GapState,
+    Inbox, InboxConnection, Outbox, OutboxMessage, OutboxState, Payload, PublishError, Publisher,
+    Relay, Resume, Sequenced,
 };
 use serde_json::Value;
 
@@ -68,7 +68,7 @@ fn with<'a>(args: &[&'a str]) -> Vec<&'a str> {
 }
 
 fn refuse<C>(_: &mut C) -> Result<(), Error> {
-    Err(Error::MissingAudit("the handler refuses"))
+    Err(Error::Database(diesel::result::Error::NotFound))
 }
 
 /// The scenario, once for every backend: `drop_index` drops `diesel_inbox_events_settled`.
@@ -1825,7 +1825,7 @@ fn names_corrupt_rows_and_never_hides_their_neighbours<C: InboxConnection>(
     );
     assert!(matches!(
         inbox.dead_letters().show(conn, "big-05"),
-        Err(Error::CorruptRow(corrupt)) if corrupt.table() == "diesel_inbox_failures" && corrupt.text() == "bogus"
+        Err(AdminError::Inbox(Error::CorruptRow(corrupt))) if corrupt.table() == "diesel_inbox_failures" && corrupt.text() == "bogus"
     ));
 
     // stats count the unreadable rows (one failure row, one inbox row) instead of failing

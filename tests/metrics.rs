@@ -62,7 +62,8 @@ fn deliveries_are_counted_and_timed_by_consumer_and_outcome() {
     diesel_inbox::run_pending_migrations(&mut conn).unwrap();
     let inbox = Inbox::new("metered").unwrap().max_attempts(2);
     let ok = |_: &mut SqliteConnection| Ok::<_, Error>(());
-    let refuse = |_: &mut SqliteConnection| Err::<(), _>(Error::MissingAudit("test"));
+    let refuse =
+        |_: &mut SqliteConnection| Err::<(), _>(Error::Database(diesel::result::Error::NotFound));
 
     metrics::with_local_recorder(&recorder, || {
         diesel_inbox::describe_metrics();

@@ -9,7 +9,7 @@ backend_tests!(support::Sqlite);
 /// SQLite's own contention raised by a handler's statement: `database is locked`.
 mod sqlite_only {
     use diesel::connection::SimpleConnection;
-    use diesel_inbox::{Ack, Error, Inbox, RetryPolicy};
+    use diesel_inbox::{Ack, AdminError, Inbox, RetryPolicy};
 
     use crate::support::{setup, Sqlite, TestConn};
 
@@ -38,7 +38,7 @@ mod sqlite_only {
         assert!(error.to_string().contains("locked"), "{error}");
         assert!(matches!(
             inbox.dead_letters().show(&mut conn, "evt-1"),
-            Err(Error::DeadLetterNotFound { .. })
+            Err(AdminError::DeadLetterNotFound { .. })
         ));
         assert_eq!(conn.effect_count(), 0);
     }

@@ -13,8 +13,8 @@ use serde::Serialize;
 use crate::claim::{Record, SideEffect};
 use crate::sql::Async;
 use crate::{
-    Audit, ClaimOutcome, ClaimRecord, ClaimState, CorruptRow, Error, EventId, HandlerError,
-    InDoubtPolicy, IntoDelivery, IntoEventId, Resolution,
+    AdminError, Audit, ClaimOutcome, ClaimRecord, ClaimState, CorruptRow, Error, EventId,
+    HandlerError, InDoubtPolicy, IntoDelivery, IntoEventId, Resolution,
 };
 
 use super::batch::call as call2;
@@ -168,7 +168,7 @@ impl Claims {
         event_id: impl IntoEventId,
         resolution: Resolution,
         audit: &Audit,
-    ) -> Result<ClaimRecord, Error> {
+    ) -> Result<ClaimRecord, AdminError> {
         let event_id = event_id.into_event_id()?;
         (self.0)
             .resolve_in::<Async, _>(conn, &event_id, resolution, audit)

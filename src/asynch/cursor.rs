@@ -6,8 +6,8 @@ use std::marker::PhantomData;
 
 use crate::sql::Async;
 use crate::{
-    Audit, CorruptRow, Error, Gap, HandlerError, InvalidStreamName, Lease, Outcome, Position,
-    Resume, Sequenced,
+    AdminError, Audit, CorruptRow, Error, Gap, HandlerError, InvalidStreamName, Lease, Outcome,
+    Position, Resume, Sequenced,
 };
 
 use super::batch::{SequenceHandler, Sequences};
@@ -183,7 +183,7 @@ impl Cursor {
         &self,
         conn: &mut C,
         batch_size: usize,
-    ) -> Result<u64, Error> {
+    ) -> Result<u64, AdminError> {
         self.0.prune_events_in::<Async, _>(conn, batch_size).await
     }
 
@@ -319,7 +319,7 @@ impl Gaps {
         conn: &mut C,
         id: i64,
         audit: &Audit,
-    ) -> Result<Gap, Error> {
+    ) -> Result<Gap, AdminError> {
         self.0.resolve_in::<Async, _>(conn, id, audit).await
     }
 }

@@ -7,7 +7,9 @@ use std::marker::PhantomData;
 
 use crate::dead_letter::{RedriveEffect, Transition};
 use crate::sql::Async;
-use crate::{Audit, CorruptRow, DeadLetter, Error, HandlerError, IntoEventId, Outcome, Payload};
+use crate::{
+    AdminError, Audit, CorruptRow, DeadLetter, Error, HandlerError, IntoEventId, Outcome, Payload,
+};
 
 use super::batch::call as call2;
 use super::{AsyncHandler2, AsyncInboxConnection, Inbox};
@@ -25,7 +27,7 @@ impl Inbox {
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-/// use diesel_inbox::{asynch, Audit, Error, Payload};
+/// use diesel_inbox::{asynch, AdminError, Audit, Error, Payload};
 ///
 /// type Conn = SyncConnectionWrapper<SqliteConnection>;
 ///
@@ -40,7 +42,7 @@ impl Inbox {
 /// let dead = inbox.dead_letters();
 /// assert_eq!(dead.list(&mut conn, None, 10).await?.len(), 1);
 /// let audit = Audit::new("ops@example.com", "the SKU exists now")?;
-/// let rerun = async |_: &mut Conn, _: Option<&Payload>| Ok::<_, Error>("shipped");
+/// let rerun = async |_: &mut Conn, _: Option<&Payload>| Ok::<_, AdminError>("shipped");
 /// let redriven = dead.redrive(&mut conn, "order-9", &audit, rerun).await?;
 /// assert!(redriven.is_processed());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -76,7 +78,7 @@ impl DeadLetters {
         &self,
         conn: &mut C,
         event_id: impl IntoEventId,
-    ) -> Result<DeadLetter, Error> {
+    ) -> Result<DeadLetter, AdminError> {
         let event_id = event_id.into_event_id()?;
         self.0.show_in::<Async, _>(conn, event_id).await
     }
@@ -105,7 +107,7 @@ impl DeadLetters {
             + Send
             + 'a,
         T: Send + 'a,
-        E: HandlerError + Send + 'a,
+        E: HandlerError + From<AdminError> + Send + 'a,
     {
         async move {
             let event_id = event_id.into_event_id().map_err(Error::from)?;
@@ -127,7 +129,7 @@ impl DeadLetters {
         conn: &mut C,
         event_id: impl IntoEventId,
         audit: &Audit,
-    ) -> Result<(), Error> {
+    ) -> Result<(), AdminError> {
         let event_id = event_id.into_event_id()?;
         (self.0)
             .transition::<Async, _>(conn, event_id, audit, Transition::Discard)
@@ -145,7 +147,7 @@ impl DeadLetters {
         conn: &mut C,
         event_id: impl IntoEventId,
         audit: &Audit,
-    ) -> Result<(), Error> {
+    ) -> Result<(), AdminError> {
         let event_id = event_id.into_event_id()?;
         (self.0)
             .transition::<Async, _>(conn, event_id, audit, Transition::Release)

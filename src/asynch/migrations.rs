@@ -3,7 +3,7 @@
 
 use crate::migrations::{self, MigrationOptions};
 use crate::sql::Async;
-use crate::Error;
+use crate::AdminError;
 
 use super::AsyncInboxConnection;
 
@@ -31,7 +31,9 @@ use super::AsyncInboxConnection;
 /// # Errors
 ///
 /// As [`crate::run_pending_migrations`].
-pub async fn run_pending_migrations<C: AsyncInboxConnection>(conn: &mut C) -> Result<usize, Error> {
+pub async fn run_pending_migrations<C: AsyncInboxConnection>(
+    conn: &mut C,
+) -> Result<usize, AdminError> {
     run_pending_migrations_with(conn, MigrationOptions::default()).await
 }
 
@@ -44,6 +46,6 @@ pub async fn run_pending_migrations<C: AsyncInboxConnection>(conn: &mut C) -> Re
 pub async fn run_pending_migrations_with<C: AsyncInboxConnection>(
     conn: &mut C,
     options: MigrationOptions,
-) -> Result<usize, Error> {
+) -> Result<usize, AdminError> {
     migrations::migrate::<Async, _>(conn, options).await
 }

@@ -100,7 +100,7 @@ use crate::engine::Effect;
 use crate::sql::{Async, Sql};
 use crate::stats;
 use crate::{
-    Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, Pruned, Retention,
+    AdminError, Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, Pruned, Retention,
     RetryPolicy, Stats,
 };
 
@@ -289,7 +289,7 @@ impl Inbox {
         &self,
         conn: &mut C,
         retention: &Retention,
-    ) -> Result<Pruned, Error> {
+    ) -> Result<Pruned, AdminError> {
         self.0.prune_in::<Async, _>(conn, retention).await
     }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::outbox::Awaits;
 use crate::sql::Async;
 use crate::{
-    AsyncPublisher, Audit, CorruptRow, Envelope, Error, OutboxRecord, OutboxState, OutboxStats,
-    RelayPass,
+    AdminError, AsyncPublisher, Audit, CorruptRow, Envelope, Error, OutboxRecord, OutboxState,
+    OutboxStats, RelayPass,
 };
 
 use super::AsyncInboxConnection;
@@ -120,7 +120,7 @@ impl Outbox {
     pub async fn record<C: AsyncInboxConnection>(
         conn: &mut C,
         position: i64,
-    ) -> Result<OutboxRecord, Error> {
+    ) -> Result<OutboxRecord, AdminError> {
         crate::Outbox::record_in::<Async, _>(conn, position).await
     }
 
@@ -133,7 +133,7 @@ impl Outbox {
         conn: &mut C,
         position: i64,
         audit: &Audit,
-    ) -> Result<(), Error> {
+    ) -> Result<(), AdminError> {
         crate::Outbox::retry_in::<Async, _>(conn, position, audit).await
     }
 
@@ -179,7 +179,7 @@ impl Relay {
     /// # Errors
     ///
     /// As [`crate::Relay::run_once`].
-    pub async fn run_once<C, P>(&self, conn: &mut C, publisher: &P) -> Result<RelayPass, Error>
+    pub async fn run_once<C, P>(&self, conn: &mut C, publisher: &P) -> Result<RelayPass, AdminError>
     where
         C: AsyncInboxConnection,
         P: AsyncPublisher + ?Sized,

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::Error;
+use crate::AdminError;
 
 /// How long to sleep between two tries of a lock that the database cannot wait for.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -36,11 +36,11 @@ impl Wait {
         }
     }
 
-    /// How long to sleep before the next try; [`Error::MigrationLocked`] once the bound has
+    /// How long to sleep before the next try; [`AdminError::MigrationLocked`] once the bound has
     /// passed.
-    pub(crate) fn next(&self) -> Result<Duration, Error> {
+    pub(crate) fn next(&self) -> Result<Duration, AdminError> {
         let elapsed = self.started.elapsed();
-        next_sleep(elapsed, self.timeout).ok_or(Error::MigrationLocked { waited: elapsed })
+        next_sleep(elapsed, self.timeout).ok_or(AdminError::MigrationLocked { waited: elapsed })
     }
 }
 
@@ -63,7 +63,10 @@ mod tests {
     #[test]
     fn a_zero_bound_gives_up_after_the_first_try() {
         let wait = Wait::start(Duration::ZERO);
-        assert!(matches!(wait.next(), Err(Error::MigrationLocked { .. })));
+        assert!(matches!(
+            wait.next(),
+            Err(AdminError::MigrationLocked { .. })
+        ));
         assert!(Wait::start(Duration::from_secs(60)).next().is_ok());
     }
 }

@@ -496,11 +496,11 @@ impl MigrationsSql for Mysql {
     async fn lock_migrations<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
         timeout: Duration,
-    ) -> Result<MigrationLock, crate::Error> {
+    ) -> Result<MigrationLock, crate::AdminError> {
         // The server waits up to the bound (MariaDB takes fractions of a second).
         let started = std::time::Instant::now();
         if !named_lock(conn, MIGRATION_LOCK_NAME, timeout).await? {
-            return Err(crate::Error::MigrationLocked {
+            return Err(crate::AdminError::MigrationLocked {
                 waited: started.elapsed(),
             });
         }

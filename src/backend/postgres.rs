@@ -240,7 +240,7 @@ impl MigrationsSql for Pg {
     async fn lock_migrations<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
         timeout: Duration,
-    ) -> Result<MigrationLock, crate::Error> {
+    ) -> Result<MigrationLock, crate::AdminError> {
         // Without the lock, two sessions' `CREATE TABLE IF NOT EXISTS` race on the catalog
         // (pg_type's unique index) and the tracking table's key. Polled, so the wait has a
         // bound without touching the session's lock_timeout.

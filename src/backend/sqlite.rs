@@ -190,7 +190,7 @@ impl MigrationsSql for Sqlite {
     async fn lock_migrations<F, C: crate::sql::Db<F, Backend = Self>>(
         conn: &mut C,
         timeout: Duration,
-    ) -> Result<MigrationLock, crate::Error> {
+    ) -> Result<MigrationLock, crate::AdminError> {
         // One immediate transaction around them all: it takes the write lock at BEGIN, so a
         // second process waits there, on a busy timeout of the bound (the connection's own is
         // put back after), and then reads the versions the first one recorded. Inside a
@@ -220,11 +220,11 @@ impl MigrationsSql for Sqlite {
         conn.batch_execute(&format!("PRAGMA busy_timeout = {own_timeout}"))
             .await?;
         Err(if Self::classify(&error) == ErrorClass::Contention {
-            crate::Error::MigrationLocked {
+            crate::AdminError::MigrationLocked {
                 waited: started.elapsed(),
             }
         } else {
-            crate::Error::Migration(Box::new(error))
+            crate::AdminError::Migration(Box::new(error))
         })
     }
 

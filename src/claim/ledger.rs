@@ -12,7 +12,7 @@ use crate::engine::{self, run_ready, Body};
 use crate::rows::{ClaimChange, ClaimRow, ConsumerRows};
 use crate::sql::{Blocking, ClaimSql, Db, RetentionSql, Sql};
 use crate::state::{ClaimState, CorruptRow};
-use crate::{observe, Audit, Error, EventId, InboxConnection, IntoEventId, Payload};
+use crate::{observe, AdminError, Audit, Error, EventId, InboxConnection, IntoEventId, Payload};
 
 /// A claim as the table keeps it, for ops.
 #[derive(Debug, Clone, PartialEq)]
@@ -276,15 +276,16 @@ impl Claims {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimNotFound`]; [`Error::ClaimNotInDoubt`] for a claim whose holder's lease
-    /// still runs or that is settled already; [`Error::InvalidEventId`]; [`Error::Database`].
+    /// [`AdminError::ClaimNotFound`]; [`AdminError::ClaimNotInDoubt`] for a claim whose
+    /// holder's lease still runs or that is settled already; [`AdminError::Inbox`] for an
+    /// invalid event id and the database's errors.
     pub fn resolve<C: InboxConnection>(
         &self,
         conn: &mut C,
         event_id: impl IntoEventId,
         resolution: Resolution,
         audit: &Audit,
-    ) -> Result<ClaimRecord, Error> {
+    ) -> Result<ClaimRecord, AdminError> {
         let event_id = event_id.into_event_id()?;
         run_ready(self.resolve_in::<Blocking, _>(conn, &event_id, resolution, audit))
     }
@@ -296,7 +297,7 @@ impl Claims {
         event_id: &EventId,
         resolution: Resolution,
         audit: &Audit,
-    ) -> Result<ClaimRecord, Error> {
+    ) -> Result<ClaimRecord, AdminError> {
         let scope = engine::scope_of(conn)?;
         let subject = self.inbox.subject(Some(event_id.as_str()));
         let state = resolution.state();
@@ -359,14 +360,14 @@ struct Resolve<'a> {
 
 impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
     type Output = ClaimRecord;
-    type Error = Error;
+    type Error = AdminError;
 
-    async fn attempt(&mut self, conn: &mut C) -> Result<ClaimRecord, Failure<Error>> {
+    async fn attempt(&mut self, conn: &mut C) -> Result<ClaimRecord, Failure<AdminError>> {
         let consumer = self.claims.consumer();
         let key = (consumer, self.event_id.as_str());
         let now = now();
         let not_found = || {
-            Failure::Inbox(Error::ClaimNotFound {
+            Failure::Handler(AdminError::ClaimNotFound {
                 event_id: self.event_id.clone(),
             })
         };
@@ -374,7 +375,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
             .await?
             .ok_or_else(not_found)?;
         if let Err(state) = verdict::resolvable(&row, now) {
-            return Err(Failure::Inbox(Error::ClaimNotInDoubt {
+            return Err(Failure::Handler(AdminError::ClaimNotInDoubt {
                 event_id: self.event_id.clone(),
                 state,
             }));

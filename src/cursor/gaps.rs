@@ -10,7 +10,7 @@ use crate::rows::{GapRow, Listed};
 use crate::sql::{Blocking, CursorSql, Db, Sql};
 use crate::state::{CorruptRow, GapState};
 use crate::watermark::Stream;
-use crate::{Audit, Error, Inbox, InboxConnection, RetryPolicy};
+use crate::{AdminError, Audit, Error, Inbox, InboxConnection, RetryPolicy};
 
 /// A consumer's gap ledger, of every stream or of one: [`Inbox::gaps`], [`Cursor::gaps`](crate::Cursor::gaps).
 ///
@@ -131,14 +131,15 @@ impl Gaps {
     ///
     /// # Errors
     ///
-    /// [`Error::GapNotFound`] when this consumer (and stream) has no gap `id`;
-    /// [`Error::GapNotOpen`] when it is filled or resolved already; [`Error::Database`].
+    /// [`AdminError::GapNotFound`] when this consumer (and stream) has no gap `id`;
+    /// [`AdminError::GapNotOpen`] when it is filled or resolved already; [`AdminError::Inbox`]
+    /// for the database's errors.
     pub fn resolve<C: InboxConnection>(
         &self,
         conn: &mut C,
         id: i64,
         audit: &Audit,
-    ) -> Result<Gap, Error> {
+    ) -> Result<Gap, AdminError> {
         run_ready(self.resolve_in::<Blocking, _>(conn, id, audit))
     }
 
@@ -148,7 +149,7 @@ impl Gaps {
         conn: &mut C,
         id: i64,
         audit: &Audit,
-    ) -> Result<Gap, Error> {
+    ) -> Result<Gap, AdminError> {
         let scope = engine::scope_of(conn)?;
         let subject = engine::Subject {
             consumer: &self.consumer,
@@ -184,11 +185,11 @@ struct Resolve<'a> {
 
 impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
     type Output = Gap;
-    type Error = Error;
+    type Error = AdminError;
 
-    async fn attempt(&mut self, conn: &mut C) -> Result<Gap, Failure<Error>> {
+    async fn attempt(&mut self, conn: &mut C) -> Result<Gap, Failure<AdminError>> {
         let Self { gaps, id, audit } = *self;
-        let not_found = || Failure::Inbox(Error::GapNotFound { id });
+        let not_found = || Failure::Handler(AdminError::GapNotFound { id });
         let at = id.to_string();
         let (consumer, stream, state) = C::Backend::gap_by_id(conn, id)
             .await
@@ -201,7 +202,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
             return Err(not_found());
         }
         if state != GapState::Open {
-            return Err(Failure::Inbox(Error::GapNotOpen { id, state }));
+            return Err(Failure::Handler(AdminError::GapNotOpen { id, state }));
         }
         let key = (consumer.as_str(), stream.as_str());
         // The cursor row's lock orders this with the stream's deliveries.
@@ -215,7 +216,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
             let state = C::Backend::gap_by_id(conn, id)
                 .await?
                 .map_or(GapState::Filled, |g| g.2);
-            return Err(Failure::Inbox(Error::GapNotOpen { id, state }));
+            return Err(Failure::Handler(AdminError::GapNotOpen { id, state }));
         };
         let mut ledger = Stream::new(high, open);
         ledger.resolve(id);

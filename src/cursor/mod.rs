@@ -905,7 +905,8 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Acquire<'_> {
 }
 
 /// The effect of a sequence whose event was dead-lettered: the inbox row holds it back, so
-/// it never runs; if it did, the dead letter would be gone.
+/// it never runs. If it did, the row that held it back is gone (deleted by hand): the event
+/// fails permanently, and is dead-lettered again.
 struct HeldBack<'a, T, E>(&'a EventId, PhantomData<fn() -> (T, E)>);
 
 impl<C, T, E: From<Error>> Effect<C> for HeldBack<'_, T, E> {
@@ -913,10 +914,11 @@ impl<C, T, E: From<Error>> Effect<C> for HeldBack<'_, T, E> {
     type Error = E;
 
     async fn call(&mut self, _: &mut C) -> Result<T, E> {
-        Err(Error::DeadLetterNotFound {
-            event_id: self.0.clone(),
-        }
-        .into())
+        let gone = format!(
+            "event {:?} was dead-lettered, but the inbox row that held it back is gone",
+            self.0.as_str()
+        );
+        Err(Error::permanent(gone).into())
     }
 }
 

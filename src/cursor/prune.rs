@@ -4,7 +4,7 @@
 use crate::decide::{Failure, Scope};
 use crate::engine::{self, run_ready, Body};
 use crate::sql::{Blocking, CursorSql, Db, RetentionSql, Sql};
-use crate::{Error, InboxConnection};
+use crate::{AdminError, Error, InboxConnection};
 
 use super::Cursor;
 
@@ -18,7 +18,8 @@ impl Cursor {
     ///
     /// # Errors
     ///
-    /// [`Error::PruneInsideTransaction`] inside an open transaction; [`Error::Database`].
+    /// [`AdminError::PruneInsideTransaction`] inside an open transaction; [`AdminError::Inbox`] for
+    /// the database's errors.
     ///
     /// # Panics
     ///
@@ -27,7 +28,7 @@ impl Cursor {
         &self,
         conn: &mut C,
         batch_size: usize,
-    ) -> Result<u64, Error> {
+    ) -> Result<u64, AdminError> {
         run_ready(self.prune_events_in::<Blocking, _>(conn, batch_size))
     }
 
@@ -36,10 +37,10 @@ impl Cursor {
         &self,
         conn: &mut C,
         batch_size: usize,
-    ) -> Result<u64, Error> {
+    ) -> Result<u64, AdminError> {
         assert!(batch_size > 0, "batch_size must be at least 1");
         if engine::scope_of(conn)? != Scope::TopLevel {
-            return Err(Error::PruneInsideTransaction);
+            return Err(AdminError::PruneInsideTransaction);
         }
         let Some(watermark) = C::Backend::cursor(conn, self.key())
             .await?

@@ -12,7 +12,7 @@ use crate::engine::run_ready;
 use crate::rows::OutboxRow;
 use crate::sql::{Blocking, Db, OutboxSql, Sql};
 use crate::state::{CorruptRow, OutboxState};
-use crate::{observe, Audit, Error, InboxConnection};
+use crate::{observe, AdminError, Audit, Error, InboxConnection};
 
 /// One outbox row, as ops see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,9 +121,12 @@ impl Outbox {
     ///
     /// # Errors
     ///
-    /// [`Error::OutboxRowNotFound`]; [`Error::CorruptRow`] when the row cannot be read as
-    /// it is; [`Error::Database`].
-    pub fn record<C: InboxConnection>(conn: &mut C, position: i64) -> Result<OutboxRecord, Error> {
+    /// [`AdminError::OutboxRowNotFound`]; [`AdminError::Inbox`] with [`Error::CorruptRow`] when
+    /// the row cannot be read as it is, or with the database's error.
+    pub fn record<C: InboxConnection>(
+        conn: &mut C,
+        position: i64,
+    ) -> Result<OutboxRecord, AdminError> {
         run_ready(Self::record_in::<Blocking, _>(conn, position))
     }
 
@@ -131,18 +134,18 @@ impl Outbox {
     pub(crate) async fn record_in<F, C: Db<F, Backend: Sql>>(
         conn: &mut C,
         position: i64,
-    ) -> Result<OutboxRecord, Error> {
+    ) -> Result<OutboxRecord, AdminError> {
         let at = position.to_string();
         C::Backend::outbox_row(conn, position)
             .await
             .map_err(
                 |e| match crate::state::unreadable(e, &[("position", &at)]) {
-                    Ok(corrupt) => Error::CorruptRow(corrupt),
-                    Err(e) => Error::Database(e),
+                    Ok(corrupt) => AdminError::from(corrupt),
+                    Err(e) => AdminError::from(e),
                 },
             )?
             .map(OutboxRecord::from)
-            .ok_or(Error::OutboxRowNotFound { position })
+            .ok_or(AdminError::OutboxRowNotFound { position })
     }
 
     /// Makes the failed row at `position` pending again with a fresh set of attempts, once
@@ -151,12 +154,13 @@ impl Outbox {
     ///
     /// # Errors
     ///
-    /// [`Error::OutboxRowNotFound`], [`Error::OutboxRowNotFailed`]; [`Error::Database`].
+    /// [`AdminError::OutboxRowNotFound`], [`AdminError::OutboxRowNotFailed`];
+    /// [`AdminError::Inbox`] for the database's errors.
     pub fn retry<C: InboxConnection>(
         conn: &mut C,
         position: i64,
         audit: &Audit,
-    ) -> Result<(), Error> {
+    ) -> Result<(), AdminError> {
         run_ready(Self::retry_in::<Blocking, _>(conn, position, audit))
     }
 
@@ -165,7 +169,7 @@ impl Outbox {
         conn: &mut C,
         position: i64,
         audit: &Audit,
-    ) -> Result<(), Error> {
+    ) -> Result<(), AdminError> {
         if C::Backend::retry_outbox(conn, position, now()).await? {
             info!(
                 position,
@@ -176,7 +180,7 @@ impl Outbox {
             return Ok(());
         }
         let record = Self::record_in(conn, position).await?;
-        Err(Error::OutboxRowNotFailed {
+        Err(AdminError::OutboxRowNotFailed {
             position,
             state: record.state,
         })

@@ -26,7 +26,8 @@ use crate::engine::{self, run_ready, Body, Subject};
 use crate::rows::{OutboxChange, OutboxRow};
 use crate::sql::{Blocking, Db, OutboxSql, Sql, TransactionSql};
 use crate::{
-    observe, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher, RetryPolicy,
+    observe, AdminError, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher,
+    RetryPolicy,
 };
 
 /// What a relay pass did.
@@ -167,14 +168,14 @@ impl Relay {
     ///
     /// # Errors
     ///
-    /// [`Error::RelayInsideTransaction`] inside an open transaction; the database's errors
-    /// ([`Error::Database`], [`Error::ConnectionLost`], ...). Rows taken by a pass that failed
+    /// [`AdminError::RelayInsideTransaction`] inside an open transaction; the database's
+    /// errors in [`AdminError::Inbox`] ([`Error::Database`], [`Error::ConnectionLost`], ...). Rows taken by a pass that failed
     /// after taking them are published by a later pass once their lease runs out.
     pub fn run_once<C: InboxConnection, P: Publisher + ?Sized>(
         &self,
         conn: &mut C,
         publisher: &mut P,
-    ) -> Result<RelayPass, Error> {
+    ) -> Result<RelayPass, AdminError> {
         let _span = tracing::info_span!("relay").entered();
         run_ready(self.pass::<Blocking, _>(conn, &mut Blocks(publisher)))
     }
@@ -185,14 +186,14 @@ impl Relay {
     ///
     /// # Errors
     ///
-    /// As [`run_once`](Self::run_once), and [`Error::Pool`] when the pool has no connection
-    /// to give. A panic in a database step is resumed here.
+    /// As [`run_once`](Self::run_once), and [`Error::Pool`] (in [`AdminError::Inbox`]) when the
+    /// pool has no connection to give. A panic in a database step is resumed here.
     #[cfg(feature = "tokio")]
     pub async fn run_once_async<C, P>(
         &self,
         pool: &diesel::r2d2::Pool<diesel::r2d2::ConnectionManager<C>>,
         publisher: &P,
-    ) -> Result<RelayPass, Error>
+    ) -> Result<RelayPass, AdminError>
     where
         C: InboxConnection + diesel::r2d2::R2D2Connection + Send + 'static,
         P: crate::AsyncPublisher + ?Sized,
@@ -219,16 +220,16 @@ impl Relay {
         &self,
         conn: &mut C,
         publisher: &mut impl Publish,
-    ) -> Result<RelayPass, Error> {
+    ) -> Result<RelayPass, AdminError> {
         let taken = self.take(conn).await?;
         let settles = self.publish(&taken, publisher).await;
         mark(conn, &taken, &settles).await
     }
 
     /// Step 1: takes and leases the rows this pass publishes.
-    async fn take<F, C: Db<F, Backend: Sql>>(&self, conn: &mut C) -> Result<Taken, Error> {
+    async fn take<F, C: Db<F, Backend: Sql>>(&self, conn: &mut C) -> Result<Taken, AdminError> {
         if engine::scope_of(conn)? == Scope::Savepoint {
-            return Err(Error::RelayInsideTransaction);
+            return Err(AdminError::RelayInsideTransaction);
         }
         let token = format!("{:032x}", fastrand::u128(..));
         // MariaDB: the locking reads lock only the rows they return. A run again after
@@ -314,7 +315,7 @@ async fn mark<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     taken: &Taken,
     settles: &[Settle],
-) -> Result<RelayPass, Error> {
+) -> Result<RelayPass, AdminError> {
     let mut pass = RelayPass::default();
     if taken.rows.is_empty() {
         return Ok(pass);
@@ -511,10 +512,10 @@ async fn blocking<C, R>(
     pool: &diesel::r2d2::Pool<diesel::r2d2::ConnectionManager<C>>,
     step: impl FnOnce(
             &mut diesel::r2d2::PooledConnection<diesel::r2d2::ConnectionManager<C>>,
-        ) -> Result<R, Error>
+        ) -> Result<R, AdminError>
         + Send
         + 'static,
-) -> Result<R, Error>
+) -> Result<R, AdminError>
 where
     C: InboxConnection + diesel::r2d2::R2D2Connection + Send + 'static,
     R: Send + 'static,
@@ -529,9 +530,9 @@ where
         Ok(result) => result,
         Err(error) => match error.try_into_panic() {
             Ok(panic) => std::panic::resume_unwind(panic),
-            Err(error) => Err(Error::Pool(format!(
-                "the blocking task was cancelled: {error}"
-            ))),
+            Err(error) => {
+                Err(Error::Pool(format!("the blocking task was cancelled: {error}")).into())
+            }
         },
     }
 }

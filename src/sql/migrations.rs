@@ -14,7 +14,7 @@ use diesel::QueryResult;
 
 use super::{Db, TransactionSql};
 use crate::dialect::Dialect;
-use crate::Error;
+use crate::AdminError;
 
 /// The inbox's own record of the migrations it applied, apart from the application's.
 pub(crate) const CREATE_TRACKING_TABLE: &str =
@@ -44,11 +44,11 @@ pub trait MigrationsSql: TransactionSql {
     /// `GET_LOCK`, named after the database; SQLite: an immediate transaction around them
     /// all, waited for on a busy timeout of the bound.
     ///
-    /// Errors: [`Error::MigrationLocked`] when the bound passed first; [`Error::Database`].
+    /// Errors: [`AdminError::MigrationLocked`] when the bound passed first; [`AdminError::Inbox`].
     fn lock_migrations<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
         timeout: Duration,
-    ) -> impl Future<Output = Result<MigrationLock, Error>> + Send;
+    ) -> impl Future<Output = Result<MigrationLock, AdminError>> + Send;
 
     /// Releases the lock; SQLite commits what was applied, or rolls it back when `applied`
     /// is false.

@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 
 use crate::engine::run_ready;
 use crate::sql::{Blocking, Db, Sql};
-use crate::{DeadLetter, DeadLetterState, Error, EventId, Inbox, InboxConnection, IntoEventId};
+use crate::{
+    AdminError, DeadLetter, DeadLetterState, EventId, Inbox, InboxConnection, IntoEventId,
+};
 
 use super::inspect::{first_records, inbox_record_in, InboxRecord};
 
@@ -230,7 +232,7 @@ pub(super) struct Seen {
     record: Option<InboxRecord>,
     /// The first rows of the table, when the event has none.
     others: Option<Result<Vec<InboxRecord>, String>>,
-    letter: Option<Result<DeadLetter, Error>>,
+    letter: Option<Result<DeadLetter, AdminError>>,
 }
 
 impl Seen {

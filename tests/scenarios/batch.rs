@@ -86,7 +86,7 @@ pub fn a_batch_dead_letters_an_event_at_max_attempts<B: Backend>() {
     let results = inbox
         .process_batch(&mut conn, ["ok", "poison"], |tx, delivery| {
             if delivery.id().as_str() == "poison" {
-                return Err(Error::MissingAudit("poison"));
+                return Err(Error::Database(diesel::result::Error::NotFound));
             }
             tx.record_effect("ok").map_err(Error::from)
         })

@@ -3,6 +3,7 @@
 //! crashes at both kill points, leases under both policies, fencing and ops' resolutions, on
 //! every backend.
 
+use diesel_inbox::AdminError;
 use std::panic::{self, AssertUnwindSafe};
 use std::thread;
 use std::time::Duration;
@@ -442,7 +443,7 @@ pub fn only_a_claim_in_doubt_can_be_resolved<B: Backend>() {
     assert!(
         matches!(
             refused,
-            Err(Error::ClaimNotInDoubt {
+            Err(AdminError::ClaimNotInDoubt {
                 state: ClaimState::InProgress,
                 ..
             })
@@ -451,7 +452,7 @@ pub fn only_a_claim_in_doubt_can_be_resolved<B: Backend>() {
     );
     let missing = claims.resolve(&mut conn, "user-4:welcome", Resolution::Retry, &ops("no"));
     assert!(
-        matches!(missing, Err(Error::ClaimNotFound { .. })),
+        matches!(missing, Err(AdminError::ClaimNotFound { .. })),
         "{missing:?}"
     );
     assert_eq!(

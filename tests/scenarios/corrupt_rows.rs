@@ -2,6 +2,7 @@
 //! with their table, key and text, never hidden, and never redelivered in a loop, on every
 //! backend. The CLI's side (dead letters listed as unreadable, stats, export) is in tests/cli.rs.
 
+use diesel_inbox::AdminError;
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
@@ -39,9 +40,9 @@ fn key_of(corrupt: &CorruptRow, column: &str) -> String {
 
 /// The corrupt row's error, or a panic saying what came instead.
 #[track_caller]
-fn corrupt<T: std::fmt::Debug>(result: Result<T, Error>) -> CorruptRow {
-    match result {
-        Err(Error::CorruptRow(corrupt)) => corrupt,
+fn corrupt<T: std::fmt::Debug>(result: Result<T, impl Into<AdminError>>) -> CorruptRow {
+    match result.map_err(Into::into) {
+        Err(AdminError::Inbox(Error::CorruptRow(corrupt))) => corrupt,
         other => panic!("expected Error::CorruptRow, got {other:?}"),
     }
 }
@@ -326,7 +327,7 @@ pub fn a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_oth
 pub fn a_corrupt_history_line_or_counter_is_named_and_hides_nothing<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
     let inbox = Inbox::new("orders").unwrap().max_attempts(1);
-    let fail = |_: &mut B::Conn| Err::<(), _>(Error::MissingAudit("demo"));
+    let fail = |_: &mut B::Conn| Err::<(), _>(Error::Database(diesel::result::Error::NotFound));
     for id in ["evt-1", "evt-2"] {
         assert!(inbox
             .process(&mut conn, id, fail)

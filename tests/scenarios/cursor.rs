@@ -1,6 +1,7 @@
 //! Sequence cursors: duplicates by watermark, the gap ledger, eviction, fencing, crashes,
 //! batches and the bound on open gaps, on every backend.
 
+use diesel_inbox::AdminError;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::fmt::Debug;
@@ -267,13 +268,13 @@ pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_res
     assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<u64>>::new());
     let twice = inbox.gaps().resolve(&mut conn, evicted.id(), &audit);
     assert!(
-        matches!(twice, Err(Error::GapNotOpen { id, state: GapState::Resolved }) if id == evicted.id()),
+        matches!(twice, Err(AdminError::GapNotOpen { id, state: GapState::Resolved }) if id == evicted.id()),
         "{twice:?}"
     );
     let unknown = evicted.id() + 1000;
     let missing = inbox.gaps().resolve(&mut conn, unknown, &audit);
     assert!(
-        matches!(missing, Err(Error::GapNotFound { id }) if id == unknown),
+        matches!(missing, Err(AdminError::GapNotFound { id }) if id == unknown),
         "{missing:?}"
     );
     let elsewhere = Inbox::new("billing")
@@ -281,7 +282,7 @@ pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_res
         .gaps()
         .resolve(&mut conn, evicted.id(), &audit);
     assert!(
-        matches!(elsewhere, Err(Error::GapNotFound { .. })),
+        matches!(elsewhere, Err(AdminError::GapNotFound { .. })),
         "another consumer's gap: {elsewhere:?}"
     );
     assert!(deliver(&mut conn, &cursor, 30).unwrap().is_duplicate());

@@ -1,6 +1,7 @@
 //! Which handler failures count toward dead-lettering, which are retried or redelivered
 //! without counting, and what a broker loop acks, on every backend.
 
+use diesel_inbox::AdminError;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -114,7 +115,7 @@ where
             .dead_letters()
             .show(&mut conn, format!("transfer-{thread}"));
         assert!(
-            matches!(record, Err(Error::DeadLetterNotFound { .. })),
+            matches!(record, Err(AdminError::DeadLetterNotFound { .. })),
             "contention is never a failed attempt: {record:?}"
         );
     }
@@ -185,7 +186,7 @@ pub fn a_transient_failure_is_redelivered_and_never_counted<B: Backend>() {
     }
     assert!(matches!(
         inbox.dead_letters().show(&mut conn, "quote-1"),
-        Err(Error::DeadLetterNotFound { .. })
+        Err(AdminError::DeadLetterNotFound { .. })
     ));
 
     let result = inbox.process(&mut conn, "quote-1", effect("quote-1"));
@@ -284,7 +285,7 @@ pub fn an_anyhow_handler_takes_effect_once_and_its_failures_keep_their_kind<B: B
     assert_eq!(Ack::of(&later), Ack::Redeliver);
     assert!(matches!(
         inbox.dead_letters().show(&mut conn, "order-2"),
-        Err(Error::DeadLetterNotFound { .. })
+        Err(AdminError::DeadLetterNotFound { .. })
     ));
 
     let plain = |_tx: &mut B::Conn| Err::<(), _>(anyhow::anyhow!("the ledger refused"));

@@ -1,5 +1,6 @@
 //! Failure policy, dead letters, payload identity and stored results, on every backend.
 
+use diesel_inbox::AdminError;
 use std::panic::{self, AssertUnwindSafe};
 
 use diesel::connection::SimpleConnection;
@@ -184,12 +185,12 @@ pub fn a_redrive_processes_once_and_a_second_redrive_is_refused<B: Backend>() {
         .is_duplicate());
 
     let again = dead.redrive(&mut conn, "evt-1", &ops("again"), |tx, _| {
-        tx.record_effect("evt-1").map_err(Error::from)
+        tx.record_effect("evt-1").map_err(AdminError::from)
     });
     assert!(
         matches!(
             again,
-            Err(Error::InvalidTransition {
+            Err(AdminError::InvalidTransition {
                 state: DeadLetterState::Redriven,
                 ..
             })
@@ -238,11 +239,11 @@ pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
         "{later:?}"
     );
     let redrive = dead.redrive(&mut conn, "evt-1", &ops("oops"), |tx, _| {
-        tx.record_effect("evt-1").map_err(Error::from)
+        tx.record_effect("evt-1").map_err(AdminError::from)
     });
     assert!(matches!(
         redrive,
-        Err(Error::InvalidTransition {
+        Err(AdminError::InvalidTransition {
             state: DeadLetterState::Discarded,
             ..
         })
@@ -250,7 +251,7 @@ pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
     let discard = dead.discard(&mut conn, "evt-1", &ops("twice"));
     assert!(matches!(
         discard,
-        Err(Error::InvalidTransition {
+        Err(AdminError::InvalidTransition {
             state: DeadLetterState::Discarded,
             ..
         })
@@ -276,26 +277,26 @@ pub fn transitions_need_an_actor_a_reason_and_a_dead_letter<B: Backend>() {
 
     assert!(matches!(
         Audit::new(" ", "why"),
-        Err(Error::MissingAudit("actor"))
+        Err(AdminError::MissingAudit("actor"))
     ));
     assert!(matches!(
         Audit::new("ops", ""),
-        Err(Error::MissingAudit("reason"))
+        Err(AdminError::MissingAudit("reason"))
     ));
     assert!(matches!(
         dead.discard(&mut conn, "nope", &ops("why")),
-        Err(Error::DeadLetterNotFound { .. })
+        Err(AdminError::DeadLetterNotFound { .. })
     ));
     assert!(matches!(
         dead.discard(&mut conn, "evt-1", &ops("why")),
-        Err(Error::InvalidTransition {
+        Err(AdminError::InvalidTransition {
             state: DeadLetterState::Retrying,
             ..
         })
     ));
     assert!(matches!(
         dead.show(&mut conn, "nope"),
-        Err(Error::DeadLetterNotFound { .. })
+        Err(AdminError::DeadLetterNotFound { .. })
     ));
 }
 

@@ -1,6 +1,7 @@
 //! Applying the inbox schema beside an application's own Diesel migrations: embedded (tracked
 //! in `diesel_inbox_migrations`) or installed into the application's migrations folder.
 
+use diesel_inbox::AdminError;
 use std::fs;
 use std::path::Path;
 
@@ -208,7 +209,7 @@ pub fn installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing
     let error = install(&file, B::DIALECT).unwrap_err();
 
     assert!(
-        matches!(&error, Error::MigrationInstall { path, .. } if *path == file),
+        matches!(&error, AdminError::MigrationInstall { path, .. } if *path == file),
         "{error:?}"
     );
     assert!(error.to_string().contains("migrations folder"), "{error}");
@@ -218,7 +219,7 @@ pub fn installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing
     let missing = dir.path().join("no-such-folder");
     assert!(matches!(
         install(&missing, B::DIALECT),
-        Err(Error::MigrationInstall { path, .. }) if path == missing
+        Err(AdminError::MigrationInstall { path, .. }) if path == missing
     ));
     assert_eq!(folders(dir.path()), ["migrations"]);
 }
@@ -370,7 +371,10 @@ pub fn a_migration_lock_held_past_the_bound_is_a_typed_error_and_applies_nothing
     let options = MigrationOptions::default().lock_timeout(std::time::Duration::from_millis(200));
     let error = run_pending_migrations_with(&mut conn, options).unwrap_err();
 
-    assert!(matches!(error, Error::MigrationLocked { .. }), "{error:?}");
+    assert!(
+        matches!(error, AdminError::MigrationLocked { .. }),
+        "{error:?}"
+    );
     let message = error.to_string();
     assert!(
         message.contains("another process is applying the inbox migrations")

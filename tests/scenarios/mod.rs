@@ -313,6 +313,12 @@ impl From<Error> for HandlerError {
     }
 }
 
+impl From<diesel_inbox::AdminError> for HandlerError {
+    fn from(e: diesel_inbox::AdminError) -> Self {
+        HandlerError::Inbox(DisplayedError(e.to_string()))
+    }
+}
+
 /// Every failure counted, the default.
 impl diesel_inbox::HandlerError for HandlerError {}
 

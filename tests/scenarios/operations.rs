@@ -2,7 +2,8 @@
 
 use diesel::connection::SimpleConnection;
 use diesel_inbox::doctor::{self, CheckStatus};
-use diesel_inbox::{Audit, DeadLetterState, Error, HistoryKind, Inbox, Outcome};
+use diesel_inbox::AdminError;
+use diesel_inbox::{Audit, DeadLetterState, HistoryKind, Inbox, Outcome};
 
 use super::{effect, HandlerError};
 use crate::support::{setup, Backend, TestConn};
@@ -68,7 +69,7 @@ pub fn releasing_twice_or_a_retrying_event_is_an_invalid_transition<B: Backend>(
     assert!(
         matches!(
             again,
-            Err(Error::InvalidTransition {
+            Err(AdminError::InvalidTransition {
                 state: DeadLetterState::Released,
                 attempted: DeadLetterState::Released,
                 ..
@@ -83,14 +84,14 @@ pub fn releasing_twice_or_a_retrying_event_is_an_invalid_transition<B: Backend>(
     );
     assert!(matches!(
         dead.release(&mut conn, "evt-2", &ops("too early")),
-        Err(Error::InvalidTransition {
+        Err(AdminError::InvalidTransition {
             state: DeadLetterState::Retrying,
             ..
         })
     ));
     assert!(matches!(
         dead.release(&mut conn, "nope", &ops("why")),
-        Err(Error::DeadLetterNotFound { .. })
+        Err(AdminError::DeadLetterNotFound { .. })
     ));
     let history = dead.show(&mut conn, "evt-1").unwrap().history;
     let released = history

@@ -7,6 +7,7 @@
 //! The publisher here is [`Recorder`]: it keeps what it was given, in order, and refuses what
 //! it is told to. The same relay against a real JetStream server is in `relay_crash.rs`.
 
+use diesel_inbox::AdminError;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -326,14 +327,14 @@ pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_publishe
     Outbox::retry(&mut conn, position, &audit).unwrap();
     assert!(matches!(
         Outbox::retry(&mut conn, position, &audit),
-        Err(Error::OutboxRowNotFailed {
+        Err(AdminError::OutboxRowNotFailed {
             state: OutboxState::Pending,
             ..
         })
     ));
     assert!(matches!(
         Outbox::retry(&mut conn, 999_999, &audit),
-        Err(Error::OutboxRowNotFound { position: 999_999 })
+        Err(AdminError::OutboxRowNotFound { position: 999_999 })
     ));
     drain(&relay(), &mut conn, &mut recorder);
     assert_eq!(recorder.ids(), ["a-1", "a-3", "c-2", "a-2"]);

@@ -1,5 +1,6 @@
 //! Retention: pruning processed rows older than the redelivery window, on every backend.
 
+use diesel_inbox::AdminError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -198,7 +199,7 @@ pub fn a_window_below_the_declared_redelivery_window_is_refused_and_deletes_noth
     let refused = inbox.prune(&mut conn, &Retention::older_than(7 * DAY));
 
     match refused {
-        Err(ref error @ Error::RetentionBelowWindow { older_than, window }) => {
+        Err(ref error @ AdminError::RetentionBelowWindow { older_than, window }) => {
             assert_eq!((older_than, window), (7 * DAY, 14 * DAY));
             let message = error.to_string();
             assert!(
@@ -211,7 +212,7 @@ pub fn a_window_below_the_declared_redelivery_window_is_refused_and_deletes_noth
     }
     let dry = inbox.prune(&mut conn, &Retention::older_than(DAY).dry_run(true));
     assert!(
-        matches!(dry, Err(Error::RetentionBelowWindow { .. })),
+        matches!(dry, Err(AdminError::RetentionBelowWindow { .. })),
         "{dry:?}"
     );
     assert_eq!(
@@ -224,7 +225,7 @@ pub fn a_window_below_the_declared_redelivery_window_is_refused_and_deletes_noth
     // The default window is 7 days.
     let below_default = orders().prune(&mut conn, &Retention::older_than(6 * DAY));
     assert!(
-        matches!(below_default, Err(Error::RetentionBelowWindow { window, .. }) if window == 7 * DAY)
+        matches!(below_default, Err(AdminError::RetentionBelowWindow { window, .. }) if window == 7 * DAY)
     );
     assert!(orders()
         .prune(&mut conn, &Retention::older_than(14 * DAY))
@@ -238,7 +239,7 @@ pub fn a_prune_inside_a_transaction_is_refused<B: Backend>() {
     let inside = conn.transaction(|tx| {
         let refused = orders().prune(tx, &Retention::older_than(7 * DAY));
         assert!(
-            matches!(refused, Err(Error::PruneInsideTransaction)),
+            matches!(refused, Err(AdminError::PruneInsideTransaction)),
             "{refused:?}"
         );
         QueryResult::Ok(())
@@ -385,7 +386,10 @@ pub fn a_second_concurrent_prune_is_told_another_is_running<B: Backend>() {
         let mut holder = db.connect();
         holder.batch_execute(lock).unwrap();
         let refused = inbox.prune(&mut conn, &retention);
-        assert!(matches!(refused, Err(Error::PruneRunning)), "{refused:?}");
+        assert!(
+            matches!(refused, Err(AdminError::PruneRunning)),
+            "{refused:?}"
+        );
         assert_eq!(conn.inbox_rows(), OLD, "nothing deleted");
         let dry = inbox.prune(&mut conn, &retention.dry_run(true)).unwrap();
         assert_eq!(dry.events, OLD as u64, "a dry run takes no lock");

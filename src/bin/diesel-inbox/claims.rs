@@ -2,8 +2,8 @@
 
 use clap::{Args, Subcommand};
 use diesel_inbox::{
-    Audit, ClaimRecord, ClaimState, Claims, CorruptRow, Error, EventId, Inbox, InboxConnection,
-    Resolution,
+    AdminError, Audit, ClaimRecord, ClaimState, Claims, CorruptRow, Error, EventId, Inbox,
+    InboxConnection, Resolution,
 };
 use serde_json::{json, Value};
 
@@ -321,7 +321,7 @@ fn resolve<C: InboxConnection>(
     let resolution = outcome.resolution();
     let record = find(conn, inbox, id)?;
     if record.state != ClaimState::InDoubt {
-        return Err(Error::ClaimNotInDoubt {
+        return Err(AdminError::ClaimNotInDoubt {
             event_id: record.event_id,
             state: record.state,
         }
@@ -352,13 +352,13 @@ fn resolve<C: InboxConnection>(
     Ok(())
 }
 
-/// The consumer's claim of `id`, or [`Error::ClaimNotFound`].
+/// The consumer's claim of `id`, or [`AdminError::ClaimNotFound`].
 fn find<C: InboxConnection>(conn: &mut C, inbox: &Inbox, id: &str) -> Result<ClaimRecord, Failure> {
     let event_id = EventId::new(id).map_err(Error::from)?;
     inbox
         .claims()
         .show(conn, &event_id)?
-        .ok_or_else(|| Error::ClaimNotFound { event_id }.into())
+        .ok_or_else(|| AdminError::ClaimNotFound { event_id }.into())
 }
 
 /// The result as JSON: the stored value, or its text should it not parse.

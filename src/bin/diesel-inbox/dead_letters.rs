@@ -307,11 +307,13 @@ fn export<C: InboxConnection>(
                         line["payload"] = payload_value(letter.payload.as_ref());
                         line
                     }
-                    Err(diesel_inbox::Error::CorruptRow(corrupt)) => {
+                    Err(diesel_inbox::AdminError::Inbox(diesel_inbox::Error::CorruptRow(
+                        corrupt,
+                    ))) => {
                         done.unreadable += 1;
                         output::unreadable(&corrupt)
                     }
-                    Err(diesel_inbox::Error::DeadLetterNotFound { .. }) => continue,
+                    Err(diesel_inbox::AdminError::DeadLetterNotFound { .. }) => continue,
                     Err(other) => return Err(other.into()),
                 },
                 Err(corrupt) => {

@@ -1,10 +1,35 @@
 //! The library's errors in the tool's words: where a message names a library function as the
 //! remedy, the tool names its own command instead. The rest read as the library wrote them.
 
-use diesel_inbox::Error;
+use diesel_inbox::{AdminError, Error};
 
 /// `error`'s message for a user of the command line.
-pub(crate) fn message(error: &Error) -> String {
+pub(crate) fn message(error: &AdminError) -> String {
+    match error {
+        AdminError::Inbox(error) => inbox_message(error),
+        AdminError::DeadLetterNotFound { event_id } => format!(
+            "no dead letter for event {event_id:?} of this consumer; list them with `diesel-inbox dead-letters list` (and `--consumer NAME` for another consumer)"
+        ),
+        AdminError::GapNotFound { id } => format!(
+            "no gap {id} for this consumer; list the gaps with `diesel-inbox gaps --all`"
+        ),
+        AdminError::ClaimNotFound { event_id } => format!(
+            "no claim {event_id:?} for this consumer; list the claims with `diesel-inbox claims --all`"
+        ),
+        AdminError::RetentionBelowWindow { older_than, window } => format!(
+            "refusing to prune inbox rows younger than the redelivery window: --redelivery-window is {}, and pruning rows only {} old (--older-than) would let a late redelivery run the effect again; pass a longer --older-than, or a shorter --redelivery-window if redeliveries really stop sooner",
+            human(*window),
+            human(*older_than)
+        ),
+        AdminError::MissingAudit(field) => format!(
+            "an audited change needs a non-empty {field}: pass --actor and --reason"
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// The message of an error a delivery can meet as well.
+fn inbox_message(error: &Error) -> String {
     match error {
         Error::Database(source) => {
             let text = format!("database error: {source}");
@@ -16,23 +41,6 @@ pub(crate) fn message(error: &Error) -> String {
                 text
             }
         }
-        Error::DeadLetterNotFound { event_id } => format!(
-            "no dead letter for event {event_id:?} of this consumer; list them with `diesel-inbox dead-letters list` (and `--consumer NAME` for another consumer)"
-        ),
-        Error::GapNotFound { id } => format!(
-            "no gap {id} for this consumer; list the gaps with `diesel-inbox gaps --all`"
-        ),
-        Error::ClaimNotFound { event_id } => format!(
-            "no claim {event_id:?} for this consumer; list the claims with `diesel-inbox claims --all`"
-        ),
-        Error::RetentionBelowWindow { older_than, window } => format!(
-            "refusing to prune inbox rows younger than the redelivery window: --redelivery-window is {}, and pruning rows only {} old (--older-than) would let a late redelivery run the effect again; pass a longer --older-than, or a shorter --redelivery-window if redeliveries really stop sooner",
-            human(*window),
-            human(*older_than)
-        ),
-        Error::MissingAudit(field) => format!(
-            "an audited change needs a non-empty {field}: pass --actor and --reason"
-        ),
         Error::TooManyOpenGaps { stream, open } => format!(
             "stream {stream:?} already has {open} open gaps: resolve those given up on with `diesel-inbox gaps resolve`"
         ),
@@ -61,10 +69,10 @@ mod tests {
 
     /// Every error the tool's commands can meet: connecting, listing, showing, changing,
     /// pruning, the doctor, migrations.
-    fn every_error_the_tool_shows() -> Vec<Error> {
+    fn every_error_the_tool_shows() -> Vec<AdminError> {
         let id = || EventId::new("evt-1").unwrap();
         let db = || diesel::result::Error::NotFound;
-        vec![
+        let inbox = [
             Error::Database(db()),
             Error::RetriesExhausted {
                 attempts: 3,
@@ -72,44 +80,51 @@ mod tests {
             },
             Error::ConnectionLost { source: db() },
             Error::TransactionAborted { source: None },
-            Error::InvalidTransition {
-                event_id: id(),
-                state: DeadLetterState::Discarded,
-                attempted: DeadLetterState::Released,
-            },
-            Error::DeadLetterNotFound { event_id: id() },
             Error::StoredResult(serde_json::from_str::<u8>("x").unwrap_err()),
-            Error::MissingAudit("actor"),
-            Error::OutboxRowNotFound { position: 1 },
-            Error::OutboxRowNotFailed {
-                position: 1,
-                state: OutboxState::Pending,
-            },
             Error::Pool("timed out".to_owned()),
-            Error::RetentionBelowWindow {
-                older_than: Duration::from_secs(86_400),
-                window: Duration::from_secs(7 * 86_400),
-            },
-            Error::PruneRunning,
             Error::TooManyOpenGaps {
                 stream: "s".to_owned(),
                 open: 3,
             },
-            Error::GapNotFound { id: 1 },
-            Error::GapNotOpen {
+        ];
+        let admin = [
+            AdminError::InvalidTransition {
+                event_id: id(),
+                state: DeadLetterState::Discarded,
+                attempted: DeadLetterState::Released,
+            },
+            AdminError::DeadLetterNotFound { event_id: id() },
+            AdminError::MissingAudit("actor"),
+            AdminError::OutboxRowNotFound { position: 1 },
+            AdminError::OutboxRowNotFailed {
+                position: 1,
+                state: OutboxState::Pending,
+            },
+            AdminError::RetentionBelowWindow {
+                older_than: Duration::from_secs(86_400),
+                window: Duration::from_secs(7 * 86_400),
+            },
+            AdminError::PruneRunning,
+            AdminError::GapNotFound { id: 1 },
+            AdminError::GapNotOpen {
                 id: 1,
                 state: GapState::Resolved,
             },
-            Error::ClaimNotFound { event_id: id() },
-            Error::ClaimNotInDoubt {
+            AdminError::ClaimNotFound { event_id: id() },
+            AdminError::ClaimNotInDoubt {
                 event_id: id(),
                 state: ClaimState::Completed,
             },
-            Error::MigrationInstall {
+            AdminError::MigrationInstall {
                 path: "x".into(),
                 source: std::io::Error::other("denied"),
             },
-        ]
+        ];
+        inbox
+            .into_iter()
+            .map(AdminError::from)
+            .chain(admin)
+            .collect()
     }
 
     #[test]
@@ -122,9 +137,9 @@ mod tests {
 
     #[test]
     fn the_schema_remedy_names_the_tools_commands() {
-        let text = message(&Error::Database(diesel::result::Error::NotFound));
+        let text = message(&Error::Database(diesel::result::Error::NotFound).into());
         assert!(!text.contains("migration"), "not a missing table: {text}");
-        let text = message(&Error::RetentionBelowWindow {
+        let text = message(&AdminError::RetentionBelowWindow {
             older_than: Duration::from_secs(86_400),
             window: Duration::from_secs(7 * 86_400),
         });

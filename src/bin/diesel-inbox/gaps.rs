@@ -2,7 +2,8 @@
 
 use clap::{Args, Subcommand};
 use diesel_inbox::{
-    Audit, CorruptRow, Cursor, Error, Gap, GapState, Inbox, InboxConnection, Position, Resume,
+    AdminError, Audit, CorruptRow, Cursor, Error, Gap, GapState, Inbox, InboxConnection, Position,
+    Resume,
 };
 use serde_json::{json, Value};
 
@@ -288,7 +289,7 @@ fn resolve<C: InboxConnection>(
         })?
         .map_err(Error::from)?;
     if gap.state() != GapState::Open {
-        return Err(Error::GapNotOpen {
+        return Err(AdminError::GapNotOpen {
             id,
             state: gap.state(),
         }

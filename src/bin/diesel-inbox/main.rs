@@ -298,9 +298,15 @@ enum Failure {
     Closed,
 }
 
+impl From<diesel_inbox::AdminError> for Failure {
+    fn from(error: diesel_inbox::AdminError) -> Self {
+        Self::Error(errors::message(&error))
+    }
+}
+
 impl From<diesel_inbox::Error> for Failure {
     fn from(error: diesel_inbox::Error) -> Self {
-        Self::Error(errors::message(&error))
+        diesel_inbox::AdminError::from(error).into()
     }
 }
 

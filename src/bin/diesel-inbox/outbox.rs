@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use diesel_inbox::{
-    CorruptRow, Error, InboxConnection, Outbox, OutboxRecord, OutboxState, OutboxStats,
+    AdminError, CorruptRow, InboxConnection, Outbox, OutboxRecord, OutboxState, OutboxStats,
 };
 use serde_json::{json, Value};
 
@@ -269,7 +269,7 @@ fn retry<C: InboxConnection>(
     let audit = audit.audit()?;
     let record = Outbox::record(conn, position)?;
     if record.state != OutboxState::Failed {
-        return Err(Error::OutboxRowNotFailed {
+        return Err(AdminError::OutboxRowNotFailed {
             position,
             state: record.state,
         }
