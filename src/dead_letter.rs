@@ -420,12 +420,11 @@ where
         let recorded = C::Backend::record_delivery(tx, key, Utc::now(), hash).await?;
         if !matches!(recorded, Recorded::New) {
             // Processed by other means although its failure row says dead-lettered.
-            let refused = AdminError::InvalidTransition {
+            return Err(Failure::refused(AdminError::InvalidTransition {
                 event_id: self.event_id.clone(),
                 state: DeadLetterState::Redriven,
                 attempted: DeadLetterState::Redriven,
-            };
-            return Err(Failure::Handler(refused.into()));
+            }));
         }
         let mut effect = WithPayload {
             effect: &mut *self.effect,
@@ -520,22 +519,20 @@ async fn transition_from_dead_lettered<F, C: Db<F, Backend: Sql>, E: From<AdminE
 ) -> Result<FailureRow, Failure<E>> {
     let event_id = || EventId::new(key.1).expect("the key holds a validated id");
     let Some(row) = C::Backend::failure(conn, key).await? else {
-        let missing = AdminError::DeadLetterNotFound {
+        return Err(Failure::refused(AdminError::DeadLetterNotFound {
             event_id: event_id(),
-        };
-        return Err(Failure::Handler(missing.into()));
+        }));
     };
     let state = row
         .state
         .clone()
         .map_err(|unknown| Failure::Inbox(unknown.in_row(&failure_key(key)).into()))?;
     if state != DeadLetterState::DeadLettered {
-        let refused = AdminError::InvalidTransition {
+        return Err(Failure::refused(AdminError::InvalidTransition {
             event_id: event_id(),
             state,
             attempted: transition.to(),
-        };
-        return Err(Failure::Handler(refused.into()));
+        }));
     }
     Ok(row)
 }

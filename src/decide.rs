@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::class::{ErrorClass, FailedStatement};
 use crate::rows::Existing;
 use crate::state::{DeadLetterState, InboxState};
-use crate::{DeadLettered, Duplicate, Error, FailureKind, HandlerError, RetryPolicy};
+use crate::{AdminError, DeadLettered, Duplicate, Error, FailureKind, HandlerError, RetryPolicy};
 
 /// Where the inbox's transaction runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,14 @@ impl<E> Failure<E> {
             Ok(corrupt) => Failure::Inbox(corrupt.into()),
             Err(error) => Failure::Database(error),
         }
+    }
+}
+
+impl<E: From<AdminError>> Failure<E> {
+    /// An operation's refusal (the dead letter is not dead-lettered, the gap is not open),
+    /// found by a transaction body: the body's own error, returned as it is and not retried.
+    pub(crate) fn refused(refusal: AdminError) -> Self {
+        Failure::Handler(refusal.into())
     }
 }
 

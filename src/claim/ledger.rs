@@ -367,7 +367,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
         let key = (consumer, self.event_id.as_str());
         let now = now();
         let not_found = || {
-            Failure::Handler(AdminError::ClaimNotFound {
+            Failure::refused(AdminError::ClaimNotFound {
                 event_id: self.event_id.clone(),
             })
         };
@@ -375,7 +375,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
             .await?
             .ok_or_else(not_found)?;
         if let Err(state) = verdict::resolvable(&row, now) {
-            return Err(Failure::Handler(AdminError::ClaimNotInDoubt {
+            return Err(Failure::refused(AdminError::ClaimNotInDoubt {
                 event_id: self.event_id.clone(),
                 state,
             }));

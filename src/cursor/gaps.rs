@@ -189,7 +189,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
 
     async fn attempt(&mut self, conn: &mut C) -> Result<Gap, Failure<AdminError>> {
         let Self { gaps, id, audit } = *self;
-        let not_found = || Failure::Handler(AdminError::GapNotFound { id });
+        let not_found = || Failure::refused(AdminError::GapNotFound { id });
         let at = id.to_string();
         let (consumer, stream, state) = C::Backend::gap_by_id(conn, id)
             .await
@@ -202,7 +202,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
             return Err(not_found());
         }
         if state != GapState::Open {
-            return Err(Failure::Handler(AdminError::GapNotOpen { id, state }));
+            return Err(Failure::refused(AdminError::GapNotOpen { id, state }));
         }
         let key = (consumer.as_str(), stream.as_str());
         // The cursor row's lock orders this with the stream's deliveries.
@@ -216,7 +216,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Resolve<'_> {
             let state = C::Backend::gap_by_id(conn, id)
                 .await?
                 .map_or(GapState::Filled, |g| g.2);
-            return Err(Failure::Handler(AdminError::GapNotOpen { id, state }));
+            return Err(Failure::refused(AdminError::GapNotOpen { id, state }));
         };
         let mut ledger = Stream::new(high, open);
         ledger.resolve(id);

@@ -906,7 +906,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Acquire<'_> {
 
 /// The effect of a sequence whose event was dead-lettered: the inbox row holds it back, so
 /// it never runs. If it did, the row that held it back is gone (deleted by hand): the event
-/// fails permanently, and is dead-lettered again.
+/// fails permanently, with a message that says so.
 struct HeldBack<'a, T, E>(&'a EventId, PhantomData<fn() -> (T, E)>);
 
 impl<C, T, E: From<Error>> Effect<C> for HeldBack<'_, T, E> {
