@@ -2,11 +2,13 @@
 //! the sync scenarios pin them, and what a cancelled delivery leaves behind. Deliveries run on
 //! the async connection; what they left is read back through a sync one.
 
+#[macro_use]
+#[allow(dead_code, unused_imports, unused_macros)]
+mod scenarios;
 #[allow(dead_code, unused_imports)]
 mod support;
 
 use diesel_inbox::AdminError;
-use std::future::Future;
 use std::ops::DerefMut;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,8 +16,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use diesel::connection::TransactionManagerStatus;
-use diesel_async::pooled_connection::deadpool::Pool;
-use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, SimpleAsyncConnection, TransactionManager};
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
 use diesel_inbox::doctor::{Check, CheckStatus};
@@ -23,32 +23,12 @@ use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing;
 use diesel_inbox::{
     Ack, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimState, Claimed, DeadLetterState,
-    Delivery, Duplicate, Envelope, Error, EventId, GapState, Outbox, OutboxMessage, OutboxState,
-    Outcome, Payload, Pruned, PublishError, Relay, Resolution, Resume, Retention, Sequenced,
+    Delivery, Envelope, Error, EventId, GapState, Outbox, OutboxMessage, OutboxState, Outcome,
+    Payload, Pruned, PublishError, Relay, Resolution, Resume, Retention, Sequenced,
 };
 use futures_util::FutureExt;
 
-use support::{setup, Backend, TestConn};
-
-/// A backend's async connection, beside the sync one the scenarios check with.
-trait AsyncBackend: Backend {
-    type Async: AsyncInboxConnection;
-
-    /// An async connection to the database at `url`, set up as the sync one is.
-    fn connect(url: &str) -> impl Future<Output = Self::Async> + Send;
-
-    /// A deadpool pool of such connections.
-    type Pool: Clone + Send + Sync + 'static;
-
-    /// A pool of `size` connections to the database at `url`.
-    fn pool(url: &str, size: usize) -> Self::Pool;
-
-    /// A connection from the pool, as deadpool hands it out.
-    fn get(pool: &Self::Pool) -> impl Future<Output = Pooled<Self::Async>> + Send;
-}
-
-/// A pooled connection, whichever its pool.
-type Pooled<C> = Box<dyn DerefMut<Target = C> + Send>;
+use support::{setup, AsyncBackend, Pooled, TestConn};
 
 /// A pooled connection that derefs to the connection itself, as a pool's own guard does.
 struct Checkout<C>(Pooled<C>);
@@ -65,59 +45,6 @@ impl<C> DerefMut for Checkout<C> {
     fn deref_mut(&mut self) -> &mut C {
         &mut self.0
     }
-}
-
-/// [`AsyncBackend`]'s pool, whose bounds only a concrete connection type meets.
-macro_rules! deadpool {
-    () => {
-        type Pool = Pool<Self::Async>;
-
-        fn pool(url: &str, size: usize) -> Self::Pool {
-            let mut config = ManagerConfig::default();
-            config.custom_setup = Box::new(|url| {
-                let url = url.to_owned();
-                Box::pin(async move { Ok(Self::connect(&url).await) })
-            });
-            let manager = AsyncDieselConnectionManager::new_with_config(url, config);
-            Pool::builder(manager).max_size(size).build().unwrap()
-        }
-
-        async fn get(pool: &Self::Pool) -> Pooled<Self::Async> {
-            Box::new(pool.get().await.unwrap())
-        }
-    };
-}
-
-impl AsyncBackend for support::Postgres {
-    type Async = diesel_async::AsyncPgConnection;
-
-    async fn connect(url: &str) -> Self::Async {
-        Self::Async::establish(url).await.unwrap()
-    }
-
-    deadpool!();
-}
-
-impl AsyncBackend for support::Mysql {
-    type Async = diesel_async::AsyncMysqlConnection;
-
-    async fn connect(url: &str) -> Self::Async {
-        Self::Async::establish(url).await.unwrap()
-    }
-
-    deadpool!();
-}
-
-impl AsyncBackend for support::Sqlite {
-    type Async =
-        diesel_async::sync_connection_wrapper::SyncConnectionWrapper<diesel::SqliteConnection>;
-
-    async fn connect(url: &str) -> Self::Async {
-        // The busy timeout and journal mode of `SqliteSetup`, as every sync connection has.
-        diesel_async::sync_connection_wrapper::SyncConnectionWrapper::new(Self::connect_to(url))
-    }
-
-    deadpool!();
 }
 
 /// The scenarios' effect: one row in `effects` (the ids are the tests' own, safe as text).
@@ -141,25 +68,6 @@ fn depth<C: AsyncConnection>(conn: &mut C) -> Option<u32> {
     }
 }
 
-async fn a_new_event_takes_effect_once_and_a_redelivery_is_a_duplicate<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let award = async |tx: &mut B::Async| record_effect(tx, "evt-1").await.map(|()| 10);
-
-    let first = asynch::with_inbox(&mut conn, "evt-1", award).await.unwrap();
-    let again = asynch::with_inbox(&mut conn, "evt-1", award).await.unwrap();
-
-    assert_eq!(first, Outcome::Processed(10));
-    assert_eq!(again.duplicate().and_then(Duplicate::deliveries), Some(2));
-    assert_eq!(check.effects_of("evt-1"), 1);
-    assert_eq!(depth(&mut conn), Some(0));
-    let stats = asynch::Inbox::default()
-        .stats(&mut conn, Duration::from_secs(3600))
-        .await
-        .unwrap();
-    assert_eq!((stats.totals.processed, stats.recent.duplicates), (1, 1));
-}
-
 async fn a_failing_handler_rolls_back_and_is_dead_lettered_at_the_limit<B: AsyncBackend>() {
     let (db, mut check) = setup::<B>();
     let mut conn = B::connect(db.url()).await;
@@ -181,29 +89,6 @@ async fn a_failing_handler_rolls_back_and_is_dead_lettered_at_the_limit<B: Async
     assert_eq!(check.effect_count(), 0, "both attempts rolled back");
     assert_eq!(check.failure_rows("audited", "evt-1").0, 1);
     assert_eq!(depth(&mut conn), Some(0));
-}
-
-async fn a_panicking_handler_rolls_back_and_its_connection_stays_usable<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let panicking = async |tx: &mut B::Async| -> Result<(), Error> {
-        record_effect(tx, "evt-1").await?;
-        tx.batch_execute("SELECT 1").await?;
-        panic!("the handler's bug")
-    };
-
-    let delivery = asynch::with_inbox(&mut conn, "evt-1", panicking);
-    let panic = AssertUnwindSafe(delivery).catch_unwind().await.unwrap_err();
-
-    assert_eq!(panic.downcast_ref::<&str>(), Some(&"the handler's bug"));
-    assert_eq!(check.effect_count(), 0);
-    assert_eq!(depth(&mut conn), Some(0));
-    let redelivered = asynch::with_inbox(&mut conn, "evt-1", async |tx: &mut B::Async| {
-        record_effect(tx, "evt-1").await
-    })
-    .await;
-    assert_eq!(redelivered.unwrap(), Outcome::Processed(()));
-    assert_eq!(check.effects_of("evt-1"), 1);
 }
 
 async fn contention_in_the_handler_is_retried_on_the_runtimes_timer<B: AsyncBackend>() {
@@ -231,34 +116,6 @@ async fn contention_in_the_handler_is_retried_on_the_runtimes_timer<B: AsyncBack
         1,
         "the first attempt rolled back"
     );
-}
-
-async fn inside_a_callers_transaction_the_callers_commit_decides<B: AsyncBackend>() {
-    type Manager<C> = <C as AsyncConnection>::TransactionManager;
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let award = async |tx: &mut B::Async| record_effect(tx, "evt-1").await;
-
-    Manager::<B::Async>::begin_transaction(&mut conn)
-        .await
-        .unwrap();
-    let nested = asynch::with_inbox(&mut conn, "evt-1", award).await;
-    assert_eq!(nested.unwrap(), Outcome::Processed(()));
-    assert_eq!(depth(&mut conn), Some(1), "a savepoint, released");
-    Manager::<B::Async>::rollback_transaction(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!((check.effect_count(), check.inbox_rows()), (0, 0));
-
-    Manager::<B::Async>::begin_transaction(&mut conn)
-        .await
-        .unwrap();
-    let nested = asynch::with_inbox(&mut conn, "evt-1", award).await;
-    assert_eq!(nested.unwrap(), Outcome::Processed(()));
-    Manager::<B::Async>::commit_transaction(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!((check.effect_count(), check.inbox_rows()), (1, 1));
 }
 
 async fn a_duplicate_gets_the_stored_result_back<B: AsyncBackend>() {
@@ -1263,20 +1120,30 @@ async fn cancelled_deliveries_over_a_pool_take_effect_exactly_once<B: AsyncBacke
     }
 }
 
-/// Each scenario against each backend, on tokio's multi-thread runtime (a cancelled
-/// delivery on `SyncConnectionWrapper` needs it).
+/// A test of the async flavour, on tokio's multi-thread runtime (a cancelled delivery on
+/// `SyncConnectionWrapper` needs it).
+macro_rules! async_test {
+    ($scenario:ident, $flavour:ty) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $scenario() {
+            $crate::scenarios::$scenario::<$flavour>().await;
+        }
+    };
+}
+
+/// Each scenario against each backend: those written once over both flavours, and the async
+/// flavour's own.
 macro_rules! async_backend_tests {
     ($($backend:ident),*) => {$(
         #[allow(non_snake_case)]
         mod $backend {
             use super::*;
 
+            flavour_tests!(async_test, support::Async<support::$backend>);
+
             async_backend_tests!(@each support::$backend:
-                a_new_event_takes_effect_once_and_a_redelivery_is_a_duplicate,
                 a_failing_handler_rolls_back_and_is_dead_lettered_at_the_limit,
-                a_panicking_handler_rolls_back_and_its_connection_stays_usable,
                 contention_in_the_handler_is_retried_on_the_runtimes_timer,
-                inside_a_callers_transaction_the_callers_commit_decides,
                 a_duplicate_gets_the_stored_result_back,
                 an_event_enqueued_by_a_handler_commits_with_it_and_is_published_once,
                 a_failed_publish_holds_back_its_aggregate_until_a_later_pass_publishes_it,

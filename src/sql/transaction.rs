@@ -76,9 +76,16 @@ impl TransactionSql for diesel::pg::Pg {
         use crate::class::{classify_by_message, message_contains};
         // 40001 arrives as SerializationFailure, a dead session as ClosedConnection; 40P01
         // and 55P03 only as their messages, and so does a session terminated by an
-        // administrator while libpq still thinks the connection is fine; and so does 25P02,
-        // a statement refused because an earlier one aborted the transaction.
-        if message_contains(error, &["current transaction is aborted"]) {
+        // administrator while libpq still thinks the connection is fine; and so do 25P02,
+        // a statement refused because an earlier one aborted the transaction, and 25P01, the
+        // commit's check finding no transaction open.
+        if message_contains(
+            error,
+            &[
+                "current transaction is aborted",
+                "can only be used in transaction blocks",
+            ],
+        ) {
             return ErrorClass::Aborted;
         }
         classify_by_message(
@@ -97,10 +104,13 @@ impl TransactionSql for diesel::pg::Pg {
         conn: &mut C,
     ) -> impl Future<Output = QueryResult<()>> + Send {
         // In an aborted transaction PostgreSQL refuses every statement, while COMMIT
-        // "succeeds" as a silent ROLLBACK. In one simple-protocol message the server stops at
-        // the first error, so `SELECT 1` refuses an aborted transaction and its COMMIT never
-        // runs: the check costs no round trip of its own.
-        conn.batch_execute("SELECT 1; COMMIT")
+        // "succeeds" as a silent ROLLBACK; and with no transaction open (a handler's own
+        // ROLLBACK or COMMIT ended it) COMMIT only warns. A SAVEPOINT refuses both: 25P02 in an
+        // aborted transaction, 25P01 outside one. In one simple-protocol message the server
+        // stops at the first error, so the COMMIT after it never runs then: the check costs no
+        // round trip of its own. Sync Diesel's `PgConnection` notices a transaction ended
+        // under it from the server's replies; diesel-async's does not, and needs this.
+        conn.batch_execute("SAVEPOINT diesel_inbox_commit; COMMIT")
     }
 
     async fn transaction_is_alive<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {

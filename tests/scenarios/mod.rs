@@ -2,6 +2,7 @@
 #![allow(unreachable_pub)]
 
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -9,9 +10,11 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{with_inbox, Error, Inbox, InvalidEventId, Outcome, RetryPolicy};
+use futures_util::FutureExt;
 
 use crate::support::{
-    concurrently, setup, transaction_depth, Backend, EffectConn, StatementLog, TestConn,
+    concurrently, setup, setup_flavour, transaction_depth, Backend, EffectConn, Flavour, Handle,
+    StatementLog, TestConn, Tx,
 };
 
 mod batch;
@@ -43,16 +46,14 @@ pub use relay_crash::*;
 pub use retention::*;
 pub use stats::*;
 
-/// Generates one `#[test]` per scenario for the backend `$backend`.
-macro_rules! backend_tests {
-    ($backend:ty) => {
-        backend_tests!(@in scenarios, $backend;
+/// The scenarios written once over both flavours ([`Flavour`]): one test each, made by
+/// `$test!(scenario, flavour)`.
+macro_rules! flavour_tests {
+    ($test:ident, $flavour:ty) => {
+        flavour_tests!(@each $test, $flavour;
             duplicate_delivery_runs_the_effect_once,
-            duplicates_on_different_connections_run_the_effect_once,
-            concurrent_overlapping_deliveries_take_effect_once_per_id,
             handler_error_leaves_no_effect_and_no_row_and_redelivery_processes_it,
             handler_panic_leaves_no_effect_no_open_transaction_and_a_failure_record,
-            handler_panic_on_a_pooled_connection_returns_it_to_the_pool_clean,
             two_consumers_each_process_the_same_event_once,
             nested_in_a_rolled_back_transaction_a_later_delivery_processes_it,
             nested_in_a_committed_transaction_the_event_stays_processed,
@@ -62,7 +63,35 @@ macro_rules! backend_tests {
             a_transaction_ended_behind_the_inbox_is_not_reported_as_processed,
             contention_that_clears_is_retried_and_never_reaches_the_caller,
             contention_outlasting_the_retries_is_reported_and_commits_nothing,
+            a_panic_while_storing_the_result_leaves_no_transaction_open,
             uuid_and_string_forms_of_one_id_are_one_event,
+            each_delivery_path_sends_only_the_statements_it_needs,
+        );
+    };
+    (@each $test:ident, $flavour:ty; $($scenario:ident),+ $(,)?) => {
+        $($test!($scenario, $flavour);)+
+    };
+}
+
+/// A test of the blocking flavour: the scenario's futures are ready when made.
+macro_rules! blocking_test {
+    ($scenario:ident, $flavour:ty) => {
+        #[test]
+        fn $scenario() {
+            $crate::support::block_on($crate::scenarios::$scenario::<$flavour>());
+        }
+    };
+}
+
+/// Generates one `#[test]` per scenario for the backend `$backend`: the sync API's own, and
+/// those written once over both flavours, on the blocking one.
+macro_rules! backend_tests {
+    ($backend:ty) => {
+        flavour_tests!(blocking_test, $crate::support::Blocking<$backend>);
+        backend_tests!(@in scenarios, $backend;
+            duplicates_on_different_connections_run_the_effect_once,
+            concurrent_overlapping_deliveries_take_effect_once_per_id,
+            handler_panic_on_a_pooled_connection_returns_it_to_the_pool_clean,
             a_duplicate_relaxes_durability_for_its_own_transaction_only,
             migrations_apply_on_a_fresh_database_and_again_idempotently,
             replicas_starting_together_all_migrate_and_the_schema_is_applied_once,
@@ -79,7 +108,6 @@ macro_rules! backend_tests {
             concurrent_failures_of_one_event_count_correctly,
             a_panicking_handler_counts_as_a_failed_attempt,
             discarding_a_dead_letter_whose_inbox_row_was_deleted_still_holds_it_back,
-            each_delivery_path_sends_only_the_statements_it_needs,
             a_batch_runs_new_ids_once_and_reports_duplicates_in_order,
             a_bulk_effect_receives_the_new_deliveries_once_in_one_call,
             a_failing_bulk_effect_runs_again_event_by_event_and_only_the_failing_one_rolls_back,
@@ -90,7 +118,6 @@ macro_rules! backend_tests {
             concurrent_overlapping_batches_take_effect_once_per_id,
             a_swallowed_statement_error_in_a_batch_spoils_only_its_own_event,
             an_effect_that_ends_the_transaction_stops_the_batch_before_anything_commits,
-            a_panic_while_storing_the_result_leaves_no_transaction_open,
             assert_idempotent_passes_a_handler_whose_effect_is_inside_the_inbox,
             assert_idempotent_catches_an_effect_written_outside_the_inbox_transaction,
             assert_idempotent_catches_a_handler_that_makes_up_a_new_id_per_delivery,
@@ -201,20 +228,28 @@ pub fn effect<C: EffectConn>(event_id: &str) -> impl FnMut(&mut C) -> QueryResul
     move |tx| tx.write_effect(event_id)
 }
 
-pub fn duplicate_delivery_runs_the_effect_once<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+/// [`effect`] for a scenario written once over both flavours: a handler writing its row
+/// through [`Tx`].
+pub fn writes<F: Flavour>(event_id: &str) -> impl Handle<F, (), diesel::result::Error> + '_ {
+    async move |tx: &mut F::Conn| tx.write_effect(event_id).await
+}
+
+pub async fn duplicate_delivery_runs_the_effect_once<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let before = chrono::Utc::now();
 
-    let first = with_inbox(&mut conn, "evt-1", effect("evt-1")).unwrap();
-    let second = with_inbox(&mut conn, "evt-1", effect("evt-1")).unwrap();
-    let third = with_inbox(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    let first = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    let second = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    let third = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
 
-    assert_eq!(first, Outcome::Processed(()));
+    assert_eq!(first.unwrap(), Outcome::Processed(()));
     let second = second
+        .unwrap()
         .duplicate()
         .expect("second delivery is a duplicate")
         .clone();
     let third = third
+        .unwrap()
         .duplicate()
         .expect("third delivery is a duplicate")
         .clone();
@@ -228,8 +263,12 @@ pub fn duplicate_delivery_runs_the_effect_once<B: Backend>() {
         .processed_at()
         .expect("an event id's record keeps its time");
     assert!(processed_at >= before - skew && processed_at <= chrono::Utc::now() + skew);
-    assert_eq!(conn.effect_count(), 1);
-    assert_eq!(conn.inbox_rows(), 1);
+    assert_eq!(check.effect_count(), 1);
+    assert_eq!(check.inbox_rows(), 1);
+    assert_eq!(F::depth(&mut conn), 0);
+    let stats = F::stats(&Inbox::default(), &mut conn, Duration::from_secs(3600)).await;
+    let stats = stats.unwrap();
+    assert_eq!((stats.totals.processed, stats.recent.duplicates), (1, 2));
 }
 
 pub fn duplicates_on_different_connections_run_the_effect_once<B: Backend>() {
@@ -322,24 +361,24 @@ impl From<diesel_inbox::AdminError> for HandlerError {
 /// Every failure counted, the default.
 impl diesel_inbox::HandlerError for HandlerError {}
 
-pub fn handler_error_leaves_no_effect_and_no_row_and_redelivery_processes_it<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn handler_error_leaves_no_effect_and_no_row_and_redelivery_processes_it<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
 
-    let failed = with_inbox(&mut conn, "evt-1", |tx| {
-        tx.record_effect("evt-1").unwrap();
+    let failed = F::with_inbox(&mut conn, "evt-1", async |tx: &mut F::Conn| {
+        tx.write_effect("evt-1").await.unwrap();
         Err::<(), _>(HandlerError::Refused)
-    });
+    })
+    .await;
 
     assert_eq!(
         failed,
         Err(HandlerError::Refused),
         "the handler's own error, unchanged"
     );
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_processed());
-    assert_eq!(conn.effect_count(), 1);
+    assert_eq!((check.effect_count(), check.inbox_rows()), (0, 0));
+    let redelivered = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(redelivered.unwrap().is_processed());
+    assert_eq!(check.effect_count(), 1);
 }
 
 fn panic_inside_inbox<C: EffectConn>(conn: &mut C) {
@@ -353,25 +392,31 @@ fn panic_inside_inbox<C: EffectConn>(conn: &mut C) {
     assert_eq!(message.downcast_ref::<&str>(), Some(&"handler bug"));
 }
 
-pub fn handler_panic_leaves_no_effect_no_open_transaction_and_a_failure_record<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn handler_panic_leaves_no_effect_no_open_transaction_and_a_failure_record<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
 
-    panic_inside_inbox(&mut conn);
+    let delivery = F::with_inbox(&mut conn, "evt-1", async |tx: &mut F::Conn| {
+        tx.write_effect("evt-1").await.unwrap();
+        panic!("handler bug");
+        #[allow(unreachable_code)]
+        QueryResult::Ok(())
+    });
+    let caught = AssertUnwindSafe(delivery).catch_unwind().await;
 
-    assert_eq!(transaction_depth(&mut conn), 0);
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
-    let record = Inbox::default()
-        .dead_letters()
-        .show(&mut conn, "evt-1")
+    let message = caught.expect_err("the panic continues past the inbox");
+    assert_eq!(message.downcast_ref::<&str>(), Some(&"handler bug"));
+    assert_eq!(F::depth(&mut conn), 0);
+    assert_eq!((check.effect_count(), check.inbox_rows()), (0, 0));
+    let record = F::show(&Inbox::default(), &mut conn, "evt-1")
+        .await
         .expect("the panic is recorded as a failed attempt");
     assert_eq!(
         (record.attempts, record.last_error.as_str()),
         (1, "handler panicked: handler bug")
     );
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_processed());
-    assert_eq!(conn.effect_count(), 1);
+    let redelivered = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(redelivered.unwrap().is_processed());
+    assert_eq!(check.effect_count(), 1);
 }
 
 pub fn handler_panic_on_a_pooled_connection_returns_it_to_the_pool_clean<B: Backend>() {
@@ -398,94 +443,91 @@ pub fn handler_panic_on_a_pooled_connection_returns_it_to_the_pool_clean<B: Back
         .is_processed());
 }
 
-pub fn two_consumers_each_process_the_same_event_once<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn two_consumers_each_process_the_same_event_once<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let (billing, audit) = (Inbox::new("billing").unwrap(), Inbox::new("audit").unwrap());
 
     for _ in 0..2 {
         for inbox in [&billing, &audit] {
-            let _ = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+            let _ = F::process(inbox, &mut conn, "evt-1", writes("evt-1"))
+                .await
+                .unwrap();
         }
     }
 
-    assert_eq!(conn.effect_count(), 2);
-    assert_eq!(conn.inbox_rows(), 2);
-    assert!(billing
-        .process(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_duplicate());
+    assert_eq!(check.effect_count(), 2);
+    assert_eq!(check.inbox_rows(), 2);
+    let again = F::process(&billing, &mut conn, "evt-1", writes("evt-1")).await;
+    assert!(again.unwrap().is_duplicate());
 }
 
-pub fn nested_in_a_rolled_back_transaction_a_later_delivery_processes_it<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn nested_in_a_rolled_back_transaction_a_later_delivery_processes_it<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
 
-    let rolled_back = conn.transaction(|tx| {
-        assert!(with_inbox(tx, "evt-1", effect("evt-1"))?.is_processed());
-        Err::<(), _>(diesel::result::Error::RollbackTransaction)
-    });
+    F::begin(&mut conn).await;
+    let nested = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(nested.unwrap().is_processed());
+    assert_eq!(F::depth(&mut conn), 1, "its savepoint released");
+    F::end(&mut conn, false).await;
 
-    assert_eq!(rolled_back, Err(diesel::result::Error::RollbackTransaction));
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_processed());
-    assert_eq!(conn.effect_count(), 1);
+    assert_eq!((check.effect_count(), check.inbox_rows()), (0, 0));
+    let redelivered = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(redelivered.unwrap().is_processed());
+    assert_eq!(check.effect_count(), 1);
 }
 
-pub fn nested_in_a_committed_transaction_the_event_stays_processed<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn nested_in_a_committed_transaction_the_event_stays_processed<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
 
-    conn.transaction(|tx| {
-        assert!(with_inbox(tx, "evt-1", effect("evt-1"))?.is_processed());
-        // A failing nested delivery rolls back its savepoint only.
-        let failed = with_inbox(tx, "evt-2", |_| Err::<(), _>(HandlerError::Refused));
-        assert_eq!(failed, Err(HandlerError::Refused));
-        assert_eq!(transaction_depth(tx), 1);
-        QueryResult::Ok(())
-    })
-    .unwrap();
+    F::begin(&mut conn).await;
+    let nested = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(nested.unwrap().is_processed());
+    // A failing nested delivery rolls back its savepoint only.
+    let refuse = async |_: &mut F::Conn| Err::<(), _>(HandlerError::Refused);
+    let failed = F::with_inbox(&mut conn, "evt-2", refuse).await;
+    assert_eq!(failed, Err(HandlerError::Refused));
+    assert_eq!(F::depth(&mut conn), 1);
+    F::end(&mut conn, true).await;
 
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_duplicate());
-    assert!(with_inbox(&mut conn, "evt-2", effect("evt-2"))
-        .unwrap()
-        .is_processed());
-    assert_eq!(conn.effect_count(), 2);
+    let again = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(again.unwrap().is_duplicate());
+    let second = F::with_inbox(&mut conn, "evt-2", writes("evt-2")).await;
+    assert!(second.unwrap().is_processed());
+    assert_eq!(check.effect_count(), 2);
 }
 
-pub fn invalid_ids_are_rejected_before_any_sql<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn invalid_ids_are_rejected_before_any_sql<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let too_long = "x".repeat(256);
     let cases = [
         ("", InvalidEventId::Empty),
         (too_long.as_str(), InvalidEventId::TooLong { len: 256 }),
         ("a\0b", InvalidEventId::ContainsNul { index: 1 }),
     ];
-    let log = StatementLog::install(&mut conn);
+    let log = F::log(&mut conn);
 
     for (id, expected) in cases {
-        let mut ran = false;
-        let result = with_inbox(&mut conn, id, |_| {
-            ran = true;
+        let ran = AtomicBool::new(false);
+        let result = F::with_inbox(&mut conn, id, async |_: &mut F::Conn| {
+            ran.store(true, Ordering::Relaxed);
             Ok::<_, Error>(())
-        });
+        })
+        .await;
         match result {
             Err(Error::InvalidEventId(got)) => assert_eq!(got, expected),
             other => panic!("{id:?} was not rejected as invalid: {other:?}"),
         }
-        assert!(!ran, "the effect must not run for {id:?}");
+        assert!(!ran.into_inner(), "the effect must not run for {id:?}");
         let sent = log.take();
         assert!(sent.is_empty(), "{id:?} sent {sent:?}");
     }
-    assert_eq!(conn.inbox_rows(), 0);
-    assert!(with_inbox(&mut conn, "x".repeat(255), effect("long"))
-        .unwrap()
-        .is_processed());
+    assert_eq!(check.inbox_rows(), 0);
+    let longest = F::with_inbox(&mut conn, "x".repeat(255), writes("long")).await;
+    assert!(longest.unwrap().is_processed());
 }
 
-pub fn ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let ids = [
         "order-1",
         "Order-1",
@@ -508,39 +550,36 @@ pub fn ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct<B: Back
     ];
 
     for id in ids {
-        let outcome = with_inbox(&mut conn, id, effect(id)).unwrap();
+        let outcome = F::with_inbox(&mut conn, id, writes(id)).await.unwrap();
         assert!(
             outcome.is_processed(),
             "{id:?} was taken for a duplicate of another id"
         );
     }
     for id in ids {
-        assert!(
-            with_inbox(&mut conn, id, effect(id))
-                .unwrap()
-                .is_duplicate(),
-            "{id:?}"
-        );
+        let again = F::with_inbox(&mut conn, id, writes(id)).await.unwrap();
+        assert!(again.is_duplicate(), "{id:?}");
     }
-    assert_eq!(conn.effect_count(), ids.len());
-    assert_eq!(conn.inbox_rows(), ids.len());
+    assert_eq!(check.effect_count(), ids.len());
+    assert_eq!(check.inbox_rows(), ids.len());
 }
 
-pub fn a_swallowed_statement_error_is_reported_as_processed_only_if_the_transaction_survives<
-    B: Backend,
+pub async fn a_swallowed_statement_error_is_reported_as_processed_only_if_the_transaction_survives<
+    F: Flavour,
 >() {
-    let (_db, mut conn) = setup::<B>();
-    let ending = B::transaction_ending_statement(&mut conn);
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let ending = <F::Backend as Backend>::transaction_ending_statement(&mut check);
     let failing = ending.unwrap_or("INSERT INTO no_such_table VALUES (1)");
 
-    let result = with_inbox(&mut conn, "evt-1", |tx| {
-        tx.record_effect("evt-1")?;
-        let swallowed = tx.batch_execute(failing);
+    let result = F::with_inbox(&mut conn, "evt-1", async |tx: &mut F::Conn| {
+        tx.write_effect("evt-1").await?;
+        let swallowed = tx.execute(failing).await;
         assert!(swallowed.is_err(), "{failing} must fail");
         QueryResult::Ok(())
-    });
+    })
+    .await;
 
-    assert_eq!(transaction_depth(&mut conn), 0);
+    assert_eq!(F::depth(&mut conn), 0);
     if ending.is_some() {
         // PostgreSQL would turn COMMIT into a silent ROLLBACK, and SQLite has rolled back
         // already; the inbox must say so.
@@ -552,30 +591,30 @@ pub fn a_swallowed_statement_error_is_reported_as_processed_only_if_the_transact
             ),
             "{error:?}"
         );
-        assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
-        assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-            .unwrap()
-            .is_processed());
+        assert_eq!((check.effect_count(), check.inbox_rows()), (0, 0));
+        let redelivered = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+        assert!(redelivered.unwrap().is_processed());
     } else {
         // MySQL/MariaDB undo only the failed statement: the effect and the inbox row commit,
         // and what the database commits, the inbox reports.
         assert_eq!(result, Ok(Outcome::Processed(())));
-        assert_eq!((conn.effect_count(), conn.inbox_rows()), (1, 1));
+        assert_eq!((check.effect_count(), check.inbox_rows()), (1, 1));
     }
 }
 
-pub fn a_transaction_ended_behind_the_inbox_is_not_reported_as_processed<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_transaction_ended_behind_the_inbox_is_not_reported_as_processed<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::default().retry(RetryPolicy::none());
 
     // What a deadlock does on MySQL, or an I/O error on SQLite: the database rolls back the
     // whole transaction, and the handler carries on outside it.
-    let result = inbox.process(&mut conn, "evt-1", |tx| {
-        tx.batch_execute("ROLLBACK")?;
+    let result = F::process(&inbox, &mut conn, "evt-1", async |tx: &mut F::Conn| {
+        tx.execute("ROLLBACK").await?;
         Ok::<_, Error>(())
-    });
+    })
+    .await;
 
-    if B::DEADLOCK_ENDS_TRANSACTION {
+    if <F::Backend as Backend>::DEADLOCK_ENDS_TRANSACTION {
         // Contention: retried, and here with no retries left, reported as such.
         assert!(
             matches!(result, Err(Error::RetriesExhausted { attempts: 1, .. })),
@@ -587,12 +626,11 @@ pub fn a_transaction_ended_behind_the_inbox_is_not_reported_as_processed<B: Back
             "{result:?}"
         );
     }
-    assert_eq!(transaction_depth(&mut conn), 0);
-    assert_eq!(conn.inbox_rows(), 0);
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_processed());
-    assert_eq!(conn.inbox_rows(), 1);
+    assert_eq!(F::depth(&mut conn), 0);
+    assert_eq!(check.inbox_rows(), 0);
+    let redelivered = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(redelivered.unwrap().is_processed());
+    assert_eq!(check.inbox_rows(), 1);
 }
 
 /// A second connection that has processed `event_id` inside a transaction it has not ended,
@@ -627,14 +665,17 @@ impl LockHolder {
     }
 }
 
-pub fn contention_that_clears_is_retried_and_never_reaches_the_caller<B: Backend>() {
-    let (db, mut conn) = setup::<B>();
+pub async fn contention_that_clears_is_retried_and_never_reaches_the_caller<F: Flavour>() {
+    let (db, mut check, mut conn) = setup_flavour::<F>().await;
     let holder = LockHolder::hold(db.connect(), "evt-1");
-    B::fail_fast_on_locks(&mut conn);
+    conn.execute(<F::Backend as Backend>::FAIL_FAST_ON_LOCKS)
+        .await
+        .unwrap();
 
     // Past the first attempt's lock wait: only a retry can see the holder's commit.
+    let wait = <F::Backend as Backend>::LOCK_WAIT + Duration::from_millis(500);
     let releaser = thread::spawn(move || {
-        thread::sleep(B::LOCK_WAIT + Duration::from_millis(500));
+        thread::sleep(wait);
         holder.end(true);
     });
     let inbox = Inbox::default().retry(
@@ -643,23 +684,25 @@ pub fn contention_that_clears_is_retried_and_never_reaches_the_caller<B: Backend
             .base_delay(Duration::from_millis(20))
             .max_delay(Duration::from_millis(100)),
     );
-    let outcome = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    let outcome = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
     releaser.join().unwrap();
 
     assert!(
-        outcome.is_duplicate(),
+        outcome.unwrap().is_duplicate(),
         "the holder's commit processed it first"
     );
-    assert_eq!(conn.effect_count(), 1);
+    assert_eq!(check.effect_count(), 1);
 }
 
-pub fn contention_outlasting_the_retries_is_reported_and_commits_nothing<B: Backend>() {
-    let (db, mut conn) = setup::<B>();
+pub async fn contention_outlasting_the_retries_is_reported_and_commits_nothing<F: Flavour>() {
+    let (db, mut check, mut conn) = setup_flavour::<F>().await;
     let holder = LockHolder::hold(db.connect(), "evt-1");
-    B::fail_fast_on_locks(&mut conn);
+    conn.execute(<F::Backend as Backend>::FAIL_FAST_ON_LOCKS)
+        .await
+        .unwrap();
 
     let inbox = Inbox::default().retry(RetryPolicy::default().max_retries(2));
-    let result = inbox.process(&mut conn, "evt-1", effect("evt-1"));
+    let result = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
 
     match result {
         Err(diesel::result::Error::QueryBuilderError(_)) | Ok(_) => {
@@ -667,19 +710,19 @@ pub fn contention_outlasting_the_retries_is_reported_and_commits_nothing<B: Back
         }
         Err(_) => {}
     }
-    let typed = inbox.process(&mut conn, "evt-1", |tx| {
-        tx.record_effect("evt-1").map_err(Error::from)
-    });
+    let typed = F::process(&inbox, &mut conn, "evt-1", async |tx: &mut F::Conn| {
+        tx.write_effect("evt-1").await.map_err(Error::from)
+    })
+    .await;
     assert!(
         matches!(typed, Err(Error::RetriesExhausted { attempts: 3, .. })),
         "{typed:?}"
     );
-    assert_eq!(transaction_depth(&mut conn), 0);
+    assert_eq!(F::depth(&mut conn), 0);
     holder.end(false);
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_processed());
+    assert_eq!((check.effect_count(), check.inbox_rows()), (0, 0));
+    let redelivered = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(redelivered.unwrap().is_processed());
 }
 
 pub fn a_duplicate_relaxes_durability_for_its_own_transaction_only<B: Backend>() {
@@ -737,53 +780,46 @@ impl serde::Serialize for Explosive {
     }
 }
 
-pub fn a_panic_while_storing_the_result_leaves_no_transaction_open<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_panic_while_storing_the_result_leaves_no_transaction_open<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
 
-    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
-        let _ = Inbox::default().process_storing_result(&mut conn, "evt-1", |tx| {
-            tx.record_effect("evt-1")?;
+    let inbox = Inbox::default();
+    let delivery =
+        F::process_storing_result(&inbox, &mut conn, "evt-1", async |tx: &mut F::Conn| {
+            tx.write_effect("evt-1").await?;
             QueryResult::Ok(Explosive)
         });
-    }));
+    let caught = AssertUnwindSafe(delivery).catch_unwind().await;
 
     assert!(caught.is_err(), "the panic continues");
-    assert_eq!(transaction_depth(&mut conn), 0);
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_processed());
+    assert_eq!(F::depth(&mut conn), 0);
+    assert_eq!((check.effect_count(), check.inbox_rows()), (0, 0));
+    let redelivered = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(redelivered.unwrap().is_processed());
 }
 
-pub fn uuid_and_string_forms_of_one_id_are_one_event<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn uuid_and_string_forms_of_one_id_are_one_event<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let id = uuid::Uuid::from_u128(0x67e5_5044_10b1_426f_9247_bb68_0e5f_e0c8);
 
-    assert!(with_inbox(&mut conn, id, effect("uuid"))
-        .unwrap()
-        .is_processed());
+    let first = F::with_inbox(&mut conn, id, writes("uuid")).await;
+    assert!(first.unwrap().is_processed());
     let as_text = "67e55044-10b1-426f-9247-bb680e5fe0c8".to_owned();
-    assert!(with_inbox(&mut conn, &as_text, effect("uuid"))
-        .unwrap()
-        .is_duplicate());
-    assert!(
-        with_inbox(&mut conn, as_text.to_uppercase(), effect("uuid"))
-            .unwrap()
-            .is_processed()
-    );
+    let same = F::with_inbox(&mut conn, as_text.clone(), writes("uuid")).await;
+    assert!(same.unwrap().is_duplicate());
+    let upper = F::with_inbox(&mut conn, as_text.to_uppercase(), writes("uuid")).await;
+    assert!(upper.unwrap().is_processed());
 }
 
-pub fn each_delivery_path_sends_only_the_statements_it_needs<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let log = StatementLog::install(&mut conn);
+pub async fn each_delivery_path_sends_only_the_statements_it_needs<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
+    let log = F::log(&mut conn);
 
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_processed());
+    let first = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(first.unwrap().is_processed());
     let processed = log.take();
-    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_duplicate());
+    let again = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
+    assert!(again.unwrap().is_duplicate());
     let duplicate = log.take();
     let kept = log.take_kept();
 
@@ -798,8 +834,8 @@ pub fn each_delivery_path_sends_only_the_statements_it_needs<B: Backend>() {
         }
     }
     for (path, sent, expected) in [
-        ("processed", processed, B::PROCESSED_PATH),
-        ("duplicate", duplicate, B::DUPLICATE_PATH),
+        ("processed", processed, F::Backend::PROCESSED_PATH),
+        ("duplicate", duplicate, F::Backend::DUPLICATE_PATH),
     ] {
         let sent: Vec<String> = sent.iter().map(|s| s.replace(['"', '`'], "")).collect();
         assert_eq!(sent.len(), expected.len(), "{path}: {sent:#?}");

@@ -10,7 +10,9 @@ use diesel_inbox::testing::{Placement, TestDatabase};
 use diesel_inbox::InboxConnection;
 
 mod fake_service;
+mod flavour;
 pub(crate) use fake_service::{call, FakeService, Keys};
+pub(crate) use flavour::*;
 
 /// One backend under test. Each test binary uses one; the others are compiled in all of them.
 pub(crate) trait Backend {
@@ -51,12 +53,12 @@ pub(crate) trait Backend {
     const DEADLOCK_ENDS_TRANSACTION: bool;
 
     /// How long a lock wait lasts on a connection after
-    /// [`fail_fast_on_locks`](Self::fail_fast_on_locks).
+    /// [`FAIL_FAST_ON_LOCKS`](Self::FAIL_FAST_ON_LOCKS).
     const LOCK_WAIT: Duration;
 
-    /// Makes lock waits on `conn` give up at once, or as soon as the server allows:
-    /// after [`LOCK_WAIT`](Self::LOCK_WAIT).
-    fn fail_fast_on_locks(conn: &mut Self::Conn);
+    /// SQL that makes a session's lock waits give up at once, or as soon as the server
+    /// allows: after [`LOCK_WAIT`](Self::LOCK_WAIT).
+    const FAIL_FAST_ON_LOCKS: &'static str;
 
     /// Takes the lock that `run_pending_migrations` serialises on, as another process
     /// applying the migrations holds it, until `conn` is dropped.
@@ -245,14 +247,14 @@ impl Backend for Postgres {
         "BEGIN",
         "INSERT INTO diesel_inbox_events",
         "INSERT INTO effects",
-        "SELECT 1; COMMIT",
+        "SAVEPOINT diesel_inbox_commit; COMMIT",
     ];
     const DUPLICATE_PATH: &'static [&'static str] = &[
         "BEGIN",
         "INSERT INTO diesel_inbox_events",
         "SET LOCAL synchronous_commit = off",
         "INSERT INTO diesel_inbox_counters",
-        "SELECT 1; COMMIT",
+        "SAVEPOINT diesel_inbox_commit; COMMIT",
     ];
     const DEADLOCK_ENDS_TRANSACTION: bool = false;
     const LOCK_WAIT: Duration = Duration::from_millis(20);
@@ -274,9 +276,7 @@ impl Backend for Postgres {
             .unwrap();
     }
 
-    fn fail_fast_on_locks(conn: &mut PgConnection) {
-        conn.batch_execute("SET lock_timeout = '20ms'").unwrap();
-    }
+    const FAIL_FAST_ON_LOCKS: &'static str = "SET lock_timeout = '20ms'";
 
     fn transaction_ending_statement(_: &mut PgConnection) -> Option<&'static str> {
         // Any failed statement aborts the transaction; COMMIT would then roll it back.
@@ -445,11 +445,8 @@ impl Backend for Mysql {
             .unwrap();
     }
 
-    fn fail_fast_on_locks(conn: &mut MysqlConnection) {
-        // InnoDB's minimum is one second.
-        conn.batch_execute("SET SESSION innodb_lock_wait_timeout = 1")
-            .unwrap();
-    }
+    // InnoDB's minimum is one second.
+    const FAIL_FAST_ON_LOCKS: &'static str = "SET SESSION innodb_lock_wait_timeout = 1";
 
     fn transaction_ending_statement(_: &mut MysqlConnection) -> Option<&'static str> {
         // A failed statement (lock-wait timeouts included, by default) undoes only itself.
@@ -520,9 +517,7 @@ impl Backend for Sqlite {
         conn.batch_execute("BEGIN IMMEDIATE").unwrap();
     }
 
-    fn fail_fast_on_locks(conn: &mut SqliteConnection) {
-        conn.batch_execute("PRAGMA busy_timeout = 0").unwrap();
-    }
+    const FAIL_FAST_ON_LOCKS: &'static str = "PRAGMA busy_timeout = 0";
 
     fn transaction_ending_statement(conn: &mut SqliteConnection) -> Option<&'static str> {
         // What an I/O error or a full disk does, on demand: SQLite rolls the whole
@@ -842,11 +837,24 @@ impl StatementLog {
     /// Starts logging what `conn` sends from now on.
     pub(crate) fn install<C: Connection>(conn: &mut C) -> Self {
         let log = Self::default();
-        let (entries, kept) = (log.sent.clone(), log.kept.clone());
-        conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+        conn.set_instrumentation(log.clone().into_instrumentation());
+        log
+    }
+
+    /// Starts logging what the diesel-async connection `conn` sends from now on.
+    #[cfg(feature = "async")]
+    #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
+    pub(crate) fn install_async<C: diesel_async::AsyncConnection>(conn: &mut C) -> Self {
+        let log = Self::default();
+        conn.set_instrumentation(log.clone().into_instrumentation());
+        log
+    }
+
+    fn into_instrumentation(self) -> impl FnMut(InstrumentationEvent<'_>) + Send + 'static {
+        move |event: InstrumentationEvent<'_>| {
             let entry = match event {
                 InstrumentationEvent::CacheQuery { sql, .. } => {
-                    kept.lock().unwrap().push(sql.to_owned());
+                    self.kept.lock().unwrap().push(sql.to_owned());
                     return;
                 }
                 InstrumentationEvent::BeginTransaction { .. } => "BEGIN".to_owned(),
@@ -855,9 +863,8 @@ impl StatementLog {
                 InstrumentationEvent::StartQuery { query, .. } => query.to_string(),
                 _ => return,
             };
-            entries.lock().unwrap().push(entry);
-        });
-        log
+            self.sent.lock().unwrap().push(entry);
+        }
     }
 
     /// Takes what was logged so far, leaving the log empty.

@@ -1,0 +1,475 @@
+//! The two flavours a scenario written once runs on: [`Blocking`], the sync API on a Diesel
+//! connection, and [`Async`], `diesel_inbox::asynch` on a diesel-async one.
+//!
+//! A scenario is an `async fn` over `F: Flavour`. Its handlers are async closures over
+//! `&mut F::Conn` that write through [`Tx`]; the blocking flavour hands the sync API a closure
+//! that polls such a handler once, which completes it, since a sync connection's [`Tx`] futures
+//! are ready when made. What a scenario checks it reads through a sync connection of its own
+//! ([`TestConn`]), whichever the flavour.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use diesel::connection::TransactionManager;
+use diesel::prelude::*;
+use diesel_inbox::testing::TestDatabase;
+use diesel_inbox::{
+    AdminError, DeadLetter, Error, HandlerError, Inbox, IntoDelivery, Outcome, Stats,
+};
+use futures_util::FutureExt;
+use serde::Serialize;
+
+use super::{transaction_depth, Backend, EffectConn, StatementLog};
+
+/// What a scenario's handler does inside the delivery's transaction.
+pub(crate) trait Tx: Send {
+    /// [`TestConn::record_effect`], through this connection.
+    fn write_effect(&mut self, event_id: &str) -> impl Future<Output = QueryResult<()>> + Send;
+
+    /// Runs `sql`, statements separated by `;`.
+    fn execute(&mut self, sql: &str) -> impl Future<Output = QueryResult<()>> + Send;
+}
+
+impl<C: EffectConn> Tx for C {
+    fn write_effect(&mut self, event_id: &str) -> impl Future<Output = QueryResult<()>> + Send {
+        std::future::ready(EffectConn::write_effect(self, event_id))
+    }
+
+    fn execute(&mut self, sql: &str) -> impl Future<Output = QueryResult<()>> + Send {
+        std::future::ready(self.batch_execute(sql))
+    }
+}
+
+/// A handler the scenarios pass to flavour `F`: an async closure over `&mut F::Conn`, whose
+/// future is `Send` where the async flavour is compiled in, as `asynch` requires.
+pub(crate) trait Handle<F: Flavour + ?Sized, T, E>: Send {
+    /// One call, as the blocking flavour makes it.
+    fn call<'c>(&'c mut self, tx: &'c mut F::Conn) -> impl Future<Output = Result<T, E>>;
+
+    /// The handler as `asynch` takes it.
+    #[cfg(feature = "async")]
+    #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
+    fn into_async(self) -> impl diesel_inbox::asynch::Handler<F::Conn, T, E>;
+}
+
+#[cfg(feature = "async")]
+impl<F, T, E, H> Handle<F, T, E> for H
+where
+    F: Flavour + ?Sized,
+    H: diesel_inbox::asynch::Handler<F::Conn, T, E>,
+{
+    fn call<'c>(&'c mut self, tx: &'c mut F::Conn) -> impl Future<Output = Result<T, E>> {
+        self(tx)
+    }
+
+    fn into_async(self) -> impl diesel_inbox::asynch::Handler<F::Conn, T, E> {
+        self
+    }
+}
+
+#[cfg(not(feature = "async"))]
+impl<F, T, E, H> Handle<F, T, E> for H
+where
+    F: Flavour + ?Sized,
+    H: for<'c> AsyncFnMut(&'c mut F::Conn) -> Result<T, E> + Send,
+{
+    fn call<'c>(&'c mut self, tx: &'c mut F::Conn) -> impl Future<Output = Result<T, E>> {
+        self(tx)
+    }
+}
+
+/// One flavour of the API, on one backend: what the scenarios written once call.
+pub(crate) trait Flavour: 'static {
+    /// The backend, whose sync connection the scenarios check with.
+    type Backend: Backend;
+
+    /// The connection deliveries run on.
+    type Conn: Tx + 'static;
+
+    /// A connection to `db` for deliveries, set up as a sync one is.
+    async fn connect(db: &TestDatabase<<Self::Backend as Backend>::Conn>) -> Self::Conn;
+
+    /// [`Inbox::process`].
+    async fn process<T, E, H>(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        delivery: impl IntoDelivery + Send,
+        handler: H,
+    ) -> Result<Outcome<T>, E>
+    where
+        H: Handle<Self, T, E>,
+        T: Send,
+        E: HandlerError + Send;
+
+    /// [`Inbox::process_storing_result`].
+    async fn process_storing_result<T, E, H>(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        delivery: impl IntoDelivery + Send,
+        handler: H,
+    ) -> Result<Outcome<T>, E>
+    where
+        H: Handle<Self, T, E>,
+        T: Serialize + Send,
+        E: HandlerError + Send;
+
+    /// [`diesel_inbox::with_inbox`].
+    async fn with_inbox<T, E, H>(
+        conn: &mut Self::Conn,
+        delivery: impl IntoDelivery + Send,
+        handler: H,
+    ) -> Result<Outcome<T>, E>
+    where
+        H: Handle<Self, T, E>,
+        T: Send,
+        E: HandlerError + Send,
+    {
+        Self::process(&Inbox::default(), conn, delivery, handler).await
+    }
+
+    /// [`diesel_inbox::DeadLetters::show`].
+    async fn show(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        event_id: &str,
+    ) -> Result<DeadLetter, AdminError>;
+
+    /// [`Inbox::stats`].
+    async fn stats(inbox: &Inbox, conn: &mut Self::Conn, window: Duration) -> Result<Stats, Error>;
+
+    /// Opens a transaction (or a savepoint inside one) through the connection's own
+    /// transaction manager, as a caller's transaction would.
+    async fn begin(conn: &mut Self::Conn);
+
+    /// Ends the innermost transaction level opened by [`begin`](Self::begin).
+    async fn end(conn: &mut Self::Conn, commit: bool);
+
+    /// The transaction depth the connection's transaction manager counts: 0 outside one.
+    fn depth(conn: &mut Self::Conn) -> u32;
+
+    /// Logs what `conn` sends from now on.
+    fn log(conn: &mut Self::Conn) -> StatementLog;
+}
+
+/// The sync API on backend `B`'s Diesel connection.
+pub(crate) struct Blocking<B>(PhantomData<B>);
+
+/// Completes a handler's call on a sync connection, whose futures are ready when made.
+fn now<R>(call: impl Future<Output = R>) -> R {
+    call.now_or_never()
+        .expect("a handler on a sync connection awaits only what is ready")
+}
+
+/// Runs a scenario of the blocking flavour: every future it awaits is ready at once.
+pub(crate) fn block_on(scenario: impl Future<Output = ()>) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(scenario);
+}
+
+impl<B: Backend + 'static> Flavour for Blocking<B> {
+    type Backend = B;
+    type Conn = B::Conn;
+
+    async fn connect(db: &TestDatabase<B::Conn>) -> B::Conn {
+        db.connect()
+    }
+
+    async fn process<T, E, H>(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        delivery: impl IntoDelivery + Send,
+        mut handler: H,
+    ) -> Result<Outcome<T>, E>
+    where
+        H: Handle<Self, T, E>,
+        T: Send,
+        E: HandlerError + Send,
+    {
+        inbox.process(conn, delivery, |tx| now(handler.call(tx)))
+    }
+
+    async fn process_storing_result<T, E, H>(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        delivery: impl IntoDelivery + Send,
+        mut handler: H,
+    ) -> Result<Outcome<T>, E>
+    where
+        H: Handle<Self, T, E>,
+        T: Serialize + Send,
+        E: HandlerError + Send,
+    {
+        inbox.process_storing_result(conn, delivery, |tx| now(handler.call(tx)))
+    }
+
+    async fn show(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        event_id: &str,
+    ) -> Result<DeadLetter, AdminError> {
+        inbox.dead_letters().show(conn, event_id)
+    }
+
+    async fn stats(inbox: &Inbox, conn: &mut B::Conn, window: Duration) -> Result<Stats, Error> {
+        inbox.stats(conn, window)
+    }
+
+    async fn begin(conn: &mut B::Conn) {
+        <B::Conn as Connection>::TransactionManager::begin_transaction(conn).unwrap();
+    }
+
+    async fn end(conn: &mut B::Conn, commit: bool) {
+        type Manager<C> = <C as Connection>::TransactionManager;
+        if commit {
+            Manager::<B::Conn>::commit_transaction(conn).unwrap();
+        } else {
+            Manager::<B::Conn>::rollback_transaction(conn).unwrap();
+        }
+    }
+
+    fn depth(conn: &mut B::Conn) -> u32 {
+        transaction_depth(conn)
+    }
+
+    fn log(conn: &mut B::Conn) -> StatementLog {
+        StatementLog::install(conn)
+    }
+}
+
+#[cfg(feature = "async")]
+#[allow(
+    unused_imports,
+    reason = "the sync test binaries compile it too, unused"
+)]
+pub(crate) use asynch::{Async, AsyncBackend, Pooled};
+
+#[cfg(feature = "async")]
+#[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
+mod asynch {
+    use std::ops::DerefMut;
+
+    use diesel::connection::TransactionManagerStatus;
+    use diesel_async::pooled_connection::deadpool::Pool;
+    use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+    use diesel_async::{AsyncConnection, SimpleAsyncConnection, TransactionManager as _};
+    use diesel_inbox::asynch::{self, AsyncInboxConnection};
+
+    use super::*;
+
+    /// A backend's async connection, and a deadpool pool of them.
+    pub(crate) trait AsyncBackend: Backend {
+        type Async: AsyncInboxConnection;
+
+        /// An async connection to the database at `url`, set up as the sync one is.
+        fn connect(url: &str) -> impl Future<Output = Self::Async> + Send;
+
+        /// A deadpool pool of such connections.
+        type Pool: Clone + Send + Sync + 'static;
+
+        /// A pool of `size` connections to the database at `url`.
+        fn pool(url: &str, size: usize) -> Self::Pool;
+
+        /// A connection from the pool, as deadpool hands it out.
+        fn get(pool: &Self::Pool) -> impl Future<Output = Pooled<Self::Async>> + Send;
+    }
+
+    /// A pooled connection, whichever its pool.
+    pub(crate) type Pooled<C> = Box<dyn DerefMut<Target = C> + Send>;
+
+    /// [`AsyncBackend`]'s pool, whose bounds only a concrete connection type meets.
+    macro_rules! deadpool {
+        () => {
+            type Pool = Pool<Self::Async>;
+
+            fn pool(url: &str, size: usize) -> Self::Pool {
+                let mut config = ManagerConfig::default();
+                config.custom_setup = Box::new(|url| {
+                    let url = url.to_owned();
+                    Box::pin(async move { Ok(<Self as AsyncBackend>::connect(&url).await) })
+                });
+                let manager = AsyncDieselConnectionManager::new_with_config(url, config);
+                Pool::builder(manager).max_size(size).build().unwrap()
+            }
+
+            async fn get(pool: &Self::Pool) -> Pooled<Self::Async> {
+                Box::new(pool.get().await.unwrap())
+            }
+        };
+    }
+
+    #[cfg(feature = "postgres")]
+    impl AsyncBackend for crate::support::Postgres {
+        type Async = diesel_async::AsyncPgConnection;
+
+        async fn connect(url: &str) -> Self::Async {
+            Self::Async::establish(url).await.unwrap()
+        }
+
+        deadpool!();
+    }
+
+    #[cfg(feature = "mysql")]
+    impl AsyncBackend for crate::support::Mysql {
+        type Async = diesel_async::AsyncMysqlConnection;
+
+        async fn connect(url: &str) -> Self::Async {
+            Self::Async::establish(url).await.unwrap()
+        }
+
+        deadpool!();
+    }
+
+    #[cfg(feature = "sqlite")]
+    impl AsyncBackend for crate::support::Sqlite {
+        type Async =
+            diesel_async::sync_connection_wrapper::SyncConnectionWrapper<diesel::SqliteConnection>;
+
+        async fn connect(url: &str) -> Self::Async {
+            // The busy timeout and journal mode of `SqliteSetup`, as every sync connection has.
+            diesel_async::sync_connection_wrapper::SyncConnectionWrapper::new(Self::connect_to(url))
+        }
+
+        deadpool!();
+    }
+
+    /// `diesel_inbox::asynch` on backend `B`'s diesel-async connection.
+    pub(crate) struct Async<B>(PhantomData<B>);
+
+    /// The effects table's insert, written out: the ids are the scenarios' own, safe as text.
+    fn effect_sql(event_id: &str) -> String {
+        format!("INSERT INTO effects (event_id) VALUES ('{event_id}')")
+    }
+
+    macro_rules! async_tx {
+        ($conn:ty) => {
+            impl Tx for $conn {
+                fn write_effect(
+                    &mut self,
+                    event_id: &str,
+                ) -> impl Future<Output = QueryResult<()>> + Send {
+                    let sql = effect_sql(event_id);
+                    async move { self.batch_execute(&sql).await }
+                }
+
+                fn execute(&mut self, sql: &str) -> impl Future<Output = QueryResult<()>> + Send {
+                    let sql = sql.to_owned();
+                    async move { self.batch_execute(&sql).await }
+                }
+            }
+        };
+    }
+
+    #[cfg(feature = "postgres")]
+    async_tx!(diesel_async::AsyncPgConnection);
+    #[cfg(feature = "mysql")]
+    async_tx!(diesel_async::AsyncMysqlConnection);
+    #[cfg(feature = "sqlite")]
+    async_tx!(
+        diesel_async::sync_connection_wrapper::SyncConnectionWrapper<diesel::SqliteConnection>
+    );
+
+    type Manager<C> = <C as AsyncConnection>::TransactionManager;
+
+    impl<B: AsyncBackend + 'static> Flavour for Async<B>
+    where
+        B::Async: Tx,
+    {
+        type Backend = B;
+        type Conn = B::Async;
+
+        async fn connect(db: &TestDatabase<B::Conn>) -> B::Async {
+            <B as AsyncBackend>::connect(db.url()).await
+        }
+
+        async fn process<T, E, H>(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            delivery: impl IntoDelivery + Send,
+            handler: H,
+        ) -> Result<Outcome<T>, E>
+        where
+            H: Handle<Self, T, E>,
+            T: Send,
+            E: HandlerError + Send,
+        {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            inbox.process(conn, delivery, handler.into_async()).await
+        }
+
+        async fn process_storing_result<T, E, H>(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            delivery: impl IntoDelivery + Send,
+            handler: H,
+        ) -> Result<Outcome<T>, E>
+        where
+            H: Handle<Self, T, E>,
+            T: Serialize + Send,
+            E: HandlerError + Send,
+        {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            inbox
+                .process_storing_result(conn, delivery, handler.into_async())
+                .await
+        }
+
+        async fn show(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            event_id: &str,
+        ) -> Result<DeadLetter, AdminError> {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            inbox.dead_letters().show(conn, event_id).await
+        }
+
+        async fn stats(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            window: Duration,
+        ) -> Result<Stats, Error> {
+            asynch::Inbox::from(inbox.clone()).stats(conn, window).await
+        }
+
+        async fn begin(conn: &mut B::Async) {
+            Manager::<B::Async>::begin_transaction(conn).await.unwrap();
+        }
+
+        async fn end(conn: &mut B::Async, commit: bool) {
+            if commit {
+                Manager::<B::Async>::commit_transaction(conn).await.unwrap();
+            } else {
+                Manager::<B::Async>::rollback_transaction(conn)
+                    .await
+                    .unwrap();
+            }
+        }
+
+        fn depth(conn: &mut B::Async) -> u32 {
+            match Manager::<B::Async>::transaction_manager_status_mut(conn) {
+                TransactionManagerStatus::Valid(status) => status
+                    .transaction_depth()
+                    .map_or(0, std::num::NonZeroU32::get),
+                TransactionManagerStatus::InError => panic!("the transaction manager is broken"),
+            }
+        }
+
+        fn log(conn: &mut B::Async) -> StatementLog {
+            StatementLog::install_async(conn)
+        }
+    }
+}
+
+/// The sync connection a scenario checks with, whichever its flavour.
+pub(crate) type Check<F> = <<F as Flavour>::Backend as Backend>::Conn;
+
+/// A database with the effects table, a sync connection to check it through, and a
+/// connection of the flavour's for the deliveries.
+pub(crate) async fn setup_flavour<F: Flavour>() -> (TestDatabase<Check<F>>, Check<F>, F::Conn) {
+    let (db, check) = super::setup::<F::Backend>();
+    let conn = F::connect(&db).await;
+    (db, check, conn)
+}
