@@ -7,7 +7,7 @@ use std::future::Future;
 use chrono::Utc;
 use tracing::Instrument;
 
-use crate::decide::{Failure, Scope};
+use crate::decide::{Failure, Scope, Then};
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::{self, Delivered, Tally};
 use crate::observe::{self, DeliveryOutcome};
@@ -101,7 +101,7 @@ where
     if new.is_empty() {
         return Ok(());
     }
-    let values = engine::call_user(conn, &mut Call { effect, new: &new }).await?;
+    let values = engine::call_user(conn, &mut Call { effect, new: &new }, Then::Statements).await?;
     for (i, value) in pending.into_iter().zip(values) {
         slots[i] = Slot::Done(Outcome::Processed(value));
     }
@@ -448,33 +448,12 @@ impl Inbox {
                 Recorded::New if mode == Mode::Together => Slot::Pending,
                 Recorded::New if mode == Mode::Each => {
                     let new = [delivery];
-                    let value = engine::call_user(conn, &mut Call { effect, new: &new }).await?;
+                    let value =
+                        engine::call_user(conn, &mut Call { effect, new: &new }, Then::Statements)
+                            .await?;
                     Slot::Done(Outcome::Processed(one(value)))
                 }
-                Recorded::New => {
-                    let depth = conn.depth()?;
-                    conn.begin_level().await?;
-                    let new = [delivery];
-                    let ran = engine::call_user(conn, &mut Call { effect, new: &new }).await;
-                    match ran {
-                        Ok(value) => match conn.commit_level().await {
-                            Ok(()) => Slot::Done(Outcome::Processed(one(value))),
-                            // PostgreSQL refuses to release a savepoint in an aborted
-                            // transaction: the effect swallowed a failed statement.
-                            Err(source) => {
-                                self.undo(conn, depth, delivery).await?;
-                                Slot::Rejected(Error::TransactionAborted {
-                                    source: Some(source),
-                                })
-                            }
-                        },
-                        Err(Failure::Handler(error)) => {
-                            self.undo(conn, depth, delivery).await?;
-                            Slot::Failed(error)
-                        }
-                        Err(other) => return Err(other),
-                    }
-                }
+                Recorded::New => self.isolated(conn, delivery, effect).await?,
             };
             slots.push(slot);
         }
@@ -489,6 +468,43 @@ impl Inbox {
             tally.count(conn, (self.consumer(), stripe_by)).await?;
         }
         Ok(slots)
+    }
+
+    /// Runs one new event's effect in a savepoint of its own, so that its failure rolls back
+    /// only its own writes.
+    async fn isolated<F, C, T, E>(
+        &self,
+        conn: &mut C,
+        delivery: &Delivery,
+        effect: &mut impl BatchEffect<C, Output = T, Error = E>,
+    ) -> Result<Slot<T, E>, Failure<E>>
+    where
+        C: Db<F, Backend: Sql>,
+    {
+        let depth = conn.depth()?;
+        conn.begin_level().await?;
+        let new = [delivery];
+        // Its savepoint's release comes next, and is the check.
+        let call = &mut Call { effect, new: &new };
+        let ran = engine::call_user(conn, call, Then::Commit).await;
+        Ok(match ran {
+            Ok(value) => match conn.commit_level().await {
+                Ok(()) => Slot::Done(Outcome::Processed(one(value))),
+                // PostgreSQL refuses to release a savepoint in an aborted transaction: the
+                // effect swallowed a failed statement.
+                Err(source) => {
+                    self.undo(conn, depth, delivery).await?;
+                    Slot::Rejected(Error::TransactionAborted {
+                        source: Some(source),
+                    })
+                }
+            },
+            Err(Failure::Handler(error)) => {
+                self.undo(conn, depth, delivery).await?;
+                Slot::Failed(error)
+            }
+            Err(other) => return Err(other),
+        })
     }
 
     /// Rolls back a failed event's savepoint (if still open) and removes its inbox row, so a

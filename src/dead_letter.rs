@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use crate::audit::Audit;
 use crate::backend::Key;
-use crate::decide::Failure;
+use crate::decide::{Failure, Then};
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::rows::{FailureRow, HistoryRow, Recorded};
 use crate::sql::{Blocking, Db, FailureSql, InboxSql, Sql};
@@ -430,7 +430,8 @@ where
             effect: &mut *self.effect,
             payload: payload.as_ref(),
         };
-        let value = crate::inbox::run_effect(tx, key, &mut effect, &|_| Ok(None)).await?;
+        let value =
+            crate::inbox::run_effect(tx, key, &mut effect, &|_| Ok(None), Then::Statements).await?;
         finish_transition(tx, key, Transition::Redrive, self.audit).await?;
         Ok(value)
     }

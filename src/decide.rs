@@ -103,13 +103,29 @@ pub(crate) enum Observed {
     NotChecked,
 }
 
+/// What the inbox sends after user code, before the transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Then {
+    /// Only the commit, whose check refuses a transaction that ended under the user code.
+    Commit,
+    /// Statements of its own, which must not run outside the transaction.
+    Statements,
+}
+
 /// Whether the transaction must be checked right after user code that returned `ok` or not:
 /// where one failed statement can end the transaction, so that nothing runs on in autocommit
 /// mode after it; and after a handler error where a deadlock ends the transaction, to tell
-/// contention (retried, not counted) from the handler's own failure.
-pub(crate) fn must_check_after_user_code(ok: bool, failed_statement: FailedStatement) -> bool {
+/// contention (retried, not counted) from the handler's own failure. Where a failed statement
+/// aborts the transaction instead (PostgreSQL), only user code that ended the transaction
+/// itself needs it, and only when `end_unseen`: the connection did not see that end, and
+/// statements of the inbox's own follow before the commit, whose check would refuse it.
+pub(crate) fn must_check_after_user_code(
+    ok: bool,
+    failed_statement: FailedStatement,
+    end_unseen: bool,
+) -> bool {
     match failed_statement {
-        FailedStatement::AbortsTransaction => false,
+        FailedStatement::AbortsTransaction => ok && end_unseen,
         FailedStatement::MayEndTransaction => ok,
         FailedStatement::DeadlockEndsTransaction => true,
     }
@@ -360,6 +376,22 @@ mod tests {
             diesel::result::DatabaseErrorKind::ClosedConnection,
             Box::new("server closed the connection".to_owned()),
         )
+    }
+
+    #[test]
+    fn postgres_is_checked_after_user_code_only_where_an_unseen_end_would_let_statements_autocommit(
+    ) {
+        use FailedStatement::{AbortsTransaction, DeadlockEndsTransaction, MayEndTransaction};
+        assert!(!must_check_after_user_code(true, AbortsTransaction, false));
+        assert!(must_check_after_user_code(true, AbortsTransaction, true));
+        assert!(!must_check_after_user_code(false, AbortsTransaction, true));
+        assert!(must_check_after_user_code(true, MayEndTransaction, false));
+        assert!(!must_check_after_user_code(false, MayEndTransaction, false));
+        assert!(must_check_after_user_code(
+            false,
+            DeadlockEndsTransaction,
+            false
+        ));
     }
 
     #[test]

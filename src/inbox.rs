@@ -9,7 +9,7 @@ use serde::Serialize;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::backend::Key;
-use crate::decide::{self, Failure, Scope, Seen};
+use crate::decide::{self, Failure, Scope, Seen, Then};
 use crate::engine::{self, run_ready, Body, Effect, Subject};
 use crate::failure::{self, Policy};
 use crate::names::Consumer;
@@ -343,7 +343,10 @@ impl Inbox {
             .await
             .map_err(|error| Failure::reading_events(error, key))?;
         match recorded {
-            Recorded::New => run_effect(conn, key, effect, encode)
+            // A stored result's update may follow: after user code that ended the transaction
+            // itself it changes no row (a rollback took the row with it) or the row that
+            // user code committed, which the commit's check then reports.
+            Recorded::New => run_effect(conn, key, effect, encode, Then::Commit)
                 .await
                 .map(|value| Delivered::Outcome(Outcome::Processed(value))),
             Recorded::Seen(existing) => {
@@ -472,17 +475,19 @@ where
     }
 }
 
-/// Runs the effect of a new event and, where asked, stores its encoded result on the row.
+/// Runs the effect of a new event and, where asked, stores its encoded result on the row;
+/// `then` is what the caller sends after it.
 pub(crate) async fn run_effect<F, C, T, E>(
     conn: &mut C,
     key: Key<'_>,
     effect: &mut impl Effect<C, Output = T, Error = E>,
     encode: &impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
+    then: Then,
 ) -> Result<T, Failure<E>>
 where
     C: Db<F, Backend: Sql>,
 {
-    let value = engine::call_user(conn, effect).await?;
+    let value = engine::call_user(conn, effect, then).await?;
     let encoded = encode(&value).map_err(|e| Failure::Inbox(Error::StoredResult(e)))?;
     if let Some(json) = encoded {
         C::Backend::store_result(conn, key, &json).await?;

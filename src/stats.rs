@@ -147,12 +147,22 @@ impl Stats {
     ///
     /// As [`Inbox::stats`].
     pub fn all<C: InboxConnection>(conn: &mut C, recent: Duration) -> Result<Vec<Stats>, Error> {
-        let since = since(recent);
-        run_ready(C::Backend::consumers(conn, ConsumerRows::Inbox))?
-            .iter()
-            .map(|consumer| run_ready(read(conn, consumer, since)))
-            .collect()
+        run_ready(all_in(conn, recent))
     }
+}
+
+/// [`Stats::all`] in either flavour.
+pub(crate) async fn all_in<F, C: Db<F, Backend: Sql>>(
+    conn: &mut C,
+    recent: Duration,
+) -> Result<Vec<Stats>, Error> {
+    let since = since(recent);
+    let consumers = C::Backend::consumers(conn, ConsumerRows::Inbox).await?;
+    let mut all = Vec::with_capacity(consumers.len());
+    for consumer in &consumers {
+        all.push(read(conn, consumer, since).await?);
+    }
+    Ok(all)
 }
 
 /// A count read from the database as a `u64`; a negative count (a hand-edited row) reads as 0.

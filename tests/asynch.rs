@@ -16,15 +16,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use diesel::connection::TransactionManagerStatus;
-use diesel_async::{AsyncConnection, SimpleAsyncConnection, TransactionManager};
+use diesel_async::{AsyncConnection, TransactionManager};
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
-use diesel_inbox::doctor::{Check, CheckStatus};
 use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing;
 use diesel_inbox::{
-    Ack, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimState, Claimed, DeadLetterState,
-    Delivery, Envelope, Error, EventId, GapState, Outbox, OutboxMessage, OutboxState, Outcome,
-    Payload, Pruned, PublishError, Relay, Resolution, Resume, Retention, Sequenced,
+    AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimState, Claimed, Delivery, Envelope, Error,
+    EventId, GapState, Outbox, OutboxMessage, OutboxState, Outcome, Pruned, PublishError, Relay,
+    Resolution, Resume, Retention, Sequenced,
 };
 use futures_util::FutureExt;
 
@@ -68,29 +67,6 @@ fn depth<C: AsyncConnection>(conn: &mut C) -> Option<u32> {
     }
 }
 
-async fn a_failing_handler_rolls_back_and_is_dead_lettered_at_the_limit<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let inbox = asynch::Inbox::new("audited").unwrap().max_attempts(2);
-    let failing = async |tx: &mut B::Async| {
-        record_effect(tx, "evt-1").await?;
-        Err::<(), _>(Error::Pool("the ledger refused".into()))
-    };
-
-    let first = inbox.process(&mut conn, "evt-1", failing).await;
-    let second = inbox.process(&mut conn, "evt-1", failing).await;
-
-    assert_eq!(Ack::of(&first), Ack::Redeliver);
-    assert!(first
-        .unwrap_err()
-        .to_string()
-        .contains("the ledger refused"));
-    assert!(matches!(second, Ok(Outcome::DeadLettered(_))), "{second:?}");
-    assert_eq!(check.effect_count(), 0, "both attempts rolled back");
-    assert_eq!(check.failure_rows("audited", "evt-1").0, 1);
-    assert_eq!(depth(&mut conn), Some(0));
-}
-
 async fn contention_in_the_handler_is_retried_on_the_runtimes_timer<B: AsyncBackend>() {
     let (db, mut check) = setup::<B>();
     let mut conn = B::connect(db.url()).await;
@@ -116,28 +92,6 @@ async fn contention_in_the_handler_is_retried_on_the_runtimes_timer<B: AsyncBack
         1,
         "the first attempt rolled back"
     );
-}
-
-async fn a_duplicate_gets_the_stored_result_back<B: AsyncBackend>() {
-    let (db, _check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let payments = asynch::Inbox::new("payments").unwrap();
-    let charge = async |tx: &mut B::Async| {
-        record_effect(tx, "req-1").await?;
-        Ok::<_, Error>(String::from("receipt-81"))
-    };
-
-    let first = payments.process_storing_result(&mut conn, "req-1", charge);
-    assert_eq!(
-        first.await.unwrap(),
-        Outcome::Processed("receipt-81".into())
-    );
-    let retried = payments
-        .process_storing_result(&mut conn, "req-1", charge)
-        .await
-        .unwrap();
-    let receipt: Option<String> = retried.duplicate().unwrap().stored_result().unwrap();
-    assert_eq!(receipt.as_deref(), Some("receipt-81"));
 }
 
 /// An async publisher that keeps the ids it was handed, in order, and fails the first
@@ -306,37 +260,6 @@ async fn ops_list_retry_and_prune_the_outboxs_rows<B: AsyncBackend>() {
     assert_eq!(pruned, 1);
     let left = asynch::Outbox::list(&mut conn, None, 0, 10).await.unwrap();
     assert!(left.is_empty(), "{left:?}");
-}
-
-async fn the_doctor_finds_the_schema_healthy_and_names_what_recreates_a_dropped_index<
-    B: AsyncBackend,
->() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let failed = async |conn: &mut B::Async| -> Vec<Check> {
-        let checks = asynch::doctor::check(conn).await.unwrap();
-        assert!(checks.iter().any(|c| c.name == "schema"), "{checks:?}");
-        checks
-            .into_iter()
-            .filter(|c| c.status == CheckStatus::Fail)
-            .collect()
-    };
-
-    let healthy = failed(&mut conn).await;
-    B::drop_index(
-        &mut check,
-        "diesel_inbox_failure_log",
-        "diesel_inbox_failure_log_event",
-    );
-    let missing = failed(&mut conn).await;
-    let remedy = missing[0].remedy.clone().expect("a remedy");
-    conn.batch_execute(&remedy).await.unwrap();
-    let restored = failed(&mut conn).await;
-
-    assert!(healthy.is_empty(), "{healthy:?}");
-    assert_eq!(missing.len(), 1, "{missing:?}");
-    assert_eq!(missing[0].name, "index diesel_inbox_failure_log_event");
-    assert!(restored.is_empty(), "{restored:?}");
 }
 
 async fn a_cursor_settles_each_sequence_once_and_records_what_it_skipped<B: AsyncBackend>() {
@@ -540,68 +463,6 @@ async fn migrations_apply_on_an_async_connection_once_the_lock_is_free<B: AsyncB
     assert!(delivered.unwrap().is_processed(), "the schema is in place");
 }
 
-async fn a_batch_takes_effect_once_per_new_event_and_isolates_a_failing_one<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let inbox = asynch::Inbox::new("ledger").unwrap();
-    let apply = async |tx: &mut B::Async, delivery: &Delivery| {
-        let id = delivery.id().as_str();
-        record_effect(tx, id).await?;
-        if id == "b" {
-            return Err(Error::Pool("the ledger refused b".into()));
-        }
-        Ok(id.len())
-    };
-
-    let results = inbox
-        .process_batch(&mut conn, ["a", "b", "a", "c"], apply)
-        .await
-        .unwrap();
-
-    assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
-    assert!(results[1].is_err(), "{:?}", results[1]);
-    assert!(results[2].as_ref().is_ok_and(Outcome::is_duplicate));
-    assert!(results[3].as_ref().is_ok_and(Outcome::is_processed));
-    let effects: Vec<usize> = ["a", "b", "c"].map(|id| check.effects_of(id)).into();
-    assert_eq!(effects, [1, 0, 1], "b alone rolled back");
-    assert_eq!(
-        check.failure_rows("ledger", "b").0,
-        1,
-        "b's failure is recorded"
-    );
-    assert_eq!(depth(&mut conn), Some(0));
-}
-
-async fn a_bulk_effect_runs_once_for_all_the_new_events<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let inbox = asynch::Inbox::new("ledger").unwrap();
-    let calls = AtomicU32::new(0);
-    let write_all = async |tx: &mut B::Async, new: &[&Delivery]| {
-        calls.fetch_add(1, Ordering::Relaxed);
-        for delivery in new {
-            record_effect(tx, delivery.id().as_str()).await?;
-        }
-        Ok::<_, Error>(())
-    };
-
-    let first = inbox.process_bulk(&mut conn, ["a", "b"], write_all).await;
-    let second = inbox
-        .process_bulk(&mut conn, ["b", "c", "d"], write_all)
-        .await;
-
-    let processed = |results: Vec<Result<Outcome<()>, Error>>| -> Vec<bool> {
-        results
-            .iter()
-            .map(|r| r.as_ref().unwrap().is_processed())
-            .collect()
-    };
-    assert_eq!(processed(first.unwrap()), [true, true]);
-    assert_eq!(processed(second.unwrap()), [false, true, true]);
-    assert_eq!(calls.load(Ordering::Relaxed), 2, "one call per batch");
-    assert_eq!((check.effect_count(), check.effects_of("b")), (4, 1));
-}
-
 async fn the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not<
     B: AsyncBackend,
 >() {
@@ -780,52 +641,6 @@ async fn the_async_inbox_assertions_read_what_the_inbox_recorded<B: AsyncBackend
         "{message}"
     );
     assert!(message.contains("evt-1"), "{message}");
-}
-
-async fn dead_letters_are_listed_and_redriven_discarded_or_released_once<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let inbox = asynch::Inbox::new("orders").unwrap().max_attempts(1);
-    let fail = async |_: &mut B::Async| Err::<(), _>(Error::permanent("unknown SKU"));
-    for id in ["evt-1", "evt-2", "evt-3"] {
-        let outcome = inbox.process(&mut conn, id, fail).await.unwrap();
-        assert!(outcome.is_dead_lettered(), "{id}");
-    }
-    let dead = inbox.dead_letters();
-    let audit = Audit::new("ops@example.com", "the SKU exists now").unwrap();
-    let rerun = async |tx: &mut B::Async, _: Option<&Payload>| {
-        Ok::<_, AdminError>(record_effect(tx, "evt-1").await?)
-    };
-
-    let listed = dead.list(&mut conn, None, 10).await.unwrap();
-    let redriven = dead.redrive(&mut conn, "evt-1", &audit, rerun).await;
-    let again = dead.redrive(&mut conn, "evt-1", &audit, rerun).await;
-    dead.discard(&mut conn, "evt-2", &audit).await.unwrap();
-    dead.release(&mut conn, "evt-3", &audit).await.unwrap();
-
-    assert_eq!(listed.len(), 3);
-    assert!(redriven.unwrap().is_processed());
-    assert!(
-        matches!(again, Err(AdminError::InvalidTransition { .. })),
-        "{again:?}"
-    );
-    assert_eq!(check.effects_of("evt-1"), 1);
-    let states = [
-        dead.show(&mut conn, "evt-1").await.unwrap().state,
-        dead.show(&mut conn, "evt-2").await.unwrap().state,
-        dead.show(&mut conn, "evt-3").await.unwrap().state,
-    ];
-    let expected = [
-        DeadLetterState::Redriven,
-        DeadLetterState::Discarded,
-        DeadLetterState::Released,
-    ];
-    assert_eq!(states, expected);
-    let ok = async |_: &mut B::Async| Ok::<_, Error>(());
-    let discarded = inbox.process(&mut conn, "evt-2", ok).await.unwrap();
-    let released = inbox.process(&mut conn, "evt-3", ok).await.unwrap();
-    assert!(discarded.is_dead_lettered() && released.is_processed());
-    assert!(dead.list(&mut conn, None, 10).await.unwrap().is_empty());
 }
 
 async fn a_cursor_batch_settles_each_new_sequence_once_and_ops_resolve_its_gap<B: AsyncBackend>() {
@@ -1142,9 +957,7 @@ macro_rules! async_backend_tests {
             flavour_tests!(async_test, support::Async<support::$backend>);
 
             async_backend_tests!(@each support::$backend:
-                a_failing_handler_rolls_back_and_is_dead_lettered_at_the_limit,
                 contention_in_the_handler_is_retried_on_the_runtimes_timer,
-                a_duplicate_gets_the_stored_result_back,
                 an_event_enqueued_by_a_handler_commits_with_it_and_is_published_once,
                 a_failed_publish_holds_back_its_aggregate_until_a_later_pass_publishes_it,
                 a_cursor_settles_each_sequence_once_and_records_what_it_skipped,
@@ -1155,18 +968,14 @@ macro_rules! async_backend_tests {
                 a_side_effect_that_panics_leaves_its_claim_in_doubt,
                 a_side_effect_and_its_records_commit_with_the_claims_completion,
                 migrations_apply_on_an_async_connection_once_the_lock_is_free,
-                a_batch_takes_effect_once_per_new_event_and_isolates_a_failing_one,
-                a_bulk_effect_runs_once_for_all_the_new_events,
                 the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
                 the_async_inbox_assertions_read_what_the_inbox_recorded,
                 random_async_schedules_with_failures_take_effect_once_per_distinct_event,
                 the_async_schedule_catches_an_effect_that_outlives_a_failed_delivery,
                 one_event_delivered_by_many_futures_at_once_takes_effect_once,
                 a_fault_injected_at_an_async_handlers_end_rolls_its_effect_back,
-                dead_letters_are_listed_and_redriven_discarded_or_released_once,
                 a_cursor_batch_settles_each_new_sequence_once_and_ops_resolve_its_gap,
                 ops_list_retry_and_prune_the_outboxs_rows,
-                the_doctor_finds_the_schema_healthy_and_names_what_recreates_a_dropped_index,
                 a_claim_in_doubt_is_listed_and_resolved_by_ops,
                 a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,

@@ -17,7 +17,8 @@
 //!   and the claims in doubt, listed and resolved;
 //! - [`Outbox`] and [`Relay`]: the producer side, publishing through an
 //!   [`AsyncPublisher`](crate::AsyncPublisher); the outbox's rows listed, retried, pruned;
-//! - [`run_pending_migrations`]: the schema, fleet-safe; [`doctor::check`]: its health.
+//! - [`run_pending_migrations`]: the schema, fleet-safe; [`doctor::check`]: its health;
+//!   [`stats::all`]: every consumer's stats.
 //!
 //! A future dropped while its connection holds a transaction or a session-level lock (a
 //! prune's, the migrations') marks the connection broken: it refuses the next transaction,
@@ -88,6 +89,7 @@ mod dead_letters;
 pub mod doctor;
 mod migrations;
 mod outbox;
+pub mod stats;
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -98,7 +100,6 @@ use serde::Serialize;
 
 use crate::engine::Effect;
 use crate::sql::{Async, Sql};
-use crate::stats;
 use crate::{
     AdminError, Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, Pruned, Retention,
     RetryPolicy, Stats,
@@ -273,7 +274,8 @@ impl Inbox {
         conn: &mut C,
         recent: Duration,
     ) -> Result<Stats, Error> {
-        stats::read::<Async, _>(conn, self.consumer(), stats::since(recent)).await
+        let since = crate::stats::since(recent);
+        crate::stats::read::<Async, _>(conn, self.consumer(), since).await
     }
 
     /// Prunes this consumer's rows settled before `retention`'s age:

@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 
 use super::verdict::{self, InDoubtPolicy};
 use crate::backend::Key;
-use crate::decide::{Failure, HandlerFailure};
+use crate::decide::{Failure, HandlerFailure, Then};
 use crate::duration::{after, now};
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::rows::ClaimChange;
@@ -461,7 +461,7 @@ where
         claim
             .write_in(tx, ClaimState::Completed, None, completed, None)
             .await?;
-        engine::call_user(tx, &mut *self.record).await
+        engine::call_user(tx, &mut *self.record, Then::Statements).await
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use crate::decide::{Failure, Scope};
+use crate::decide::{Failure, Scope, Then};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::Tally;
@@ -160,7 +160,7 @@ where
                         sequence: *sequence,
                         message,
                     };
-                    let value = engine::call_user(tx, &mut call).await?;
+                    let value = engine::call_user(tx, &mut call, Then::Statements).await?;
                     processed(value, found.clone())
                 }
             };

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use tracing::{info, warn, Instrument};
 
 use crate::backend::StreamKey;
-use crate::decide::{Failure, Scope};
+use crate::decide::{Failure, Scope, Then};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::{self, Delivered, Tally};
@@ -554,7 +554,7 @@ impl Cursor {
         C: Db<F, Backend: Sql>,
     {
         let value = match &delivery.event {
-            None => engine::call_user(conn, effect).await?,
+            None => engine::call_user(conn, effect, Then::Statements).await?,
             Some(event) => {
                 let key = self.inbox.key(event);
                 let fingerprint = event.payload.as_ref().map(crate::Payload::fingerprint);
@@ -567,7 +567,14 @@ impl Cursor {
                         return inbox::seen(conn, key, fingerprint.as_ref(), existing).await;
                     }
                     Recorded::New => {
-                        let value = inbox::run_effect(conn, key, effect, &|_: &T| Ok(None)).await?;
+                        let value = inbox::run_effect(
+                            conn,
+                            key,
+                            effect,
+                            &|_: &T| Ok(None),
+                            Then::Statements,
+                        )
+                        .await?;
                         C::Backend::insert_event_sequence(conn, self.key(), sequence, key.1)
                             .await?;
                         value

@@ -36,7 +36,7 @@ pub(crate) use self::body::{Body, Effect};
 pub(crate) use self::guard::Open;
 pub(crate) use self::ready::run_ready;
 pub(crate) use self::unwind::catch_unwind;
-use crate::decide::{self, Failure, Next, Observed, Scope};
+use crate::decide::{self, Failure, Next, Observed, Scope, Then};
 use crate::sql::{Db, TransactionSql};
 use crate::{Error, HandlerError, RetryPolicy};
 
@@ -177,10 +177,11 @@ where
 
 /// Runs user code inside the open transaction, catching a panic so that the transaction can
 /// roll back before it goes on, and checks what the code left of the transaction (see
-/// [`decide::after_user_code`]).
+/// [`decide::after_user_code`]), as `then` requires.
 pub(crate) async fn call_user<F, C, T, E>(
     conn: &mut C,
     user: &mut impl Effect<C, Output = T, Error = E>,
+    then: Then,
 ) -> Result<T, Failure<E>>
 where
     C: Db<F, Backend: TransactionSql>,
@@ -193,12 +194,19 @@ where
         Err(panic) => return Err(Failure::Panicked(panic)),
     };
     let failed_statement = C::Backend::FAILED_STATEMENT;
+    let end_unseen = !C::SEES_TRANSACTION_END && then == Then::Statements;
     // A handler that ran COMMIT or ROLLBACK itself: Diesel noticed (PostgreSQL reports the
     // transaction status with every reply), and nothing more may run here.
     let observed = match conn.depth() {
         Ok(after) if after != before => Observed::DepthChanged,
         Err(error) => Observed::CheckFailed(error),
-        Ok(_) if !decide::must_check_after_user_code(result.is_ok(), failed_statement) => {
+        Ok(_)
+            if !decide::must_check_after_user_code(
+                result.is_ok(),
+                failed_statement,
+                end_unseen,
+            ) =>
+        {
             Observed::NotChecked
         }
         Ok(_) => match C::Backend::transaction_is_alive(conn).await {

@@ -25,6 +25,7 @@ type Manager<C> = <C as AsyncConnection>::TransactionManager;
 
 impl<C: AsyncConnection<Backend: 'static>> Db<Async> for C {
     type Backend = C::Backend;
+    const SEES_TRANSACTION_END: bool = false;
 
     async fn execute<Q>(&mut self, query: Q) -> QueryResult<usize>
     where
@@ -60,8 +61,22 @@ impl<C: AsyncConnection<Backend: 'static>> Db<Async> for C {
         Manager::<C>::begin_transaction(self)
     }
 
-    fn commit_level(&mut self) -> impl Future<Output = QueryResult<()>> + Send {
-        Manager::<C>::commit_transaction(self)
+    async fn commit_level(&mut self) -> QueryResult<()> {
+        let before = self.depth()?;
+        let Err(error) = Manager::<C>::commit_transaction(self).await else {
+            return Ok(());
+        };
+        // A savepoint whose release failed (PostgreSQL refuses it in an aborted transaction)
+        // is still open on the server, but diesel-async counts it released unless it saw the
+        // transaction abort, which it learns from serialization failures only. Count it again
+        // and roll it back, as sync Diesel does, so that the level is gone either way.
+        if before > 1 && self.depth() == Ok(before - 1) {
+            self.count_level(TransactionDepthChange::IncreaseDepth)?;
+            if let Err(rollback) = Manager::<C>::rollback_transaction(self).await {
+                tracing::warn!(%rollback, "rolling back a savepoint that failed to release");
+            }
+        }
+        Err(error)
     }
 
     fn rollback_level(&mut self) -> impl Future<Output = QueryResult<()>> + Send {

@@ -22,6 +22,7 @@ type Manager<C> = <C as Connection>::TransactionManager;
 
 impl<C: Connection<Backend: 'static> + LoadConnection> Db<Blocking> for C {
     type Backend = C::Backend;
+    const SEES_TRANSACTION_END: bool = true;
 
     fn execute<Q>(&mut self, query: Q) -> impl Future<Output = QueryResult<usize>> + Send
     where

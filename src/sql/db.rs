@@ -29,6 +29,14 @@ pub trait Db<F>: Send + Sized {
     /// The database the connection talks to.
     type Backend: Backend;
 
+    /// Whether the transaction manager learns that the server ended the transaction under
+    /// it (user code that ran `ROLLBACK` or `COMMIT` itself), so that [`depth`](Self::depth)
+    /// says so. Sync Diesel's PostgreSQL connection reads the status from every reply;
+    /// diesel-async's connections do not. Consulted only where a failed statement aborts the
+    /// transaction (PostgreSQL), the one backend whose check after user code trusts the
+    /// depth.
+    const SEES_TRANSACTION_END: bool;
+
     /// Runs a statement; returns the rows it changed.
     fn execute<Q>(&mut self, query: Q) -> impl Future<Output = QueryResult<usize>> + Send
     where

@@ -114,9 +114,13 @@ impl TransactionSql for diesel::pg::Pg {
     }
 
     async fn transaction_is_alive<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
-        // Not asked after user code (see `FailedStatement::AbortsTransaction`): the commit
-        // checks. An aborted transaction refuses this, and anything else.
-        conn.batch_execute("SELECT 1").await.map(|()| true)
+        // Asked after user code only where the connection cannot see a transaction the user
+        // code ended itself and the inbox's own statements follow (diesel-async's): the commit
+        // checks otherwise. As the commit's check, a savepoint is refused in an aborted
+        // transaction (25P02) and outside one (25P01).
+        conn.batch_execute("SAVEPOINT diesel_inbox_alive; RELEASE SAVEPOINT diesel_inbox_alive")
+            .await
+            .map(|()| true)
     }
 }
 

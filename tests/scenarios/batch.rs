@@ -1,29 +1,55 @@
 //! Batches: one statement records them all, effects for the new ones, one commit.
 
-use std::panic::{self, AssertUnwindSafe};
+use std::panic::AssertUnwindSafe;
+use std::sync::Mutex;
 
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{DeadLetterState, Delivery, Error, Inbox, Outcome};
+use futures_util::FutureExt;
 
-use super::{effect, HandlerError};
-use crate::support::{concurrently, setup, transaction_depth, Backend, StatementLog, TestConn};
+use super::{writes, HandlerError};
+use crate::support::{
+    concurrently, setup, setup_flavour, Backend, Flavour, PerDelivery, TestConn, Tx,
+};
 
 fn batch_effect<C: TestConn>(tx: &mut C, delivery: &Delivery) -> QueryResult<()> {
     tx.record_effect(delivery.id().as_str())
 }
 
-pub fn a_batch_runs_new_ids_once_and_reports_duplicates_in_order<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let inbox = Inbox::default();
-    assert!(inbox
-        .process(&mut conn, "b", effect("b"))
-        .unwrap()
-        .is_processed());
+/// [`batch_effect`] for a scenario written once over both flavours.
+fn each_writes<F: Flavour>() -> impl PerDelivery<F, (), diesel::result::Error> {
+    async |tx: &mut F::Conn, delivery: &Delivery| tx.write_effect(delivery.id().as_str()).await
+}
 
-    let results = inbox
-        .process_batch(&mut conn, ["a", "b", "c", "a"], batch_effect)
-        .unwrap();
+/// The ids each call of a bulk effect received, in order.
+#[derive(Default)]
+struct Calls(Mutex<Vec<Vec<String>>>);
+
+impl Calls {
+    fn push(&self, new: &[&Delivery]) {
+        let ids = ids(new).into_iter().map(str::to_owned).collect();
+        self.0.lock().unwrap().push(ids);
+    }
+
+    fn take(&self) -> Vec<Vec<String>> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+pub async fn a_batch_runs_new_ids_once_and_reports_duplicates_in_order<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let inbox = Inbox::default();
+    let first = F::process(&inbox, &mut conn, "b", writes("b")).await;
+    assert!(first.unwrap().is_processed());
+
+    let results = F::process_batch(
+        &inbox,
+        &mut conn,
+        vec!["a", "b", "c", "a"],
+        each_writes::<F>(),
+    )
+    .await
+    .unwrap();
 
     let outcomes: Vec<_> = results.into_iter().map(Result::unwrap).collect();
     assert!(outcomes[0].is_processed() && outcomes[2].is_processed());
@@ -39,21 +65,22 @@ pub fn a_batch_runs_new_ids_once_and_reports_duplicates_in_order<B: Backend>() {
             .and_then(diesel_inbox::Duplicate::deliveries),
         Some(2)
     );
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
+    assert_eq!((check.effect_count(), check.inbox_rows()), (3, 3));
 }
 
-pub fn a_failing_event_in_a_batch_loses_and_doubles_nothing<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_failing_event_in_a_batch_loses_and_doubles_nothing<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::default();
+    let refuse_bad = async |tx: &mut F::Conn, delivery: &Delivery| {
+        tx.write_effect(delivery.id().as_str()).await.unwrap();
+        if delivery.id().as_str() == "bad" {
+            return Err(HandlerError::Refused);
+        }
+        Ok(())
+    };
 
-    let results = inbox
-        .process_batch(&mut conn, ["a", "bad", "c", ""], |tx, delivery| {
-            tx.record_effect(delivery.id().as_str()).unwrap();
-            if delivery.id().as_str() == "bad" {
-                return Err(HandlerError::Refused);
-            }
-            Ok(())
-        })
+    let results = F::process_batch(&inbox, &mut conn, vec!["a", "bad", "c", ""], refuse_bad)
+        .await
         .unwrap();
 
     assert_eq!(results[0], Ok(Outcome::Processed(())));
@@ -63,63 +90,50 @@ pub fn a_failing_event_in_a_batch_loses_and_doubles_nothing<B: Backend>() {
         matches!(results[3], Err(HandlerError::Inbox(_))),
         "the empty id alone is rejected"
     );
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
-    assert_eq!(
-        inbox
-            .dead_letters()
-            .show(&mut conn, "bad")
-            .unwrap()
-            .attempts,
-        1
-    );
-    assert!(inbox
-        .process(&mut conn, "bad", effect("bad"))
-        .unwrap()
-        .is_processed());
-    assert_eq!(conn.effect_count(), 3);
+    assert_eq!((check.effect_count(), check.inbox_rows()), (2, 2));
+    let record = F::show(&inbox, &mut conn, "bad").await.unwrap();
+    assert_eq!(record.attempts, 1);
+    let redelivered = F::process(&inbox, &mut conn, "bad", writes("bad")).await;
+    assert!(redelivered.unwrap().is_processed());
+    assert_eq!(check.effect_count(), 3);
 }
 
-pub fn a_batch_dead_letters_an_event_at_max_attempts<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_batch_dead_letters_an_event_at_max_attempts<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::default().max_attempts(1);
+    let poisoned = async |tx: &mut F::Conn, delivery: &Delivery| {
+        if delivery.id().as_str() == "poison" {
+            return Err(Error::Database(diesel::result::Error::NotFound));
+        }
+        tx.write_effect("ok").await.map_err(Error::from)
+    };
 
-    let results = inbox
-        .process_batch(&mut conn, ["ok", "poison"], |tx, delivery| {
-            if delivery.id().as_str() == "poison" {
-                return Err(Error::Database(diesel::result::Error::NotFound));
-            }
-            tx.record_effect("ok").map_err(Error::from)
-        })
+    let results = F::process_batch(&inbox, &mut conn, vec!["ok", "poison"], poisoned)
+        .await
         .unwrap();
 
     assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
     assert!(results[1].as_ref().is_ok_and(Outcome::is_dead_lettered));
-    let record = inbox.dead_letters().show(&mut conn, "poison").unwrap();
+    let record = F::show(&inbox, &mut conn, "poison").await.unwrap();
     assert_eq!(record.state, DeadLetterState::DeadLettered);
 }
 
-pub fn a_panic_in_a_batch_rolls_back_the_whole_batch<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_panic_in_a_batch_rolls_back_the_whole_batch<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::default();
+    let buggy = async |tx: &mut F::Conn, delivery: &Delivery| {
+        assert_ne!(delivery.id().as_str(), "boom", "handler bug");
+        tx.write_effect(delivery.id().as_str()).await
+    };
 
-    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
-        let _ = inbox.process_batch(&mut conn, ["a", "boom", "c"], |tx, delivery| {
-            assert_ne!(delivery.id().as_str(), "boom", "handler bug");
-            tx.record_effect(delivery.id().as_str())
-        });
-    }));
+    let batch = F::process_batch(&inbox, &mut conn, vec!["a", "boom", "c"], buggy);
+    let caught = AssertUnwindSafe(batch).catch_unwind().await;
 
     assert!(caught.is_err(), "the panic continues");
-    assert_eq!(transaction_depth(&mut conn), 0);
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (0, 0));
-    assert_eq!(
-        inbox
-            .dead_letters()
-            .show(&mut conn, "boom")
-            .unwrap()
-            .attempts,
-        1
-    );
+    assert_eq!(F::depth(&mut conn), 0);
+    assert_eq!((check.effect_count(), check.inbox_rows()), (0, 0));
+    let record = F::show(&inbox, &mut conn, "boom").await.unwrap();
+    assert_eq!(record.attempts, 1);
 }
 
 pub fn concurrent_overlapping_batches_take_effect_once_per_id<B: Backend>() {
@@ -148,67 +162,75 @@ pub fn concurrent_overlapping_batches_take_effect_once_per_id<B: Backend>() {
     assert_eq!(conn.total_deliveries(), THREADS * IDS);
 }
 
-pub fn a_swallowed_statement_error_in_a_batch_spoils_only_its_own_event<B: Backend>() {
+pub async fn a_swallowed_statement_error_in_a_batch_spoils_only_its_own_event<F: Flavour>() {
     // The effect writes, and for "sloppy" swallows a failed statement. Last in the batch, so
     // that no later statement of the effect trips over an aborted transaction: only the
     // inbox's own statements after it, and its commit, can see it.
-    fn sloppy<C: TestConn>(tx: &mut C, id: &str) -> Result<(), Error> {
-        tx.record_effect(id)?;
+    async fn sloppy<C: Tx>(tx: &mut C, id: &str) -> Result<(), Error> {
+        tx.write_effect(id).await?;
         if id == "sloppy" {
-            let _ignored = tx.batch_execute("INSERT INTO no_such_table VALUES (1)");
+            let _ignored = tx.execute("INSERT INTO no_such_table VALUES (1)").await;
         }
         Ok(())
     }
-    let ids = ["a", "c", "sloppy"];
+    let ids = vec!["a", "c", "sloppy"];
     for bulk in [false, true] {
-        let (_db, mut conn) = setup::<B>();
+        let (_db, mut check, mut conn) = setup_flavour::<F>().await;
         let inbox = Inbox::default();
         let results = if bulk {
-            inbox.process_bulk(&mut conn, ids, |tx, new| {
-                new.iter().try_for_each(|d| sloppy(tx, d.id().as_str()))
-            })
+            let all = async |tx: &mut F::Conn, new: &[&Delivery]| {
+                for delivery in new {
+                    sloppy(tx, delivery.id().as_str()).await?;
+                }
+                Ok(())
+            };
+            F::process_bulk(&inbox, &mut conn, ids.clone(), all).await
         } else {
-            inbox.process_batch(&mut conn, ids, |tx, d| sloppy(tx, d.id().as_str()))
+            let each = async |tx: &mut F::Conn, d: &Delivery| sloppy(tx, d.id().as_str()).await;
+            F::process_batch(&inbox, &mut conn, ids.clone(), each).await
         }
         .unwrap();
 
         assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
         assert!(results[1].as_ref().is_ok_and(Outcome::is_processed));
-        if B::FAILED_STATEMENT_ABORTS_TRANSACTION {
+        if <F::Backend as Backend>::FAILED_STATEMENT_ABORTS_TRANSACTION {
             // The rerun, one event a savepoint, pins it on its event.
             assert!(
                 matches!(results[2], Err(Error::TransactionAborted { .. })),
                 "bulk {bulk}: {:?}",
                 results[2]
             );
-            assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
+            assert_eq!((check.effect_count(), check.inbox_rows()), (2, 2));
         } else {
             assert!(results[2].as_ref().is_ok_and(Outcome::is_processed));
-            assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
+            assert_eq!((check.effect_count(), check.inbox_rows()), (3, 3));
         }
-        assert_eq!(transaction_depth(&mut conn), 0);
+        assert_eq!(F::depth(&mut conn), 0);
     }
 }
 
-pub fn an_effect_that_ends_the_transaction_stops_the_batch_before_anything_commits<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn an_effect_that_ends_the_transaction_stops_the_batch_before_anything_commits<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::default().retry(diesel_inbox::RetryPolicy::none());
 
     // What a deadlock does on MySQL, or an I/O error on SQLite: the database ends the whole
     // transaction, and whatever ran next would autocommit.
-    let result = inbox.process_batch(&mut conn, ["e1", "poison", "e2"], |tx, delivery| {
+    let ending = async |tx: &mut F::Conn, delivery: &Delivery| {
         let id = delivery.id().as_str();
-        tx.record_effect(id)?;
+        tx.write_effect(id).await?;
         if id == "poison" {
-            tx.batch_execute("ROLLBACK")?;
+            tx.execute("ROLLBACK").await?;
         }
         QueryResult::Ok(())
-    });
+    };
+    let result = F::process_batch(&inbox, &mut conn, vec!["e1", "poison", "e2"], ending).await;
 
     assert!(result.is_err(), "{result:?}");
-    assert_eq!(transaction_depth(&mut conn), 0);
+    assert_eq!(F::depth(&mut conn), 0);
     assert_eq!(
-        (conn.effect_count(), conn.inbox_rows()),
+        (check.effect_count(), check.inbox_rows()),
         (0, 0),
         "nothing may commit"
     );
@@ -219,24 +241,27 @@ fn ids<'a>(new: &[&'a Delivery]) -> Vec<&'a str> {
     new.iter().map(|d| d.id().as_str()).collect()
 }
 
-pub fn a_bulk_effect_receives_the_new_deliveries_once_in_one_call<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_bulk_effect_receives_the_new_deliveries_once_in_one_call<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::default();
-    assert!(inbox
-        .process(&mut conn, "b", effect("b"))
-        .unwrap()
-        .is_processed());
-    let mut calls: Vec<Vec<String>> = Vec::new();
-    let log = StatementLog::install(&mut conn);
+    let first = F::process(&inbox, &mut conn, "b", writes("b")).await;
+    assert!(first.unwrap().is_processed());
+    let calls = Calls::default();
+    let log = F::log(&mut conn);
 
-    let results = inbox
-        .process_bulk(&mut conn, ["a", "b", "c", "a", ""], |tx, new| {
-            calls.push(ids(new).into_iter().map(str::to_owned).collect());
-            tx.record_effects(&ids(new)).map_err(Error::from)
-        })
+    let all = async |tx: &mut F::Conn, new: &[&Delivery]| {
+        calls.push(new);
+        tx.write_effects(&ids(new)).await.map_err(Error::from)
+    };
+    let results = F::process_bulk(&inbox, &mut conn, vec!["a", "b", "c", "a", ""], all)
+        .await
         .unwrap();
 
-    assert_eq!(calls, [["a", "c"]], "one call, with the new ids in order");
+    assert_eq!(
+        calls.take(),
+        [["a", "c"]],
+        "one call, with the new ids in order"
+    );
     let effect_statements = log
         .take()
         .iter()
@@ -255,90 +280,85 @@ pub fn a_bulk_effect_receives_the_new_deliveries_once_in_one_call<B: Backend>() 
         "{:?}",
         results[4]
     );
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (3, 3));
+    assert_eq!((check.effect_count(), check.inbox_rows()), (3, 3));
 
-    calls.clear();
-    let again = inbox
-        .process_bulk(&mut conn, ["a", "c"], |_, new| {
-            calls.push(ids(new).into_iter().map(str::to_owned).collect());
-            Ok::<_, Error>(())
-        })
+    let none = async |_: &mut F::Conn, new: &[&Delivery]| {
+        calls.push(new);
+        Ok::<_, Error>(())
+    };
+    let again = F::process_bulk(&inbox, &mut conn, vec!["a", "c"], none)
+        .await
         .unwrap();
     assert!(again
         .iter()
         .all(|r| r.as_ref().is_ok_and(Outcome::is_duplicate)));
+    let calls = calls.take();
     assert!(calls.is_empty(), "no new delivery, no call: {calls:?}");
 }
 
-pub fn a_failing_bulk_effect_runs_again_event_by_event_and_only_the_failing_one_rolls_back<
-    B: Backend,
+pub async fn a_failing_bulk_effect_runs_again_event_by_event_and_only_the_failing_one_rolls_back<
+    F: Flavour,
 >() {
-    let (_db, mut conn) = setup::<B>();
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::default();
-    let mut calls: Vec<Vec<String>> = Vec::new();
+    let calls = Calls::default();
 
-    let results = inbox
-        .process_bulk(&mut conn, ["a", "bad", "c"], |tx, new| {
-            calls.push(ids(new).into_iter().map(str::to_owned).collect());
-            tx.record_effects(&ids(new)).unwrap();
-            if ids(new).contains(&"bad") {
-                return Err(HandlerError::Refused);
-            }
-            Ok(())
-        })
+    let all = async |tx: &mut F::Conn, new: &[&Delivery]| {
+        calls.push(new);
+        tx.write_effects(&ids(new)).await.unwrap();
+        if ids(new).contains(&"bad") {
+            return Err(HandlerError::Refused);
+        }
+        Ok(())
+    };
+    let results = F::process_bulk(&inbox, &mut conn, vec!["a", "bad", "c"], all)
+        .await
         .unwrap();
 
     assert_eq!(
-        calls,
+        calls.take(),
         [vec!["a", "bad", "c"], vec!["a"], vec!["bad"], vec!["c"]],
         "all at once, then one by one in savepoints"
     );
     assert_eq!(results[0], Ok(Outcome::Processed(())));
     assert_eq!(results[1], Err(HandlerError::Refused));
     assert_eq!(results[2], Ok(Outcome::Processed(())));
-    assert_eq!((conn.effect_count(), conn.inbox_rows()), (2, 2));
-    assert_eq!(conn.effects_of("bad"), 0);
-    assert_eq!(
-        inbox
-            .dead_letters()
-            .show(&mut conn, "bad")
-            .unwrap()
-            .attempts,
-        1
-    );
+    assert_eq!((check.effect_count(), check.inbox_rows()), (2, 2));
+    assert_eq!(check.effects_of("bad"), 0);
+    let record = F::show(&inbox, &mut conn, "bad").await.unwrap();
+    assert_eq!(record.attempts, 1);
 }
 
-pub fn a_poison_event_panicking_in_a_bulk_effect_is_dead_lettered_and_the_batch_gets_past_it<
-    B: Backend,
+pub async fn a_poison_event_panicking_in_a_bulk_effect_is_dead_lettered_and_the_batch_gets_past_it<
+    F: Flavour,
 >() {
-    let (_db, mut conn) = setup::<B>();
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::default().max_attempts(2);
-    let decode_all = |tx: &mut B::Conn, new: &[&Delivery]| {
+    let decode_all = async |tx: &mut F::Conn, new: &[&Delivery]| {
         for id in ids(new) {
             assert_ne!(id, "poison", "cannot decode the poison event");
-            tx.record_effect(id)?;
+            tx.write_effect(id).await?;
         }
         Ok::<_, Error>(())
     };
 
     for _ in 0..2 {
-        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
-            let _ = inbox.process_bulk(&mut conn, ["a", "poison"], decode_all);
-        }));
+        let batch = F::process_bulk(&inbox, &mut conn, vec!["a", "poison"], decode_all);
+        let caught = AssertUnwindSafe(batch).catch_unwind().await;
         assert!(caught.is_err(), "the panic continues");
-        assert_eq!(transaction_depth(&mut conn), 0);
-        assert_eq!(conn.effect_count(), 0, "the whole batch rolled back");
+        assert_eq!(F::depth(&mut conn), 0);
+        assert_eq!(check.effect_count(), 0, "the whole batch rolled back");
     }
-    let results = inbox
-        .process_bulk(&mut conn, ["a", "poison"], decode_all)
+    let results = F::process_bulk(&inbox, &mut conn, vec!["a", "poison"], decode_all)
+        .await
         .unwrap();
 
     assert!(results[0].as_ref().is_ok_and(Outcome::is_processed));
     assert!(results[1].as_ref().is_ok_and(Outcome::is_dead_lettered));
-    let record = inbox.dead_letters().show(&mut conn, "poison").unwrap();
+    let record = F::show(&inbox, &mut conn, "poison").await.unwrap();
     assert_eq!(
         (record.state, record.attempts),
         (DeadLetterState::DeadLettered, 2)
     );
-    assert_eq!((conn.effect_count(), conn.effects_of("a")), (1, 1));
+    assert_eq!((check.effect_count(), check.effects_of("a")), (1, 1));
 }

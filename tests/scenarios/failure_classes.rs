@@ -13,8 +13,8 @@ use diesel_inbox::{
     RetryPolicy,
 };
 
-use super::effect;
-use crate::support::{concurrently, setup, Backend, TestConn};
+use super::writes;
+use crate::support::{concurrently, setup, setup_flavour, Backend, Flavour, TestConn};
 
 /// A handler's error type of its own, exposing its Diesel error through [`HandlerError`].
 #[derive(Debug, thiserror::Error)]
@@ -135,18 +135,17 @@ pub fn handler_contention_in_its_own_error_type_is_retried_and_never_counted<B: 
     two_handlers_deadlock::<B, OrderError>(OrderError::Db);
 }
 
-pub fn a_permanent_failure_is_dead_lettered_at_the_first_attempt<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_permanent_failure_is_dead_lettered_at_the_first_attempt<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     // No max_attempts: counted failures would be retried forever.
     let inbox = Inbox::new("orders").unwrap();
 
-    let result = inbox.process(&mut conn, "order-404", |_tx| {
-        Err::<(), _>(OrderError::UnknownOrder)
-    });
+    let unknown = async |_: &mut F::Conn| Err::<(), _>(OrderError::UnknownOrder);
+    let result = F::process(&inbox, &mut conn, "order-404", unknown).await;
 
     assert!(matches!(result, Ok(Outcome::DeadLettered(_))), "{result:?}");
     assert_eq!(Ack::of(&result), Ack::Ack);
-    let dead = inbox.dead_letters().show(&mut conn, "order-404").unwrap();
+    let dead = F::show(&inbox, &mut conn, "order-404").await.unwrap();
     assert_eq!(
         (dead.state, dead.attempts),
         (DeadLetterState::DeadLettered, 1)
@@ -159,24 +158,25 @@ pub fn a_permanent_failure_is_dead_lettered_at_the_first_attempt<B: Backend>() {
         "{last:?}"
     );
 
-    let again = inbox.process(&mut conn, "order-404", effect("order-404"));
+    let again = F::process(&inbox, &mut conn, "order-404", writes("order-404")).await;
     assert!(matches!(again, Ok(Outcome::DeadLettered(_))), "{again:?}");
-    assert_eq!(conn.effect_count(), 0);
+    assert_eq!(check.effect_count(), 0);
 
-    let marked = inbox.process(&mut conn, "order-405", |_tx| {
-        Err::<(), _>(Error::permanent("order 405 does not exist"))
-    });
+    let missing =
+        async |_: &mut F::Conn| Err::<(), _>(Error::permanent("order 405 does not exist"));
+    let marked = F::process(&inbox, &mut conn, "order-405", missing).await;
     assert!(matches!(marked, Ok(Outcome::DeadLettered(_))), "{marked:?}");
 }
 
-pub fn a_transient_failure_is_redelivered_and_never_counted<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_transient_failure_is_redelivered_and_never_counted<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("pricing").unwrap().max_attempts(1);
+    let down = async |_: &mut F::Conn| {
+        Err::<(), diesel::result::Error>(Error::transient("pricing service down").into())
+    };
 
     for _ in 0..3 {
-        let result = inbox.process(&mut conn, "quote-1", |_tx| {
-            Err::<(), diesel::result::Error>(Error::transient("pricing service down").into())
-        });
+        let result = F::process(&inbox, &mut conn, "quote-1", down).await;
         assert_eq!(Ack::of(&result), Ack::Redeliver);
         let error = result.expect_err("a transient failure comes back");
         assert!(
@@ -185,17 +185,17 @@ pub fn a_transient_failure_is_redelivered_and_never_counted<B: Backend>() {
         );
     }
     assert!(matches!(
-        inbox.dead_letters().show(&mut conn, "quote-1"),
+        F::show(&inbox, &mut conn, "quote-1").await,
         Err(AdminError::DeadLetterNotFound { .. })
     ));
 
-    let result = inbox.process(&mut conn, "quote-1", effect("quote-1"));
+    let result = F::process(&inbox, &mut conn, "quote-1", writes("quote-1")).await;
     assert!(matches!(result, Ok(Outcome::Processed(()))), "{result:?}");
-    assert_eq!(conn.effect_count(), 1);
+    assert_eq!(check.effect_count(), 1);
 }
 
-pub fn every_delivery_result_says_what_to_ack<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn every_delivery_result_says_what_to_ack<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("orders").unwrap().max_attempts(2);
     let first = Delivery::new("evt-1")
         .unwrap()
@@ -204,30 +204,30 @@ pub fn every_delivery_result_says_what_to_ack<B: Backend>() {
         .unwrap()
         .json(serde_json::json!({"qty": 9}));
 
-    let processed = inbox.process(&mut conn, &first, effect("evt-1"));
+    let processed = F::process(&inbox, &mut conn, &first, writes("evt-1")).await;
     assert_eq!(Ack::of(&processed), Ack::Ack);
-    let duplicate = inbox.process(&mut conn, &first, effect("evt-1"));
+    let duplicate = F::process(&inbox, &mut conn, &first, writes("evt-1")).await;
     assert!(matches!(duplicate, Ok(Outcome::Duplicate(_))));
     assert_eq!(Ack::of(&duplicate), Ack::Ack);
 
     // A reused id is recorded and acked on every redelivery: it never loops.
     for conflicts in 1..=2 {
-        let conflict = inbox.process(&mut conn, &reused, effect("evt-1"));
+        let conflict = F::process(&inbox, &mut conn, &reused, writes("evt-1")).await;
         assert_eq!(Ack::of(&conflict), Ack::Ack, "{conflict:?}");
-        assert_eq!(conn.payload_conflicts("evt-1"), conflicts);
+        assert_eq!(check.payload_conflicts("evt-1"), conflicts);
     }
-    assert_eq!(conn.effect_count(), 1);
+    assert_eq!(check.effect_count(), 1);
 
     // A counted failure is redelivered until the limit, then dead-lettered and acked.
-    let failing = |_tx: &mut B::Conn| Err::<(), _>(diesel::result::Error::NotFound);
-    let attempt_1 = inbox.process(&mut conn, "evt-2", failing);
+    let failing = async |_: &mut F::Conn| Err::<(), _>(diesel::result::Error::NotFound);
+    let attempt_1 = F::process(&inbox, &mut conn, "evt-2", failing).await;
     assert_eq!(Ack::of(&attempt_1), Ack::Redeliver);
-    let attempt_2 = inbox.process(&mut conn, "evt-2", failing);
+    let attempt_2 = F::process(&inbox, &mut conn, "evt-2", failing).await;
     assert!(matches!(attempt_2, Ok(Outcome::DeadLettered(_))));
     assert_eq!(Ack::of(&attempt_2), Ack::Ack);
 
     // An id that can never be valid goes to the broker's dead-letter path.
-    let invalid = inbox.process(&mut conn, "", effect(""));
+    let invalid = F::process(&inbox, &mut conn, "", writes("")).await;
     assert_eq!(Ack::of(&invalid), Ack::Reject);
 }
 

@@ -1,18 +1,19 @@
 //! Failure policy, dead letters, payload identity and stored results, on every backend.
 
 use diesel_inbox::AdminError;
-use std::panic::{self, AssertUnwindSafe};
+use futures_util::FutureExt;
+use std::panic::AssertUnwindSafe;
 
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{Audit, DeadLetterState, Delivery, Error, HistoryKind, Inbox, Outcome, Payload};
 use serde::{Deserialize, Serialize};
 
-use super::{effect, HandlerError};
-use crate::support::{concurrently, setup, Backend, TestConn};
+use super::{writes, HandlerError};
+use crate::support::{concurrently, setup, setup_flavour, Backend, Flavour, Handle, TestConn, Tx};
 
-fn refuse<C>(_: &mut C) -> Result<(), HandlerError> {
-    Err(HandlerError::Refused)
+/// A handler that fails with the handler's own error.
+pub(crate) fn refuse<F: Flavour>() -> impl Handle<F, (), HandlerError> {
+    async |_: &mut F::Conn| Err(HandlerError::Refused)
 }
 
 fn orders() -> Inbox {
@@ -20,10 +21,10 @@ fn orders() -> Inbox {
 }
 
 /// An inbox that dead-letters at the first failure, and `event_id` dead-lettered by it.
-fn dead_lettered_at_once<C: TestConn>(conn: &mut C, event_id: &str) -> Inbox {
+async fn dead_lettered_at_once<F: Flavour>(conn: &mut F::Conn, event_id: &str) -> Inbox {
     let inbox = orders().max_attempts(1);
-    let outcome = inbox.process(conn, event_id, refuse).unwrap();
-    assert!(outcome.is_dead_lettered(), "{outcome:?}");
+    let outcome = F::process(&inbox, conn, event_id, refuse::<F>()).await;
+    assert!(outcome.as_ref().unwrap().is_dead_lettered(), "{outcome:?}");
     inbox
 }
 
@@ -32,16 +33,16 @@ fn ops(reason: &str) -> Audit {
     Audit::new("ops", reason).unwrap()
 }
 
-pub fn failures_are_counted_across_redeliveries<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn failures_are_counted_across_redeliveries<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = orders().max_attempts(5);
 
     for _ in 0..3 {
-        let failed = inbox.process(&mut conn, "evt-1", refuse);
+        let failed = F::process(&inbox, &mut conn, "evt-1", refuse::<F>()).await;
         assert_eq!(failed, Err(HandlerError::Refused));
     }
 
-    let record = inbox.dead_letters().show(&mut conn, "evt-1").unwrap();
+    let record = F::show(&inbox, &mut conn, "evt-1").await.unwrap();
     assert_eq!(record.state, DeadLetterState::Retrying);
     assert_eq!(record.attempts, 3);
     assert_eq!(record.last_error, "handler refused");
@@ -54,52 +55,45 @@ pub fn failures_are_counted_across_redeliveries<B: Backend>() {
             (HistoryKind::Failed, Some(3))
         ]
     );
-    assert!(inbox
-        .process(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_processed());
-    assert_eq!(conn.effect_count(), 1);
+    let healthy = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    assert!(healthy.unwrap().is_processed());
+    assert_eq!(check.effect_count(), 1);
 }
 
-pub fn an_event_is_dead_lettered_at_exactly_max_attempts<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn an_event_is_dead_lettered_at_exactly_max_attempts<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = orders().max_attempts(3);
 
     for _ in 0..2 {
-        assert_eq!(
-            inbox.process(&mut conn, "evt-1", refuse),
-            Err(HandlerError::Refused)
-        );
+        let failed = F::process(&inbox, &mut conn, "evt-1", refuse::<F>()).await;
+        assert_eq!(failed, Err(HandlerError::Refused));
     }
-    let third = inbox.process(&mut conn, "evt-1", refuse).unwrap();
-    let Outcome::DeadLettered(dead) = third else {
+    let third = F::process(&inbox, &mut conn, "evt-1", refuse::<F>()).await;
+    let Ok(Outcome::DeadLettered(dead)) = third else {
         panic!("third failure: {third:?}")
     };
     assert!(!dead.is_discarded());
 
     // A healthy handler no longer runs for it.
-    let later = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    let later = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    let later = later.unwrap();
     assert_eq!(later.clone().processed(), None);
     assert!(later.is_dead_lettered());
-    assert_eq!(conn.effect_count(), 0);
+    assert_eq!(check.effect_count(), 0);
 
-    let listed = inbox.dead_letters().list(&mut conn, None, 100).unwrap();
+    let listed = F::list(&inbox, &mut conn, None, 100).await.unwrap();
     assert_eq!(listed.len(), 1);
     let listed = listed[0].as_ref().unwrap();
     assert_eq!((listed.event_id.as_str(), listed.attempts), ("evt-1", 3));
-    let history = inbox
-        .dead_letters()
-        .show(&mut conn, "evt-1")
-        .unwrap()
-        .history;
+    let history = F::show(&inbox, &mut conn, "evt-1").await.unwrap().history;
     assert_eq!(
         history.last().map(|h| h.kind),
         Some(HistoryKind::DeadLettered)
     );
 }
 
-pub fn dead_letters_keep_the_payload_byte_for_byte<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn dead_letters_keep_the_payload_byte_for_byte<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let inbox = orders().max_attempts(1);
     let large: Vec<u8> = (0..1_000_000u32)
         .map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()[3])
@@ -122,13 +116,11 @@ pub fn dead_letters_keep_the_payload_byte_for_byte<B: Backend>() {
 
     for (id, payload) in &payloads {
         let delivery = Delivery::new(*id).unwrap().with_payload(payload.clone());
-        assert!(inbox
-            .process(&mut conn, &delivery, refuse)
-            .unwrap()
-            .is_dead_lettered());
+        let outcome = F::process(&inbox, &mut conn, &delivery, refuse::<F>()).await;
+        assert!(outcome.unwrap().is_dead_lettered());
     }
     for (id, payload) in &payloads {
-        let stored = inbox.dead_letters().show(&mut conn, *id).unwrap().payload;
+        let stored = F::show(&inbox, &mut conn, id).await.unwrap().payload;
         assert!(
             stored.as_ref() == Some(payload),
             "{id}: payload changed in storage"
@@ -142,33 +134,25 @@ struct Receipt {
     cents: i64,
 }
 
-pub fn a_redrive_processes_once_and_a_second_redrive_is_refused<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_redrive_processes_once_and_a_second_redrive_is_refused<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = orders().max_attempts(1);
     let delivery = Delivery::new("evt-1")
         .unwrap()
         .json(serde_json::json!({"order": "A-1"}));
-    assert!(inbox
-        .process(&mut conn, &delivery, refuse)
-        .unwrap()
-        .is_dead_lettered());
-    let dead = inbox.dead_letters();
+    let outcome = F::process(&inbox, &mut conn, &delivery, refuse::<F>()).await;
+    assert!(outcome.unwrap().is_dead_lettered());
+    let fixed = Audit::new("ops@example.com", "config fixed").unwrap();
 
-    let redriven = dead
-        .redrive(
-            &mut conn,
-            "evt-1",
-            &Audit::new("ops@example.com", "config fixed").unwrap(),
-            |tx, payload| {
-                assert_eq!(payload, delivery.payload());
-                tx.record_effect("evt-1")
-            },
-        )
-        .unwrap();
+    let redrive = async |tx: &mut F::Conn, payload: Option<&Payload>| {
+        assert_eq!(payload, delivery.payload());
+        tx.write_effect("evt-1").await
+    };
+    let redriven = F::redrive(&inbox, &mut conn, "evt-1", &fixed, redrive).await;
 
-    assert!(redriven.is_processed());
-    assert_eq!(conn.effect_count(), 1);
-    let record = dead.show(&mut conn, "evt-1").unwrap();
+    assert!(redriven.unwrap().is_processed());
+    assert_eq!(check.effect_count(), 1);
+    let record = F::show(&inbox, &mut conn, "evt-1").await.unwrap();
     assert_eq!(record.state, DeadLetterState::Redriven);
     let last = record.history.last().unwrap();
     assert_eq!(
@@ -179,14 +163,13 @@ pub fn a_redrive_processes_once_and_a_second_redrive_is_refused<B: Backend>() {
             Some("config fixed")
         )
     );
-    assert!(inbox
-        .process(&mut conn, &delivery, effect("evt-1"))
-        .unwrap()
-        .is_duplicate());
+    let redelivered = F::process(&inbox, &mut conn, &delivery, writes("evt-1")).await;
+    assert!(redelivered.unwrap().is_duplicate());
 
-    let again = dead.redrive(&mut conn, "evt-1", &ops("again"), |tx, _| {
-        tx.record_effect("evt-1").map_err(AdminError::from)
-    });
+    let rerun = async |tx: &mut F::Conn, _: Option<&Payload>| {
+        tx.write_effect("evt-1").await.map_err(AdminError::from)
+    };
+    let again = F::redrive(&inbox, &mut conn, "evt-1", &ops("again"), rerun).await;
     assert!(
         matches!(
             again,
@@ -197,50 +180,50 @@ pub fn a_redrive_processes_once_and_a_second_redrive_is_refused<B: Backend>() {
         ),
         "{again:?}"
     );
-    assert_eq!(conn.effect_count(), 1);
+    assert_eq!(check.effect_count(), 1);
 }
 
-pub fn a_failing_redrive_leaves_the_dead_letter_as_it_was<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let inbox = dead_lettered_at_once(&mut conn, "evt-1");
-    let dead = inbox.dead_letters();
-    let before = dead.show(&mut conn, "evt-1").unwrap();
+pub async fn a_failing_redrive_leaves_the_dead_letter_as_it_was<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let inbox = dead_lettered_at_once::<F>(&mut conn, "evt-1").await;
+    let before = F::show(&inbox, &mut conn, "evt-1").await.unwrap();
     assert_eq!(before.state, DeadLetterState::DeadLettered);
 
-    let failed = dead.redrive(&mut conn, "evt-1", &ops("try"), |tx, _| {
-        tx.record_effect("evt-1").unwrap();
+    let failing = async |tx: &mut F::Conn, _: Option<&Payload>| {
+        tx.write_effect("evt-1").await.unwrap();
         Err::<(), _>(HandlerError::Refused)
-    });
+    };
+    let failed = F::redrive(&inbox, &mut conn, "evt-1", &ops("try"), failing).await;
 
     assert_eq!(failed, Err(HandlerError::Refused));
-    assert_eq!(conn.effect_count(), 0);
+    assert_eq!(check.effect_count(), 0);
     assert_eq!(
-        dead.show(&mut conn, "evt-1").unwrap(),
+        F::show(&inbox, &mut conn, "evt-1").await.unwrap(),
         before,
         "state, attempts, errors, times, payload and history as they were"
     );
-    assert!(inbox
-        .process(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_dead_lettered());
+    let later = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    assert!(later.unwrap().is_dead_lettered());
 }
 
-pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let inbox = dead_lettered_at_once(&mut conn, "evt-1");
-    let dead = inbox.dead_letters();
+pub async fn a_discarded_dead_letter_is_kept_and_never_runs<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let inbox = dead_lettered_at_once::<F>(&mut conn, "evt-1").await;
 
-    dead.discard(&mut conn, "evt-1", &ops("obsolete order"))
+    F::discard(&inbox, &mut conn, "evt-1", &ops("obsolete order"))
+        .await
         .unwrap();
 
-    let later = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    let later = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    let later = later.unwrap();
     assert!(
         matches!(later, Outcome::DeadLettered(ref d) if d.is_discarded()),
         "{later:?}"
     );
-    let redrive = dead.redrive(&mut conn, "evt-1", &ops("oops"), |tx, _| {
-        tx.record_effect("evt-1").map_err(AdminError::from)
-    });
+    let rerun = async |tx: &mut F::Conn, _: Option<&Payload>| {
+        tx.write_effect("evt-1").await.map_err(AdminError::from)
+    };
+    let redrive = F::redrive(&inbox, &mut conn, "evt-1", &ops("oops"), rerun).await;
     assert!(matches!(
         redrive,
         Err(AdminError::InvalidTransition {
@@ -248,7 +231,7 @@ pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
             ..
         })
     ));
-    let discard = dead.discard(&mut conn, "evt-1", &ops("twice"));
+    let discard = F::discard(&inbox, &mut conn, "evt-1", &ops("twice")).await;
     assert!(matches!(
         discard,
         Err(AdminError::InvalidTransition {
@@ -256,9 +239,12 @@ pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
             ..
         })
     ));
-    assert_eq!(conn.effect_count(), 0);
-    assert!(dead.list(&mut conn, None, 100).unwrap().is_empty());
-    let record = dead.show(&mut conn, "evt-1").unwrap();
+    assert_eq!(check.effect_count(), 0);
+    assert!(F::list(&inbox, &mut conn, None, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    let record = F::show(&inbox, &mut conn, "evt-1").await.unwrap();
     assert_eq!(record.state, DeadLetterState::Discarded);
     assert_eq!(
         record.history.last().and_then(|h| h.actor.as_deref()),
@@ -266,14 +252,11 @@ pub fn a_discarded_dead_letter_is_kept_and_never_runs<B: Backend>() {
     );
 }
 
-pub fn transitions_need_an_actor_a_reason_and_a_dead_letter<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn transitions_need_an_actor_a_reason_and_a_dead_letter<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let inbox = orders().max_attempts(3);
-    let dead = inbox.dead_letters();
-    assert_eq!(
-        inbox.process(&mut conn, "evt-1", refuse),
-        Err(HandlerError::Refused)
-    );
+    let failed = F::process(&inbox, &mut conn, "evt-1", refuse::<F>()).await;
+    assert_eq!(failed, Err(HandlerError::Refused));
 
     assert!(matches!(
         Audit::new(" ", "why"),
@@ -284,24 +267,24 @@ pub fn transitions_need_an_actor_a_reason_and_a_dead_letter<B: Backend>() {
         Err(AdminError::MissingAudit("reason"))
     ));
     assert!(matches!(
-        dead.discard(&mut conn, "nope", &ops("why")),
+        F::discard(&inbox, &mut conn, "nope", &ops("why")).await,
         Err(AdminError::DeadLetterNotFound { .. })
     ));
     assert!(matches!(
-        dead.discard(&mut conn, "evt-1", &ops("why")),
+        F::discard(&inbox, &mut conn, "evt-1", &ops("why")).await,
         Err(AdminError::InvalidTransition {
             state: DeadLetterState::Retrying,
             ..
         })
     ));
     assert!(matches!(
-        dead.show(&mut conn, "nope"),
+        F::show(&inbox, &mut conn, "nope").await,
         Err(AdminError::DeadLetterNotFound { .. })
     ));
 }
 
-pub fn a_reused_id_with_a_different_payload_is_a_conflict<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_reused_id_with_a_different_payload_is_a_conflict<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = orders();
     let original = Delivery::new("evt-1")
         .unwrap()
@@ -313,60 +296,55 @@ pub fn a_reused_id_with_a_different_payload_is_a_conflict<B: Backend>() {
         .unwrap()
         .json(serde_json::json!({"a": 2, "b": [true]}));
 
-    assert!(inbox
-        .process(&mut conn, &original, effect("evt-1"))
-        .unwrap()
-        .is_processed());
-    assert!(inbox
-        .process(&mut conn, &reordered, effect("evt-1"))
-        .unwrap()
-        .is_duplicate());
-    let conflict = inbox.process(&mut conn, &different, |tx| {
-        tx.record_effect("evt-1").map_err(Error::from)
-    });
+    let first = F::process(&inbox, &mut conn, &original, writes("evt-1")).await;
+    assert!(first.unwrap().is_processed());
+    let same = F::process(&inbox, &mut conn, &reordered, writes("evt-1")).await;
+    assert!(same.unwrap().is_duplicate());
+    let typed = async |tx: &mut F::Conn| tx.write_effect("evt-1").await.map_err(Error::from);
+    let conflict = F::process(&inbox, &mut conn, &different, typed).await;
     assert!(
         matches!(conflict, Err(Error::PayloadMismatch { ref event_id }) if event_id.as_str() == "evt-1"),
         "{conflict:?}"
     );
+    let bare = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
     assert!(
-        inbox
-            .process(&mut conn, "evt-1", effect("evt-1"))
-            .unwrap()
-            .is_duplicate(),
+        bare.unwrap().is_duplicate(),
         "no payload: nothing to compare"
     );
 
-    assert_eq!(conn.effect_count(), 1);
-    assert_eq!(conn.payload_conflicts("evt-1"), 1);
+    assert_eq!(check.effect_count(), 1);
+    assert_eq!(check.payload_conflicts("evt-1"), 1);
 }
 
-pub fn a_stored_result_is_returned_on_duplicate<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_stored_result_is_returned_on_duplicate<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = orders();
-    let charge = |tx: &mut B::Conn| {
-        tx.record_effect("req-1")?;
+    let charge = async |tx: &mut F::Conn| {
+        tx.write_effect("req-1").await?;
         QueryResult::Ok(Receipt {
             order: "A-1".into(),
             cents: 1250,
         })
     };
 
-    let first = inbox
-        .process_storing_result(&mut conn, "req-1", charge)
-        .unwrap();
-    let retried = inbox
-        .process_storing_result(&mut conn, "req-1", charge)
-        .unwrap();
+    let first = F::process_storing_result(&inbox, &mut conn, "req-1", charge).await;
+    let retried = F::process_storing_result(&inbox, &mut conn, "req-1", charge).await;
 
-    let original = first.processed().unwrap();
-    let stored: Option<Receipt> = retried.duplicate().unwrap().stored_result().unwrap();
+    let original = first.unwrap().processed().unwrap();
+    let stored: Option<Receipt> = retried
+        .unwrap()
+        .duplicate()
+        .unwrap()
+        .stored_result()
+        .unwrap();
     assert_eq!(stored, Some(original));
-    assert_eq!(conn.effect_count(), 1);
-    let plain = inbox.process(&mut conn, "req-2", effect("req-2")).unwrap();
-    assert!(plain.is_processed());
-    let again = inbox.process(&mut conn, "req-2", effect("req-2")).unwrap();
+    assert_eq!(check.effect_count(), 1);
+    let plain = F::process(&inbox, &mut conn, "req-2", writes("req-2")).await;
+    assert!(plain.unwrap().is_processed());
+    let again = F::process(&inbox, &mut conn, "req-2", writes("req-2")).await;
     assert_eq!(
         again
+            .unwrap()
             .duplicate()
             .unwrap()
             .stored_result::<Receipt>()
@@ -382,7 +360,7 @@ pub fn concurrent_failures_of_one_event_count_correctly<B: Backend>() {
 
     concurrently(&db, THREADS, |_, conn| {
         for _ in 0..EACH {
-            let failed = orders().process(conn, "evt-1", refuse);
+            let failed = orders().process(conn, "evt-1", |_| Err::<(), _>(HandlerError::Refused));
             assert_eq!(failed, Err(HandlerError::Refused));
         }
     });
@@ -398,42 +376,41 @@ pub fn concurrent_failures_of_one_event_count_correctly<B: Backend>() {
     );
 }
 
-pub fn a_panicking_handler_counts_as_a_failed_attempt<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_panicking_handler_counts_as_a_failed_attempt<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let inbox = orders().max_attempts(1);
 
-    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
-        let _ = inbox.process(&mut conn, "evt-1", |_| -> QueryResult<()> {
-            panic!("poison pill")
-        });
-    }));
+    let poison = async |_: &mut F::Conn| -> QueryResult<()> { panic!("poison pill") };
+    let delivery = F::process(&inbox, &mut conn, "evt-1", poison);
+    let caught = AssertUnwindSafe(delivery).catch_unwind().await;
 
     assert!(caught.is_err(), "the panic continues");
-    let record = inbox.dead_letters().show(&mut conn, "evt-1").unwrap();
+    let record = F::show(&inbox, &mut conn, "evt-1").await.unwrap();
     assert_eq!(record.state, DeadLetterState::DeadLettered);
     assert_eq!(record.last_error, "handler panicked: poison pill");
-    assert!(inbox
-        .process(&mut conn, "evt-1", effect("evt-1"))
-        .unwrap()
-        .is_dead_lettered());
+    let later = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    assert!(later.unwrap().is_dead_lettered());
 }
 
-pub fn discarding_a_dead_letter_whose_inbox_row_was_deleted_still_holds_it_back<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let inbox = dead_lettered_at_once(&mut conn, "evt-1");
+pub async fn discarding_a_dead_letter_whose_inbox_row_was_deleted_still_holds_it_back<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let inbox = dead_lettered_at_once::<F>(&mut conn, "evt-1").await;
     // Retention, or an operator, removed the row that held deliveries back.
-    conn.batch_execute("DELETE FROM diesel_inbox_events")
+    conn.execute("DELETE FROM diesel_inbox_events")
+        .await
         .unwrap();
 
-    inbox
-        .dead_letters()
-        .discard(&mut conn, "evt-1", &ops("obsolete"))
+    F::discard(&inbox, &mut conn, "evt-1", &ops("obsolete"))
+        .await
         .unwrap();
 
-    let later = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    let later = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    let later = later.unwrap();
     assert!(
         matches!(later, Outcome::DeadLettered(ref d) if d.is_discarded()),
         "{later:?}"
     );
-    assert_eq!(conn.effect_count(), 0);
+    assert_eq!(check.effect_count(), 0);
 }

@@ -1,44 +1,40 @@
 //! Operating the inbox: releasing dead letters to be published again, and the doctor's checks.
 
 use diesel::connection::SimpleConnection;
-use diesel_inbox::doctor::{self, CheckStatus};
+use diesel_inbox::doctor::{Check, CheckStatus};
 use diesel_inbox::AdminError;
 use diesel_inbox::{Audit, DeadLetterState, HistoryKind, Inbox, Outcome};
 
-use super::{effect, HandlerError};
-use crate::support::{setup, Backend, TestConn};
-
-fn refuse<C>(_: &mut C) -> Result<(), HandlerError> {
-    Err(HandlerError::Refused)
-}
+use super::{refuse, writes, HandlerError};
+use crate::support::{setup_flavour, Backend, Flavour, TestConn};
 
 fn ops(reason: &str) -> Audit {
     Audit::new("ops", reason).unwrap()
 }
 
 /// An inbox that gives up after `max_attempts`, and `event_id` dead-lettered by it.
-fn dead_lettered<C: TestConn>(conn: &mut C, event_id: &str, max_attempts: u32) -> Inbox {
+async fn dead_lettered<F: Flavour>(conn: &mut F::Conn, event_id: &str, max_attempts: u32) -> Inbox {
     let inbox = Inbox::new("orders").unwrap().max_attempts(max_attempts);
     for _ in 1..max_attempts {
-        assert_eq!(
-            inbox.process(conn, event_id, refuse),
-            Err(HandlerError::Refused)
-        );
+        let failed = F::process(&inbox, conn, event_id, refuse::<F>()).await;
+        assert_eq!(failed, Err(HandlerError::Refused));
     }
-    let last = inbox.process(conn, event_id, refuse).unwrap();
+    let last = F::process(&inbox, conn, event_id, refuse::<F>()).await;
+    let last = last.unwrap();
     assert!(last.is_dead_lettered(), "{last:?}");
     inbox
 }
 
-pub fn a_released_dead_letter_runs_once_on_its_next_delivery<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let inbox = dead_lettered(&mut conn, "evt-1", 2);
-    let dead = inbox.dead_letters();
+pub async fn a_released_dead_letter_runs_once_on_its_next_delivery<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let inbox = dead_lettered::<F>(&mut conn, "evt-1", 2).await;
 
-    dead.release(&mut conn, "evt-1", &ops("re-published after the fix"))
+    let fixed = ops("re-published after the fix");
+    F::release(&inbox, &mut conn, "evt-1", &fixed)
+        .await
         .unwrap();
 
-    let record = dead.show(&mut conn, "evt-1").unwrap();
+    let record = F::show(&inbox, &mut conn, "evt-1").await.unwrap();
     assert_eq!(record.state, DeadLetterState::Released);
     assert_eq!(record.attempts, 0, "counted afresh");
     let last = record.history.last().unwrap();
@@ -50,22 +46,25 @@ pub fn a_released_dead_letter_runs_once_on_its_next_delivery<B: Backend>() {
             Some("re-published after the fix")
         )
     );
-    assert!(dead.list(&mut conn, None, 100).unwrap().is_empty());
+    let listed = F::list(&inbox, &mut conn, None, 100).await.unwrap();
+    assert!(listed.is_empty());
 
-    let next = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
-    assert_eq!(next, Outcome::Processed(()));
-    let copy = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    let next = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    assert_eq!(next.unwrap(), Outcome::Processed(()));
+    let copy = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    let copy = copy.unwrap();
     assert!(copy.is_duplicate(), "{copy:?}");
-    assert_eq!(conn.effect_count(), 1);
+    assert_eq!(check.effect_count(), 1);
 }
 
-pub fn releasing_twice_or_a_retrying_event_is_an_invalid_transition<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let inbox = dead_lettered(&mut conn, "evt-1", 1);
-    let dead = inbox.dead_letters();
-    dead.release(&mut conn, "evt-1", &ops("first")).unwrap();
+pub async fn releasing_twice_or_a_retrying_event_is_an_invalid_transition<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
+    let inbox = dead_lettered::<F>(&mut conn, "evt-1", 1).await;
+    F::release(&inbox, &mut conn, "evt-1", &ops("first"))
+        .await
+        .unwrap();
 
-    let again = dead.release(&mut conn, "evt-1", &ops("second"));
+    let again = F::release(&inbox, &mut conn, "evt-1", &ops("second")).await;
     assert!(
         matches!(
             again,
@@ -78,22 +77,20 @@ pub fn releasing_twice_or_a_retrying_event_is_an_invalid_transition<B: Backend>(
         "{again:?}"
     );
     let retrying = Inbox::new("orders").unwrap().max_attempts(3);
-    assert_eq!(
-        retrying.process(&mut conn, "evt-2", refuse),
-        Err(HandlerError::Refused)
-    );
+    let failed = F::process(&retrying, &mut conn, "evt-2", refuse::<F>()).await;
+    assert_eq!(failed, Err(HandlerError::Refused));
     assert!(matches!(
-        dead.release(&mut conn, "evt-2", &ops("too early")),
+        F::release(&inbox, &mut conn, "evt-2", &ops("too early")).await,
         Err(AdminError::InvalidTransition {
             state: DeadLetterState::Retrying,
             ..
         })
     ));
     assert!(matches!(
-        dead.release(&mut conn, "nope", &ops("why")),
+        F::release(&inbox, &mut conn, "nope", &ops("why")).await,
         Err(AdminError::DeadLetterNotFound { .. })
     ));
-    let history = dead.show(&mut conn, "evt-1").unwrap().history;
+    let history = F::show(&inbox, &mut conn, "evt-1").await.unwrap().history;
     let released = history
         .iter()
         .filter(|h| h.kind == HistoryKind::Released)
@@ -101,41 +98,44 @@ pub fn releasing_twice_or_a_retrying_event_is_an_invalid_transition<B: Backend>(
     assert_eq!(released, 1, "a refused release writes no history");
 }
 
-pub fn a_released_event_that_fails_max_attempts_again_is_dead_lettered_again<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let inbox = dead_lettered(&mut conn, "evt-1", 2);
-    let dead = inbox.dead_letters();
-    dead.release(&mut conn, "evt-1", &ops("retry upstream"))
+pub async fn a_released_event_that_fails_max_attempts_again_is_dead_lettered_again<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let inbox = dead_lettered::<F>(&mut conn, "evt-1", 2).await;
+    F::release(&inbox, &mut conn, "evt-1", &ops("retry upstream"))
+        .await
         .unwrap();
 
     assert_eq!(
-        inbox.process(&mut conn, "evt-1", refuse),
+        F::process(&inbox, &mut conn, "evt-1", refuse::<F>()).await,
         Err(HandlerError::Refused),
         "the first failure after the release is attempt 1 of 2"
     );
     assert_eq!(
-        dead.show(&mut conn, "evt-1").unwrap().state,
+        F::show(&inbox, &mut conn, "evt-1").await.unwrap().state,
         DeadLetterState::Retrying,
         "failing again, as before it was dead-lettered"
     );
-    let second = inbox.process(&mut conn, "evt-1", refuse).unwrap();
+    let second = F::process(&inbox, &mut conn, "evt-1", refuse::<F>()).await;
+    let second = second.unwrap();
     assert!(second.is_dead_lettered(), "{second:?}");
 
-    let record = dead.show(&mut conn, "evt-1").unwrap();
+    let record = F::show(&inbox, &mut conn, "evt-1").await.unwrap();
     assert_eq!(
         (record.state, record.attempts),
         (DeadLetterState::DeadLettered, 2)
     );
-    let later = inbox.process(&mut conn, "evt-1", effect("evt-1")).unwrap();
+    let later = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    let later = later.unwrap();
     assert!(later.is_dead_lettered(), "held back again: {later:?}");
-    assert_eq!(conn.effect_count(), 0);
-    assert_eq!(dead.list(&mut conn, None, 100).unwrap().len(), 1);
+    assert_eq!(check.effect_count(), 0);
+    let listed = F::list(&inbox, &mut conn, None, 100).await.unwrap();
+    assert_eq!(listed.len(), 1);
 }
 
-pub fn the_doctor_passes_a_healthy_database<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn the_doctor_passes_a_healthy_database<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
 
-    let checks = doctor::check(&mut conn).unwrap();
+    let checks = F::doctor(&mut conn).await.unwrap();
 
     let names: Vec<&str> = checks.iter().map(|c| c.name).collect();
     assert!(names.contains(&"schema"), "{names:?}");
@@ -154,11 +154,13 @@ pub fn the_doctor_passes_a_healthy_database<B: Backend>() {
     }
 }
 
-pub fn the_doctor_fails_a_database_missing_an_index_or_a_migration<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    conn.batch_execute(B::DROP_SETTLED_INDEX).unwrap();
+pub async fn the_doctor_fails_a_database_missing_an_index_or_a_migration<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    check
+        .batch_execute(<F::Backend as Backend>::DROP_SETTLED_INDEX)
+        .unwrap();
 
-    let checks = doctor::check(&mut conn).unwrap();
+    let checks = F::doctor(&mut conn).await.unwrap();
     let status = |name: &str| checks.iter().find(|c| c.name == name).unwrap().status;
     assert_eq!(
         status("index diesel_inbox_events_settled"),
@@ -167,16 +169,18 @@ pub fn the_doctor_fails_a_database_missing_an_index_or_a_migration<B: Backend>()
     assert_eq!(status("index diesel_inbox_failures_state"), CheckStatus::Ok);
     assert_eq!(status("schema"), CheckStatus::Ok);
 
-    conn.batch_execute("DELETE FROM diesel_inbox_migrations WHERE version = '20000101000003'")
+    check
+        .batch_execute("DELETE FROM diesel_inbox_migrations WHERE version = '20000101000003'")
         .unwrap();
-    let checks = doctor::check(&mut conn).unwrap();
+    let checks = F::doctor(&mut conn).await.unwrap();
     let schema = checks.iter().find(|c| c.name == "schema").unwrap();
     assert_eq!(schema.status, CheckStatus::Fail, "{schema:?}");
     assert!(schema.detail.contains("20000101000003"), "{schema:?}");
 
-    conn.batch_execute("DROP TABLE diesel_inbox_migrations; DROP TABLE diesel_inbox_counters")
+    check
+        .batch_execute("DROP TABLE diesel_inbox_migrations; DROP TABLE diesel_inbox_counters")
         .unwrap();
-    let checks = doctor::check(&mut conn).unwrap();
+    let checks = F::doctor(&mut conn).await.unwrap();
     let schema = checks.iter().find(|c| c.name == "schema").unwrap();
     assert_eq!(schema.status, CheckStatus::Warn, "{schema:?}");
     let counters = checks
@@ -192,16 +196,11 @@ pub fn the_doctor_fails_a_database_missing_an_index_or_a_migration<B: Backend>()
     );
 }
 
-pub fn the_doctor_catches_every_dropped_index_and_its_remedy_restores_it<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let all_ok = |conn: &mut B::Conn| {
-        for check in doctor::check(conn).unwrap() {
-            assert_eq!(check.status, CheckStatus::Ok, "{check:?}");
-        }
-    };
-    all_ok(&mut conn);
-    let indexes: Vec<(String, String)> = doctor::check(&mut conn)
-        .unwrap()
+pub async fn the_doctor_catches_every_dropped_index_and_its_remedy_restores_it<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let checks = F::doctor(&mut conn).await.unwrap();
+    assert_all_ok(&checks);
+    let indexes: Vec<(String, String)> = checks
         .iter()
         .filter_map(|c| c.name.strip_prefix("index ").map(str::to_owned))
         .map(|index| {
@@ -218,11 +217,11 @@ pub fn the_doctor_catches_every_dropped_index_and_its_remedy_restores_it<B: Back
     let mut caught = 0;
     for (index, table) in &indexes {
         // SQLite cannot drop a unique constraint's index.
-        if B::SINGLE_WRITER && index == "diesel_inbox_outbox_event" {
+        if <F::Backend as Backend>::SINGLE_WRITER && index == "diesel_inbox_outbox_event" {
             continue;
         }
-        B::drop_index(&mut conn, table, index);
-        let checks = doctor::check(&mut conn).unwrap();
+        <F::Backend as Backend>::drop_index(&mut check, table, index);
+        let checks = F::doctor(&mut conn).await.unwrap();
         let failed: Vec<_> = checks
             .iter()
             .filter(|c| c.status == CheckStatus::Fail)
@@ -231,14 +230,22 @@ pub fn the_doctor_catches_every_dropped_index_and_its_remedy_restores_it<B: Back
         assert_eq!(failed[0].name, format!("index {index}"));
         let remedy = failed[0].remedy.clone().expect("a remedy");
         assert!(failed[0].detail.contains(&remedy), "{:?}", failed[0]);
-        conn.batch_execute(&remedy).unwrap();
-        all_ok(&mut conn);
+        check.batch_execute(&remedy).unwrap();
+        assert_all_ok(&F::doctor(&mut conn).await.unwrap());
         caught += 1;
     }
     println!(
         "dropped {caught} of {} indexes one at a time: each caught and restored",
         indexes.len()
     );
+}
+
+/// Every check passed.
+#[track_caller]
+fn assert_all_ok(checks: &[Check]) {
+    for check in checks {
+        assert_eq!(check.status, CheckStatus::Ok, "{check:?}");
+    }
 }
 
 /// The table an index of the inbox is on, as its name says.
@@ -259,25 +266,30 @@ fn index_table(index: &str) -> String {
         .to_string()
 }
 
-pub fn the_doctor_names_the_sql_for_a_missing_column_or_table_and_it_restores_them<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn the_doctor_names_the_sql_for_a_missing_column_or_table_and_it_restores_them<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     // A missing column (SQLite drops columns since 3.35).
-    conn.batch_execute("ALTER TABLE diesel_inbox_events DROP COLUMN result")
+    check
+        .batch_execute("ALTER TABLE diesel_inbox_events DROP COLUMN result")
         .unwrap();
-    let checks = doctor::check(&mut conn).unwrap();
+    let checks = F::doctor(&mut conn).await.unwrap();
     let table = checks
         .iter()
         .find(|c| c.name == "table diesel_inbox_events")
         .unwrap();
     assert_eq!(table.status, CheckStatus::Fail, "{table:?}");
     assert!(table.detail.contains("result"), "{table:?}");
-    conn.batch_execute(table.remedy.as_deref().unwrap())
+    check
+        .batch_execute(table.remedy.as_deref().unwrap())
         .unwrap();
 
     // A missing table, with its index.
-    conn.batch_execute("DROP TABLE diesel_inbox_failure_log")
+    check
+        .batch_execute("DROP TABLE diesel_inbox_failure_log")
         .unwrap();
-    let checks = doctor::check(&mut conn).unwrap();
+    let checks = F::doctor(&mut conn).await.unwrap();
     let failed: Vec<_> = checks
         .iter()
         .filter(|c| c.status == CheckStatus::Fail)
@@ -291,11 +303,10 @@ pub fn the_doctor_names_the_sql_for_a_missing_column_or_table_and_it_restores_th
         ],
         "{failed:?}"
     );
-    for check in failed {
-        conn.batch_execute(check.remedy.as_deref().unwrap())
+    for failed in failed {
+        check
+            .batch_execute(failed.remedy.as_deref().unwrap())
             .unwrap();
     }
-    for check in doctor::check(&mut conn).unwrap() {
-        assert_eq!(check.status, CheckStatus::Ok, "{check:?}");
-    }
+    assert_all_ok(&F::doctor(&mut conn).await.unwrap());
 }

@@ -6,20 +6,15 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use diesel::connection::SimpleConnection;
-use diesel::prelude::*;
-use diesel_inbox::{Audit, Error, Inbox, Pruned, Retention};
+use diesel_inbox::{Audit, Error, Inbox, Payload, Pruned, Retention};
 
-use super::{effect, HandlerError};
-use crate::support::{setup, Backend, EffectConn, StatementLog, TestConn};
+use super::{effect, refuse, writes};
+use crate::support::{setup, setup_flavour, Backend, BackendOf, CheckConn, Flavour, TestConn, Tx};
 
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
 fn orders() -> Inbox {
     Inbox::new("orders").unwrap()
-}
-
-fn refuse<C>(_: &mut C) -> Result<(), HandlerError> {
-    Err(HandlerError::Refused)
 }
 
 fn days_ago(days: i64) -> DateTime<Utc> {
@@ -28,75 +23,69 @@ fn days_ago(days: i64) -> DateTime<Utc> {
 
 /// Every kind of row retention meets, for the consumer "orders" (and one of "billing"):
 /// old processed rows (one with failures behind it), a young one, old dead-lettered and
-/// discarded rows, an old row redelivered lately, a retrying event, and counters.
-fn rows_of_every_kind<B: Backend>(conn: &mut B::Conn) {
+/// discarded rows, an old row redelivered lately, a retrying event, and counters. Delivered
+/// on `conn`, backdated through `check`.
+async fn rows_of_every_kind<F: Flavour>(conn: &mut F::Conn, check: &mut CheckConn<F>) {
     let inbox = orders();
     for id in ["old-done", "young", "old-redelivered"] {
-        assert!(inbox.process(conn, id, effect(id)).unwrap().is_processed());
+        let done = F::process(&inbox, conn, id, writes(id)).await;
+        assert!(done.unwrap().is_processed());
     }
     // Failed once, then took effect: its failure row and history are settled.
-    assert!(inbox.process(conn, "old-recovered", refuse).is_err());
-    assert!(inbox
-        .process(conn, "old-recovered", effect("old-recovered"))
-        .unwrap()
-        .is_processed());
+    let failed = F::process(&inbox, conn, "old-recovered", refuse::<F>()).await;
+    assert!(failed.is_err());
+    let recovered = F::process(&inbox, conn, "old-recovered", writes("old-recovered")).await;
+    assert!(recovered.unwrap().is_processed());
     // Failing still: no inbox row.
-    assert!(inbox.process(conn, "retrying", refuse).is_err());
+    let failing = F::process(&inbox, conn, "retrying", refuse::<F>()).await;
+    assert!(failing.is_err());
     let giving_up = orders().max_attempts(1);
     for id in ["old-dead", "old-discarded"] {
-        assert!(giving_up
-            .process(conn, id, refuse)
-            .unwrap()
-            .is_dead_lettered());
+        let dead = F::process(&giving_up, conn, id, refuse::<F>()).await;
+        assert!(dead.unwrap().is_dead_lettered());
     }
-    inbox
-        .dead_letters()
-        .discard(
-            conn,
-            "old-discarded",
-            &Audit::new("ops", "obsolete").unwrap(),
-        )
+    let obsolete = Audit::new("ops", "obsolete").unwrap();
+    F::discard(&inbox, conn, "old-discarded", &obsolete)
+        .await
         .unwrap();
     let billing = Inbox::new("billing").unwrap();
-    assert!(billing
-        .process(conn, "old-done", effect("billing"))
-        .unwrap()
-        .is_processed());
+    let billed = F::process(&billing, conn, "old-done", writes("billing")).await;
+    assert!(billed.unwrap().is_processed());
 
     let old = days_ago(30);
-    B::backdate(
-        conn,
+    BackendOf::<F>::backdate(
+        check,
         "orders",
         &["old-done", "old-recovered", "old-dead", "old-discarded"],
         old,
         old,
     );
-    B::backdate(
-        conn,
+    BackendOf::<F>::backdate(
+        check,
         "orders",
         &["old-redelivered"],
         old,
         days_ago(1) + TimeDelta::hours(20),
     );
-    B::backdate(conn, "billing", &["old-done"], old, old);
+    BackendOf::<F>::backdate(check, "billing", &["old-done"], old, old);
     // Only the counters below: one old and one young hour of `orders`, one old of `billing`.
-    conn.batch_execute("DELETE FROM diesel_inbox_counters")
+    check
+        .batch_execute("DELETE FROM diesel_inbox_counters")
         .unwrap();
-    B::insert_counter(conn, "orders", days_ago(30));
-    B::insert_counter(conn, "orders", days_ago(1));
-    B::insert_counter(conn, "billing", days_ago(30));
+    BackendOf::<F>::insert_counter(check, "orders", days_ago(30));
+    BackendOf::<F>::insert_counter(check, "orders", days_ago(1));
+    BackendOf::<F>::insert_counter(check, "billing", days_ago(30));
 }
 
-pub fn pruning_removes_only_processed_rows_older_than_the_window<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    rows_of_every_kind::<B>(&mut conn);
+pub async fn pruning_removes_only_processed_rows_older_than_the_window<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    rows_of_every_kind::<F>(&mut conn, &mut check).await;
     let inbox = orders();
-    assert_eq!(conn.failure_rows("orders", "old-recovered"), (1, 1));
-    assert_eq!(conn.failure_rows("orders", "retrying"), (1, 1));
+    assert_eq!(check.failure_rows("orders", "old-recovered"), (1, 1));
+    assert_eq!(check.failure_rows("orders", "retrying"), (1, 1));
 
-    let pruned = inbox
-        .prune(&mut conn, &Retention::older_than(7 * DAY))
-        .unwrap();
+    let week = Retention::older_than(7 * DAY);
+    let pruned = F::prune(&inbox, &mut conn, &week).await.unwrap();
 
     assert_eq!(
         (
@@ -111,92 +100,80 @@ pub fn pruning_removes_only_processed_rows_older_than_the_window<B: Backend>() {
     assert!(!pruned.dry_run);
     assert_eq!(pruned.batches, 1);
     for gone in ["old-done", "old-recovered"] {
-        assert!(!conn.has_inbox_row("orders", gone), "{gone} kept");
+        assert!(!check.has_inbox_row("orders", gone), "{gone} kept");
     }
     for kept in ["young", "old-redelivered", "old-dead", "old-discarded"] {
-        assert!(conn.has_inbox_row("orders", kept), "{kept} pruned");
+        assert!(check.has_inbox_row("orders", kept), "{kept} pruned");
     }
     assert!(
-        conn.has_inbox_row("billing", "old-done"),
+        check.has_inbox_row("billing", "old-done"),
         "another consumer's row"
     );
-    assert_eq!(conn.failure_rows("orders", "old-recovered"), (0, 0));
+    assert_eq!(check.failure_rows("orders", "old-recovered"), (0, 0));
     assert_eq!(
-        conn.failure_rows("orders", "retrying"),
+        check.failure_rows("orders", "retrying"),
         (1, 1),
         "a retrying event keeps its failures"
     );
-    assert_eq!(conn.failure_rows("orders", "old-dead"), (1, 2));
+    assert_eq!(check.failure_rows("orders", "old-dead"), (1, 2));
     assert_eq!(
         (
-            B::counters(&mut conn, "orders"),
-            B::counters(&mut conn, "billing")
+            BackendOf::<F>::counters(&mut check, "orders"),
+            BackendOf::<F>::counters(&mut check, "billing")
         ),
         (1, 1)
     );
     // Dead letters still hold their deliveries back.
-    assert!(inbox
-        .process(&mut conn, "old-dead", effect("old-dead"))
-        .unwrap()
-        .is_dead_lettered());
-    assert!(inbox
-        .process(&mut conn, "young", effect("young"))
-        .unwrap()
-        .is_duplicate());
+    let held = F::process(&inbox, &mut conn, "old-dead", writes("old-dead")).await;
+    assert!(held.unwrap().is_dead_lettered());
+    let young = F::process(&inbox, &mut conn, "young", writes("young")).await;
+    assert!(young.unwrap().is_duplicate());
     // The documented cost: a redelivery after the window runs the effect again.
-    assert!(inbox
-        .process(&mut conn, "old-done", effect("old-done"))
-        .unwrap()
-        .is_processed());
-    assert_eq!(conn.effects_of("old-done"), 2);
-    let again = inbox
-        .prune(&mut conn, &Retention::older_than(7 * DAY))
-        .unwrap();
+    let late = F::process(&inbox, &mut conn, "old-done", writes("old-done")).await;
+    assert!(late.unwrap().is_processed());
+    assert_eq!(check.effects_of("old-done"), 2);
+    let again = F::prune(&inbox, &mut conn, &week).await.unwrap();
     assert_eq!((again.events, again.batches, again.counters), (0, 0, 0));
 }
 
 /// The hand-written prune's double charge: an event that failed a month ago and was redriven
 /// today is as young as its redrive, and keeps its row and its history for the window.
-pub fn a_redriven_event_is_kept_for_the_window_after_its_redrive<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_redriven_event_is_kept_for_the_window_after_its_redrive<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = orders().max_attempts(1);
-    assert!(inbox
-        .process(&mut conn, "charge-1", refuse)
-        .unwrap()
-        .is_dead_lettered());
-    B::backdate(
-        &mut conn,
+    let dead = F::process(&inbox, &mut conn, "charge-1", refuse::<F>()).await;
+    assert!(dead.unwrap().is_dead_lettered());
+    <F::Backend as Backend>::backdate(
+        &mut check,
         "orders",
         &["charge-1"],
         days_ago(30),
         days_ago(30),
     );
     let audit = Audit::new("ops", "card network back").unwrap();
-    assert!(inbox
-        .dead_letters()
-        .redrive(&mut conn, "charge-1", &audit, |tx, _| tx
-            .write_effect("charge-1"))
-        .unwrap()
-        .is_processed());
+    let charge = async |tx: &mut F::Conn, _: Option<&Payload>| tx.write_effect("charge-1").await;
+    let redriven = F::redrive(&inbox, &mut conn, "charge-1", &audit, charge).await;
+    assert!(redriven.unwrap().is_processed());
 
-    let pruned = inbox
-        .prune(&mut conn, &Retention::older_than(7 * DAY))
-        .unwrap();
+    let week = Retention::older_than(7 * DAY);
+    let pruned = F::prune(&inbox, &mut conn, &week).await.unwrap();
 
     assert_eq!((pruned.events, pruned.failures, pruned.history), (0, 0, 0));
-    let redelivered = inbox.process(&mut conn, "charge-1", effect("charge-1"));
+    let redelivered = F::process(&inbox, &mut conn, "charge-1", writes("charge-1")).await;
     assert!(redelivered.unwrap().is_duplicate());
-    assert_eq!(conn.effects_of("charge-1"), 1, "charged once");
-    assert_eq!(conn.failure_rows("orders", "charge-1"), (1, 3));
+    assert_eq!(check.effects_of("charge-1"), 1, "charged once");
+    assert_eq!(check.failure_rows("orders", "charge-1"), (1, 3));
 }
 
-pub fn a_window_below_the_declared_redelivery_window_is_refused_and_deletes_nothing<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    rows_of_every_kind::<B>(&mut conn);
+pub async fn a_window_below_the_declared_redelivery_window_is_refused_and_deletes_nothing<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    rows_of_every_kind::<F>(&mut conn, &mut check).await;
     let inbox = orders().redelivery_window(14 * DAY);
-    let log = StatementLog::install(&mut conn);
+    let log = F::log(&mut conn);
 
-    let refused = inbox.prune(&mut conn, &Retention::older_than(7 * DAY));
+    let refused = F::prune(&inbox, &mut conn, &Retention::older_than(7 * DAY)).await;
 
     match refused {
         Err(ref error @ AdminError::RetentionBelowWindow { older_than, window }) => {
@@ -210,7 +187,8 @@ pub fn a_window_below_the_declared_redelivery_window_is_refused_and_deletes_noth
         }
         other => panic!("expected RetentionBelowWindow, got {other:?}"),
     }
-    let dry = inbox.prune(&mut conn, &Retention::older_than(DAY).dry_run(true));
+    let dry = Retention::older_than(DAY).dry_run(true);
+    let dry = F::prune(&inbox, &mut conn, &dry).await;
     assert!(
         matches!(dry, Err(AdminError::RetentionBelowWindow { .. })),
         "{dry:?}"
@@ -220,42 +198,41 @@ pub fn a_window_below_the_declared_redelivery_window_is_refused_and_deletes_noth
         Vec::<String>::new(),
         "no SQL before the refusal"
     );
-    assert!(conn.has_inbox_row("orders", "old-done"));
-    assert_eq!(conn.inbox_rows(), 7);
+    assert!(check.has_inbox_row("orders", "old-done"));
+    assert_eq!(check.inbox_rows(), 7);
     // The default window is 7 days.
-    let below_default = orders().prune(&mut conn, &Retention::older_than(6 * DAY));
+    let six_days = Retention::older_than(6 * DAY);
+    let below_default = F::prune(&orders(), &mut conn, &six_days).await;
     assert!(
         matches!(below_default, Err(AdminError::RetentionBelowWindow { window, .. }) if window == 7 * DAY)
     );
-    assert!(orders()
-        .prune(&mut conn, &Retention::older_than(14 * DAY))
-        .is_ok());
+    let two_weeks = Retention::older_than(14 * DAY);
+    assert!(F::prune(&orders(), &mut conn, &two_weeks).await.is_ok());
 }
 
-pub fn a_prune_inside_a_transaction_is_refused<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    rows_of_every_kind::<B>(&mut conn);
+pub async fn a_prune_inside_a_transaction_is_refused<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    rows_of_every_kind::<F>(&mut conn, &mut check).await;
 
-    let inside = conn.transaction(|tx| {
-        let refused = orders().prune(tx, &Retention::older_than(7 * DAY));
-        assert!(
-            matches!(refused, Err(AdminError::PruneInsideTransaction)),
-            "{refused:?}"
-        );
-        QueryResult::Ok(())
-    });
+    F::begin(&mut conn).await;
+    let refused = F::prune(&orders(), &mut conn, &Retention::older_than(7 * DAY)).await;
+    assert!(
+        matches!(refused, Err(AdminError::PruneInsideTransaction)),
+        "{refused:?}"
+    );
+    F::end(&mut conn, true).await;
 
-    inside.unwrap();
-    assert!(conn.has_inbox_row("orders", "old-done"));
+    assert!(check.has_inbox_row("orders", "old-done"));
 }
 
-pub fn a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    rows_of_every_kind::<B>(&mut conn);
+pub async fn a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    rows_of_every_kind::<F>(&mut conn, &mut check).await;
     let inbox = orders();
     let retention = Retention::older_than(7 * DAY);
 
-    let dry = inbox.prune(&mut conn, &retention.dry_run(true)).unwrap();
+    let dry = F::prune(&inbox, &mut conn, &retention.dry_run(true)).await;
+    let dry = dry.unwrap();
 
     assert!(dry.dry_run);
     assert_eq!(
@@ -269,10 +246,10 @@ pub fn a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing<B: Backend>() {
         (2, 1, 1, 1, 0),
         "{dry:?}"
     );
-    assert_eq!(conn.inbox_rows(), 7, "nothing deleted");
-    assert_eq!(conn.failure_rows("orders", "old-recovered"), (1, 1));
-    assert_eq!(B::counters(&mut conn, "orders"), 2);
-    let real = inbox.prune(&mut conn, &retention).unwrap();
+    assert_eq!(check.inbox_rows(), 7, "nothing deleted");
+    assert_eq!(check.failure_rows("orders", "old-recovered"), (1, 1));
+    assert_eq!(<F::Backend as Backend>::counters(&mut check, "orders"), 2);
+    let real = F::prune(&inbox, &mut conn, &retention).await.unwrap();
     assert_eq!(
         (real.events, real.failures, real.history, real.counters),
         (dry.events, dry.failures, dry.history, dry.counters)
@@ -410,24 +387,23 @@ pub fn a_second_concurrent_prune_is_told_another_is_running<B: Backend>() {
     }
 }
 
-pub fn a_large_prune_removes_every_old_row_in_bounded_batches<B: Backend>() {
+pub async fn a_large_prune_removes_every_old_row_in_bounded_batches<F: Flavour>() {
     let rows: usize = std::env::var("DIESEL_INBOX_PRUNE_ROWS")
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(20_000);
-    let (_db, mut conn) = setup::<B>();
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let filling = Instant::now();
-    prefill::<B>(&mut conn, rows, 10);
+    prefill::<F::Backend>(&mut check, rows, 10);
     let filled = filling.elapsed();
 
-    let pruned = orders()
-        .prune(&mut conn, &Retention::older_than(7 * DAY))
-        .unwrap();
+    let week = Retention::older_than(7 * DAY);
+    let pruned = F::prune(&orders(), &mut conn, &week).await.unwrap();
 
     assert_eq!(pruned.events, rows as u64);
     assert_eq!(pruned.batches, rows.div_ceil(1000) as u64);
-    assert_eq!(conn.inbox_rows_like("orders", "old-"), 0);
-    assert_eq!(conn.inbox_rows_like("orders", "young-"), 10);
+    assert_eq!(check.inbox_rows_like("orders", "old-"), 0);
+    assert_eq!(check.inbox_rows_like("orders", "young-"), 10);
     println!(
         "large prune: {rows} rows (filled in {filled:?}) pruned in {:?}, {} batches of 1000, longest batch {:?}",
         pruned.elapsed, pruned.batches, pruned.longest_batch

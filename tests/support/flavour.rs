@@ -13,9 +13,11 @@ use std::time::Duration;
 
 use diesel::connection::TransactionManager;
 use diesel::prelude::*;
+use diesel_inbox::doctor::Check;
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
-    AdminError, DeadLetter, Error, HandlerError, Inbox, IntoDelivery, Outcome, Stats,
+    AdminError, Audit, CorruptRow, DeadLetter, Delivery, Error, HandlerError, Inbox, IntoDelivery,
+    Outcome, Payload, Pruned, Retention, Stats,
 };
 use futures_util::FutureExt;
 use serde::Serialize;
@@ -27,6 +29,10 @@ pub(crate) trait Tx: Send {
     /// [`TestConn::record_effect`], through this connection.
     fn write_effect(&mut self, event_id: &str) -> impl Future<Output = QueryResult<()>> + Send;
 
+    /// [`TestConn::record_effects`], through this connection: one statement.
+    fn write_effects(&mut self, event_ids: &[&str])
+        -> impl Future<Output = QueryResult<()>> + Send;
+
     /// Runs `sql`, statements separated by `;`.
     fn execute(&mut self, sql: &str) -> impl Future<Output = QueryResult<()>> + Send;
 }
@@ -34,6 +40,13 @@ pub(crate) trait Tx: Send {
 impl<C: EffectConn> Tx for C {
     fn write_effect(&mut self, event_id: &str) -> impl Future<Output = QueryResult<()>> + Send {
         std::future::ready(EffectConn::write_effect(self, event_id))
+    }
+
+    fn write_effects(
+        &mut self,
+        event_ids: &[&str],
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        std::future::ready(EffectConn::write_effects(self, event_ids))
     }
 
     fn execute(&mut self, sql: &str) -> impl Future<Output = QueryResult<()>> + Send {
@@ -77,6 +90,86 @@ where
     fn call<'c>(&'c mut self, tx: &'c mut F::Conn) -> impl Future<Output = Result<T, E>> {
         self(tx)
     }
+}
+
+/// A two-argument handler the scenarios pass to flavour `F`: an async closure over
+/// `&mut F::Conn` and `$arg`, as `asynch`'s method takes it where the async flavour is
+/// compiled in (an `AsyncHandler2` whose future is `Send`).
+macro_rules! handle_with {
+    ($(#[$doc:meta])* $name:ident<$($l:lifetime),+>($arg:ty) -> $out:ty) => {
+        $(#[$doc])*
+        pub(crate) trait $name<F: Flavour + ?Sized, T, E>: Send {
+            /// One call, as the blocking flavour makes it.
+            fn call<'c, $($l),+>(
+                &'c mut self,
+                tx: &'c mut F::Conn,
+                arg: $arg,
+            ) -> impl Future<Output = Result<$out, E>>;
+
+            /// The handler as `asynch` takes it.
+            #[cfg(feature = "async")]
+            #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
+            fn into_async(
+                self,
+            ) -> impl for<'c, $($l),+> AsyncHandler2<&'c mut F::Conn, $arg, Result<$out, E>, Fut: Send>
+                   + Send;
+        }
+
+        #[cfg(feature = "async")]
+        impl<F, T, E, H> $name<F, T, E> for H
+        where
+            F: Flavour + ?Sized,
+            H: for<'c, $($l),+> AsyncHandler2<&'c mut F::Conn, $arg, Result<$out, E>, Fut: Send> + Send,
+        {
+            fn call<'c, $($l),+>(
+                &'c mut self,
+                tx: &'c mut F::Conn,
+                arg: $arg,
+            ) -> impl Future<Output = Result<$out, E>> {
+                self(tx, arg)
+            }
+
+            fn into_async(
+                self,
+            ) -> impl for<'c, $($l),+> AsyncHandler2<&'c mut F::Conn, $arg, Result<$out, E>, Fut: Send>
+                   + Send {
+                self
+            }
+        }
+
+        #[cfg(not(feature = "async"))]
+        impl<F, T, E, H> $name<F, T, E> for H
+        where
+            F: Flavour + ?Sized,
+            H: for<'c, $($l),+> AsyncFnMut(&'c mut F::Conn, $arg) -> Result<$out, E> + Send,
+        {
+            fn call<'c, $($l),+>(
+                &'c mut self,
+                tx: &'c mut F::Conn,
+                arg: $arg,
+            ) -> impl Future<Output = Result<$out, E>> {
+                self(tx, arg)
+            }
+        }
+    };
+}
+
+#[cfg(feature = "async")]
+use diesel_inbox::asynch::AsyncHandler2;
+
+handle_with! {
+    /// A redrive's handler: the transaction and the stored payload.
+    Rerun<'p>(Option<&'p Payload>) -> T
+}
+
+handle_with! {
+    /// A batch's handler, called once per new delivery.
+    PerDelivery<'d>(&'d Delivery) -> T
+}
+
+handle_with! {
+    /// A bulk handler, called once with every new delivery of the batch.
+    Bulk<'d, 'e>(&'d [&'e Delivery]) -> ()
 }
 
 /// One flavour of the API, on one backend: what the scenarios written once call.
@@ -137,6 +230,83 @@ pub(crate) trait Flavour: 'static {
 
     /// [`Inbox::stats`].
     async fn stats(inbox: &Inbox, conn: &mut Self::Conn, window: Duration) -> Result<Stats, Error>;
+
+    /// [`diesel_inbox::DeadLetters::list`].
+    async fn list(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Result<DeadLetter, CorruptRow>>, Error>;
+
+    /// [`diesel_inbox::DeadLetters::redrive`].
+    async fn redrive<T, E, H>(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        event_id: &str,
+        audit: &Audit,
+        handler: H,
+    ) -> Result<Outcome<T>, E>
+    where
+        H: Rerun<Self, T, E>,
+        T: Send,
+        E: HandlerError + From<AdminError> + Send;
+
+    /// [`diesel_inbox::DeadLetters::discard`].
+    async fn discard(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        event_id: &str,
+        audit: &Audit,
+    ) -> Result<(), AdminError>;
+
+    /// [`diesel_inbox::DeadLetters::release`].
+    async fn release(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        event_id: &str,
+        audit: &Audit,
+    ) -> Result<(), AdminError>;
+
+    /// [`Inbox::process_batch`].
+    #[allow(clippy::type_complexity)]
+    async fn process_batch<T, E, H, D>(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        deliveries: Vec<D>,
+        handler: H,
+    ) -> Result<Vec<Result<Outcome<T>, E>>, E>
+    where
+        H: PerDelivery<Self, T, E>,
+        D: IntoDelivery,
+        T: Send,
+        E: HandlerError + Send;
+
+    /// [`Inbox::process_bulk`].
+    #[allow(clippy::type_complexity)]
+    async fn process_bulk<E, H, D>(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        deliveries: Vec<D>,
+        handler: H,
+    ) -> Result<Vec<Result<Outcome<()>, E>>, E>
+    where
+        H: Bulk<Self, (), E>,
+        D: IntoDelivery,
+        E: HandlerError + Send;
+
+    /// [`Stats::all`].
+    async fn stats_all(conn: &mut Self::Conn, window: Duration) -> Result<Vec<Stats>, Error>;
+
+    /// [`diesel_inbox::doctor::check`].
+    async fn doctor(conn: &mut Self::Conn) -> Result<Vec<Check>, Error>;
+
+    /// [`Inbox::prune`].
+    async fn prune(
+        inbox: &Inbox,
+        conn: &mut Self::Conn,
+        retention: &Retention,
+    ) -> Result<Pruned, AdminError>;
 
     /// Opens a transaction (or a savepoint inside one) through the connection's own
     /// transaction manager, as a caller's transaction would.
@@ -216,6 +386,96 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
 
     async fn stats(inbox: &Inbox, conn: &mut B::Conn, window: Duration) -> Result<Stats, Error> {
         inbox.stats(conn, window)
+    }
+
+    async fn list(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Result<DeadLetter, CorruptRow>>, Error> {
+        inbox.dead_letters().list(conn, after, limit)
+    }
+
+    async fn redrive<T, E, H>(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        event_id: &str,
+        audit: &Audit,
+        mut handler: H,
+    ) -> Result<Outcome<T>, E>
+    where
+        H: Rerun<Self, T, E>,
+        T: Send,
+        E: HandlerError + From<AdminError> + Send,
+    {
+        let rerun = |tx: &mut B::Conn, payload: Option<&Payload>| now(handler.call(tx, payload));
+        inbox.dead_letters().redrive(conn, event_id, audit, rerun)
+    }
+
+    async fn discard(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        event_id: &str,
+        audit: &Audit,
+    ) -> Result<(), AdminError> {
+        inbox.dead_letters().discard(conn, event_id, audit)
+    }
+
+    async fn release(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        event_id: &str,
+        audit: &Audit,
+    ) -> Result<(), AdminError> {
+        inbox.dead_letters().release(conn, event_id, audit)
+    }
+
+    async fn process_batch<T, E, H, D>(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        deliveries: Vec<D>,
+        mut handler: H,
+    ) -> Result<Vec<Result<Outcome<T>, E>>, E>
+    where
+        H: PerDelivery<Self, T, E>,
+        D: IntoDelivery,
+        T: Send,
+        E: HandlerError + Send,
+    {
+        let each = |tx: &mut B::Conn, delivery: &Delivery| now(handler.call(tx, delivery));
+        inbox.process_batch(conn, deliveries, each)
+    }
+
+    async fn process_bulk<E, H, D>(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        deliveries: Vec<D>,
+        mut handler: H,
+    ) -> Result<Vec<Result<Outcome<()>, E>>, E>
+    where
+        H: Bulk<Self, (), E>,
+        D: IntoDelivery,
+        E: HandlerError + Send,
+    {
+        let all = |tx: &mut B::Conn, new: &[&Delivery]| now(handler.call(tx, new));
+        inbox.process_bulk(conn, deliveries, all)
+    }
+
+    async fn stats_all(conn: &mut B::Conn, window: Duration) -> Result<Vec<Stats>, Error> {
+        Stats::all(conn, window)
+    }
+
+    async fn doctor(conn: &mut B::Conn) -> Result<Vec<Check>, Error> {
+        diesel_inbox::doctor::check(conn)
+    }
+
+    async fn prune(
+        inbox: &Inbox,
+        conn: &mut B::Conn,
+        retention: &Retention,
+    ) -> Result<Pruned, AdminError> {
+        inbox.prune(conn, retention)
     }
 
     async fn begin(conn: &mut B::Conn) {
@@ -339,9 +599,11 @@ mod asynch {
     /// `diesel_inbox::asynch` on backend `B`'s diesel-async connection.
     pub(crate) struct Async<B>(PhantomData<B>);
 
-    /// The effects table's insert, written out: the ids are the scenarios' own, safe as text.
-    fn effect_sql(event_id: &str) -> String {
-        format!("INSERT INTO effects (event_id) VALUES ('{event_id}')")
+    /// The effects table's insert of one row per id, written out: the ids are the scenarios'
+    /// own, safe as text.
+    fn effects_sql(event_ids: &[&str]) -> String {
+        let rows: Vec<String> = event_ids.iter().map(|id| format!("('{id}')")).collect();
+        format!("INSERT INTO effects (event_id) VALUES {}", rows.join(", "))
     }
 
     macro_rules! async_tx {
@@ -351,7 +613,15 @@ mod asynch {
                     &mut self,
                     event_id: &str,
                 ) -> impl Future<Output = QueryResult<()>> + Send {
-                    let sql = effect_sql(event_id);
+                    let sql = effects_sql(&[event_id]);
+                    async move { self.batch_execute(&sql).await }
+                }
+
+                fn write_effects(
+                    &mut self,
+                    event_ids: &[&str],
+                ) -> impl Future<Output = QueryResult<()>> + Send {
+                    let sql = effects_sql(event_ids);
                     async move { self.batch_execute(&sql).await }
                 }
 
@@ -434,6 +704,104 @@ mod asynch {
             asynch::Inbox::from(inbox.clone()).stats(conn, window).await
         }
 
+        async fn list(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Result<Vec<Result<DeadLetter, CorruptRow>>, Error> {
+            let dead = asynch::Inbox::from(inbox.clone()).dead_letters();
+            dead.list(conn, after, limit).await
+        }
+
+        async fn redrive<T, E, H>(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            event_id: &str,
+            audit: &Audit,
+            handler: H,
+        ) -> Result<Outcome<T>, E>
+        where
+            H: Rerun<Self, T, E>,
+            T: Send,
+            E: HandlerError + From<AdminError> + Send,
+        {
+            let dead = asynch::Inbox::from(inbox.clone()).dead_letters();
+            let rerun = handler.into_async();
+            dead.redrive(conn, event_id, audit, rerun).await
+        }
+
+        async fn discard(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            event_id: &str,
+            audit: &Audit,
+        ) -> Result<(), AdminError> {
+            let dead = asynch::Inbox::from(inbox.clone()).dead_letters();
+            dead.discard(conn, event_id, audit).await
+        }
+
+        async fn release(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            event_id: &str,
+            audit: &Audit,
+        ) -> Result<(), AdminError> {
+            let dead = asynch::Inbox::from(inbox.clone()).dead_letters();
+            dead.release(conn, event_id, audit).await
+        }
+
+        async fn process_batch<T, E, H, D>(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            deliveries: Vec<D>,
+            handler: H,
+        ) -> Result<Vec<Result<Outcome<T>, E>>, E>
+        where
+            H: PerDelivery<Self, T, E>,
+            D: IntoDelivery,
+            T: Send,
+            E: HandlerError + Send,
+        {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            let each = handler.into_async();
+            inbox.process_batch(conn, deliveries, each).await
+        }
+
+        async fn process_bulk<E, H, D>(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            deliveries: Vec<D>,
+            handler: H,
+        ) -> Result<Vec<Result<Outcome<()>, E>>, E>
+        where
+            H: Bulk<Self, (), E>,
+            D: IntoDelivery,
+            E: HandlerError + Send,
+        {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            let all = handler.into_async();
+            inbox.process_bulk(conn, deliveries, all).await
+        }
+
+        async fn stats_all(conn: &mut B::Async, window: Duration) -> Result<Vec<Stats>, Error> {
+            asynch::stats::all(conn, window).await
+        }
+
+        async fn doctor(conn: &mut B::Async) -> Result<Vec<Check>, Error> {
+            asynch::doctor::check(conn).await
+        }
+
+        async fn prune(
+            inbox: &Inbox,
+            conn: &mut B::Async,
+            retention: &Retention,
+        ) -> Result<Pruned, AdminError> {
+            asynch::Inbox::from(inbox.clone())
+                .prune(conn, retention)
+                .await
+        }
+
         async fn begin(conn: &mut B::Async) {
             Manager::<B::Async>::begin_transaction(conn).await.unwrap();
         }
@@ -463,12 +831,16 @@ mod asynch {
     }
 }
 
+/// A flavour's backend.
+pub(crate) type BackendOf<F> = <F as Flavour>::Backend;
+
 /// The sync connection a scenario checks with, whichever its flavour.
-pub(crate) type Check<F> = <<F as Flavour>::Backend as Backend>::Conn;
+pub(crate) type CheckConn<F> = <<F as Flavour>::Backend as Backend>::Conn;
 
 /// A database with the effects table, a sync connection to check it through, and a
 /// connection of the flavour's for the deliveries.
-pub(crate) async fn setup_flavour<F: Flavour>() -> (TestDatabase<Check<F>>, Check<F>, F::Conn) {
+pub(crate) async fn setup_flavour<F: Flavour>(
+) -> (TestDatabase<CheckConn<F>>, CheckConn<F>, F::Conn) {
     let (db, check) = super::setup::<F::Backend>();
     let conn = F::connect(&db).await;
     (db, check, conn)

@@ -724,11 +724,17 @@ test_conn!(SqliteConnection);
 pub(crate) trait EffectConn: InboxConnection + Send + 'static {
     /// [`TestConn::record_effect`].
     fn write_effect(&mut self, event_id: &str) -> QueryResult<()>;
+    /// [`TestConn::record_effects`].
+    fn write_effects(&mut self, event_ids: &[&str]) -> QueryResult<()>;
 }
 
 impl<C: TestConn> EffectConn for C {
     fn write_effect(&mut self, event_id: &str) -> QueryResult<()> {
         self.record_effect(event_id)
+    }
+
+    fn write_effects(&mut self, event_ids: &[&str]) -> QueryResult<()> {
+        self.record_effects(event_ids)
     }
 }
 
@@ -739,6 +745,10 @@ where
 {
     fn write_effect(&mut self, event_id: &str) -> QueryResult<()> {
         (**self).record_effect(event_id)
+    }
+
+    fn write_effects(&mut self, event_ids: &[&str]) -> QueryResult<()> {
+        (**self).record_effects(event_ids)
     }
 }
 
