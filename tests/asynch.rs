@@ -21,9 +21,9 @@ use diesel_inbox::asynch::{self, AsyncInboxConnection};
 use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing;
 use diesel_inbox::{
-    AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimState, Claimed, Delivery, Envelope, Error,
-    EventId, GapState, Outbox, OutboxMessage, OutboxState, Outcome, Pruned, PublishError, Relay,
-    Resolution, Resume, Retention, Sequenced,
+    AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimState, Claimed, Envelope, Error, EventId,
+    Outbox, OutboxMessage, OutboxState, Outcome, Pruned, PublishError, Relay, Resolution,
+    Retention,
 };
 use futures_util::FutureExt;
 
@@ -260,88 +260,6 @@ async fn ops_list_retry_and_prune_the_outboxs_rows<B: AsyncBackend>() {
     assert_eq!(pruned, 1);
     let left = asynch::Outbox::list(&mut conn, None, 0, 10).await.unwrap();
     assert!(left.is_empty(), "{left:?}");
-}
-
-async fn a_cursor_settles_each_sequence_once_and_records_what_it_skipped<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let orders = asynch::Inbox::new("projector")
-        .unwrap()
-        .cursor("orders-0")
-        .unwrap();
-
-    let mut outcomes = Vec::new();
-    for n in [1, 1, 4, 3, 2] {
-        let label = format!("seq-{n}");
-        let apply = async |tx: &mut B::Async| record_effect(tx, &label).await;
-        outcomes.push(orders.process(&mut conn, n, apply).await.unwrap());
-    }
-
-    let processed: Vec<bool> = outcomes.iter().map(Outcome::is_processed).collect();
-    assert_eq!(processed, [true, false, true, true, true]);
-    assert_eq!(outcomes[2].gaps()[0].sequences(), 2..=3);
-    for n in 1..=4 {
-        assert_eq!(check.effects_of(&format!("seq-{n}")), 1, "sequence {n}");
-    }
-    let position = orders.position(&mut conn).await.unwrap().unwrap();
-    assert_eq!((position.watermark(), position.high()), (Some(4), Some(4)));
-    assert_eq!(orders.resume(&mut conn).await.unwrap(), Resume::At(5));
-}
-
-async fn a_fenced_cursor_commits_nothing<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let stream = asynch::Inbox::default().cursor("orders-1").unwrap();
-    let award = async |tx: &mut B::Async| Ok::<_, Error>(record_effect(tx, "seq-1").await?);
-
-    let old = stream.acquire(&mut conn, "worker-a").await.unwrap();
-    let new = stream.acquire(&mut conn, "worker-b").await.unwrap();
-    let zombie = stream.clone().epoch(old.epoch());
-    let fenced = zombie.process(&mut conn, 1, award).await;
-
-    assert_eq!(new.epoch(), old.epoch() + 1);
-    assert!(matches!(fenced, Err(Error::Fenced { .. })), "{fenced:?}");
-    assert_eq!(check.effect_count(), 0);
-    let owner = stream.clone().epoch(new.epoch());
-    assert!(owner
-        .process(&mut conn, 1, award)
-        .await
-        .unwrap()
-        .is_processed());
-    assert_eq!(check.effects_of("seq-1"), 1);
-}
-
-async fn a_sequence_whose_event_is_dead_lettered_is_settled_and_the_stream_moves_on<
-    B: AsyncBackend,
->() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let inbox = asynch::Inbox::new("projector").unwrap().max_attempts(1);
-    let stream = inbox.cursor("orders-2").unwrap();
-    let poison = async |tx: &mut B::Async| {
-        record_effect(tx, "evt-1").await?;
-        Err::<(), _>(Error::Pool("unreadable order".into()))
-    };
-    let next = async |tx: &mut B::Async| record_effect(tx, "evt-2").await;
-
-    let first = Sequenced::new(1).event(Delivery::new("evt-1").unwrap());
-    let dead = stream.process(&mut conn, first, poison).await;
-    let settled = stream.resume(&mut conn).await.unwrap();
-    let second = Sequenced::new(2).event(Delivery::new("evt-2").unwrap());
-    let after = stream.process(&mut conn, second, next).await.unwrap();
-
-    assert!(matches!(dead, Ok(Outcome::DeadLettered(_))), "{dead:?}");
-    assert_eq!(
-        settled,
-        Resume::At(2),
-        "the dead letter settled its sequence"
-    );
-    assert!(after.is_processed() && after.gaps().is_empty(), "{after:?}");
-    assert_eq!(
-        (check.effects_of("evt-1"), check.effects_of("evt-2")),
-        (0, 1)
-    );
-    assert_eq!(stream.resume(&mut conn).await.unwrap(), Resume::At(3));
 }
 
 async fn a_side_effect_under_a_claim_runs_once_and_a_redelivery_gets_its_result<B: AsyncBackend>() {
@@ -643,58 +561,6 @@ async fn the_async_inbox_assertions_read_what_the_inbox_recorded<B: AsyncBackend
     assert!(message.contains("evt-1"), "{message}");
 }
 
-async fn a_cursor_batch_settles_each_new_sequence_once_and_ops_resolve_its_gap<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let inbox = asynch::Inbox::new("indexer").unwrap();
-    let blocks = inbox.cursor("chain-1").unwrap();
-    let run = [(1, "a"), (2, "b"), (2, "b"), (5, "e")];
-    let apply = async |tx: &mut B::Async, height: u64, block: &&str| {
-        record_effect(tx, &format!("{height}{block}")).await?;
-        Ok::<_, Error>(height)
-    };
-
-    let outcomes = blocks.process_batch(&mut conn, &run, apply).await.unwrap();
-    let open = inbox.gaps().open(&mut conn).await.unwrap();
-    let listed = blocks.gaps().list(&mut conn, 0, 10).await.unwrap();
-    let before = blocks.resume(&mut conn).await.unwrap();
-    let gap = open.into_iter().next().unwrap().unwrap();
-    let audit = Audit::new("ops@example.com", "3 and 4 were never mined").unwrap();
-    let resolved = blocks.gaps().resolve(&mut conn, gap.id(), &audit).await;
-    let again = blocks.gaps().resolve(&mut conn, gap.id(), &audit).await;
-
-    let processed: Vec<bool> = outcomes.iter().map(Outcome::is_processed).collect();
-    assert_eq!(processed, [true, true, false, true]);
-    assert_eq!(outcomes[3].gaps()[0].sequences(), 3..=4);
-    for effect in ["1a", "2b", "5e"] {
-        assert_eq!(check.effects_of(effect), 1, "{effect}");
-    }
-    assert_eq!((gap.sequences(), listed.len()), (3..=4, 1));
-    assert_eq!(before, Resume::At(3));
-    assert_eq!(resolved.unwrap().state(), GapState::Resolved);
-    assert!(
-        matches!(again, Err(AdminError::GapNotOpen { .. })),
-        "{again:?}"
-    );
-    assert_eq!(blocks.resume(&mut conn).await.unwrap(), Resume::At(6));
-    let positions = asynch::Cursor::all(&mut conn, &inbox).await.unwrap();
-    assert_eq!(positions.len(), 1);
-    assert_eq!(positions[0].watermark(), Some(5));
-    let consumers = asynch::Cursor::consumers(&mut conn).await.unwrap();
-    assert!(consumers.contains(&"indexer".to_owned()), "{consumers:?}");
-
-    // An id row kept for sequence 6 goes once the watermark passes it.
-    let ok = async |_: &mut B::Async| Ok::<_, Error>(());
-    let six = Sequenced::new(6).event(Delivery::new("evt-6").unwrap());
-    assert!(blocks
-        .process(&mut conn, six, ok)
-        .await
-        .unwrap()
-        .is_processed());
-    assert_eq!(blocks.prune_events(&mut conn, 10).await.unwrap(), 1);
-    assert!(!check.has_inbox_row("indexer", "evt-6"));
-}
-
 async fn a_claim_in_doubt_is_listed_and_resolved_by_ops<B: AsyncBackend>() {
     let (db, _check) = setup::<B>();
     let mut conn = B::connect(db.url()).await;
@@ -960,9 +826,6 @@ macro_rules! async_backend_tests {
                 contention_in_the_handler_is_retried_on_the_runtimes_timer,
                 an_event_enqueued_by_a_handler_commits_with_it_and_is_published_once,
                 a_failed_publish_holds_back_its_aggregate_until_a_later_pass_publishes_it,
-                a_cursor_settles_each_sequence_once_and_records_what_it_skipped,
-                a_fenced_cursor_commits_nothing,
-                a_sequence_whose_event_is_dead_lettered_is_settled_and_the_stream_moves_on,
                 a_side_effect_under_a_claim_runs_once_and_a_redelivery_gets_its_result,
                 a_held_claim_completes_with_its_records_in_one_transaction,
                 a_side_effect_that_panics_leaves_its_claim_in_doubt,
@@ -974,7 +837,6 @@ macro_rules! async_backend_tests {
                 the_async_schedule_catches_an_effect_that_outlives_a_failed_delivery,
                 one_event_delivered_by_many_futures_at_once_takes_effect_once,
                 a_fault_injected_at_an_async_handlers_end_rolls_its_effect_back,
-                a_cursor_batch_settles_each_new_sequence_once_and_ops_resolve_its_gap,
                 ops_list_retry_and_prune_the_outboxs_rows,
                 a_claim_in_doubt_is_listed_and_resolved_by_ops,
                 a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection,

@@ -281,6 +281,12 @@ impl Cursor {
 #[derive(Debug, Clone)]
 pub struct Gaps(crate::Gaps);
 
+impl From<crate::Gaps> for Gaps {
+    fn from(gaps: crate::Gaps) -> Self {
+        Self(gaps)
+    }
+}
+
 impl Gaps {
     /// The open gaps, by stream and first sequence: [`crate::Gaps::open`], awaited.
     ///

@@ -138,6 +138,12 @@ impl Sequenced {
         }
     }
 
+    /// The sequence delivered.
+    #[must_use]
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
     /// The broker's first available sequence (JetStream's `first_seq` in the stream info,
     /// Kafka's log start offset). A cursor behind it records the range it can never receive
     /// as an evicted gap and moves past it.

@@ -17,7 +17,9 @@ use diesel_inbox::{
 use proptest::test_runner::{Config, TestRunner};
 
 use super::HandlerError;
-use crate::support::{concurrently, readable, setup, Backend, ChildTest, StatementLog, TestConn};
+use crate::support::{
+    concurrently, readable, setup, setup_flavour, Backend, ChildTest, Flavour, TestConn, Tx,
+};
 
 /// The environment variable that makes a crash scenario its own child: the database URL.
 const CRASH_CHILD: &str = "DIESEL_INBOX_CURSOR_CRASH_CHILD";
@@ -88,20 +90,50 @@ fn summary<T: Debug>(outcome: &Outcome<T>) -> String {
     }
 }
 
-pub fn a_sequence_at_or_below_the_watermark_is_a_duplicate_and_its_effect_does_not_run<
-    B: Backend,
+/// [`deliver`] on flavour `F`: sequence `n` with its effect.
+async fn send<F: Flavour>(
+    conn: &mut F::Conn,
+    cursor: &Cursor,
+    delivery: impl Into<Sequenced> + Send,
+) -> Result<Outcome<()>, Error> {
+    let delivery = delivery.into();
+    let label = label(cursor, delivery.sequence());
+    let apply = async |tx: &mut F::Conn| tx.write_effect(&label).await.map_err(Error::from);
+    F::advance(cursor, conn, delivery, apply).await
+}
+
+/// [`open`] on flavour `F`.
+async fn open_on<F: Flavour>(conn: &mut F::Conn, cursor: &Cursor) -> Vec<RangeInclusive<u64>> {
+    ranges(&readable(F::open_gaps(&cursor.gaps(), conn).await.unwrap()))
+}
+
+/// [`position`] on flavour `F`.
+async fn position_on<F: Flavour>(
+    conn: &mut F::Conn,
+    cursor: &Cursor,
+) -> (Option<u64>, Option<u64>) {
+    let position = F::position(cursor, conn).await.unwrap();
+    let position = position.expect("the cursor has a row");
+    (position.watermark(), position.high())
+}
+
+/// Where `cursor` resumes, on flavour `F`.
+async fn resume_on<F: Flavour>(conn: &mut F::Conn, cursor: &Cursor) -> Resume {
+    F::resume(cursor, conn).await.unwrap()
+}
+
+pub async fn a_sequence_at_or_below_the_watermark_is_a_duplicate_and_its_effect_does_not_run<
+    F: Flavour,
 >() {
-    let (_db, mut conn) = setup::<B>();
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let cursor = orders();
     for n in 1..=3 {
-        assert_eq!(
-            deliver(&mut conn, &cursor, n).unwrap(),
-            Outcome::Processed(())
-        );
+        let first = send::<F>(&mut conn, &cursor, n).await;
+        assert_eq!(first.unwrap(), Outcome::Processed(()));
     }
 
     for n in [3, 1, 2, 3] {
-        let outcome = deliver(&mut conn, &cursor, n).unwrap();
+        let outcome = send::<F>(&mut conn, &cursor, n).await.unwrap();
         let duplicate = outcome
             .duplicate()
             .unwrap_or_else(|| panic!("{n}: {outcome:?}"));
@@ -112,26 +144,30 @@ pub fn a_sequence_at_or_below_the_watermark_is_a_duplicate_and_its_effect_does_n
         );
     }
 
-    assert_eq!(conn.effect_count(), 3, "no duplicate ran its effect");
+    assert_eq!(check.effect_count(), 3, "no duplicate ran its effect");
+    let next = send::<F>(&mut conn, &cursor, 4).await;
+    assert_eq!(next.unwrap(), Outcome::Processed(()));
     assert_eq!(
-        deliver(&mut conn, &cursor, 4).unwrap(),
-        Outcome::Processed(())
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(4), Some(4))
     );
-    assert_eq!(position(&mut conn, &cursor), (Some(4), Some(4)));
-    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(5));
+    assert_eq!(resume_on::<F>(&mut conn, &cursor).await, Resume::At(5));
     for n in 1..=4 {
-        assert_eq!(effects(&mut conn, &cursor, n), 1, "sequence {n}");
+        assert_eq!(effects(&mut check, &cursor, n), 1, "sequence {n}");
     }
 }
 
-pub fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let cursor = orders();
     for n in 1..=2 {
-        assert!(deliver(&mut conn, &cursor, n).unwrap().is_processed());
+        assert!(send::<F>(&mut conn, &cursor, n)
+            .await
+            .unwrap()
+            .is_processed());
     }
 
-    let jump = deliver(&mut conn, &cursor, 8);
+    let jump = send::<F>(&mut conn, &cursor, 8).await;
     assert_eq!(Ack::of(&jump), Ack::Ack, "the gap is in the ledger");
     let Ok(Outcome::ProcessedAfterGap { gaps, .. }) = jump else {
         panic!("a jump is processed after a gap: {jump:?}");
@@ -142,38 +178,55 @@ pub fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<B: Backend>() {
         (gap.stream(), gap.cause(), gap.state(), gap.len()),
         ("orders-0", GapCause::Skipped, GapState::Open, 5)
     );
-    let ledger = readable(cursor.gaps().open(&mut conn).unwrap());
+    let ledger = readable(F::open_gaps(&cursor.gaps(), &mut conn).await.unwrap());
     assert_eq!(ledger, gaps, "the ledger holds what the outcome said");
-    assert_eq!(position(&mut conn, &cursor), (Some(2), Some(8)));
-    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(3));
+    assert_eq!(
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(2), Some(8))
+    );
+    assert_eq!(resume_on::<F>(&mut conn, &cursor).await, Resume::At(3));
 
     // In the middle: the gap splits, the lower part keeping its id.
-    assert_eq!(
-        deliver(&mut conn, &cursor, 5).unwrap(),
-        Outcome::Processed(())
-    );
-    let split = readable(cursor.gaps().open(&mut conn).unwrap());
+    let middle = send::<F>(&mut conn, &cursor, 5).await;
+    assert_eq!(middle.unwrap(), Outcome::Processed(()));
+    let split = readable(F::open_gaps(&cursor.gaps(), &mut conn).await.unwrap());
     assert_eq!(ranges(&split), [3..=4, 6..=7]);
     assert_eq!(split[0].id(), gap.id());
     assert_ne!(split[1].id(), gap.id());
-    let again = deliver(&mut conn, &cursor, 5).unwrap();
+    let again = send::<F>(&mut conn, &cursor, 5).await.unwrap();
     assert_eq!(
         duplicate_sequence(&again),
         Some((5, Some(2))),
         "settled out of order, above the watermark"
     );
     // At the edges: the gaps shrink.
-    assert!(deliver(&mut conn, &cursor, 3).unwrap().is_processed());
-    assert!(deliver(&mut conn, &cursor, 7).unwrap().is_processed());
-    assert_eq!(open(&mut conn, &cursor), [4..=4, 6..=6]);
-    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(4));
+    assert!(send::<F>(&mut conn, &cursor, 3)
+        .await
+        .unwrap()
+        .is_processed());
+    assert!(send::<F>(&mut conn, &cursor, 7)
+        .await
+        .unwrap()
+        .is_processed());
+    assert_eq!(open_on::<F>(&mut conn, &cursor).await, [4..=4, 6..=6]);
+    assert_eq!(resume_on::<F>(&mut conn, &cursor).await, Resume::At(4));
     // Empty: filled.
-    assert!(deliver(&mut conn, &cursor, 4).unwrap().is_processed());
-    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(6));
-    assert!(deliver(&mut conn, &cursor, 6).unwrap().is_processed());
+    assert!(send::<F>(&mut conn, &cursor, 4)
+        .await
+        .unwrap()
+        .is_processed());
+    assert_eq!(resume_on::<F>(&mut conn, &cursor).await, Resume::At(6));
+    assert!(send::<F>(&mut conn, &cursor, 6)
+        .await
+        .unwrap()
+        .is_processed());
 
-    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<u64>>::new());
-    let closed = readable(cursor.gaps().list(&mut conn, 0, 100).unwrap());
+    assert_eq!(
+        open_on::<F>(&mut conn, &cursor).await,
+        Vec::<RangeInclusive<u64>>::new()
+    );
+    let closed = F::list_gaps(&cursor.gaps(), &mut conn, 0, 100).await;
+    let closed = readable(closed.unwrap());
     assert_eq!(closed.len(), 2, "{closed:?}");
     for gap in &closed {
         assert_eq!(gap.state(), GapState::Filled, "{gap:?}");
@@ -182,30 +235,36 @@ pub fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<B: Backend>() {
             "{gap:?}"
         );
     }
-    assert_eq!(position(&mut conn, &cursor), (Some(8), Some(8)));
-    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(9));
+    assert_eq!(
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(8), Some(8))
+    );
+    assert_eq!(resume_on::<F>(&mut conn, &cursor).await, Resume::At(9));
     for n in 1..=8 {
-        assert!(deliver(&mut conn, &cursor, n).unwrap().is_duplicate());
-        assert_eq!(effects(&mut conn, &cursor, n), 1, "sequence {n}");
+        assert!(send::<F>(&mut conn, &cursor, n)
+            .await
+            .unwrap()
+            .is_duplicate());
+        assert_eq!(effects(&mut check, &cursor, n), 1, "sequence {n}");
     }
 }
 
-pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_resolve<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_resolve<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("projector").unwrap();
     let cursor = inbox.cursor("orders-0").unwrap();
     for n in 1..=10 {
-        assert!(deliver(&mut conn, &cursor, n).unwrap().is_processed());
+        assert!(send::<F>(&mut conn, &cursor, n)
+            .await
+            .unwrap()
+            .is_processed());
     }
 
     // The consumer was down while retention evicted 11..=49.
-    let resumed = cursor
-        .process(
-            &mut conn,
-            Sequenced::new(50).first_available(50),
-            effect_of(&cursor, 50),
-        )
-        .unwrap();
+    let resumed = send::<F>(&mut conn, &cursor, Sequenced::new(50).first_available(50)).await;
+    let resumed = resumed.unwrap();
 
     assert_eq!(ranges(resumed.gaps()), [11..=49]);
     let evicted = resumed.gaps()[0].clone();
@@ -214,20 +273,16 @@ pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_res
         (GapCause::Evicted, GapState::Open)
     );
     assert_eq!(
-        readable(cursor.gaps().open(&mut conn).unwrap()),
+        readable(F::open_gaps(&cursor.gaps(), &mut conn).await.unwrap()),
         std::slice::from_ref(&evicted)
     );
     assert_eq!(
-        position(&mut conn, &cursor),
+        position_on::<F>(&mut conn, &cursor).await,
         (Some(50), Some(50)),
         "evicted sequences never come: the watermark moves past them"
     );
-    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(51));
-    let below = cursor.process(
-        &mut conn,
-        Sequenced::new(20).first_available(50),
-        effect_of(&cursor, 20),
-    );
+    assert_eq!(resume_on::<F>(&mut conn, &cursor).await, Resume::At(51));
+    let below = send::<F>(&mut conn, &cursor, Sequenced::new(20).first_available(50)).await;
     assert_eq!(Ack::of(&below), Ack::Reject);
     assert!(
         matches!(
@@ -240,20 +295,17 @@ pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_res
         ),
         "{below:?}"
     );
-    assert_eq!(
-        deliver(&mut conn, &cursor, 51).unwrap(),
-        Outcome::Processed(())
-    );
+    let next = send::<F>(&mut conn, &cursor, 51).await;
+    assert_eq!(next.unwrap(), Outcome::Processed(()));
 
     let audit = Audit::new(
         "ops@example.com",
         "outage outlasted retention; replayed from S3",
     )
     .unwrap();
-    let resolved = inbox
-        .gaps()
-        .resolve(&mut conn, evicted.id(), &audit)
-        .unwrap();
+    let gaps = inbox.gaps();
+    let resolved = F::resolve_gap(&gaps, &mut conn, evicted.id(), &audit).await;
+    let resolved = resolved.unwrap();
 
     assert_eq!(
         (resolved.id(), resolved.sequences(), resolved.state()),
@@ -262,49 +314,57 @@ pub fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_ops_res
     assert_eq!(resolved.resolution(), Some(&audit));
     assert!(resolved.closed_at().is_some());
     assert_eq!(
-        readable(cursor.gaps().list(&mut conn, 0, 100).unwrap()),
+        readable(
+            F::list_gaps(&cursor.gaps(), &mut conn, 0, 100)
+                .await
+                .unwrap()
+        ),
         std::slice::from_ref(&resolved)
     );
-    assert_eq!(open(&mut conn, &cursor), Vec::<RangeInclusive<u64>>::new());
-    let twice = inbox.gaps().resolve(&mut conn, evicted.id(), &audit);
+    assert_eq!(
+        open_on::<F>(&mut conn, &cursor).await,
+        Vec::<RangeInclusive<u64>>::new()
+    );
+    let twice = F::resolve_gap(&gaps, &mut conn, evicted.id(), &audit).await;
     assert!(
         matches!(twice, Err(AdminError::GapNotOpen { id, state: GapState::Resolved }) if id == evicted.id()),
         "{twice:?}"
     );
     let unknown = evicted.id() + 1000;
-    let missing = inbox.gaps().resolve(&mut conn, unknown, &audit);
+    let missing = F::resolve_gap(&gaps, &mut conn, unknown, &audit).await;
     assert!(
         matches!(missing, Err(AdminError::GapNotFound { id }) if id == unknown),
         "{missing:?}"
     );
-    let elsewhere = Inbox::new("billing")
-        .unwrap()
-        .gaps()
-        .resolve(&mut conn, evicted.id(), &audit);
+    let billing = Inbox::new("billing").unwrap().gaps();
+    let elsewhere = F::resolve_gap(&billing, &mut conn, evicted.id(), &audit).await;
     assert!(
         matches!(elsewhere, Err(AdminError::GapNotFound { .. })),
         "another consumer's gap: {elsewhere:?}"
     );
-    assert!(deliver(&mut conn, &cursor, 30).unwrap().is_duplicate());
-    assert_eq!(effects(&mut conn, &cursor, 30), 0);
-    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(52));
+    assert!(send::<F>(&mut conn, &cursor, 30)
+        .await
+        .unwrap()
+        .is_duplicate());
+    assert_eq!(effects(&mut check, &cursor, 30), 0);
+    assert_eq!(resume_on::<F>(&mut conn, &cursor).await, Resume::At(52));
 }
 
-pub fn a_zombie_instance_is_fenced_and_commits_nothing_not_even_its_effect<B: Backend>() {
-    let (db, mut a) = setup::<B>();
-    let mut b = db.connect();
+pub async fn a_zombie_instance_is_fenced_and_commits_nothing_not_even_its_effect<F: Flavour>() {
+    let (db, mut check, mut a) = setup_flavour::<F>().await;
+    let mut b = F::connect(&db).await;
     let stream = orders();
 
-    let lease_a = stream.acquire(&mut a, "instance-a").unwrap();
+    let lease_a = F::acquire(&stream, &mut a, "instance-a").await.unwrap();
     assert_eq!((lease_a.epoch(), lease_a.resume()), (1, Resume::Fresh));
     let as_a = stream.clone().epoch(lease_a.epoch());
-    assert!(deliver(&mut a, &as_a, 1).unwrap().is_processed());
+    assert!(send::<F>(&mut a, &as_a, 1).await.unwrap().is_processed());
     // A rebalance: B takes the stream over while A carries on.
-    let lease_b = stream.acquire(&mut b, "instance-b").unwrap();
+    let lease_b = F::acquire(&stream, &mut b, "instance-b").await.unwrap();
     assert_eq!((lease_b.epoch(), lease_b.resume()), (2, Resume::At(2)));
     let as_b = stream.clone().epoch(lease_b.epoch());
 
-    let zombie = deliver(&mut a, &as_a, 2);
+    let zombie = send::<F>(&mut a, &as_a, 2).await;
 
     assert_eq!(Ack::of(&zombie), Ack::Redeliver);
     assert!(
@@ -319,23 +379,24 @@ pub fn a_zombie_instance_is_fenced_and_commits_nothing_not_even_its_effect<B: Ba
         "{zombie:?}"
     );
     assert_eq!(
-        effects(&mut b, &stream, 2),
+        effects(&mut check, &stream, 2),
         0,
         "the zombie's effect committed"
     );
-    assert_eq!(position(&mut b, &stream), (Some(1), Some(1)));
-    let no_epoch = deliver(&mut b, &stream, 2);
+    assert_eq!(position_on::<F>(&mut b, &stream).await, (Some(1), Some(1)));
+    let no_epoch = send::<F>(&mut b, &stream, 2).await;
     assert!(
         matches!(no_epoch, Err(Error::Fenced { epoch: None, .. })),
         "{no_epoch:?}"
     );
     assert!(
-        matches!(deliver(&mut a, &as_a, 1), Err(Error::Fenced { .. })),
+        matches!(send::<F>(&mut a, &as_a, 1).await, Err(Error::Fenced { .. })),
         "even a duplicate"
     );
-    assert_eq!(deliver(&mut b, &as_b, 2).unwrap(), Outcome::Processed(()));
-    assert_eq!(effects(&mut a, &stream, 2), 1);
-    let now = stream.position(&mut a).unwrap().unwrap();
+    let taken_over = send::<F>(&mut b, &as_b, 2).await;
+    assert_eq!(taken_over.unwrap(), Outcome::Processed(()));
+    assert_eq!(effects(&mut check, &stream, 2), 1);
+    let now = F::position(&stream, &mut a).await.unwrap().unwrap();
     assert_eq!(
         (now.epoch(), now.owner(), now.watermark()),
         (2, Some("instance-b"), Some(2))
@@ -548,19 +609,25 @@ pub fn proptest_delivery_orders_take_effect_once_and_leave_open_exactly_the_miss
         .unwrap();
 }
 
-pub fn a_batch_with_a_duplicate_and_a_jump_updates_the_cursor_once_and_reports_in_order<
-    B: Backend,
+pub async fn a_batch_with_a_duplicate_and_a_jump_updates_the_cursor_once_and_reports_in_order<
+    F: Flavour,
 >() {
-    let (_db, mut conn) = setup::<B>();
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let cursor = orders();
-    assert!(deliver(&mut conn, &cursor, 1).unwrap().is_processed());
-    let log = StatementLog::install(&mut conn);
+    assert!(send::<F>(&mut conn, &cursor, 1)
+        .await
+        .unwrap()
+        .is_processed());
+    let log = F::log(&mut conn);
 
     let run = [(2, "b"), (3, "c"), (2, "b"), (6, "f"), (4, "d"), (6, "f")];
-    let outcomes = cursor
-        .process_batch(&mut conn, &run, |tx, n, _| {
-            tx.record_effect(&label(&cursor, n)).map_err(Error::from)
-        })
+    let apply = async |tx: &mut F::Conn, n: u64, _: &&str| {
+        tx.write_effect(&label(&cursor, n))
+            .await
+            .map_err(Error::from)
+    };
+    let outcomes = F::advance_batch(&cursor, &mut conn, &run, apply)
+        .await
         .unwrap();
 
     let cursor_updates = log
@@ -586,200 +653,229 @@ pub fn a_batch_with_a_duplicate_and_a_jump_updates_the_cursor_once_and_reports_i
     );
     for n in 1..=6 {
         assert_eq!(
-            effects(&mut conn, &cursor, n),
+            effects(&mut check, &cursor, n),
             usize::from(n != 5),
             "sequence {n}"
         );
     }
-    assert_eq!(open(&mut conn, &cursor), [5..=5]);
-    assert_eq!(position(&mut conn, &cursor), (Some(4), Some(6)));
+    assert_eq!(open_on::<F>(&mut conn, &cursor).await, [5..=5]);
+    assert_eq!(
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(4), Some(6))
+    );
 }
 
-pub fn an_effect_error_in_a_batch_rolls_the_whole_run_back<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn an_effect_error_in_a_batch_rolls_the_whole_run_back<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let cursor = orders();
-    assert!(deliver(&mut conn, &cursor, 1).unwrap().is_processed());
+    assert!(send::<F>(&mut conn, &cursor, 1)
+        .await
+        .unwrap()
+        .is_processed());
     let run = [(2, ()), (4, ()), (3, ())];
 
-    let failed = cursor.process_batch(&mut conn, &run, |tx, n, ()| {
-        tx.record_effect(&label(&cursor, n)).unwrap();
+    let failing = async |tx: &mut F::Conn, n: u64, (): &()| {
+        tx.write_effect(&label(&cursor, n)).await.unwrap();
         if n == 3 {
             return Err(HandlerError::Refused);
         }
         Ok(())
-    });
+    };
+    let failed = F::advance_batch(&cursor, &mut conn, &run, failing).await;
 
     assert_eq!(failed, Err(HandlerError::Refused));
     for n in 2..=4 {
-        assert_eq!(effects(&mut conn, &cursor, n), 0, "sequence {n}");
+        assert_eq!(effects(&mut check, &cursor, n), 0, "sequence {n}");
     }
-    assert_eq!(position(&mut conn, &cursor), (Some(1), Some(1)));
-    assert!(
-        cursor.gaps().list(&mut conn, 0, 100).unwrap().is_empty(),
-        "the gap rolled back too"
+    assert_eq!(
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(1), Some(1))
     );
-    let outcomes = cursor
-        .process_batch(&mut conn, &run, |tx, n, ()| {
-            tx.record_effect(&label(&cursor, n)).map_err(Error::from)
-        })
+    let gaps = F::list_gaps(&cursor.gaps(), &mut conn, 0, 100).await;
+    assert!(gaps.unwrap().is_empty(), "the gap rolled back too");
+    let apply = async |tx: &mut F::Conn, n: u64, (): &()| {
+        tx.write_effect(&label(&cursor, n))
+            .await
+            .map_err(Error::from)
+    };
+    let outcomes = F::advance_batch(&cursor, &mut conn, &run, apply)
+        .await
         .unwrap();
     let outcomes: Vec<String> = outcomes.iter().map(summary).collect();
     assert_eq!(
         outcomes,
         ["processed", "processed after [3..=3]", "processed"]
     );
-    assert_eq!(position(&mut conn, &cursor), (Some(4), Some(4)));
+    assert_eq!(
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(4), Some(4))
+    );
 }
 
-pub fn a_stream_from_zero_missing_its_first_sequence_has_no_watermark_and_resumes_at_zero<
-    B: Backend,
+pub async fn a_stream_from_zero_missing_its_first_sequence_has_no_watermark_and_resumes_at_zero<
+    F: Flavour,
 >() {
-    let (_db, mut conn) = setup::<B>();
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let cursor = orders();
 
-    let first = cursor
-        .process(
-            &mut conn,
-            Sequenced::new(2).first_available(0),
-            effect_of(&cursor, 2),
-        )
-        .unwrap();
+    let first = send::<F>(&mut conn, &cursor, Sequenced::new(2).first_available(0)).await;
 
-    assert_eq!(ranges(first.gaps()), [0..=1]);
+    assert_eq!(ranges(first.unwrap().gaps()), [0..=1]);
     assert_eq!(
-        position(&mut conn, &cursor),
+        position_on::<F>(&mut conn, &cursor).await,
         (None, Some(2)),
         "nothing at or below a watermark is settled yet"
     );
-    assert_eq!(cursor.resume(&mut conn).unwrap(), Resume::At(0));
-    assert!(deliver(&mut conn, &cursor, 0).unwrap().is_processed());
-    assert_eq!(position(&mut conn, &cursor), (Some(0), Some(2)));
+    assert_eq!(resume_on::<F>(&mut conn, &cursor).await, Resume::At(0));
+    assert!(send::<F>(&mut conn, &cursor, 0)
+        .await
+        .unwrap()
+        .is_processed());
+    assert_eq!(
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(0), Some(2))
+    );
 }
 
-pub fn past_max_open_gaps_a_new_gap_is_refused_and_a_filling_sequence_accepted<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn past_max_open_gaps_a_new_gap_is_refused_and_a_filling_sequence_accepted<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let cursor = orders().max_open_gaps(2);
     for n in [1, 3, 5] {
-        assert!(deliver(&mut conn, &cursor, n).unwrap().is_processed());
+        assert!(send::<F>(&mut conn, &cursor, n)
+            .await
+            .unwrap()
+            .is_processed());
     }
-    assert_eq!(open(&mut conn, &cursor), [2..=2, 4..=4]);
+    assert_eq!(open_on::<F>(&mut conn, &cursor).await, [2..=2, 4..=4]);
 
-    let third = deliver(&mut conn, &cursor, 7);
+    let third = send::<F>(&mut conn, &cursor, 7).await;
 
     assert_eq!(Ack::of(&third), Ack::Redeliver);
     assert!(
         matches!(third, Err(Error::TooManyOpenGaps { open: 2, .. })),
         "{third:?}"
     );
-    assert_eq!(effects(&mut conn, &cursor, 7), 0);
-    assert_eq!(position(&mut conn, &cursor), (Some(1), Some(5)));
-    assert_eq!(open(&mut conn, &cursor), [2..=2, 4..=4]);
+    assert_eq!(effects(&mut check, &cursor, 7), 0);
+    assert_eq!(
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(1), Some(5))
+    );
+    assert_eq!(open_on::<F>(&mut conn, &cursor).await, [2..=2, 4..=4]);
     // The next sequence opens no gap, and a late one closes one.
-    assert_eq!(
-        deliver(&mut conn, &cursor, 6).unwrap(),
-        Outcome::Processed(())
-    );
-    assert_eq!(
-        deliver(&mut conn, &cursor, 2).unwrap(),
-        Outcome::Processed(())
-    );
-    assert_eq!(open(&mut conn, &cursor), [4..=4]);
-    let after = deliver(&mut conn, &cursor, 8).unwrap();
+    let next = send::<F>(&mut conn, &cursor, 6).await;
+    assert_eq!(next.unwrap(), Outcome::Processed(()));
+    let late = send::<F>(&mut conn, &cursor, 2).await;
+    assert_eq!(late.unwrap(), Outcome::Processed(()));
+    assert_eq!(open_on::<F>(&mut conn, &cursor).await, [4..=4]);
+    let after = send::<F>(&mut conn, &cursor, 8).await.unwrap();
     assert_eq!(summary(&after), "processed after [7..=7]");
-    assert_eq!(position(&mut conn, &cursor), (Some(3), Some(8)));
+    assert_eq!(
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(3), Some(8))
+    );
 }
 
-pub fn an_event_id_republished_under_a_new_sequence_is_a_duplicate_and_the_cursor_prunes_id_rows<
-    B: Backend,
+pub async fn an_event_id_republished_under_a_new_sequence_is_a_duplicate_and_the_cursor_prunes_id_rows<
+    F: Flavour,
 >() {
-    let (_db, mut conn) = setup::<B>();
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let cursor = orders();
-    let send = |conn: &mut B::Conn, n: u64, id: &str| {
-        cursor
-            .process(conn, with_id(n, id), effect_of(&cursor, n))
-            .unwrap()
-    };
 
-    assert!(send(&mut conn, 1, "evt-a").is_processed());
-    assert!(conn.has_inbox_row("projector", "evt-a"));
-    let republished = send(&mut conn, 2, "evt-a");
+    let first = send::<F>(&mut conn, &cursor, with_id(1, "evt-a")).await;
+    assert!(first.unwrap().is_processed());
+    assert!(check.has_inbox_row("projector", "evt-a"));
+    let republished = send::<F>(&mut conn, &cursor, with_id(2, "evt-a"))
+        .await
+        .unwrap();
     assert_eq!(
         republished.duplicate().and_then(Duplicate::deliveries),
         Some(2),
         "a duplicate by its id: {republished:?}"
     );
-    assert_eq!(effects(&mut conn, &cursor, 2), 0);
-    assert_eq!(position(&mut conn, &cursor), (Some(2), Some(2)));
-    assert!(send(&mut conn, 3, "evt-c").is_processed());
-    assert!(send(&mut conn, 4, "evt-d").is_processed());
+    assert_eq!(effects(&mut check, &cursor, 2), 0);
     assert_eq!(
-        summary(&send(&mut conn, 6, "evt-f")),
-        "processed after [5..=5]"
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(2), Some(2))
     );
+    for (n, id) in [(3, "evt-c"), (4, "evt-d")] {
+        let sent = send::<F>(&mut conn, &cursor, with_id(n, id)).await;
+        assert!(sent.unwrap().is_processed());
+    }
+    let after_gap = send::<F>(&mut conn, &cursor, with_id(6, "evt-f")).await;
+    assert_eq!(summary(&after_gap.unwrap()), "processed after [5..=5]");
 
-    assert_eq!(cursor.prune_events(&mut conn, 2).unwrap(), 3);
+    assert_eq!(F::prune_events(&cursor, &mut conn, 2).await.unwrap(), 3);
 
     for pruned in ["evt-a", "evt-c", "evt-d"] {
-        assert!(!conn.has_inbox_row("projector", pruned), "{pruned} kept");
+        assert!(!check.has_inbox_row("projector", pruned), "{pruned} kept");
     }
     assert!(
-        conn.has_inbox_row("projector", "evt-f"),
+        check.has_inbox_row("projector", "evt-f"),
         "above the watermark"
     );
-    let again = send(&mut conn, 3, "evt-c");
+    let again = send::<F>(&mut conn, &cursor, with_id(3, "evt-c"))
+        .await
+        .unwrap();
     assert_eq!(
         duplicate_sequence(&again),
         Some((3, Some(4))),
         "a duplicate by the cursor now: {again:?}"
     );
-    assert!(send(&mut conn, 5, "evt-e").is_processed());
-    assert_eq!(cursor.prune_events(&mut conn, 2).unwrap(), 2);
-    assert_eq!(conn.inbox_rows_like("projector", "evt-"), 0);
+    let filled = send::<F>(&mut conn, &cursor, with_id(5, "evt-e")).await;
+    assert!(filled.unwrap().is_processed());
+    assert_eq!(F::prune_events(&cursor, &mut conn, 2).await.unwrap(), 2);
+    assert_eq!(check.inbox_rows_like("projector", "evt-"), 0);
     for n in [1, 3, 4, 5, 6] {
-        assert_eq!(effects(&mut conn, &cursor, n), 1, "sequence {n}");
+        assert_eq!(effects(&mut check, &cursor, n), 1, "sequence {n}");
     }
 }
 
-pub fn a_dead_lettered_sequence_moves_the_cursor_past_it<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_dead_lettered_sequence_moves_the_cursor_past_it<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("projector").unwrap().max_attempts(1);
     let cursor = inbox.cursor("orders-0").unwrap();
-    let failing = |tx: &mut B::Conn| {
-        tx.record_effect(&label(&cursor, 2)).unwrap();
+    let second = label(&cursor, 2);
+    let failing = async |tx: &mut F::Conn| {
+        tx.write_effect(&second).await.unwrap();
         Err::<(), _>(HandlerError::Refused)
     };
-    assert!(cursor
-        .process(&mut conn, with_id(1, "evt-1"), effect_of(&cursor, 1))
-        .unwrap()
-        .is_processed());
+    let first = send::<F>(&mut conn, &cursor, with_id(1, "evt-1")).await;
+    assert!(first.unwrap().is_processed());
 
     // Without its event id, a failure commits nothing and the sequence comes again.
+    let bare = F::advance(&cursor, &mut conn, 2, failing).await;
+    assert_eq!(bare, Err(HandlerError::Refused));
     assert_eq!(
-        cursor.process(&mut conn, 2, failing),
-        Err(HandlerError::Refused)
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(1), Some(1))
     );
-    assert_eq!(position(&mut conn, &cursor), (Some(1), Some(1)));
 
-    let dead = cursor.process(&mut conn, with_id(2, "evt-2"), failing);
+    let dead = F::advance(&cursor, &mut conn, with_id(2, "evt-2"), failing).await;
 
     assert_eq!(Ack::of(&dead), Ack::Ack);
     assert!(dead.unwrap().is_dead_lettered());
-    assert_eq!(effects(&mut conn, &cursor, 2), 0);
-    assert!(inbox.dead_letters().show(&mut conn, "evt-2").is_ok());
-    assert_eq!(position(&mut conn, &cursor), (Some(2), Some(2)));
+    assert_eq!(effects(&mut check, &cursor, 2), 0);
+    assert!(F::show(&inbox, &mut conn, "evt-2").await.is_ok());
     assert_eq!(
-        cursor
-            .process(&mut conn, with_id(3, "evt-3"), effect_of(&cursor, 3))
-            .unwrap(),
+        position_on::<F>(&mut conn, &cursor).await,
+        (Some(2), Some(2))
+    );
+    let third = send::<F>(&mut conn, &cursor, with_id(3, "evt-3")).await;
+    assert_eq!(
+        third.unwrap(),
         Outcome::Processed(()),
         "the next sequence, with no gap"
     );
-    assert!(cursor.gaps().list(&mut conn, 0, 100).unwrap().is_empty());
-    assert!(deliver(&mut conn, &cursor, 2).unwrap().is_duplicate());
-    assert_eq!(effects(&mut conn, &cursor, 2), 0);
-    assert_eq!(cursor.prune_events(&mut conn, 10).unwrap(), 2);
+    let gaps = F::list_gaps(&cursor.gaps(), &mut conn, 0, 100).await;
+    assert!(gaps.unwrap().is_empty());
+    assert!(send::<F>(&mut conn, &cursor, 2)
+        .await
+        .unwrap()
+        .is_duplicate());
+    assert_eq!(effects(&mut check, &cursor, 2), 0);
+    assert_eq!(F::prune_events(&cursor, &mut conn, 10).await.unwrap(), 2);
     assert!(
-        inbox.dead_letters().show(&mut conn, "evt-2").is_ok(),
+        F::show(&inbox, &mut conn, "evt-2").await.is_ok(),
         "pruning by the cursor keeps dead letters"
     );
 }

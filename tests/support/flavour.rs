@@ -16,8 +16,9 @@ use diesel::prelude::*;
 use diesel_inbox::doctor::Check;
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
-    AdminError, Audit, CorruptRow, DeadLetter, Delivery, Error, HandlerError, Inbox, IntoDelivery,
-    Outcome, Payload, Pruned, Retention, Stats,
+    AdminError, Audit, CorruptRow, Cursor, DeadLetter, Delivery, Error, Gap, Gaps, HandlerError,
+    Inbox, IntoDelivery, Lease, Outcome, Payload, Position, Pruned, Resume, Retention, Sequenced,
+    Stats,
 };
 use futures_util::FutureExt;
 use serde::Serialize;
@@ -172,6 +173,81 @@ handle_with! {
     Bulk<'d, 'e>(&'d [&'e Delivery]) -> ()
 }
 
+/// A cursor batch's handler the scenarios pass to flavour `F`: an async closure over
+/// `&mut F::Conn`, the sequence and its item.
+pub(crate) trait PerSequence<F: Flavour + ?Sized, M, T, E>: Send {
+    /// One call, as the blocking flavour makes it.
+    fn call<'c>(
+        &'c mut self,
+        tx: &'c mut F::Conn,
+        sequence: u64,
+        item: &M,
+    ) -> impl Future<Output = Result<T, E>>;
+
+    /// The handler as `asynch` takes it.
+    #[cfg(feature = "async")]
+    #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
+    fn into_async(
+        self,
+    ) -> impl for<'c, 'm> diesel_inbox::asynch::AsyncHandler3<
+        &'c mut F::Conn,
+        u64,
+        &'m M,
+        Result<T, E>,
+        Fut: Send,
+    > + Send;
+}
+
+#[cfg(feature = "async")]
+impl<F, M, T, E, H> PerSequence<F, M, T, E> for H
+where
+    F: Flavour + ?Sized,
+    H: for<'c, 'm> diesel_inbox::asynch::AsyncHandler3<
+            &'c mut F::Conn,
+            u64,
+            &'m M,
+            Result<T, E>,
+            Fut: Send,
+        > + Send,
+{
+    fn call<'c>(
+        &'c mut self,
+        tx: &'c mut F::Conn,
+        sequence: u64,
+        item: &M,
+    ) -> impl Future<Output = Result<T, E>> {
+        self(tx, sequence, item)
+    }
+
+    fn into_async(
+        self,
+    ) -> impl for<'c, 'm> diesel_inbox::asynch::AsyncHandler3<
+        &'c mut F::Conn,
+        u64,
+        &'m M,
+        Result<T, E>,
+        Fut: Send,
+    > + Send {
+        self
+    }
+}
+
+#[cfg(not(feature = "async"))]
+impl<F, M, T, E, H> PerSequence<F, M, T, E> for H
+where
+    F: Flavour + ?Sized,
+    H: for<'c, 'm> AsyncFnMut(&'c mut F::Conn, u64, &'m M) -> Result<T, E> + Send,
+{
+    fn call<'c>(
+        &'c mut self,
+        tx: &'c mut F::Conn,
+        sequence: u64,
+        item: &M,
+    ) -> impl Future<Output = Result<T, E>> {
+        self(tx, sequence, item)
+    }
+}
+
 /// One flavour of the API, on one backend: what the scenarios written once call.
 pub(crate) trait Flavour: 'static {
     /// The backend, whose sync connection the scenarios check with.
@@ -300,6 +376,69 @@ pub(crate) trait Flavour: 'static {
 
     /// [`diesel_inbox::doctor::check`].
     async fn doctor(conn: &mut Self::Conn) -> Result<Vec<Check>, Error>;
+
+    /// [`Cursor::process`].
+    async fn advance<T, E, H>(
+        cursor: &Cursor,
+        conn: &mut Self::Conn,
+        delivery: impl Into<Sequenced> + Send,
+        handler: H,
+    ) -> Result<Outcome<T>, E>
+    where
+        H: Handle<Self, T, E>,
+        T: Send,
+        E: HandlerError + Send;
+
+    /// [`Cursor::process_batch`].
+    async fn advance_batch<M, T, E, H>(
+        cursor: &Cursor,
+        conn: &mut Self::Conn,
+        items: &[(u64, M)],
+        handler: H,
+    ) -> Result<Vec<Outcome<T>>, E>
+    where
+        H: PerSequence<Self, M, T, E>,
+        M: Sync,
+        T: Send,
+        E: HandlerError + Send;
+
+    /// [`Cursor::acquire`].
+    async fn acquire(cursor: &Cursor, conn: &mut Self::Conn, owner: &str) -> Result<Lease, Error>;
+
+    /// [`Cursor::resume`].
+    async fn resume(cursor: &Cursor, conn: &mut Self::Conn) -> Result<Resume, Error>;
+
+    /// [`Cursor::position`].
+    async fn position(cursor: &Cursor, conn: &mut Self::Conn) -> Result<Option<Position>, Error>;
+
+    /// [`Cursor::prune_events`].
+    async fn prune_events(
+        cursor: &Cursor,
+        conn: &mut Self::Conn,
+        batch_size: usize,
+    ) -> Result<u64, AdminError>;
+
+    /// [`Gaps::open`].
+    async fn open_gaps(
+        gaps: &Gaps,
+        conn: &mut Self::Conn,
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error>;
+
+    /// [`Gaps::list`].
+    async fn list_gaps(
+        gaps: &Gaps,
+        conn: &mut Self::Conn,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error>;
+
+    /// [`Gaps::resolve`].
+    async fn resolve_gap(
+        gaps: &Gaps,
+        conn: &mut Self::Conn,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<Gap, AdminError>;
 
     /// [`Inbox::prune`].
     async fn prune(
@@ -468,6 +607,81 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
 
     async fn doctor(conn: &mut B::Conn) -> Result<Vec<Check>, Error> {
         diesel_inbox::doctor::check(conn)
+    }
+
+    async fn advance<T, E, H>(
+        cursor: &Cursor,
+        conn: &mut B::Conn,
+        delivery: impl Into<Sequenced> + Send,
+        mut handler: H,
+    ) -> Result<Outcome<T>, E>
+    where
+        H: Handle<Self, T, E>,
+        T: Send,
+        E: HandlerError + Send,
+    {
+        cursor.process(conn, delivery, |tx| now(handler.call(tx)))
+    }
+
+    async fn advance_batch<M, T, E, H>(
+        cursor: &Cursor,
+        conn: &mut B::Conn,
+        items: &[(u64, M)],
+        mut handler: H,
+    ) -> Result<Vec<Outcome<T>>, E>
+    where
+        H: PerSequence<Self, M, T, E>,
+        M: Sync,
+        T: Send,
+        E: HandlerError + Send,
+    {
+        let each = |tx: &mut B::Conn, n: u64, item: &M| now(handler.call(tx, n, item));
+        cursor.process_batch(conn, items, each)
+    }
+
+    async fn acquire(cursor: &Cursor, conn: &mut B::Conn, owner: &str) -> Result<Lease, Error> {
+        cursor.acquire(conn, owner)
+    }
+
+    async fn resume(cursor: &Cursor, conn: &mut B::Conn) -> Result<Resume, Error> {
+        cursor.resume(conn)
+    }
+
+    async fn position(cursor: &Cursor, conn: &mut B::Conn) -> Result<Option<Position>, Error> {
+        cursor.position(conn)
+    }
+
+    async fn prune_events(
+        cursor: &Cursor,
+        conn: &mut B::Conn,
+        batch_size: usize,
+    ) -> Result<u64, AdminError> {
+        cursor.prune_events(conn, batch_size)
+    }
+
+    async fn open_gaps(
+        gaps: &Gaps,
+        conn: &mut B::Conn,
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
+        gaps.open(conn)
+    }
+
+    async fn list_gaps(
+        gaps: &Gaps,
+        conn: &mut B::Conn,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
+        gaps.list(conn, after, limit)
+    }
+
+    async fn resolve_gap(
+        gaps: &Gaps,
+        conn: &mut B::Conn,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<Gap, AdminError> {
+        gaps.resolve(conn, id, audit)
     }
 
     async fn prune(
@@ -790,6 +1004,95 @@ mod asynch {
 
         async fn doctor(conn: &mut B::Async) -> Result<Vec<Check>, Error> {
             asynch::doctor::check(conn).await
+        }
+
+        async fn advance<T, E, H>(
+            cursor: &Cursor,
+            conn: &mut B::Async,
+            delivery: impl Into<Sequenced> + Send,
+            handler: H,
+        ) -> Result<Outcome<T>, E>
+        where
+            H: Handle<Self, T, E>,
+            T: Send,
+            E: HandlerError + Send,
+        {
+            let cursor = asynch::Cursor::from(cursor.clone());
+            cursor.process(conn, delivery, handler.into_async()).await
+        }
+
+        async fn advance_batch<M, T, E, H>(
+            cursor: &Cursor,
+            conn: &mut B::Async,
+            items: &[(u64, M)],
+            handler: H,
+        ) -> Result<Vec<Outcome<T>>, E>
+        where
+            H: PerSequence<Self, M, T, E>,
+            M: Sync,
+            T: Send,
+            E: HandlerError + Send,
+        {
+            let cursor = asynch::Cursor::from(cursor.clone());
+            cursor
+                .process_batch(conn, items, handler.into_async())
+                .await
+        }
+
+        async fn acquire(
+            cursor: &Cursor,
+            conn: &mut B::Async,
+            owner: &str,
+        ) -> Result<Lease, Error> {
+            asynch::Cursor::from(cursor.clone())
+                .acquire(conn, owner)
+                .await
+        }
+
+        async fn resume(cursor: &Cursor, conn: &mut B::Async) -> Result<Resume, Error> {
+            asynch::Cursor::from(cursor.clone()).resume(conn).await
+        }
+
+        async fn position(cursor: &Cursor, conn: &mut B::Async) -> Result<Option<Position>, Error> {
+            asynch::Cursor::from(cursor.clone()).position(conn).await
+        }
+
+        async fn prune_events(
+            cursor: &Cursor,
+            conn: &mut B::Async,
+            batch_size: usize,
+        ) -> Result<u64, AdminError> {
+            let cursor = asynch::Cursor::from(cursor.clone());
+            cursor.prune_events(conn, batch_size).await
+        }
+
+        async fn open_gaps(
+            gaps: &Gaps,
+            conn: &mut B::Async,
+        ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
+            asynch::Gaps::from(gaps.clone()).open(conn).await
+        }
+
+        async fn list_gaps(
+            gaps: &Gaps,
+            conn: &mut B::Async,
+            after: i64,
+            limit: usize,
+        ) -> Result<Vec<Result<Gap, CorruptRow>>, Error> {
+            asynch::Gaps::from(gaps.clone())
+                .list(conn, after, limit)
+                .await
+        }
+
+        async fn resolve_gap(
+            gaps: &Gaps,
+            conn: &mut B::Async,
+            id: i64,
+            audit: &Audit,
+        ) -> Result<Gap, AdminError> {
+            asynch::Gaps::from(gaps.clone())
+                .resolve(conn, id, audit)
+                .await
         }
 
         async fn prune(
