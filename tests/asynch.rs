@@ -21,9 +21,8 @@ use diesel_inbox::asynch::{self, AsyncInboxConnection};
 use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing;
 use diesel_inbox::{
-    AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimState, Claimed, Envelope, Error, EventId,
-    Outbox, OutboxMessage, OutboxState, Outcome, Pruned, PublishError, Relay, Resolution,
-    Retention,
+    AsyncPublisher, Audit, ClaimState, Claimed, Envelope, Error, EventId, Outbox, OutboxMessage,
+    OutboxState, Outcome, Pruned, PublishError, Relay, Resolution, Retention,
 };
 use futures_util::FutureExt;
 
@@ -260,102 +259,6 @@ async fn ops_list_retry_and_prune_the_outboxs_rows<B: AsyncBackend>() {
     assert_eq!(pruned, 1);
     let left = asynch::Outbox::list(&mut conn, None, 0, 10).await.unwrap();
     assert!(left.is_empty(), "{left:?}");
-}
-
-async fn a_side_effect_under_a_claim_runs_once_and_a_redelivery_gets_its_result<B: AsyncBackend>() {
-    let (db, _check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let mailer = asynch::Inbox::new("mailer").unwrap().claims();
-    let mails = AtomicU32::new(0);
-    let send = async |claim: &Claim| {
-        tokio::task::yield_now().await;
-        mails.fetch_add(1, Ordering::Relaxed);
-        Ok::<_, Error>(claim.idempotency_key())
-    };
-
-    let first = mailer.run(&mut conn, "welcome:42", send).await.unwrap();
-    let again = mailer.run(&mut conn, "welcome:42", send).await.unwrap();
-
-    let ClaimOutcome::Ran(key) = first else {
-        panic!("the first delivery runs it: {first:?}");
-    };
-    assert_eq!(again, ClaimOutcome::Completed(key));
-    assert_eq!(mails.load(Ordering::Relaxed), 1);
-    assert_eq!(depth(&mut conn), Some(0));
-}
-
-async fn a_held_claim_completes_with_its_records_in_one_transaction<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let charges = asynch::Inbox::new("billing").unwrap().claims();
-
-    let asynch::Claimed::Acquired(claim) = charges.claim(&mut conn, "order-7").await.unwrap()
-    else {
-        panic!("the first delivery acquires the claim");
-    };
-    let meanwhile = charges.claim(&mut conn, "order-7").await.unwrap();
-    let charge_id = String::from("ch_1");
-    let record = async |tx: &mut B::Async| Ok::<_, Error>(record_effect(tx, "ch_1").await?);
-    claim
-        .complete_with(&mut conn, &charge_id, record)
-        .await
-        .unwrap();
-    let after = charges.claim(&mut conn, "order-7").await.unwrap();
-
-    assert!(matches!(meanwhile, Claimed::InProgress(_)), "{meanwhile:?}");
-    let Claimed::Completed(done) = after else {
-        panic!("completed: {after:?}");
-    };
-    assert_eq!(done.result::<String>().unwrap(), charge_id);
-    assert_eq!(check.effects_of("ch_1"), 1);
-}
-
-async fn a_side_effect_and_its_records_commit_with_the_claims_completion<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let charges = asynch::Inbox::new("billing").unwrap().claims();
-    let charge = async |_: &Claim| Ok::<_, Error>(String::from("ch_1"));
-    let record = async |tx: &mut B::Async, charge_id: &String| {
-        Ok::<_, Error>(record_effect(tx, charge_id).await?)
-    };
-
-    let first = charges
-        .run_and_record(&mut conn, "order-7", charge, record)
-        .await;
-    let again = charges
-        .run_and_record(&mut conn, "order-7", charge, record)
-        .await;
-
-    assert_eq!(first.unwrap(), ClaimOutcome::Ran("ch_1".into()));
-    assert_eq!(again.unwrap(), ClaimOutcome::Completed("ch_1".into()));
-    assert_eq!(
-        check.effects_of("ch_1"),
-        1,
-        "recorded once, with the completion"
-    );
-}
-
-async fn a_side_effect_that_panics_leaves_its_claim_in_doubt<B: AsyncBackend>() {
-    let (db, _check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let payouts = asynch::Inbox::new("payouts").unwrap().claims();
-    let flaky = async |_: &Claim| Err::<u32, _>(Error::transient("connection refused"));
-    let panicking = async |_: &Claim| -> Result<u32, Error> { panic!("the payout SDK's bug") };
-
-    let released = payouts.run(&mut conn, "payout-1", flaky).await;
-    let run = payouts.run(&mut conn, "payout-1", panicking);
-    let panic = AssertUnwindSafe(run).catch_unwind().await.unwrap_err();
-    let after = payouts.claim(&mut conn, "payout-1").await.unwrap();
-
-    assert!(
-        released.is_err(),
-        "a transient failure releases the claim: {released:?}"
-    );
-    assert_eq!(panic.downcast_ref::<&str>(), Some(&"the payout SDK's bug"));
-    let asynch::Claimed::InDoubt(doubt) = after else {
-        panic!("in doubt: {after:?}");
-    };
-    assert_eq!(doubt.attempt(), 2, "the released claim was taken again");
 }
 
 async fn migrations_apply_on_an_async_connection_once_the_lock_is_free<B: AsyncBackend>() {
@@ -826,10 +729,6 @@ macro_rules! async_backend_tests {
                 contention_in_the_handler_is_retried_on_the_runtimes_timer,
                 an_event_enqueued_by_a_handler_commits_with_it_and_is_published_once,
                 a_failed_publish_holds_back_its_aggregate_until_a_later_pass_publishes_it,
-                a_side_effect_under_a_claim_runs_once_and_a_redelivery_gets_its_result,
-                a_held_claim_completes_with_its_records_in_one_transaction,
-                a_side_effect_that_panics_leaves_its_claim_in_doubt,
-                a_side_effect_and_its_records_commit_with_the_claims_completion,
                 migrations_apply_on_an_async_connection_once_the_lock_is_free,
                 the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
                 the_async_inbox_assertions_read_what_the_inbox_recorded,

@@ -4,18 +4,21 @@
 //! every backend.
 
 use diesel_inbox::AdminError;
-use std::panic::{self, AssertUnwindSafe};
+use futures_util::FutureExt;
+use std::panic::AssertUnwindSafe;
 use std::thread;
 use std::time::Duration;
 
 use chrono::Utc;
-use diesel::prelude::*;
 use diesel_inbox::{
     Ack, Audit, Claim, ClaimOutcome, ClaimState, Claimed, Claims, Delivery, Error, InDoubtPolicy,
     Inbox, Payload, Resolution,
 };
 
-use crate::support::{call, concurrently, setup, Backend, ChildTest, FakeService, Keys, TestConn};
+use crate::support::{
+    call, concurrently, setup, setup_flavour, Backend, ChildTest, FakeService, Flavour, Keys,
+    TestConn, Tx,
+};
 
 /// The environment variables that make a crash scenario its own child: the database URL, and
 /// where the fake service listens.
@@ -80,34 +83,55 @@ fn acquire<C: TestConn>(conn: &mut C, claims: &Claims, id: &str) -> Claim {
     }
 }
 
+/// [`call_service`] as a flavoured scenario's side effect.
+macro_rules! calls {
+    ($addr:expr) => {
+        async |claim: &Claim| -> Result<String, Unknown> {
+            Ok(call($addr, &claim.idempotency_key())?)
+        }
+    };
+}
+
+/// [`acquire`] on flavour `F`.
+async fn acquire_on<F: Flavour>(conn: &mut F::Conn, claims: &Claims, id: &str) -> F::Held {
+    match F::claim(claims, conn, id).await.unwrap() {
+        Claimed::Acquired(claim) => claim,
+        other => panic!("expected to acquire {id}, got {other:?}"),
+    }
+}
+
 fn ops(reason: &str) -> Audit {
     Audit::new("ops@example.com", reason).unwrap()
 }
 
-pub fn a_completed_claim_returns_its_stored_result_and_the_side_effect_runs_once<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_completed_claim_returns_its_stored_result_and_the_side_effect_runs_once<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let service = FakeService::start(Keys::Ignored);
     let claims = mailer();
+    let addr = service.addr();
 
-    let first = claims
-        .run(&mut conn, "user-1:welcome", call_service(service.addr()))
-        .unwrap();
-    let ClaimOutcome::Ran(sent) = first else {
-        panic!("the first delivery runs the side effect: {first:?}")
+    let first = F::run_claim(&claims, &mut conn, "user-1:welcome", calls!(addr)).await;
+    let ClaimOutcome::Ran(sent) = first.unwrap() else {
+        panic!("the first delivery runs the side effect")
     };
-    let again = claims
-        .run(&mut conn, "user-1:welcome", call_service(service.addr()))
-        .unwrap();
-    let Claimed::Completed(done) = claims.claim(&mut conn, "user-1:welcome").unwrap() else {
+    let again = F::run_claim(&claims, &mut conn, "user-1:welcome", calls!(addr)).await;
+    let again = again.unwrap();
+    let Claimed::Completed(done) = F::claim(&claims, &mut conn, "user-1:welcome")
+        .await
+        .unwrap()
+    else {
         panic!("a completed claim")
     };
 
     assert_eq!(again, ClaimOutcome::Completed(sent.clone()));
     assert_eq!(Ack::of(&Ok::<_, Error>(again)), Ack::Ack);
     assert_eq!(done.result::<String>().unwrap(), sent);
-    let key = key_of(&mut conn, &claims, "user-1:welcome");
+    let key = key_of(&mut check, &claims, "user-1:welcome");
     assert_eq!(service.calls(&key), 1);
-    let record = claims.show(&mut conn, "user-1:welcome").unwrap().unwrap();
+    let record = F::show_claim(&claims, &mut conn, "user-1:welcome").await;
+    let record = record.unwrap().unwrap();
     assert_eq!(record.state, ClaimState::Completed);
     assert_eq!((record.attempt, record.deliveries), (1, 3));
 }
@@ -330,40 +354,39 @@ pub fn a_crash_after_the_side_effect_before_the_completion_is_in_doubt_or_rerun_
     );
 }
 
-pub fn a_holder_outliving_its_lease_is_in_doubt_or_taken_over_and_then_fenced<B: Backend>() {
-    let (db, mut conn) = setup::<B>();
-    let mut other = db.connect();
+pub async fn a_holder_outliving_its_lease_is_in_doubt_or_taken_over_and_then_fenced<F: Flavour>() {
+    let (db, mut check, mut conn) = setup_flavour::<F>().await;
+    let mut other = F::connect(&db).await;
     let service = FakeService::start(Keys::Honoured);
+    let addr = service.addr();
 
     // At most once: a delivery after the lease does not run it; nobody took over, so the slow
     // holder's completion still stands.
     let hold = payments(InDoubtPolicy::Hold);
-    let slow = acquire(&mut conn, &hold, "order-3:charge");
-    let charge = call(service.addr(), &slow.idempotency_key()).unwrap();
-    wait_out_the_lease(&mut conn, &hold, "order-3:charge");
-    let meanwhile = hold
-        .run(&mut other, "order-3:charge", call_service(service.addr()))
-        .unwrap();
+    let slow = acquire_on::<F>(&mut conn, &hold, "order-3:charge").await;
+    let charge = call(addr, &F::idempotency_key(&slow)).unwrap();
+    wait_out_the_lease(&mut check, &hold, "order-3:charge");
+    let meanwhile = F::run_claim(&hold, &mut other, "order-3:charge", calls!(addr)).await;
+    let meanwhile = meanwhile.unwrap();
     assert!(meanwhile.is_in_doubt(), "{meanwhile:?}");
-    slow.complete(&mut conn, &charge).unwrap();
-    let after = hold
-        .run(&mut other, "order-3:charge", call_service(service.addr()))
-        .unwrap();
-    assert_eq!(after, ClaimOutcome::Completed(charge));
+    F::complete(slow, &mut conn, &charge).await.unwrap();
+    let after = F::run_claim(&hold, &mut other, "order-3:charge", calls!(addr)).await;
+    assert_eq!(after.unwrap(), ClaimOutcome::Completed(charge));
 
     // Re-run: another worker takes over; the slow holder's late completion is fenced, and its
     // record writes roll back with it.
     let rerun = payments(InDoubtPolicy::RerunAfterLease);
-    let slow = acquire(&mut conn, &rerun, "order-4:charge");
-    let slow_charge = call(service.addr(), &slow.idempotency_key()).unwrap();
-    wait_out_the_lease(&mut conn, &rerun, "order-4:charge");
-    let taken_over = rerun
-        .run(&mut other, "order-4:charge", call_service(service.addr()))
-        .unwrap();
-    assert_eq!(taken_over, ClaimOutcome::Ran(slow_charge.clone()));
-    let late = slow.complete_with(&mut conn, &slow_charge, |tx| {
-        tx.record_effect("late completion").map_err(Error::from)
-    });
+    let slow = acquire_on::<F>(&mut conn, &rerun, "order-4:charge").await;
+    let slow_charge = call(addr, &F::idempotency_key(&slow)).unwrap();
+    wait_out_the_lease(&mut check, &rerun, "order-4:charge");
+    let taken_over = F::run_claim(&rerun, &mut other, "order-4:charge", calls!(addr)).await;
+    assert_eq!(taken_over.unwrap(), ClaimOutcome::Ran(slow_charge.clone()));
+    let record = async |tx: &mut F::Conn| {
+        tx.write_effect("late completion")
+            .await
+            .map_err(Error::from)
+    };
+    let late = F::complete_with(slow, &mut conn, &slow_charge, record).await;
     assert!(
         matches!(
             late,
@@ -376,70 +399,70 @@ pub fn a_holder_outliving_its_lease_is_in_doubt_or_taken_over_and_then_fenced<B:
         ),
         "{late:?}"
     );
-    assert_eq!(conn.effects_of("late completion"), 0);
-    let key = key_of(&mut conn, &rerun, "order-4:charge");
+    assert_eq!(check.effects_of("late completion"), 0);
+    let key = key_of(&mut check, &rerun, "order-4:charge");
     assert_eq!(service.applied(&key), 1);
 }
 
-pub fn a_late_completion_stands_over_ops_retry_but_not_over_ops_completion<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_late_completion_stands_over_ops_retry_but_not_over_ops_completion<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let hold = payments(InDoubtPolicy::Hold);
 
-    let slow = acquire(&mut conn, &hold, "order-5:charge");
-    wait_out_the_lease(&mut conn, &hold, "order-5:charge");
-    hold.resolve(
-        &mut conn,
-        "order-5:charge",
-        Resolution::Retry,
-        &ops("looked lost"),
-    )
-    .unwrap();
-    slow.complete(&mut conn, &"fx-slow").unwrap();
+    let slow = acquire_on::<F>(&mut conn, &hold, "order-5:charge").await;
+    wait_out_the_lease(&mut check, &hold, "order-5:charge");
+    let lost = ops("looked lost");
+    F::resolve_claim(&hold, &mut conn, "order-5:charge", Resolution::Retry, &lost)
+        .await
+        .unwrap();
+    F::complete(slow, &mut conn, &"fx-slow").await.unwrap();
     assert_eq!(
-        state_of(&mut conn, &hold, "order-5:charge"),
+        state_of(&mut check, &hold, "order-5:charge"),
         ClaimState::Completed
     );
-    let replayed = hold
-        .run(
-            &mut conn,
-            "order-5:charge",
-            |_| -> Result<String, Unknown> { panic!("a completed claim does not run") },
-        )
-        .unwrap();
-    assert_eq!(replayed, ClaimOutcome::Completed("fx-slow".to_owned()));
-
-    let slow = acquire(&mut conn, &hold, "order-6:charge");
-    wait_out_the_lease(&mut conn, &hold, "order-6:charge");
-    let resolved = hold
-        .resolve(
-            &mut conn,
-            "order-6:charge",
-            Resolution::Completed("fx-ops".into()),
-            &ops("charge found at the provider"),
-        )
-        .unwrap();
+    let never =
+        async |_: &Claim| -> Result<String, Unknown> { panic!("a completed claim does not run") };
+    let replayed = F::run_claim(&hold, &mut conn, "order-5:charge", never).await;
     assert_eq!(
-        resolved.resolution.as_ref().unwrap().actor(),
+        replayed.unwrap(),
+        ClaimOutcome::Completed("fx-slow".to_owned())
+    );
+
+    let slow = acquire_on::<F>(&mut conn, &hold, "order-6:charge").await;
+    wait_out_the_lease(&mut check, &hold, "order-6:charge");
+    let found = ops("charge found at the provider");
+    let by_ops = Resolution::Completed("fx-ops".into());
+    let resolved = F::resolve_claim(&hold, &mut conn, "order-6:charge", by_ops, &found).await;
+    assert_eq!(
+        resolved.unwrap().resolution.as_ref().unwrap().actor(),
         "ops@example.com"
     );
-    let late = slow.complete(&mut conn, &"fx-slow");
+    let late = F::complete(slow, &mut conn, &"fx-slow").await;
     assert!(matches!(late, Err(Error::ClaimFenced { .. })), "{late:?}");
-    let Claimed::Completed(done) = hold.claim(&mut conn, "order-6:charge").unwrap() else {
+    let Claimed::Completed(done) = F::claim(&hold, &mut conn, "order-6:charge").await.unwrap()
+    else {
         panic!("completed by ops")
     };
     assert_eq!(done.result::<String>().unwrap(), "fx-ops");
-    let record = hold.show(&mut conn, "order-6:charge").unwrap().unwrap();
+    let record = F::show_claim(&hold, &mut conn, "order-6:charge").await;
     assert_eq!(
-        record.resolution.unwrap().reason(),
+        record.unwrap().unwrap().resolution.unwrap().reason(),
         "charge found at the provider"
     );
 }
 
-pub fn only_a_claim_in_doubt_can_be_resolved<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn only_a_claim_in_doubt_can_be_resolved<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let claims = mailer();
-    let _running = acquire(&mut conn, &claims, "user-3:welcome");
-    let refused = claims.resolve(&mut conn, "user-3:welcome", Resolution::Abandon, &ops("no"));
+    let _running = acquire_on::<F>(&mut conn, &claims, "user-3:welcome").await;
+    let no = ops("no");
+    let refused = F::resolve_claim(
+        &claims,
+        &mut conn,
+        "user-3:welcome",
+        Resolution::Abandon,
+        &no,
+    )
+    .await;
     assert!(
         matches!(
             refused,
@@ -450,117 +473,104 @@ pub fn only_a_claim_in_doubt_can_be_resolved<B: Backend>() {
         ),
         "{refused:?}"
     );
-    let missing = claims.resolve(&mut conn, "user-4:welcome", Resolution::Retry, &ops("no"));
+    let missing =
+        F::resolve_claim(&claims, &mut conn, "user-4:welcome", Resolution::Retry, &no).await;
     assert!(
         matches!(missing, Err(AdminError::ClaimNotFound { .. })),
         "{missing:?}"
     );
     assert_eq!(
-        state_of(&mut conn, &claims, "user-3:welcome"),
+        state_of(&mut check, &claims, "user-3:welcome"),
         ClaimState::InProgress
     );
 }
 
-pub fn a_failed_side_effect_is_released_abandoned_or_in_doubt_as_its_error_says<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_failed_side_effect_is_released_abandoned_or_in_doubt_as_its_error_says<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let claims = mailer();
-    let sent = |_: &Claim| Ok::<_, Error>("msg-1".to_owned());
+    let sent = async |_: &Claim| Ok::<_, Error>("msg-1".to_owned());
 
     // Did not happen, may pass later: released, and the next delivery runs it.
-    let refused = claims.run(&mut conn, "user-5:welcome", |_| {
-        Err::<String, _>(Error::transient("connection refused"))
-    });
+    let refused_by = async |_: &Claim| Err::<String, _>(Error::transient("connection refused"));
+    let refused = F::run_claim(&claims, &mut conn, "user-5:welcome", refused_by).await;
     assert_eq!(Ack::of(&refused), Ack::Redeliver);
     assert_eq!(
-        state_of(&mut conn, &claims, "user-5:welcome"),
+        state_of(&mut check, &claims, "user-5:welcome"),
         ClaimState::Released
     );
-    let rerun = claims.run(&mut conn, "user-5:welcome", sent).unwrap();
-    assert!(rerun.has_run());
-    assert_eq!(
-        claims
-            .show(&mut conn, "user-5:welcome")
-            .unwrap()
-            .unwrap()
-            .attempt,
-        2
-    );
+    let rerun = F::run_claim(&claims, &mut conn, "user-5:welcome", sent).await;
+    assert!(rerun.unwrap().has_run());
+    let record = F::show_claim(&claims, &mut conn, "user-5:welcome").await;
+    assert_eq!(record.unwrap().unwrap().attempt, 2);
 
     // Did not happen, never will: abandoned, and never run.
-    let rejected = claims
-        .run(&mut conn, "user-6:welcome", |_| {
-            Err::<String, _>(Error::permanent("address rejected"))
-        })
-        .unwrap();
+    let rejected_by = async |_: &Claim| Err::<String, _>(Error::permanent("address rejected"));
+    let rejected = F::run_claim(&claims, &mut conn, "user-6:welcome", rejected_by).await;
+    let rejected = rejected.unwrap();
     let ClaimOutcome::Abandoned(abandoned) = &rejected else {
         panic!("{rejected:?}")
     };
     assert!(abandoned.reason().unwrap().contains("address rejected"));
-    let again = claims.run(&mut conn, "user-6:welcome", sent).unwrap();
+    let again = F::run_claim(&claims, &mut conn, "user-6:welcome", sent).await;
+    let again = again.unwrap();
     assert!(matches!(again, ClaimOutcome::Abandoned(_)), "{again:?}");
 
     // Does not say: in doubt, with the error as its reason, and never run again.
-    let timed_out = claims
-        .run(&mut conn, "user-7:welcome", |_| {
-            Err::<String, Unknown>("read timed out".into())
-        })
-        .unwrap();
+    let timing_out = async |_: &Claim| Err::<String, Unknown>("read timed out".into());
+    let timed_out = F::run_claim(&claims, &mut conn, "user-7:welcome", timing_out).await;
+    let timed_out = timed_out.unwrap();
     let ClaimOutcome::InDoubt(doubt) = &timed_out else {
         panic!("{timed_out:?}")
     };
     assert_eq!(doubt.reason(), "read timed out");
     assert_eq!(timed_out.ack(), Ack::Ack);
-    assert!(claims
-        .run(&mut conn, "user-7:welcome", sent)
-        .unwrap()
-        .is_in_doubt());
+    let later = F::run_claim(&claims, &mut conn, "user-7:welcome", sent).await;
+    assert!(later.unwrap().is_in_doubt());
 
     // A panic does not say either: in doubt, and the panic goes on.
-    let panicked = panic::catch_unwind(AssertUnwindSafe(|| {
-        claims.run(&mut conn, "user-8:welcome", |_| -> Result<String, Error> {
-            panic!("mailer client crashed")
-        })
-    }));
+    let crashing = async |_: &Claim| -> Result<String, Error> { panic!("mailer client crashed") };
+    let run = F::run_claim(&claims, &mut conn, "user-8:welcome", crashing);
+    let panicked = AssertUnwindSafe(run).catch_unwind().await;
     assert!(panicked.is_err());
-    let record = claims.show(&mut conn, "user-8:welcome").unwrap().unwrap();
+    let record = F::show_claim(&claims, &mut conn, "user-8:welcome").await;
+    let record = record.unwrap().unwrap();
     assert_eq!(record.state, ClaimState::InDoubt);
     assert!(record.reason.unwrap().contains("mailer client crashed"));
 
     // Where the side effect is deduplicated downstream, not saying means run it again.
     let rerun = payments(InDoubtPolicy::RerunAfterLease);
-    let failed = rerun.run(&mut conn, "order-7:charge", |_| {
-        Err::<String, Unknown>("read timed out".into())
-    });
+    let failed = F::run_claim(&rerun, &mut conn, "order-7:charge", timing_out).await;
     assert_eq!(failed.unwrap_err().to_string(), "read timed out");
     assert_eq!(
-        state_of(&mut conn, &rerun, "order-7:charge"),
+        state_of(&mut check, &rerun, "order-7:charge"),
         ClaimState::Released
     );
 }
 
-pub fn a_reused_id_with_another_payload_is_refused_and_claims_nothing_more<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_reused_id_with_another_payload_is_refused_and_claims_nothing_more<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let claims = mailer();
     let to = |address: &str| {
         Delivery::new("user-9:welcome")
             .unwrap()
             .json(serde_json::json!({ "to": address }))
     };
-    let sent = |_: &Claim| Ok::<_, Error>("msg-9".to_owned());
+    let sent = async |_: &Claim| Ok::<_, Error>("msg-9".to_owned());
 
-    assert!(claims
-        .run(&mut conn, to("a@example.com"), sent)
-        .unwrap()
-        .has_run());
-    let reused = claims.run(&mut conn, to("b@example.com"), sent);
+    let first = F::run_claim(&claims, &mut conn, to("a@example.com"), sent).await;
+    assert!(first.unwrap().has_run());
+    let reused = F::run_claim(&claims, &mut conn, to("b@example.com"), sent).await;
     assert!(
         matches!(reused, Err(Error::PayloadMismatch { .. })),
         "{reused:?}"
     );
     assert_eq!(Ack::of(&reused), Ack::Ack);
-    let same = claims.run(&mut conn, to("a@example.com"), sent).unwrap();
-    assert_eq!(same, ClaimOutcome::Completed("msg-9".to_owned()));
-    let record = claims.show(&mut conn, "user-9:welcome").unwrap().unwrap();
+    let same = F::run_claim(&claims, &mut conn, to("a@example.com"), sent).await;
+    assert_eq!(same.unwrap(), ClaimOutcome::Completed("msg-9".to_owned()));
+    let record = F::show_claim(&claims, &mut conn, "user-9:welcome").await;
+    let record = record.unwrap().unwrap();
     assert_eq!(record.deliveries, 2, "the refused delivery is not counted");
     assert_eq!(
         record.payload,
@@ -568,48 +578,44 @@ pub fn a_reused_id_with_another_payload_is_refused_and_claims_nothing_more<B: Ba
     );
 }
 
-pub fn a_claim_inside_a_transaction_is_refused_and_claims_nothing<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_claim_inside_a_transaction_is_refused_and_claims_nothing<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let claims = mailer();
-    conn.transaction(|tx| {
-        let inside = claims.claim(tx, "user-10:welcome");
-        assert!(
-            matches!(inside, Err(Error::ClaimInsideTransaction)),
-            "{inside:?}"
-        );
-        Ok::<_, diesel::result::Error>(())
-    })
-    .unwrap();
-    assert!(claims.show(&mut conn, "user-10:welcome").unwrap().is_none());
+
+    F::begin(&mut conn).await;
+    let inside = F::claim(&claims, &mut conn, "user-10:welcome").await;
+    assert!(
+        matches!(inside, Err(Error::ClaimInsideTransaction)),
+        "{inside:?}"
+    );
+    F::end(&mut conn, true).await;
+
+    let record = F::show_claim(&claims, &mut conn, "user-10:welcome").await;
+    assert!(record.unwrap().is_none());
 }
 
-pub fn the_completion_commits_with_its_record_writes_or_leaves_the_claim_in_doubt<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn the_completion_commits_with_its_record_writes_or_leaves_the_claim_in_doubt<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let service = FakeService::start(Keys::Honoured);
     let claims = payments(InDoubtPolicy::Hold);
+    let addr = service.addr();
 
-    let charged = claims
-        .run_and_record(
-            &mut conn,
-            "order-8:charge",
-            call_service(service.addr()),
-            |tx, charge| Ok(tx.record_effect(charge)?),
-        )
-        .unwrap();
-    let ClaimOutcome::Ran(charge) = charged else {
-        panic!("{charged:?}")
+    let record = async |tx: &mut F::Conn, charge: &String| Ok(tx.write_effect(charge).await?);
+    let charged = F::run_claimed(&claims, &mut conn, "order-8:charge", calls!(addr), record).await;
+    let ClaimOutcome::Ran(charge) = charged.unwrap() else {
+        panic!("the charge ran")
     };
-    assert_eq!(conn.effects_of(&charge), 1);
+    assert_eq!(check.effects_of(&charge), 1);
 
     // The record fails: nothing of it commits, and the charge that did happen is not lost.
-    let failed = claims.run_and_record(
-        &mut conn,
-        "order-9:charge",
-        call_service(service.addr()),
-        |_tx, _charge| Err::<(), Unknown>("the order row is gone".into()),
-    );
+    let gone =
+        async |_: &mut F::Conn, _: &String| Err::<(), Unknown>("the order row is gone".into());
+    let failed = F::run_claimed(&claims, &mut conn, "order-9:charge", calls!(addr), gone).await;
     assert_eq!(failed.unwrap_err().to_string(), "the order row is gone");
-    let record = claims.show(&mut conn, "order-9:charge").unwrap().unwrap();
+    let record = F::show_claim(&claims, &mut conn, "order-9:charge").await;
+    let record = record.unwrap().unwrap();
     assert_eq!(record.state, ClaimState::InDoubt);
     let charge = service.result_of(&record.idempotency_key).unwrap();
     let reason = record.reason.unwrap();
@@ -617,36 +623,41 @@ pub fn the_completion_commits_with_its_record_writes_or_leaves_the_claim_in_doub
         reason.contains(&charge) && reason.contains("the order row is gone"),
         "{reason}"
     );
-    assert_eq!(conn.effects_of(&charge), 0);
+    assert_eq!(check.effects_of(&charge), 0);
     assert_eq!(service.calls(&record.idempotency_key), 1);
 }
 
-pub fn a_long_side_effect_extends_its_lease_and_keeps_other_deliveries_out<B: Backend>() {
-    let (db, mut conn) = setup::<B>();
-    let mut other = db.connect();
+pub async fn a_long_side_effect_extends_its_lease_and_keeps_other_deliveries_out<F: Flavour>() {
+    let (db, mut check, mut conn) = setup_flavour::<F>().await;
+    let mut other = F::connect(&db).await;
     let claims = mailer().lease(SHORT_LEASE);
 
-    let mut claim = acquire(&mut conn, &claims, "report-1");
-    claim.extend(&mut other, Duration::from_secs(60)).unwrap();
+    let mut claim = acquire_on::<F>(&mut conn, &claims, "report-1").await;
+    F::extend(&mut claim, &mut other, Duration::from_secs(60))
+        .await
+        .unwrap();
     thread::sleep(SHORT_LEASE + Duration::from_millis(50));
-    let meanwhile = claims.claim(&mut other, "report-1").unwrap();
+    let meanwhile = F::claim(&claims, &mut other, "report-1").await.unwrap();
     let Claimed::InProgress(held) = meanwhile else {
-        panic!("the extended lease still runs: {meanwhile:?}")
+        panic!("the extended lease still runs")
     };
-    assert_eq!(held.lease_until(), claim.lease_until());
-    claim.complete(&mut conn, &"report sent").unwrap();
+    assert_eq!(held.lease_until(), F::lease_until(&claim));
+    F::complete(claim, &mut conn, &"report sent").await.unwrap();
     assert_eq!(
-        state_of(&mut conn, &claims, "report-1"),
+        state_of(&mut check, &claims, "report-1"),
         ClaimState::Completed
     );
 
     // Too late: a delivery found the lease run out, and the claim stays in doubt; the
     // holder may still complete it.
-    let mut late = acquire(&mut conn, &claims, "report-2");
-    wait_out_the_lease(&mut conn, &claims, "report-2");
-    let found = claims.claim(&mut other, "report-2").unwrap();
-    assert!(matches!(found, Claimed::InDoubt(_)), "{found:?}");
-    let refused = late.extend(&mut conn, Duration::from_secs(60));
+    let mut late = acquire_on::<F>(&mut conn, &claims, "report-2").await;
+    wait_out_the_lease(&mut check, &claims, "report-2");
+    let found = F::claim(&claims, &mut other, "report-2").await.unwrap();
+    assert!(
+        matches!(found, Claimed::InDoubt(_)),
+        "found no claim in doubt"
+    );
+    let refused = F::extend(&mut late, &mut conn, Duration::from_secs(60)).await;
     assert!(
         matches!(
             refused,
@@ -657,9 +668,32 @@ pub fn a_long_side_effect_extends_its_lease_and_keeps_other_deliveries_out<B: Ba
         ),
         "{refused:?}"
     );
-    late.complete(&mut conn, &"report sent late").unwrap();
+    F::complete(late, &mut conn, &"report sent late")
+        .await
+        .unwrap();
     assert_eq!(
-        state_of(&mut conn, &claims, "report-2"),
+        state_of(&mut check, &claims, "report-2"),
         ClaimState::Completed
     );
+}
+
+pub async fn a_held_claim_completes_with_its_records_in_one_transaction<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let charges = Inbox::new("billing").unwrap().claims();
+
+    let claim = acquire_on::<F>(&mut conn, &charges, "order-7").await;
+    let meanwhile = F::claim(&charges, &mut conn, "order-7").await.unwrap();
+    let charge_id = String::from("ch_1");
+    let record = async |tx: &mut F::Conn| Ok::<_, Error>(tx.write_effect("ch_1").await?);
+    F::complete_with(claim, &mut conn, &charge_id, record)
+        .await
+        .unwrap();
+    let after = F::claim(&charges, &mut conn, "order-7").await.unwrap();
+
+    assert!(matches!(meanwhile, Claimed::InProgress(_)), "{meanwhile:?}");
+    let Claimed::Completed(done) = after else {
+        panic!("completed: {after:?}");
+    };
+    assert_eq!(done.result::<String>().unwrap(), charge_id);
+    assert_eq!(check.effects_of("ch_1"), 1);
 }

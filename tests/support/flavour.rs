@@ -11,16 +11,18 @@ use std::future::Future;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use diesel::connection::TransactionManager;
 use diesel::prelude::*;
 use diesel_inbox::doctor::Check;
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
-    AdminError, Audit, CorruptRow, Cursor, DeadLetter, Delivery, Error, Gap, Gaps, HandlerError,
-    Inbox, IntoDelivery, Lease, Outcome, Payload, Position, Pruned, Resume, Retention, Sequenced,
-    Stats,
+    AdminError, Audit, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims, CorruptRow, Cursor,
+    DeadLetter, Delivery, Error, Gap, Gaps, HandlerError, Inbox, IntoDelivery, Lease, Outcome,
+    Payload, Position, Pruned, Resolution, Resume, Retention, Sequenced, Stats,
 };
 use futures_util::FutureExt;
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{transaction_depth, Backend, EffectConn, StatementLog};
@@ -248,6 +250,52 @@ where
     }
 }
 
+/// A side effect under a claim the scenarios pass: an async closure over the held
+/// [`Claim`], as `asynch` takes it where the async flavour is compiled in.
+pub(crate) trait Acts<T, E>: Send {
+    /// The one call, as the blocking flavour makes it.
+    fn call(self, claim: &Claim) -> impl Future<Output = Result<T, E>>;
+
+    /// The side effect as `asynch` takes it.
+    #[cfg(feature = "async")]
+    #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
+    fn into_async(
+        self,
+    ) -> impl for<'c> diesel_inbox::asynch::AsyncHandler<&'c Claim, Result<T, E>, Fut: Send> + Send;
+}
+
+#[cfg(feature = "async")]
+impl<T, E, H> Acts<T, E> for H
+where
+    H: for<'c> diesel_inbox::asynch::AsyncHandler<&'c Claim, Result<T, E>, Fut: Send> + Send,
+{
+    async fn call(mut self, claim: &Claim) -> Result<T, E> {
+        self(claim).await
+    }
+
+    fn into_async(
+        self,
+    ) -> impl for<'c> diesel_inbox::asynch::AsyncHandler<&'c Claim, Result<T, E>, Fut: Send> + Send
+    {
+        self
+    }
+}
+
+#[cfg(not(feature = "async"))]
+impl<T, E, H> Acts<T, E> for H
+where
+    H: for<'c> AsyncFnMut(&'c Claim) -> Result<T, E> + Send,
+{
+    async fn call(mut self, claim: &Claim) -> Result<T, E> {
+        self(claim).await
+    }
+}
+
+handle_with! {
+    /// A claim's record writes: the transaction and the side effect's result.
+    Keeps<'v>(&'v T) -> ()
+}
+
 /// One flavour of the API, on one backend: what the scenarios written once call.
 pub(crate) trait Flavour: 'static {
     /// The backend, whose sync connection the scenarios check with.
@@ -439,6 +487,97 @@ pub(crate) trait Flavour: 'static {
         id: i64,
         audit: &Audit,
     ) -> Result<Gap, AdminError>;
+
+    /// A held claim, as [`claim`](Self::claim) hands it out.
+    type Held: std::fmt::Debug + Send;
+
+    /// [`Claims::claim`].
+    async fn claim(
+        claims: &Claims,
+        conn: &mut Self::Conn,
+        delivery: impl IntoDelivery + Send,
+    ) -> Result<Claimed<Self::Held>, Error>;
+
+    /// [`Claims::run_and_record`].
+    async fn run_claimed<T, E, S, R>(
+        claims: &Claims,
+        conn: &mut Self::Conn,
+        delivery: impl IntoDelivery + Send,
+        side_effect: S,
+        record: R,
+    ) -> Result<ClaimOutcome<T>, E>
+    where
+        S: Acts<T, E>,
+        R: Keeps<Self, T, E>,
+        T: Serialize + DeserializeOwned + Send + Sync,
+        E: HandlerError + Send;
+
+    /// [`Claims::run`].
+    async fn run_claim<T, E, S>(
+        claims: &Claims,
+        conn: &mut Self::Conn,
+        delivery: impl IntoDelivery + Send,
+        side_effect: S,
+    ) -> Result<ClaimOutcome<T>, E>
+    where
+        S: Acts<T, E>,
+        T: Serialize + DeserializeOwned + Send + Sync,
+        E: HandlerError + Send,
+    {
+        let nothing = async |_: &mut Self::Conn, _: &T| Ok(());
+        Self::run_claimed(claims, conn, delivery, side_effect, nothing).await
+    }
+
+    /// [`Claims::show`].
+    async fn show_claim(
+        claims: &Claims,
+        conn: &mut Self::Conn,
+        event_id: &str,
+    ) -> Result<Option<ClaimRecord>, Error>;
+
+    /// [`Claims::resolve`].
+    async fn resolve_claim(
+        claims: &Claims,
+        conn: &mut Self::Conn,
+        event_id: &str,
+        resolution: Resolution,
+        audit: &Audit,
+    ) -> Result<ClaimRecord, AdminError>;
+
+    /// [`Claim::idempotency_key`].
+    fn idempotency_key(held: &Self::Held) -> String;
+
+    /// [`Claim::lease_until`].
+    fn lease_until(held: &Self::Held) -> DateTime<Utc>;
+
+    /// [`Claim::extend`].
+    async fn extend(
+        held: &mut Self::Held,
+        conn: &mut Self::Conn,
+        by: Duration,
+    ) -> Result<(), Error>;
+
+    /// [`Claim::complete_with`].
+    async fn complete_with<T, E, H>(
+        held: Self::Held,
+        conn: &mut Self::Conn,
+        result: &T,
+        record: H,
+    ) -> Result<(), E>
+    where
+        H: Handle<Self, (), E>,
+        T: Serialize + Sync,
+        E: HandlerError + Send;
+
+    /// [`Claim::complete`].
+    async fn complete<T: Serialize + Sync>(
+        held: Self::Held,
+        conn: &mut Self::Conn,
+        result: &T,
+    ) -> Result<(), Error> {
+        let nothing = async |_: &mut Self::Conn| Ok(());
+        Self::complete_with(held, conn, result, nothing).await
+    }
 
     /// [`Inbox::prune`].
     async fn prune(
@@ -682,6 +821,78 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         audit: &Audit,
     ) -> Result<Gap, AdminError> {
         gaps.resolve(conn, id, audit)
+    }
+
+    type Held = Claim;
+
+    async fn claim(
+        claims: &Claims,
+        conn: &mut B::Conn,
+        delivery: impl IntoDelivery + Send,
+    ) -> Result<Claimed, Error> {
+        claims.claim(conn, delivery)
+    }
+
+    async fn run_claimed<T, E, S, R>(
+        claims: &Claims,
+        conn: &mut B::Conn,
+        delivery: impl IntoDelivery + Send,
+        side_effect: S,
+        mut record: R,
+    ) -> Result<ClaimOutcome<T>, E>
+    where
+        S: Acts<T, E>,
+        R: Keeps<Self, T, E>,
+        T: Serialize + DeserializeOwned + Send + Sync,
+        E: HandlerError + Send,
+    {
+        let act = |claim: &Claim| now(side_effect.call(claim));
+        let keep = |tx: &mut B::Conn, value: &T| now(record.call(tx, value));
+        claims.run_and_record(conn, delivery, act, keep)
+    }
+
+    async fn show_claim(
+        claims: &Claims,
+        conn: &mut B::Conn,
+        event_id: &str,
+    ) -> Result<Option<ClaimRecord>, Error> {
+        claims.show(conn, event_id)
+    }
+
+    async fn resolve_claim(
+        claims: &Claims,
+        conn: &mut B::Conn,
+        event_id: &str,
+        resolution: Resolution,
+        audit: &Audit,
+    ) -> Result<ClaimRecord, AdminError> {
+        claims.resolve(conn, event_id, resolution, audit)
+    }
+
+    fn idempotency_key(held: &Claim) -> String {
+        held.idempotency_key()
+    }
+
+    fn lease_until(held: &Claim) -> DateTime<Utc> {
+        held.lease_until()
+    }
+
+    async fn extend(held: &mut Claim, conn: &mut B::Conn, by: Duration) -> Result<(), Error> {
+        held.extend(conn, by)
+    }
+
+    async fn complete_with<T, E, H>(
+        held: Claim,
+        conn: &mut B::Conn,
+        result: &T,
+        mut record: H,
+    ) -> Result<(), E>
+    where
+        H: Handle<Self, (), E>,
+        T: Serialize + Sync,
+        E: HandlerError + Send,
+    {
+        held.complete_with(conn, result, |tx| now(record.call(tx)))
     }
 
     async fn prune(
@@ -1093,6 +1304,87 @@ mod asynch {
             asynch::Gaps::from(gaps.clone())
                 .resolve(conn, id, audit)
                 .await
+        }
+
+        type Held = asynch::Claim;
+
+        async fn claim(
+            claims: &Claims,
+            conn: &mut B::Async,
+            delivery: impl IntoDelivery + Send,
+        ) -> Result<asynch::Claimed, Error> {
+            asynch::Claims::from(claims.clone())
+                .claim(conn, delivery)
+                .await
+        }
+
+        async fn run_claimed<T, E, S, R>(
+            claims: &Claims,
+            conn: &mut B::Async,
+            delivery: impl IntoDelivery + Send,
+            side_effect: S,
+            record: R,
+        ) -> Result<ClaimOutcome<T>, E>
+        where
+            S: Acts<T, E>,
+            R: Keeps<Self, T, E>,
+            T: Serialize + DeserializeOwned + Send + Sync,
+            E: HandlerError + Send,
+        {
+            let claims = asynch::Claims::from(claims.clone());
+            let (act, keep) = (side_effect.into_async(), record.into_async());
+            claims.run_and_record(conn, delivery, act, keep).await
+        }
+
+        async fn show_claim(
+            claims: &Claims,
+            conn: &mut B::Async,
+            event_id: &str,
+        ) -> Result<Option<ClaimRecord>, Error> {
+            asynch::Claims::from(claims.clone())
+                .show(conn, event_id)
+                .await
+        }
+
+        async fn resolve_claim(
+            claims: &Claims,
+            conn: &mut B::Async,
+            event_id: &str,
+            resolution: Resolution,
+            audit: &Audit,
+        ) -> Result<ClaimRecord, AdminError> {
+            let claims = asynch::Claims::from(claims.clone());
+            claims.resolve(conn, event_id, resolution, audit).await
+        }
+
+        fn idempotency_key(held: &asynch::Claim) -> String {
+            held.idempotency_key()
+        }
+
+        fn lease_until(held: &asynch::Claim) -> DateTime<Utc> {
+            held.lease_until()
+        }
+
+        async fn extend(
+            held: &mut asynch::Claim,
+            conn: &mut B::Async,
+            by: Duration,
+        ) -> Result<(), Error> {
+            held.extend(conn, by).await
+        }
+
+        async fn complete_with<T, E, H>(
+            held: asynch::Claim,
+            conn: &mut B::Async,
+            result: &T,
+            record: H,
+        ) -> Result<(), E>
+        where
+            H: Handle<Self, (), E>,
+            T: Serialize + Sync,
+            E: HandlerError + Send,
+        {
+            held.complete_with(conn, result, record.into_async()).await
         }
 
         async fn prune(
