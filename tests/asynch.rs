@@ -21,8 +21,7 @@ use diesel_inbox::asynch::{self, AsyncInboxConnection};
 use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing;
 use diesel_inbox::{
-    AsyncPublisher, Audit, ClaimState, Claimed, Envelope, Error, EventId, Outbox, OutboxMessage,
-    OutboxState, Outcome, Pruned, PublishError, Relay, Resolution, Retention,
+    Audit, ClaimState, Claimed, Error, EventId, Outcome, Pruned, Resolution, Retention,
 };
 use futures_util::FutureExt;
 
@@ -91,174 +90,6 @@ async fn contention_in_the_handler_is_retried_on_the_runtimes_timer<B: AsyncBack
         1,
         "the first attempt rolled back"
     );
-}
-
-/// An async publisher that keeps the ids it was handed, in order, and fails the first
-/// publish of the ids it was told to.
-#[derive(Default)]
-struct Recorder {
-    sent: Mutex<Vec<String>>,
-    fail_once: Mutex<Vec<String>>,
-}
-
-impl Recorder {
-    fn failing_once(id: &str) -> Self {
-        Self {
-            fail_once: Mutex::new(vec![id.to_owned()]),
-            ..Self::default()
-        }
-    }
-
-    fn sent(&self) -> Vec<String> {
-        self.sent.lock().unwrap().clone()
-    }
-}
-
-impl AsyncPublisher for Recorder {
-    async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError> {
-        // A real broker's round trip: the pass awaits, and the runtime runs other tasks.
-        tokio::task::yield_now().await;
-        let id = message.envelope.id().to_string();
-        let mut failing = self.fail_once.lock().unwrap();
-        if let Some(at) = failing.iter().position(|failing| *failing == id) {
-            failing.remove(at);
-            return Err(PublishError::transient("the broker is unreachable"));
-        }
-        self.sent.lock().unwrap().push(id);
-        Ok(())
-    }
-}
-
-async fn an_event_enqueued_by_a_handler_commits_with_it_and_is_published_once<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let outbox = asynch::Outbox::new("billing").unwrap();
-    let invoice = Envelope::new("invoice.issued", "invoice", "7");
-    let bill = async |tx: &mut B::Async| {
-        record_effect(tx, "order-7").await?;
-        outbox.enqueue(tx, "invoices", &invoice).await
-    };
-    let failing = async |tx: &mut B::Async| {
-        let refused = Envelope::new("invoice.issued", "invoice", "8");
-        outbox.enqueue(tx, "invoices", &refused).await?;
-        Err::<(), _>(Error::transient("the ledger refused"))
-    };
-
-    let first = asynch::with_inbox(&mut conn, "order-7", bill)
-        .await
-        .unwrap();
-    let again = asynch::with_inbox(&mut conn, "order-7", bill)
-        .await
-        .unwrap();
-    let failed = asynch::with_inbox(&mut conn, "order-8", failing).await;
-
-    assert!(first.is_processed() && again.is_duplicate());
-    assert!(failed.is_err(), "{failed:?}");
-    let stats = asynch::Outbox::stats(&mut conn).await.unwrap();
-    assert_eq!(
-        (stats.pending, stats.published),
-        (1, 0),
-        "the failed handler's row rolled back"
-    );
-    let recorder = Recorder::default();
-    let relay = asynch::Relay::new();
-    let pass = relay.run_once(&mut conn, &recorder).await.unwrap();
-    assert_eq!((pass.published, pass.taken()), (1, 1));
-    assert!(relay
-        .run_once(&mut conn, &recorder)
-        .await
-        .unwrap()
-        .is_idle());
-    assert_eq!(recorder.sent(), [invoice.id().to_string()]);
-    let stats = Outbox::stats(&mut check).unwrap();
-    assert_eq!((stats.pending, stats.published), (0, 1));
-    assert_eq!(depth(&mut conn), Some(0));
-}
-
-async fn a_failed_publish_holds_back_its_aggregate_until_a_later_pass_publishes_it<
-    B: AsyncBackend,
->() {
-    let (db, _check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let outbox = asynch::Outbox::new("orders").unwrap();
-    let placed = Envelope::new("order.placed", "order", "1");
-    let paid = Envelope::new("order.paid", "order", "1");
-    let other = Envelope::new("order.placed", "order", "2");
-    for envelope in [&placed, &paid, &other] {
-        outbox.enqueue(&mut conn, "orders", envelope).await.unwrap();
-    }
-    let again = outbox.enqueue(&mut conn, "orders", &placed).await;
-    assert!(
-        matches!(again, Err(Error::AlreadyEnqueued { .. })),
-        "{again:?}"
-    );
-    let recorder = Recorder::failing_once(placed.id().as_str());
-    let relay = asynch::Relay::from(Relay::new().backoff(Duration::ZERO, Duration::ZERO));
-
-    let first = relay.run_once(&mut conn, &recorder).await.unwrap();
-    let mut later = Vec::new();
-    for _ in 0..5 {
-        let pass = relay.run_once(&mut conn, &recorder).await.unwrap();
-        if pass.is_idle() {
-            break;
-        }
-        later.push(pass);
-    }
-
-    assert_eq!((first.published, first.retried), (1, 1));
-    assert_eq!(later.iter().map(|pass| pass.published).sum::<usize>(), 2);
-    assert!(later.iter().all(|pass| pass.retried == 0));
-    let ids = |envelopes: &[&Envelope]| -> Vec<String> {
-        envelopes.iter().map(|e| e.id().to_string()).collect()
-    };
-    assert_eq!(recorder.sent(), ids(&[&other, &placed, &paid]));
-}
-
-async fn ops_list_retry_and_prune_the_outboxs_rows<B: AsyncBackend>() {
-    let (db, _check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let outbox = asynch::Outbox::new("orders").unwrap();
-    let placed = Envelope::new("order.placed", "order", "1");
-    outbox.enqueue(&mut conn, "orders", &placed).await.unwrap();
-    let recorder = Recorder::failing_once(placed.id().as_str());
-    let once = Relay::new()
-        .max_attempts(1)
-        .backoff(Duration::ZERO, Duration::ZERO);
-    let relay = asynch::Relay::from(once);
-    let audit = Audit::new("ops@example.com", "the broker is back").unwrap();
-
-    let first = relay.run_once(&mut conn, &recorder).await.unwrap();
-    let failed = asynch::Outbox::list(&mut conn, Some(OutboxState::Failed), 0, 10)
-        .await
-        .unwrap();
-    let position = failed[0].as_ref().unwrap().position;
-    let record = asynch::Outbox::record(&mut conn, position).await.unwrap();
-    asynch::Outbox::retry(&mut conn, position, &audit)
-        .await
-        .unwrap();
-    let again = asynch::Outbox::retry(&mut conn, position, &audit).await;
-    let retried = relay.run_once(&mut conn, &recorder).await.unwrap();
-    let pruned = asynch::Outbox::prune(&mut conn, Duration::ZERO, 10)
-        .await
-        .unwrap();
-
-    assert_eq!((first.published, first.failed), (0, 1));
-    assert_eq!((failed.len(), record.state), (1, OutboxState::Failed));
-    assert!(
-        matches!(
-            again,
-            Err(AdminError::OutboxRowNotFailed {
-                state: OutboxState::Pending,
-                ..
-            })
-        ),
-        "{again:?}"
-    );
-    assert_eq!(retried.published, 1);
-    assert_eq!(recorder.sent(), [placed.id().to_string()]);
-    assert_eq!(pruned, 1);
-    let left = asynch::Outbox::list(&mut conn, None, 0, 10).await.unwrap();
-    assert!(left.is_empty(), "{left:?}");
 }
 
 async fn migrations_apply_on_an_async_connection_once_the_lock_is_free<B: AsyncBackend>() {
@@ -727,8 +558,6 @@ macro_rules! async_backend_tests {
 
             async_backend_tests!(@each support::$backend:
                 contention_in_the_handler_is_retried_on_the_runtimes_timer,
-                an_event_enqueued_by_a_handler_commits_with_it_and_is_published_once,
-                a_failed_publish_holds_back_its_aggregate_until_a_later_pass_publishes_it,
                 migrations_apply_on_an_async_connection_once_the_lock_is_free,
                 the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
                 the_async_inbox_assertions_read_what_the_inbox_recorded,
@@ -736,7 +565,6 @@ macro_rules! async_backend_tests {
                 the_async_schedule_catches_an_effect_that_outlives_a_failed_delivery,
                 one_event_delivered_by_many_futures_at_once_takes_effect_once,
                 a_fault_injected_at_an_async_handlers_end_rolls_its_effect_back,
-                ops_list_retry_and_prune_the_outboxs_rows,
                 a_claim_in_doubt_is_listed_and_resolved_by_ops,
                 a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,

@@ -125,6 +125,12 @@ macro_rules! flavour_tests {
             the_completion_commits_with_its_record_writes_or_leaves_the_claim_in_doubt,
             a_long_side_effect_extends_its_lease_and_keeps_other_deliveries_out,
             a_held_claim_completes_with_its_records_in_one_transaction,
+            an_enqueued_event_commits_with_the_business_writes_or_not_at_all,
+            a_follow_up_event_enqueued_in_an_inbox_effect_is_enqueued_once_per_event,
+            the_relay_publishes_in_order_per_aggregate_and_marks_rows_published,
+            a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate,
+            a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_published,
+            an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs,
         );
     };
     (@each $test:ident, $flavour:ty; $($scenario:ident),+ $(,)?) => {
@@ -183,14 +189,8 @@ macro_rules! backend_tests {
             concurrent_deliveries_run_the_side_effect_once_and_the_others_see_it_in_progress,
             a_crash_after_the_claim_before_the_side_effect_is_in_doubt_or_rerun_and_never_doubled,
             a_crash_after_the_side_effect_before_the_completion_is_in_doubt_or_rerun_once_downstream,
-            an_enqueued_event_commits_with_the_business_writes_or_not_at_all,
-            a_follow_up_event_enqueued_in_an_inbox_effect_is_enqueued_once_per_event,
-            the_relay_publishes_in_order_per_aggregate_and_marks_rows_published,
-            a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate,
-            a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_published,
             concurrent_relays_publish_every_row_once_in_order_per_aggregate,
             a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced,
-            an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs,
             two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order,
             a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_row,
             a_corrupt_claim_is_listed_as_unreadable_between_its_readable_neighbours,

@@ -9,17 +9,20 @@
 
 use diesel_inbox::AdminError;
 use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{
-    Audit, Envelope, Error, Inbox, Outbox, OutboxMessage, OutboxState, PublishError, Publisher,
-    Relay, SchemaVersions,
+    AsyncPublisher, Audit, Envelope, Error, Inbox, Outbox, OutboxMessage, OutboxState,
+    PublishError, Publisher, Relay, SchemaVersions,
 };
 
-use crate::support::{concurrently, readable, setup, Backend, ChildTest, TestConn};
+use crate::support::{
+    concurrently, readable, setup, setup_flavour, Backend, ChildTest, Flavour, TestConn, Tx,
+};
 
 /// A publisher that records what it publishes, and refuses the event ids it is told to.
 #[derive(Clone, Default)]
@@ -51,8 +54,9 @@ impl Recorder {
     }
 }
 
-impl Publisher for Recorder {
-    fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+impl Recorder {
+    /// Publishes `message`, or refuses it as told.
+    fn send(&self, message: &OutboxMessage) -> Result<(), PublishError> {
         let id = message.envelope.id().as_str();
         match self.refuse.lock().unwrap().get(id) {
             Some(true) => return Err(PublishError::permanent(format!("{id} is too large"))),
@@ -61,6 +65,21 @@ impl Publisher for Recorder {
         }
         self.published.lock().unwrap().push(message.clone());
         Ok(())
+    }
+}
+
+impl Publisher for Recorder {
+    fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+        self.send(message)
+    }
+}
+
+impl AsyncPublisher for Recorder {
+    fn publish(
+        &self,
+        message: &OutboxMessage,
+    ) -> impl Future<Output = Result<(), PublishError>> + Send {
+        std::future::ready(self.send(message))
     }
 }
 
@@ -80,6 +99,20 @@ fn placed(order: &str, n: usize) -> Envelope {
 /// A relay that retries at once, for tests.
 fn relay() -> Relay {
     Relay::new().backoff(Duration::ZERO, Duration::ZERO)
+}
+
+/// [`drain`] on flavour `F`.
+async fn drain_on<F: Flavour>(relay: &Relay, conn: &mut F::Conn, recorder: &mut Recorder) {
+    for _ in 0..1000 {
+        if F::relay_once(relay, conn, recorder)
+            .await
+            .unwrap()
+            .is_idle()
+        {
+            return;
+        }
+    }
+    panic!("the relay did not drain the outbox in 1000 passes");
 }
 
 /// Runs passes until one is idle; returns how many passes published something.
@@ -109,107 +142,102 @@ fn state_of<C: TestConn>(conn: &mut C, event_id: &str) -> OutboxState {
         .state
 }
 
-pub fn an_enqueued_event_commits_with_the_business_writes_or_not_at_all<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn an_enqueued_event_commits_with_the_business_writes_or_not_at_all<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let outbox = outbox();
 
-    let rolled_back: Result<(), Error> = conn.transaction(|tx| {
-        tx.record_effect("order-1").unwrap();
-        outbox.enqueue(tx, "orders", &placed("1", 1))?;
-        Err(Error::permanent("payment declined"))
-    });
-    assert!(rolled_back.is_err());
-    assert_eq!(
-        Outbox::stats(&mut conn).unwrap().pending,
-        0,
-        "no outbox row"
-    );
-    assert_eq!(conn.effect_count(), 0);
+    // The payment is declined: the caller rolls back.
+    F::begin(&mut conn).await;
+    conn.write_effect("order-1").await.unwrap();
+    F::enqueue(&outbox, &mut conn, "orders", &placed("1", 1))
+        .await
+        .unwrap();
+    F::end(&mut conn, false).await;
+    let stats = F::outbox_stats(&mut conn).await.unwrap();
+    assert_eq!(stats.pending, 0, "no outbox row");
+    assert_eq!(check.effect_count(), 0);
 
-    conn.transaction(|tx| {
-        tx.record_effect("order-1").unwrap();
-        outbox.enqueue(tx, "orders", &placed("1", 1))
-    })
-    .unwrap();
-    assert_eq!(Outbox::stats(&mut conn).unwrap().pending, 1);
-    assert_eq!(conn.effect_count(), 1);
+    F::begin(&mut conn).await;
+    conn.write_effect("order-1").await.unwrap();
+    F::enqueue(&outbox, &mut conn, "orders", &placed("1", 1))
+        .await
+        .unwrap();
+    F::end(&mut conn, true).await;
+    assert_eq!(F::outbox_stats(&mut conn).await.unwrap().pending, 1);
+    assert_eq!(check.effect_count(), 1);
 
     // A second enqueue of the id is refused and leaves its transaction usable (on
     // PostgreSQL too, where a failed statement would abort it).
-    conn.transaction(|tx| {
-        tx.record_effect("order-2").unwrap();
-        let again = outbox.enqueue(tx, "orders", &placed("1", 1));
-        assert!(
-            matches!(again, Err(Error::AlreadyEnqueued { ref event_id }) if event_id.as_str() == "1-1"),
-            "{again:?}"
-        );
-        Ok::<_, Error>(())
-    })
-    .unwrap();
-    assert_eq!(conn.effect_count(), 2, "the business write committed");
-    let empty_topic = outbox.enqueue(&mut conn, "", &placed("1", 2));
+    F::begin(&mut conn).await;
+    conn.write_effect("order-2").await.unwrap();
+    let again = F::enqueue(&outbox, &mut conn, "orders", &placed("1", 1)).await;
+    assert!(
+        matches!(again, Err(Error::AlreadyEnqueued { ref event_id }) if event_id.as_str() == "1-1"),
+        "{again:?}"
+    );
+    F::end(&mut conn, true).await;
+    assert_eq!(check.effect_count(), 2, "the business write committed");
+    let empty_topic = F::enqueue(&outbox, &mut conn, "", &placed("1", 2)).await;
     assert!(matches!(empty_topic, Err(Error::InvalidEnvelope(_))));
-    assert_eq!(Outbox::stats(&mut conn).unwrap().pending, 1);
+    assert_eq!(F::outbox_stats(&mut conn).await.unwrap().pending, 1);
 }
 
-pub fn a_follow_up_event_enqueued_in_an_inbox_effect_is_enqueued_once_per_event<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_follow_up_event_enqueued_in_an_inbox_effect_is_enqueued_once_per_event<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let outbox = outbox();
     let payments = Inbox::new("payments").unwrap();
     let incoming = placed("7", 1);
+    let charge = async |tx: &mut F::Conn| {
+        tx.write_effect("order-7").await?;
+        let charged = Envelope::new("payment.charged", "order", "7");
+        F::enqueue(&outbox, tx, "payments", &charged).await
+    };
 
     for _delivery in 0..3 {
-        let outcome = payments
-            .process(&mut conn, &incoming, |tx| {
-                tx.record_effect("order-7")?;
-                let charged = Envelope::new("payment.charged", "order", "7");
-                outbox.enqueue(tx, "payments", &charged)
-            })
-            .unwrap();
+        let outcome = F::process(&payments, &mut conn, &incoming, charge).await;
+        let outcome = outcome.unwrap();
         assert!(outcome.is_processed() || outcome.is_duplicate());
     }
     // A failing effect takes its follow-up event with it.
-    let failed = payments.process(&mut conn, &placed("8", 1), |tx| {
-        outbox.enqueue(
-            tx,
-            "payments",
-            &Envelope::new("payment.charged", "order", "8"),
-        )?;
+    let declined = async |tx: &mut F::Conn| {
+        let charged = Envelope::new("payment.charged", "order", "8");
+        F::enqueue(&outbox, tx, "payments", &charged).await?;
         Err::<(), _>(Error::transient("card network down"))
-    });
+    };
+    let failed = F::process(&payments, &mut conn, &placed("8", 1), declined).await;
     assert!(failed.is_err());
 
-    assert_eq!(conn.effect_count(), 1);
-    let stats = Outbox::stats(&mut conn).unwrap();
+    assert_eq!(check.effect_count(), 1);
+    let stats = F::outbox_stats(&mut conn).await.unwrap();
     assert_eq!(
         stats.pending, 1,
         "one follow-up event, for the one processed delivery"
     );
 }
 
-pub fn the_relay_publishes_in_order_per_aggregate_and_marks_rows_published<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn the_relay_publishes_in_order_per_aggregate_and_marks_rows_published<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let outbox = outbox();
     for n in 1..=5 {
         for order in ["a", "b", "c"] {
-            outbox
-                .enqueue(&mut conn, "orders", &placed(order, n))
+            F::enqueue(&outbox, &mut conn, "orders", &placed(order, n))
+                .await
                 .unwrap();
         }
     }
     let mut recorder = Recorder::default();
 
-    let pass = relay()
-        .batch_size(4)
-        .run_once(&mut conn, &mut recorder)
-        .unwrap();
+    let pass = F::relay_once(&relay().batch_size(4), &mut conn, &mut recorder).await;
+    let pass = pass.unwrap();
     // A pass takes at most a batch: the first rows of each aggregate, and on PostgreSQL and
     // SQLite the rows after them.
     assert!(
         pass.taken() <= 4 && pass.published == pass.taken(),
         "{pass:?}"
     );
-    drain(&relay().batch_size(4), &mut conn, &mut recorder);
+    drain_on::<F>(&relay().batch_size(4), &mut conn, &mut recorder).await;
 
     let ids = recorder.ids();
     assert_eq!(ids.len(), 15, "each event once: {ids:?}");
@@ -229,21 +257,20 @@ pub fn the_relay_publishes_in_order_per_aggregate_and_marks_rows_published<B: Ba
         .with_producer("orders-service")
         .with_occurred_at(first.envelope.occurred_at());
     assert_eq!(first.envelope, expected, "the envelope as enqueued");
-    let stats = Outbox::stats(&mut conn).unwrap();
+    let stats = F::outbox_stats(&mut conn).await.unwrap();
     assert_eq!((stats.pending, stats.published, stats.failed), (0, 15, 0));
     assert!(stats.oldest_pending.is_none());
 }
 
-pub fn a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let outbox = outbox();
     for n in 1..=3 {
-        outbox
-            .enqueue(&mut conn, "orders", &placed("a", n))
-            .unwrap();
-        outbox
-            .enqueue(&mut conn, "orders", &placed("b", n))
-            .unwrap();
+        for order in ["a", "b"] {
+            F::enqueue(&outbox, &mut conn, "orders", &placed(order, n))
+                .await
+                .unwrap();
+        }
     }
     let mut recorder = Recorder::default();
     recorder.refuse("a-2", false);
@@ -251,7 +278,7 @@ pub fn a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate<B: Bac
     let backoff = Duration::from_secs(2);
     let relay = Relay::new().backoff(backoff, backoff);
 
-    drain(&relay, &mut conn, &mut recorder);
+    drain_on::<F>(&relay, &mut conn, &mut recorder).await;
     let ids = recorder.ids();
     assert_eq!(
         of_order(&ids, "a"),
@@ -259,7 +286,8 @@ pub fn a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate<B: Bac
         "a-2 retried, and a-3 held back behind it"
     );
     assert_eq!(of_order(&ids, "b"), ["b-1", "b-2", "b-3"], "b goes on");
-    let pending = readable(Outbox::list(&mut conn, Some(OutboxState::Pending), 0, 10).unwrap());
+    let pending = F::outbox_list(&mut conn, Some(OutboxState::Pending), 0, 10).await;
+    let pending = readable(pending.unwrap());
     let a2 = pending.iter().find(|r| r.event_id == "a-2").unwrap();
     assert_eq!(a2.attempts, 1, "tried once, then waiting out its backoff");
     assert!(a2.last_error.as_deref().unwrap().contains("unreachable"));
@@ -267,32 +295,33 @@ pub fn a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate<B: Bac
 
     recorder.accept("a-2");
     std::thread::sleep(backoff);
-    drain(&relay, &mut conn, &mut recorder);
+    drain_on::<F>(&relay, &mut conn, &mut recorder).await;
     let ids = recorder.ids();
     assert_eq!(of_order(&ids, "a"), ["a-1", "a-2", "a-3"]);
     assert_eq!(ids.len(), 6);
 }
 
-pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_published<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_published<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let outbox = outbox();
-    for n in 1..=3 {
-        outbox
-            .enqueue(&mut conn, "orders", &placed("a", n))
+    for (order, n) in [("a", 1), ("a", 2), ("a", 3), ("b", 1)] {
+        F::enqueue(&outbox, &mut conn, "orders", &placed(order, n))
+            .await
             .unwrap();
     }
-    outbox
-        .enqueue(&mut conn, "orders", &placed("b", 1))
-        .unwrap();
     // b-1's row no longer reads back as an envelope; a-2 is refused by the broker.
-    conn.batch_execute("UPDATE diesel_inbox_outbox SET headers = 'not json' WHERE position = 4")
+    check
+        .batch_execute("UPDATE diesel_inbox_outbox SET headers = 'not json' WHERE position = 4")
         .unwrap();
     let mut recorder = Recorder::default();
     recorder.refuse("a-2", true);
 
-    drain(&relay(), &mut conn, &mut recorder);
+    drain_on::<F>(&relay(), &mut conn, &mut recorder).await;
     assert_eq!(recorder.ids(), ["a-1", "a-3"]);
-    let failed = readable(Outbox::list(&mut conn, Some(OutboxState::Failed), 0, 10).unwrap());
+    let failed = F::outbox_list(&mut conn, Some(OutboxState::Failed), 0, 10).await;
+    let failed = readable(failed.unwrap());
     let reasons: Vec<(&str, &str)> = failed
         .iter()
         .map(|r| (r.event_id.as_str(), r.last_error.as_deref().unwrap()))
@@ -308,46 +337,45 @@ pub fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_publishe
     );
 
     // A transient failure fails the row after the last attempt, and the rest go on too.
-    outbox
-        .enqueue(&mut conn, "orders", &placed("c", 1))
-        .unwrap();
-    outbox
-        .enqueue(&mut conn, "orders", &placed("c", 2))
-        .unwrap();
+    for n in 1..=2 {
+        F::enqueue(&outbox, &mut conn, "orders", &placed("c", n))
+            .await
+            .unwrap();
+    }
     recorder.refuse("c-1", false);
     let two_tries = relay().max_attempts(2);
-    drain(&two_tries, &mut conn, &mut recorder);
-    assert_eq!(state_of(&mut conn, "c-1"), OutboxState::Failed);
+    drain_on::<F>(&two_tries, &mut conn, &mut recorder).await;
+    assert_eq!(state_of(&mut check, "c-1"), OutboxState::Failed);
     assert_eq!(recorder.ids(), ["a-1", "a-3", "c-2"]);
 
     // Ops fix it and retry: published, after the rows that went on without it.
     recorder.accept("a-2");
     let audit = Audit::new("ops@example.com", "raised the broker's max_payload").unwrap();
     let position = failed[0].position;
-    Outbox::retry(&mut conn, position, &audit).unwrap();
+    F::outbox_retry(&mut conn, position, &audit).await.unwrap();
     assert!(matches!(
-        Outbox::retry(&mut conn, position, &audit),
+        F::outbox_retry(&mut conn, position, &audit).await,
         Err(AdminError::OutboxRowNotFailed {
             state: OutboxState::Pending,
             ..
         })
     ));
     assert!(matches!(
-        Outbox::retry(&mut conn, 999_999, &audit),
+        F::outbox_retry(&mut conn, 999_999, &audit).await,
         Err(AdminError::OutboxRowNotFound { position: 999_999 })
     ));
-    drain(&relay(), &mut conn, &mut recorder);
+    drain_on::<F>(&relay(), &mut conn, &mut recorder).await;
     assert_eq!(recorder.ids(), ["a-1", "a-3", "c-2", "a-2"]);
     assert_eq!(
-        Outbox::stats(&mut conn).unwrap().failed,
+        F::outbox_stats(&mut conn).await.unwrap().failed,
         2,
         "b-1 and c-1 wait for ops"
     );
 
     // Retention deletes published rows only.
-    let pruned = Outbox::prune(&mut conn, Duration::ZERO, 2).unwrap();
+    let pruned = F::outbox_prune(&mut conn, Duration::ZERO, 2).await.unwrap();
     assert_eq!(pruned, 4);
-    let stats = Outbox::stats(&mut conn).unwrap();
+    let stats = F::outbox_stats(&mut conn).await.unwrap();
     assert_eq!((stats.pending, stats.published, stats.failed), (0, 0, 2));
 }
 
@@ -444,29 +472,32 @@ impl Publisher for Stalling {
             let _ = self.says.send(());
             std::thread::sleep(stall);
         }
-        self.inner.publish(message)
+        self.inner.send(message)
     }
 }
 
-pub fn an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("billing").unwrap();
     let accepted = SchemaVersions::new().accept("order.changed", [1, 2]);
     let v3 = placed("9", 1).with_schema_version(3);
+    let apply = async |tx: &mut F::Conn, envelope: &Envelope| {
+        accepted.check(envelope)?;
+        tx.write_effect("order-9").await.map_err(Error::from)
+    };
 
     for _delivery in 0..2 {
-        let outcome = inbox.process(&mut conn, &v3, |tx| {
-            accepted.check(&v3)?;
-            tx.record_effect("order-9").map_err(Error::from)
-        });
+        let outcome = F::process(&inbox, &mut conn, &v3, async |tx: &mut F::Conn| {
+            apply(tx, &v3).await
+        })
+        .await;
         assert_eq!(diesel_inbox::Ack::of(&outcome), diesel_inbox::Ack::Ack);
         assert!(outcome.unwrap().is_dead_lettered());
     }
-    assert_eq!(conn.effect_count(), 0);
-    let letter = inbox
-        .dead_letters()
-        .show(&mut conn, v3.id().as_str())
-        .unwrap();
+    assert_eq!(check.effect_count(), 0);
+    let letter = F::show(&inbox, &mut conn, v3.id().as_str()).await.unwrap();
     assert!(
         letter.last_error.contains("schema version 3"),
         "{}",
@@ -474,10 +505,10 @@ pub fn an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs
     );
 
     let v2 = placed("9", 2).with_schema_version(2);
-    let outcome = inbox.process(&mut conn, &v2, |tx| {
-        accepted.check(&v2)?;
-        tx.record_effect("order-9").map_err(Error::from)
-    });
+    let outcome = F::process(&inbox, &mut conn, &v2, async |tx: &mut F::Conn| {
+        apply(tx, &v2).await
+    })
+    .await;
     assert!(outcome.unwrap().is_processed());
 }
 

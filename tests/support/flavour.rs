@@ -17,9 +17,10 @@ use diesel::prelude::*;
 use diesel_inbox::doctor::Check;
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
-    AdminError, Audit, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims, CorruptRow, Cursor,
-    DeadLetter, Delivery, Error, Gap, Gaps, HandlerError, Inbox, IntoDelivery, Lease, Outcome,
-    Payload, Position, Pruned, Resolution, Resume, Retention, Sequenced, Stats,
+    AdminError, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims,
+    CorruptRow, Cursor, DeadLetter, Delivery, Envelope, Error, Gap, Gaps, HandlerError, Inbox,
+    IntoDelivery, Lease, Outbox, OutboxRecord, OutboxState, OutboxStats, Outcome, Payload,
+    Position, Pruned, Publisher, Relay, RelayPass, Resolution, Resume, Retention, Sequenced, Stats,
 };
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
@@ -579,6 +580,46 @@ pub(crate) trait Flavour: 'static {
         Self::complete_with(held, conn, result, nothing).await
     }
 
+    /// [`Outbox::enqueue`]; its future is `Send`, so that a handler can await it.
+    fn enqueue(
+        outbox: &Outbox,
+        conn: &mut Self::Conn,
+        topic: &str,
+        envelope: &Envelope,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// [`Outbox::stats`].
+    async fn outbox_stats(conn: &mut Self::Conn) -> Result<OutboxStats, Error>;
+
+    /// [`Outbox::list`].
+    async fn outbox_list(
+        conn: &mut Self::Conn,
+        state: Option<OutboxState>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error>;
+
+    /// [`Outbox::retry`].
+    async fn outbox_retry(
+        conn: &mut Self::Conn,
+        position: i64,
+        audit: &Audit,
+    ) -> Result<(), AdminError>;
+
+    /// [`Outbox::prune`].
+    async fn outbox_prune(
+        conn: &mut Self::Conn,
+        older_than: Duration,
+        batch: usize,
+    ) -> Result<u64, Error>;
+
+    /// One pass of [`Relay::run_once`], through `publisher` as the flavour takes it.
+    async fn relay_once<P: Publisher + AsyncPublisher>(
+        relay: &Relay,
+        conn: &mut Self::Conn,
+        publisher: &mut P,
+    ) -> Result<RelayPass, AdminError>;
+
     /// [`Inbox::prune`].
     async fn prune(
         inbox: &Inbox,
@@ -893,6 +934,52 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         E: HandlerError + Send,
     {
         held.complete_with(conn, result, |tx| now(record.call(tx)))
+    }
+
+    fn enqueue(
+        outbox: &Outbox,
+        conn: &mut B::Conn,
+        topic: &str,
+        envelope: &Envelope,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        std::future::ready(outbox.enqueue(conn, topic, envelope))
+    }
+
+    async fn outbox_stats(conn: &mut B::Conn) -> Result<OutboxStats, Error> {
+        Outbox::stats(conn)
+    }
+
+    async fn outbox_list(
+        conn: &mut B::Conn,
+        state: Option<OutboxState>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
+        Outbox::list(conn, state, after, limit)
+    }
+
+    async fn outbox_retry(
+        conn: &mut B::Conn,
+        position: i64,
+        audit: &Audit,
+    ) -> Result<(), AdminError> {
+        Outbox::retry(conn, position, audit)
+    }
+
+    async fn outbox_prune(
+        conn: &mut B::Conn,
+        older_than: Duration,
+        batch: usize,
+    ) -> Result<u64, Error> {
+        Outbox::prune(conn, older_than, batch)
+    }
+
+    async fn relay_once<P: Publisher + AsyncPublisher>(
+        relay: &Relay,
+        conn: &mut B::Conn,
+        publisher: &mut P,
+    ) -> Result<RelayPass, AdminError> {
+        relay.run_once(conn, publisher)
     }
 
     async fn prune(
@@ -1385,6 +1472,54 @@ mod asynch {
             E: HandlerError + Send,
         {
             held.complete_with(conn, result, record.into_async()).await
+        }
+
+        fn enqueue(
+            outbox: &Outbox,
+            conn: &mut B::Async,
+            topic: &str,
+            envelope: &Envelope,
+        ) -> impl Future<Output = Result<(), Error>> + Send {
+            let outbox = asynch::Outbox::from(outbox.clone());
+            async move { outbox.enqueue(conn, topic, envelope).await }
+        }
+
+        async fn outbox_stats(conn: &mut B::Async) -> Result<OutboxStats, Error> {
+            asynch::Outbox::stats(conn).await
+        }
+
+        async fn outbox_list(
+            conn: &mut B::Async,
+            state: Option<OutboxState>,
+            after: i64,
+            limit: i64,
+        ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
+            asynch::Outbox::list(conn, state, after, limit).await
+        }
+
+        async fn outbox_retry(
+            conn: &mut B::Async,
+            position: i64,
+            audit: &Audit,
+        ) -> Result<(), AdminError> {
+            asynch::Outbox::retry(conn, position, audit).await
+        }
+
+        async fn outbox_prune(
+            conn: &mut B::Async,
+            older_than: Duration,
+            batch: usize,
+        ) -> Result<u64, Error> {
+            asynch::Outbox::prune(conn, older_than, batch).await
+        }
+
+        async fn relay_once<P: Publisher + AsyncPublisher>(
+            relay: &Relay,
+            conn: &mut B::Async,
+            publisher: &mut P,
+        ) -> Result<RelayPass, AdminError> {
+            let relay = asynch::Relay::from(relay.clone());
+            relay.run_once(conn, &*publisher).await
         }
 
         async fn prune(
