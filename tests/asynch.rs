@@ -18,7 +18,6 @@ use std::time::Duration;
 use diesel::connection::TransactionManagerStatus;
 use diesel_async::{AsyncConnection, TransactionManager};
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
-use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing;
 use diesel_inbox::{
     Audit, ClaimState, Claimed, Error, EventId, Outcome, Pruned, Resolution, Retention,
@@ -90,29 +89,6 @@ async fn contention_in_the_handler_is_retried_on_the_runtimes_timer<B: AsyncBack
         1,
         "the first attempt rolled back"
     );
-}
-
-async fn migrations_apply_on_an_async_connection_once_the_lock_is_free<B: AsyncBackend>() {
-    let (db, _) = support::database_without_inbox_schema::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let mut other_process = db.connect();
-    B::hold_migration_lock(&mut other_process);
-    let options = MigrationOptions::default().lock_timeout(Duration::from_millis(200));
-
-    let locked = asynch::run_pending_migrations_with(&mut conn, options).await;
-    drop(other_process);
-    let applied = asynch::run_pending_migrations(&mut conn).await.unwrap();
-    let again = asynch::run_pending_migrations(&mut conn).await.unwrap();
-
-    assert!(
-        matches!(locked, Err(AdminError::MigrationLocked { .. })),
-        "{locked:?}"
-    );
-    assert_eq!((applied, again), (support::MIGRATIONS, 0));
-    assert_eq!(depth(&mut conn), Some(0));
-    let nothing = async |_: &mut B::Async| Ok::<_, Error>(());
-    let delivered = asynch::with_inbox(&mut conn, "evt-1", nothing).await;
-    assert!(delivered.unwrap().is_processed(), "the schema is in place");
 }
 
 async fn the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not<
@@ -558,7 +534,6 @@ macro_rules! async_backend_tests {
 
             async_backend_tests!(@each support::$backend:
                 contention_in_the_handler_is_retried_on_the_runtimes_timer,
-                migrations_apply_on_an_async_connection_once_the_lock_is_free,
                 the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
                 the_async_inbox_assertions_read_what_the_inbox_recorded,
                 random_async_schedules_with_failures_take_effect_once_per_distinct_event,

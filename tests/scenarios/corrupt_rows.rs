@@ -10,7 +10,7 @@ use diesel_inbox::{
     Ack, Claimed, CorruptRow, Delivery, Envelope, Error, Inbox, Outbox, OutboxState, Payload,
 };
 
-use crate::support::{setup, Backend, TestConn};
+use crate::support::{setup, setup_flavour, Backend, Flavour, TestConn, Tx};
 
 /// The listed rows as `Ok(key)` or `Err((table, column, text, where clause))`: what a test
 /// compares, in the listing's order.
@@ -47,17 +47,23 @@ fn corrupt<T: std::fmt::Debug>(result: Result<T, impl Into<AdminError>>) -> Corr
     }
 }
 
-pub fn a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_row<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_row<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("orders").unwrap();
-    let ok = |_: &mut B::Conn| Ok::<_, Error>(());
+    let ok = async |_: &mut F::Conn| Ok::<_, Error>(());
     for id in ["evt-1", "evt-2"] {
-        assert!(inbox.process(&mut conn, id, ok).unwrap().is_processed());
+        assert!(F::process(&inbox, &mut conn, id, ok)
+            .await
+            .unwrap()
+            .is_processed());
     }
-    conn.batch_execute("UPDATE diesel_inbox_events SET state = 'paused' WHERE event_id = 'evt-1'")
+    check
+        .batch_execute("UPDATE diesel_inbox_events SET state = 'paused' WHERE event_id = 'evt-1'")
         .unwrap();
 
-    let delivered = inbox.process(&mut conn, "evt-1", ok);
+    let delivered = F::process(&inbox, &mut conn, "evt-1", ok).await;
     assert_eq!(Ack::of(&delivered), Ack::Reject, "{delivered:?}");
     let error = corrupt(delivered);
     assert_eq!(
@@ -68,13 +74,10 @@ pub fn a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_
         "UPDATE diesel_inbox_events SET state = '...' WHERE consumer = 'orders' AND event_id = 'evt-1'"
     ));
     // the neighbour is a duplicate as before; stats count the corrupt row instead of failing
-    assert!(inbox
-        .process(&mut conn, "evt-2", ok)
-        .unwrap()
-        .is_duplicate());
-    let stats = inbox
-        .stats(&mut conn, std::time::Duration::from_secs(60))
-        .unwrap();
+    let neighbour = F::process(&inbox, &mut conn, "evt-2", ok).await;
+    assert!(neighbour.unwrap().is_duplicate());
+    let stats = F::stats(&inbox, &mut conn, Duration::from_secs(60)).await;
+    let stats = stats.unwrap();
     assert_eq!((stats.totals.processed, stats.totals.unreadable), (1, 1));
 }
 
@@ -141,30 +144,29 @@ pub fn a_corrupt_claim_is_listed_as_unreadable_between_its_readable_neighbours<B
     );
 }
 
-pub fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("projector").unwrap();
     let cursor = inbox.cursor("orders-0").unwrap();
-    let apply = |_: &mut B::Conn| Ok::<_, Error>(());
+    let gaps = inbox.gaps();
+    let apply = async |_: &mut F::Conn| Ok::<_, Error>(());
     for sequence in [1, 3, 5, 7] {
-        assert!(cursor
-            .process(&mut conn, sequence, apply)
-            .unwrap()
-            .is_processed());
+        let outcome = F::advance(&cursor, &mut conn, sequence, apply).await;
+        assert!(outcome.unwrap().is_processed());
     }
-    let ids: Vec<i64> = inbox
-        .gaps()
-        .list(&mut conn, 0, 100)
+    let ids: Vec<i64> = F::list_gaps(&gaps, &mut conn, 0, 100)
+        .await
         .unwrap()
         .iter()
         .map(|gap| gap.as_ref().unwrap().id())
         .collect();
     assert_eq!(ids.len(), 3, "gaps at 2, 4 and 6");
-    conn.batch_execute(&format!(
-        "UPDATE diesel_inbox_gaps SET cause = 'lost' WHERE id = {}",
-        ids[1]
-    ))
-    .unwrap();
+    check
+        .batch_execute(&format!(
+            "UPDATE diesel_inbox_gaps SET cause = 'lost' WHERE id = {}",
+            ids[1]
+        ))
+        .unwrap();
 
     let unknown_cause = || {
         Err((
@@ -175,12 +177,12 @@ pub fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours<B: 
     };
     let id = |g: &diesel_inbox::Gap| g.id().to_string();
     let (first, last) = (Ok(ids[0].to_string()), Ok(ids[2].to_string()));
-    let listed = inbox.gaps().list(&mut conn, 0, 100).unwrap();
+    let listed = F::list_gaps(&gaps, &mut conn, 0, 100).await.unwrap();
     assert_eq!(
         shape(&listed, id),
         [first.clone(), unknown_cause(), last.clone()]
     );
-    let open = inbox.gaps().open(&mut conn).unwrap();
+    let open = F::open_gaps(&gaps, &mut conn).await.unwrap();
     assert_eq!(
         shape(&open, id),
         [first.clone(), unknown_cause(), last.clone()]
@@ -194,21 +196,23 @@ pub fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours<B: 
         "{bad}"
     );
     // Paging goes on past it, by its id.
-    let page = inbox.gaps().list(&mut conn, 0, 2).unwrap();
+    let page = F::list_gaps(&gaps, &mut conn, 0, 2).await.unwrap();
     assert_eq!(shape(&page, id), [first, unknown_cause()]);
     let Err(at) = &page[1] else { unreachable!() };
     let after: i64 = key_of(at, "id").parse().unwrap();
-    let next = inbox.gaps().list(&mut conn, after, 2).unwrap();
+    let next = F::list_gaps(&gaps, &mut conn, after, 2).await.unwrap();
     assert_eq!(shape(&next, id), [last]);
     // The stream's next delivery cannot tell where its watermark stands: it is rejected,
     // naming the row, rather than redelivered forever or guessed.
-    let delivered = cursor.process(&mut conn, 9, apply);
+    let delivered = F::advance(&cursor, &mut conn, 9, apply).await;
     assert_eq!(Ack::of(&delivered), Ack::Reject, "{delivered:?}");
     assert_eq!(corrupt(delivered).text(), "lost");
 }
 
-pub fn a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_neighbours<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_neighbours<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let outbox = Outbox::new("orders-service").unwrap();
     for n in 1..=3 {
         let envelope = Envelope::new("order.placed", "order", &n.to_string())
@@ -216,20 +220,22 @@ pub fn a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_neighbo
             .unwrap()
             .json(&serde_json::json!({ "order": n }))
             .unwrap();
-        outbox
-            .enqueue(&mut conn, "orders.placed", &envelope)
+        F::enqueue(&outbox, &mut conn, "orders.placed", &envelope)
+            .await
             .unwrap();
     }
-    let positions: Vec<i64> = Outbox::list(&mut conn, None, 0, 10)
+    let positions: Vec<i64> = F::outbox_list(&mut conn, None, 0, 10)
+        .await
         .unwrap()
         .iter()
         .map(|row| row.as_ref().unwrap().position)
         .collect();
-    conn.batch_execute(&format!(
-        "UPDATE diesel_inbox_outbox SET state = 'held' WHERE position = {}",
-        positions[1]
-    ))
-    .unwrap();
+    check
+        .batch_execute(&format!(
+            "UPDATE diesel_inbox_outbox SET state = 'held' WHERE position = {}",
+            positions[1]
+        ))
+        .unwrap();
 
     let held = || {
         Err((
@@ -239,14 +245,14 @@ pub fn a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_neighbo
         ))
     };
     let event = |r: &diesel_inbox::OutboxRecord| r.event_id.clone();
-    let listed = Outbox::list(&mut conn, None, 0, 10).unwrap();
+    let listed = F::outbox_list(&mut conn, None, 0, 10).await.unwrap();
     assert_eq!(
         shape(&listed, event),
         [Ok("out-1".to_owned()), held(), Ok("out-3".to_owned())]
     );
     // A listing of one state shows it too: it may be in that state.
-    let failed = Outbox::list(&mut conn, Some(OutboxState::Failed), 0, 10).unwrap();
-    assert_eq!(shape(&failed, event), [held()]);
+    let failed = F::outbox_list(&mut conn, Some(OutboxState::Failed), 0, 10).await;
+    assert_eq!(shape(&failed.unwrap(), event), [held()]);
     let Err(bad) = &listed[1] else { unreachable!() };
     assert!(
         bad.to_string()
@@ -254,43 +260,45 @@ pub fn a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_neighbo
         "{bad}"
     );
     // Paging goes on past it, by its position.
-    let page = Outbox::list(&mut conn, None, 0, 2).unwrap();
+    let page = F::outbox_list(&mut conn, None, 0, 2).await.unwrap();
     let Err(at) = &page[1] else {
         panic!("{page:?}")
     };
     let after: i64 = key_of(at, "position").parse().unwrap();
-    let next = Outbox::list(&mut conn, None, after, 2).unwrap();
+    let next = F::outbox_list(&mut conn, None, after, 2).await.unwrap();
     assert_eq!(shape(&next, event), [Ok("out-3".to_owned())]);
     // Its own lookup names it; the stats count it.
-    let shown = corrupt(Outbox::record(&mut conn, positions[1]));
+    let shown = corrupt(F::outbox_record(&mut conn, positions[1]).await);
     assert_eq!(
         (shown.table(), shown.text()),
         ("diesel_inbox_outbox", "held")
     );
-    let stats = Outbox::stats(&mut conn).unwrap();
+    let stats = F::outbox_stats(&mut conn).await.unwrap();
     assert_eq!((stats.pending, stats.unreadable), (2, 1));
 }
 
-pub fn a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_others<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_others<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("orders").unwrap();
-    let ok = |_: &mut B::Conn| Ok::<_, Error>(());
-    assert!(inbox
-        .process(&mut conn, "evt-2", ok)
+    let ok = async |_: &mut F::Conn| Ok::<_, Error>(());
+    assert!(F::process(&inbox, &mut conn, "evt-2", ok)
+        .await
         .unwrap()
         .is_processed());
-    conn.batch_execute("UPDATE diesel_inbox_events SET state = 'paused' WHERE event_id = 'evt-2'")
+    check
+        .batch_execute("UPDATE diesel_inbox_events SET state = 'paused' WHERE event_id = 'evt-2'")
         .unwrap();
 
-    let mut results = inbox
-        .process_batch(
-            &mut conn,
-            ["evt-1", "evt-2", "evt-3", "evt-2"],
-            |tx, delivery| {
-                tx.record_effect(delivery.id().as_str())
-                    .map_err(Error::from)
-            },
-        )
+    let each = async |tx: &mut F::Conn, delivery: &Delivery| {
+        tx.write_effect(delivery.id().as_str())
+            .await
+            .map_err(Error::from)
+    };
+    let ids = vec!["evt-1", "evt-2", "evt-3", "evt-2"];
+    let mut results = F::process_batch(&inbox, &mut conn, ids, each)
+        .await
         .unwrap();
     assert!(results[0]
         .as_ref()
@@ -309,41 +317,43 @@ pub fn a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_oth
             .to_string()
             .contains("WHERE consumer = 'orders' AND event_id = 'evt-2'"));
     }
-    assert_eq!(conn.effect_count(), 2, "evt-1 and evt-3 ran, once each");
+    assert_eq!(check.effect_count(), 2, "evt-1 and evt-3 ran, once each");
 
     // One call for all the new ones: the corrupt one is not among them.
-    let mut given = Vec::new();
-    let results = inbox
-        .process_bulk(&mut conn, ["evt-4", "evt-2", "evt-5"], |_tx, new| {
-            given.extend(new.iter().map(|d| d.id().as_str().to_owned()));
-            Ok::<_, Error>(())
-        })
-        .unwrap();
-    assert_eq!(given, ["evt-4", "evt-5"]);
+    let given = std::sync::Mutex::new(Vec::new());
+    let all = async |_: &mut F::Conn, new: &[&Delivery]| {
+        let ids = new.iter().map(|d| d.id().as_str().to_owned());
+        given.lock().unwrap().extend(ids);
+        Ok::<_, Error>(())
+    };
+    let ids = vec!["evt-4", "evt-2", "evt-5"];
+    let results = F::process_bulk(&inbox, &mut conn, ids, all).await.unwrap();
+    assert_eq!(given.into_inner().unwrap(), ["evt-4", "evt-5"]);
     assert_eq!(Ack::of(&results[1]), Ack::Reject, "{:?}", results[1]);
     assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
 }
 
-pub fn a_corrupt_history_line_or_counter_is_named_and_hides_nothing<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn a_corrupt_history_line_or_counter_is_named_and_hides_nothing<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("orders").unwrap().max_attempts(1);
-    let fail = |_: &mut B::Conn| Err::<(), _>(Error::Database(diesel::result::Error::NotFound));
+    let fail =
+        async |_: &mut F::Conn| Err::<(), _>(Error::Database(diesel::result::Error::NotFound));
     for id in ["evt-1", "evt-2"] {
-        assert!(inbox
-            .process(&mut conn, id, fail)
-            .unwrap()
-            .is_dead_lettered());
+        let outcome = F::process(&inbox, &mut conn, id, fail).await;
+        assert!(outcome.unwrap().is_dead_lettered());
     }
-    conn.batch_execute(
-        "UPDATE diesel_inbox_failure_log SET entry = 'shrugged' WHERE event_id = 'evt-1'",
-    )
-    .unwrap();
-    conn.batch_execute(
-        "UPDATE diesel_inbox_counters SET counter = 'mystery' WHERE counter = 'failed_attempt'",
-    )
-    .unwrap();
+    check
+        .batch_execute(
+            "UPDATE diesel_inbox_failure_log SET entry = 'shrugged' WHERE event_id = 'evt-1'",
+        )
+        .unwrap();
+    check
+        .batch_execute(
+            "UPDATE diesel_inbox_counters SET counter = 'mystery' WHERE counter = 'failed_attempt'",
+        )
+        .unwrap();
 
-    let shown = corrupt(inbox.dead_letters().show(&mut conn, "evt-1"));
+    let shown = corrupt(F::show(&inbox, &mut conn, "evt-1").await);
     assert_eq!(
         (shown.table(), shown.column(), shown.text()),
         ("diesel_inbox_failure_log", "entry", "shrugged")
@@ -354,19 +364,14 @@ pub fn a_corrupt_history_line_or_counter_is_named_and_hides_nothing<B: Backend>(
             .contains("WHERE consumer = 'orders' AND event_id = 'evt-1' AND id = '"),
         "{shown}"
     );
-    let neighbour = inbox.dead_letters().show(&mut conn, "evt-2").unwrap();
+    let neighbour = F::show(&inbox, &mut conn, "evt-2").await.unwrap();
     assert!(!neighbour.history.is_empty());
     // The listing reads no history: both are listed.
-    assert_eq!(
-        inbox
-            .dead_letters()
-            .list(&mut conn, None, 100)
-            .unwrap()
-            .len(),
-        2
-    );
+    let listed = F::list(&inbox, &mut conn, None, 100).await.unwrap();
+    assert_eq!(listed.len(), 2);
     // A counter this version does not know is counted as unreadable, not an error.
-    let stats = inbox.stats(&mut conn, Duration::from_secs(3600)).unwrap();
+    let stats = F::stats(&inbox, &mut conn, Duration::from_secs(3600)).await;
+    let stats = stats.unwrap();
     assert_eq!(
         (
             stats.recent.failed_attempts,

@@ -9,12 +9,12 @@ use diesel::connection::SimpleConnection;
 use diesel::migration::MigrationVersion;
 use diesel::Connection;
 use diesel_inbox::migrations::{install, sql, Dialect, MigrationOptions};
-use diesel_inbox::{run_pending_migrations, run_pending_migrations_with, with_inbox, Error};
+use diesel_inbox::{run_pending_migrations, with_inbox, Error};
 use diesel_migrations::{FileBasedMigrations, MigrationHarness};
 
 use crate::support::{
-    database_without_inbox_schema, drop_inbox_schema, Backend, TestConn, INBOX_TABLES, MIGRATIONS,
-    TRACKING_TABLE,
+    database_without_inbox_schema, drop_inbox_schema, Backend, Flavour, TestConn, INBOX_TABLES,
+    MIGRATIONS, TRACKING_TABLE,
 };
 
 /// The SQL dialect `install` writes for each backend under test.
@@ -85,25 +85,39 @@ fn deliver<C: diesel_inbox::InboxConnection>(conn: &mut C, event_id: &str) -> bo
         .is_processed()
 }
 
-pub fn migrations_apply_on_a_fresh_database_and_again_idempotently<B: Backend>() {
-    let db = B::database();
-    let mut conn = db.connect();
+/// [`deliver`] on flavour `F`.
+async fn deliver_on<F: Flavour>(conn: &mut F::Conn, event_id: &str) -> bool {
+    let nothing = async |_: &mut F::Conn| Ok::<_, Error>(());
+    F::with_inbox(conn, event_id, nothing)
+        .await
+        .unwrap()
+        .is_processed()
+}
+
+pub async fn migrations_apply_on_a_fresh_database_and_again_idempotently<F: Flavour>() {
+    let db = <F::Backend as Backend>::database();
+    let mut check = db.connect();
+    let mut conn = F::connect(&db).await;
+    let options = MigrationOptions::default();
     assert_eq!(
-        run_pending_migrations(&mut conn).unwrap(),
+        F::migrate(&mut conn, options).await.unwrap(),
         0,
         "already applied"
     );
 
-    drop_inbox_schema(&mut conn);
-    assert_eq!(run_pending_migrations(&mut conn).unwrap(), MIGRATIONS);
-    assert_eq!(run_pending_migrations(&mut conn).unwrap(), 0);
-    assert!(deliver(&mut conn, "evt-1"));
+    drop_inbox_schema(&mut check);
+    assert_eq!(F::migrate(&mut conn, options).await.unwrap(), MIGRATIONS);
+    assert_eq!(F::migrate(&mut conn, options).await.unwrap(), 0);
+    assert_eq!(F::depth(&mut conn), 0);
+    assert!(deliver_on::<F>(&mut conn, "evt-1").await);
 
     // Schema applied by hand, bookkeeping missing: applying again is not an error.
-    conn.batch_execute(&format!("DROP TABLE {TRACKING_TABLE}"))
+    check
+        .batch_execute(&format!("DROP TABLE {TRACKING_TABLE}"))
         .unwrap();
-    assert_eq!(run_pending_migrations(&mut conn).unwrap(), MIGRATIONS);
-    assert!(!deliver(&mut conn, "evt-1"), "the event is still recorded");
+    assert_eq!(F::migrate(&mut conn, options).await.unwrap(), MIGRATIONS);
+    let again = deliver_on::<F>(&mut conn, "evt-1").await;
+    assert!(!again, "the event is still recorded");
 }
 
 pub fn diesels_harness_runs_and_reverts_all_app_migrations_beside_the_embedded_inbox<B>()
@@ -363,13 +377,16 @@ pub fn replicas_starting_together_all_migrate_and_the_schema_is_applied_once<B: 
     );
 }
 
-pub fn a_migration_lock_held_past_the_bound_is_a_typed_error_and_applies_nothing<B: Backend>() {
-    let (db, mut conn) = database_without_inbox_schema::<B>();
+pub async fn a_migration_lock_held_past_the_bound_is_a_typed_error_and_applies_nothing<
+    F: Flavour,
+>() {
+    let (db, mut check) = database_without_inbox_schema::<F::Backend>();
+    let mut conn = F::connect(&db).await;
     let mut other_process = db.connect();
-    B::hold_migration_lock(&mut other_process);
+    <F::Backend as Backend>::hold_migration_lock(&mut other_process);
 
     let options = MigrationOptions::default().lock_timeout(std::time::Duration::from_millis(200));
-    let error = run_pending_migrations_with(&mut conn, options).unwrap_err();
+    let error = F::migrate(&mut conn, options).await.unwrap_err();
 
     assert!(
         matches!(error, AdminError::MigrationLocked { .. }),
@@ -381,12 +398,9 @@ pub fn a_migration_lock_held_past_the_bound_is_a_typed_error_and_applies_nothing
             && message.contains("retry"),
         "{message}"
     );
-    assert!(inbox_tables(&mut conn).is_empty(), "nothing was applied");
+    assert!(inbox_tables(&mut check).is_empty(), "nothing was applied");
 
     // Once the other process is gone, the same call applies them all.
     drop(other_process);
-    assert_eq!(
-        run_pending_migrations_with(&mut conn, options).unwrap(),
-        MIGRATIONS
-    );
+    assert_eq!(F::migrate(&mut conn, options).await.unwrap(), MIGRATIONS);
 }

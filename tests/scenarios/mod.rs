@@ -131,6 +131,13 @@ macro_rules! flavour_tests {
             a_failing_publish_is_retried_and_holds_back_only_its_own_aggregate,
             a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_published,
             an_unknown_schema_version_is_dead_lettered_with_its_reason_and_never_runs,
+            a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_row,
+            a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours,
+            a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_neighbours,
+            a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_others,
+            a_corrupt_history_line_or_counter_is_named_and_hides_nothing,
+            migrations_apply_on_a_fresh_database_and_again_idempotently,
+            a_migration_lock_held_past_the_bound_is_a_typed_error_and_applies_nothing,
         );
     };
     (@each $test:ident, $flavour:ty; $($scenario:ident),+ $(,)?) => {
@@ -158,9 +165,7 @@ macro_rules! backend_tests {
             concurrent_overlapping_deliveries_take_effect_once_per_id,
             handler_panic_on_a_pooled_connection_returns_it_to_the_pool_clean,
             a_duplicate_relaxes_durability_for_its_own_transaction_only,
-            migrations_apply_on_a_fresh_database_and_again_idempotently,
             replicas_starting_together_all_migrate_and_the_schema_is_applied_once,
-            a_migration_lock_held_past_the_bound_is_a_typed_error_and_applies_nothing,
             concurrent_failures_of_one_event_count_correctly,
             concurrent_overlapping_batches_take_effect_once_per_id,
             assert_idempotent_passes_a_handler_whose_effect_is_inside_the_inbox,
@@ -192,12 +197,7 @@ macro_rules! backend_tests {
             concurrent_relays_publish_every_row_once_in_order_per_aggregate,
             a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced,
             two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order,
-            a_delivery_of_an_event_whose_inbox_row_is_corrupt_is_rejected_naming_the_row,
             a_corrupt_claim_is_listed_as_unreadable_between_its_readable_neighbours,
-            a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbours,
-            a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_neighbours,
-            a_batch_with_a_corrupt_inbox_row_rejects_that_event_and_processes_the_others,
-            a_corrupt_history_line_or_counter_is_named_and_hides_nothing,
         );
         #[cfg(feature = "anyhow")]
         backend_tests!(@in scenarios, $backend;

@@ -15,6 +15,7 @@ use chrono::{DateTime, Utc};
 use diesel::connection::TransactionManager;
 use diesel::prelude::*;
 use diesel_inbox::doctor::Check;
+use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
     AdminError, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims,
@@ -420,6 +421,10 @@ pub(crate) trait Flavour: 'static {
         D: IntoDelivery,
         E: HandlerError + Send;
 
+    /// [`diesel_inbox::run_pending_migrations_with`].
+    async fn migrate(conn: &mut Self::Conn, options: MigrationOptions)
+        -> Result<usize, AdminError>;
+
     /// [`Stats::all`].
     async fn stats_all(conn: &mut Self::Conn, window: Duration) -> Result<Vec<Stats>, Error>;
 
@@ -598,6 +603,12 @@ pub(crate) trait Flavour: 'static {
         after: i64,
         limit: i64,
     ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error>;
+
+    /// [`Outbox::record`].
+    async fn outbox_record(
+        conn: &mut Self::Conn,
+        position: i64,
+    ) -> Result<OutboxRecord, AdminError>;
 
     /// [`Outbox::retry`].
     async fn outbox_retry(
@@ -781,6 +792,10 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         inbox.process_bulk(conn, deliveries, all)
     }
 
+    async fn migrate(conn: &mut B::Conn, options: MigrationOptions) -> Result<usize, AdminError> {
+        diesel_inbox::run_pending_migrations_with(conn, options)
+    }
+
     async fn stats_all(conn: &mut B::Conn, window: Duration) -> Result<Vec<Stats>, Error> {
         Stats::all(conn, window)
     }
@@ -956,6 +971,10 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         limit: i64,
     ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
         Outbox::list(conn, state, after, limit)
+    }
+
+    async fn outbox_record(conn: &mut B::Conn, position: i64) -> Result<OutboxRecord, AdminError> {
+        Outbox::record(conn, position)
     }
 
     async fn outbox_retry(
@@ -1296,6 +1315,13 @@ mod asynch {
             inbox.process_bulk(conn, deliveries, all).await
         }
 
+        async fn migrate(
+            conn: &mut B::Async,
+            options: MigrationOptions,
+        ) -> Result<usize, AdminError> {
+            asynch::run_pending_migrations_with(conn, options).await
+        }
+
         async fn stats_all(conn: &mut B::Async, window: Duration) -> Result<Vec<Stats>, Error> {
             asynch::stats::all(conn, window).await
         }
@@ -1495,6 +1521,13 @@ mod asynch {
             limit: i64,
         ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
             asynch::Outbox::list(conn, state, after, limit).await
+        }
+
+        async fn outbox_record(
+            conn: &mut B::Async,
+            position: i64,
+        ) -> Result<OutboxRecord, AdminError> {
+            asynch::Outbox::record(conn, position).await
         }
 
         async fn outbox_retry(
