@@ -10,8 +10,6 @@ mod support;
 
 use diesel_inbox::AdminError;
 use std::ops::DerefMut;
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -19,10 +17,7 @@ use diesel::connection::TransactionManagerStatus;
 use diesel_async::{AsyncConnection, TransactionManager};
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
 use diesel_inbox::testing;
-use diesel_inbox::{
-    Audit, ClaimState, Claimed, Error, EventId, Outcome, Pruned, Resolution, Retention,
-};
-use futures_util::FutureExt;
+use diesel_inbox::{Audit, ClaimState, Claimed, Error, Outcome, Pruned, Resolution, Retention};
 
 use support::{setup, AsyncBackend, Pooled, TestConn};
 
@@ -64,137 +59,9 @@ fn depth<C: AsyncConnection>(conn: &mut C) -> Option<u32> {
     }
 }
 
-async fn contention_in_the_handler_is_retried_on_the_runtimes_timer<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let attempts = AtomicU32::new(0);
-    let contended = async |tx: &mut B::Async| {
-        record_effect(tx, "evt-1").await?;
-        if attempts.fetch_add(1, Ordering::Relaxed) == 0 {
-            let kind = diesel::result::DatabaseErrorKind::SerializationFailure;
-            return Err(diesel::result::Error::DatabaseError(
-                kind,
-                Box::new(String::from("could not serialize access")),
-            ));
-        }
-        Ok(())
-    };
-
-    let outcome = asynch::with_inbox(&mut conn, "evt-1", contended).await;
-
-    assert_eq!(outcome.unwrap(), Outcome::Processed(()));
-    assert_eq!(attempts.load(Ordering::Relaxed), 2);
-    assert_eq!(
-        check.effects_of("evt-1"),
-        1,
-        "the first attempt rolled back"
-    );
-}
-
-async fn the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not<
-    B: AsyncBackend,
->() {
-    let (db, check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    // Counted through the sync connection the scenarios check with.
-    let check = Mutex::new(check);
-    let effects = async |_: &mut B::Async| {
-        let count = check.lock().unwrap().effect_count();
-        Ok(i64::try_from(count).unwrap())
-    };
-    let idempotent = async |conn: &mut B::Async| {
-        let effect = async |tx: &mut B::Async| record_effect(tx, "evt-1").await;
-        asynch::with_inbox(conn, "evt-1", effect).await
-    };
-    let leaky = async |conn: &mut B::Async| {
-        record_effect(conn, "evt-2").await?;
-        let nothing = async |_: &mut B::Async| Ok::<_, diesel::result::Error>(());
-        asynch::with_inbox(conn, "evt-2", nothing).await
-    };
-
-    let report = testing::asynch::assert_idempotent(&mut conn, 3, idempotent, effects).await;
-    let caught = AssertUnwindSafe(testing::asynch::assert_idempotent(
-        &mut conn, 3, leaky, effects,
-    ))
-    .catch_unwind()
-    .await;
-
-    assert_eq!((report.processed(), report.duplicates()), (1, 2));
-    let message = caught.unwrap_err().downcast::<String>().unwrap();
-    assert!(message.contains("took effect 3 times"), "{message}");
-}
-
 /// The effect count, read through the sync connection the scenarios check with.
 fn counted_by(check: &Mutex<impl TestConn>) -> i64 {
     i64::try_from(check.lock().unwrap().effect_count()).unwrap()
-}
-
-async fn random_async_schedules_with_failures_take_effect_once_per_distinct_event<
-    B: AsyncBackend,
->() {
-    let (db, check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let check = Mutex::new(check);
-    let options = testing::ScheduleOptions::default()
-        .events(6)
-        .failure_rate(0.4);
-
-    for seed in 0..3 {
-        // Schedules reuse the ids evt-0, evt-1, ...: a consumer per run keeps them apart.
-        let inbox = asynch::Inbox::new(&format!("schedule-{seed}")).unwrap();
-        let schedule = options.random(seed);
-        let label = |id: &EventId| format!("{seed}/{id}");
-        let report = testing::asynch::run_schedule(
-            &mut conn,
-            &inbox,
-            &schedule,
-            async |tx: &mut B::Async, id: &EventId| record_effect(tx, &label(id)).await,
-            async |_: &mut B::Async| Ok(counted_by(&check)),
-        )
-        .await;
-
-        assert_eq!(report.processed(), 6, "{schedule}");
-        assert_eq!(
-            report.failed() + report.duplicates() + report.processed(),
-            schedule.steps().len(),
-            "{schedule}"
-        );
-    }
-}
-
-async fn the_async_schedule_catches_an_effect_that_outlives_a_failed_delivery<B: AsyncBackend>() {
-    let (db, _check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let id = EventId::new("evt-1").unwrap();
-    let schedule = testing::Schedule::new([
-        testing::Step::new(id.clone(), Some(testing::Fault::Error)),
-        testing::Step::new(id.clone(), Some(testing::Fault::Panic)),
-        testing::Step::new(id, None),
-    ]);
-    // An email, say: sent from inside the handler, and not rolled back with it.
-    let emails_sent = AtomicU32::new(0);
-
-    let caught = AssertUnwindSafe(testing::asynch::run_schedule(
-        &mut conn,
-        &asynch::Inbox::default(),
-        &schedule,
-        async |_: &mut B::Async, _: &EventId| {
-            emails_sent.fetch_add(1, Ordering::SeqCst);
-            diesel::QueryResult::Ok(())
-        },
-        async |_: &mut B::Async| Ok(i64::from(emails_sent.load(Ordering::SeqCst))),
-    ))
-    .catch_unwind()
-    .await;
-
-    let message = caught.unwrap_err().downcast::<String>().unwrap();
-    for expected in [
-        "2 failed by injected faults",
-        "took effect 3 times, expected 1",
-        "evt-1 (error), evt-1 (panic), evt-1",
-    ] {
-        assert!(message.contains(expected), "{message}");
-    }
 }
 
 async fn one_event_delivered_by_many_futures_at_once_takes_effect_once<B: AsyncBackend>() {
@@ -216,59 +83,6 @@ async fn one_event_delivered_by_many_futures_at_once_takes_effect_once<B: AsyncB
     assert_eq!((report.processed(), report.duplicates()), (1, 7));
     let mut conn = B::get(&pool).await;
     testing::asynch::assert_deliveries(&mut **conn, &asynch::Inbox::default(), "evt-1", 8).await;
-}
-
-async fn a_fault_injected_at_an_async_handlers_end_rolls_its_effect_back<B: AsyncBackend>() {
-    let (db, mut check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let faults = testing::Faults::on_attempts([1]);
-    let inbox = asynch::Inbox::default();
-    let handler = async |tx: &mut B::Async| {
-        record_effect(tx, "evt-1").await?;
-        faults.inject().map_err(diesel::result::Error::from)
-    };
-
-    let first = inbox.process(&mut conn, "evt-1", handler).await;
-    let second = inbox.process(&mut conn, "evt-1", handler).await;
-
-    assert!(first.is_err(), "{first:?}");
-    assert!(second.unwrap().is_processed());
-    assert_eq!((faults.attempts(), faults.injected()), (2, 1));
-    assert_eq!(check.effects_of("evt-1"), 1);
-}
-
-async fn the_async_inbox_assertions_read_what_the_inbox_recorded<B: AsyncBackend>() {
-    let (db, _check) = setup::<B>();
-    let mut conn = B::connect(db.url()).await;
-    let inbox = asynch::Inbox::new("orders").unwrap().max_attempts(1);
-    let ok = async |_: &mut B::Async| Ok::<_, Error>(());
-    let fail = async |_: &mut B::Async| Err::<(), _>(Error::permanent("unknown SKU"));
-    for _ in 0..2 {
-        let _ = inbox.process(&mut conn, "evt-1", ok).await.unwrap();
-    }
-    let _ = inbox.process(&mut conn, "evt-2", fail).await.unwrap();
-
-    let record = testing::asynch::assert_processed_once(&mut conn, &inbox, "evt-1").await;
-    testing::asynch::assert_deliveries(&mut conn, &inbox, "evt-1", 2).await;
-    let dead = testing::asynch::assert_dead_lettered(&mut conn, &inbox, "evt-2").await;
-    testing::asynch::assert_not_processed(&mut conn, &inbox, "evt-2").await;
-    testing::asynch::assert_not_processed(&mut conn, &inbox, "evt-3").await;
-    let missing = testing::asynch::inbox_record(&mut conn, &inbox, "evt-3").await;
-    let caught = AssertUnwindSafe(testing::asynch::assert_processed_once(
-        &mut conn, &inbox, "evt-3",
-    ))
-    .catch_unwind()
-    .await;
-
-    assert_eq!(record.deliveries(), 2);
-    assert_eq!(dead.attempts, 1);
-    assert_eq!(missing.unwrap(), None);
-    let message = caught.unwrap_err().downcast::<String>().unwrap();
-    assert!(
-        message.contains("has no row for it; it holds:"),
-        "{message}"
-    );
-    assert!(message.contains("evt-1"), "{message}");
 }
 
 async fn a_claim_in_doubt_is_listed_and_resolved_by_ops<B: AsyncBackend>() {
@@ -533,13 +347,7 @@ macro_rules! async_backend_tests {
             flavour_tests!(async_test, support::Async<support::$backend>);
 
             async_backend_tests!(@each support::$backend:
-                contention_in_the_handler_is_retried_on_the_runtimes_timer,
-                the_async_harness_passes_an_idempotent_handler_and_catches_one_that_is_not,
-                the_async_inbox_assertions_read_what_the_inbox_recorded,
-                random_async_schedules_with_failures_take_effect_once_per_distinct_event,
-                the_async_schedule_catches_an_effect_that_outlives_a_failed_delivery,
                 one_event_delivered_by_many_futures_at_once_takes_effect_once,
-                a_fault_injected_at_an_async_handlers_end_rolls_its_effect_back,
                 a_claim_in_doubt_is_listed_and_resolved_by_ops,
                 a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,

@@ -14,7 +14,7 @@ use diesel_inbox::{
 };
 
 use super::writes;
-use crate::support::{concurrently, setup, setup_flavour, Backend, Flavour, TestConn};
+use crate::support::{concurrently, setup, setup_flavour, Backend, Flavour, TestConn, Tx};
 
 /// A handler's error type of its own, exposing its Diesel error through [`HandlerError`].
 #[derive(Debug, thiserror::Error)]
@@ -296,5 +296,39 @@ pub fn an_anyhow_handler_takes_effect_once_and_its_failures_keep_their_kind<B: B
     assert_eq!(
         (dead.attempts, dead.last_error.as_str()),
         (2, "the ledger refused")
+    );
+}
+
+/// Contention the handler returns as its own error (a serialization failure, as PostgreSQL's
+/// SERIALIZABLE raises): retried after the backoff (on the runtime's timer in the async
+/// flavour), each attempt rolled back, and never counted.
+pub async fn contention_the_handler_returns_is_retried_and_each_attempt_rolled_back<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let attempts = AtomicUsize::new(0);
+    let contended = async |tx: &mut F::Conn| {
+        tx.write_effect("evt-1").await?;
+        if attempts.fetch_add(1, Ordering::SeqCst) == 0 {
+            let kind = diesel::result::DatabaseErrorKind::SerializationFailure;
+            return Err(diesel::result::Error::DatabaseError(
+                kind,
+                Box::new(String::from("could not serialize access")),
+            ));
+        }
+        Ok(())
+    };
+
+    let outcome = F::with_inbox(&mut conn, "evt-1", contended).await;
+
+    assert_eq!(outcome.unwrap(), Outcome::Processed(()));
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        check.effects_of("evt-1"),
+        1,
+        "the first attempt rolled back"
+    );
+    let record = F::show(&Inbox::default(), &mut conn, "evt-1").await;
+    assert!(
+        matches!(record, Err(AdminError::DeadLetterNotFound { .. })),
+        "contention is never a failed attempt: {record:?}"
     );
 }

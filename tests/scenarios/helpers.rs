@@ -3,18 +3,23 @@
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::panic::{self, AssertUnwindSafe};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use diesel::prelude::*;
 use diesel_inbox::testing::{
-    assert_dead_lettered, assert_deliveries, assert_idempotent, assert_idempotent_concurrently,
-    assert_not_processed, assert_processed_once, run_schedule, Fault, Faults, Schedule,
+    assert_deliveries, assert_idempotent_concurrently, run_schedule, Fault, Faults, Schedule,
     ScheduleOptions, Step,
 };
 use diesel_inbox::{with_inbox, EventId, Inbox};
 use proptest::test_runner::{Config, TestRunner};
 
-use crate::support::{setup, Backend, TestConn};
+use futures_util::FutureExt;
+
+use super::writes;
+use crate::support::{setup, setup_flavour, Backend, Flavour, TestConn, Tx};
 
 /// The scenarios' effect, counted as the helpers count effects.
 #[expect(
@@ -25,13 +30,22 @@ fn effects<C: TestConn>(conn: &mut C) -> QueryResult<i64> {
     Ok(i64::try_from(conn.effect_count()).expect("a small count"))
 }
 
-/// The message of the panic `f` raises; fails the test if it raises none.
-fn failure_of(f: impl FnOnce()) -> String {
-    let payload = panic::catch_unwind(AssertUnwindSafe(f)).expect_err("the helper should fail");
+/// The message of the panic `future` raises; fails the test if it raises none.
+async fn failure_in(future: impl Future) -> String {
+    let payload = AssertUnwindSafe(future)
+        .catch_unwind()
+        .await
+        .err()
+        .expect("the helper should fail");
     match payload.downcast::<String>() {
         Ok(message) => *message,
         Err(payload) => (*payload.downcast::<&str>().expect("a text message")).to_owned(),
     }
+}
+
+/// The effects, counted through the sync connection the scenario checks with.
+fn counted(check: &Mutex<impl TestConn>) -> i64 {
+    i64::try_from(check.lock().unwrap().effect_count()).expect("a small count")
 }
 
 fn assert_mentions(message: &str, parts: &[&str]) {
@@ -59,35 +73,32 @@ fn expected_tally(schedule: &Schedule) -> (usize, usize) {
     (failed, duplicates)
 }
 
-pub fn assert_idempotent_passes_a_handler_whose_effect_is_inside_the_inbox<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn assert_idempotent_passes_a_handler_whose_effect_is_inside_the_inbox<F: Flavour>() {
+    let (_db, check, mut conn) = setup_flavour::<F>().await;
+    let check = Mutex::new(check);
 
-    let report = assert_idempotent(
-        &mut conn,
-        4,
-        |conn| with_inbox(conn, "evt-1", |tx| tx.record_effect("evt-1")),
-        effects,
-    );
+    let deliver = async |conn: &mut F::Conn| F::with_inbox(conn, "evt-1", writes("evt-1")).await;
+    let effects = async |_: &mut F::Conn| Ok(counted(&check));
+    let report = F::assert_idempotent(&mut conn, 4, deliver, effects).await;
 
     assert_eq!(report.deliveries(), 4);
-    assert_eq!(conn.total_deliveries(), 4);
-    assert_deliveries(&mut conn, &Inbox::default(), "evt-1", 4);
+    assert_eq!(check.lock().unwrap().total_deliveries(), 4);
+    F::assert_deliveries(&mut conn, &Inbox::default(), "evt-1", 4).await;
 }
 
-pub fn assert_idempotent_catches_an_effect_written_outside_the_inbox_transaction<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn assert_idempotent_catches_an_effect_written_outside_the_inbox_transaction<
+    F: Flavour,
+>() {
+    let (_db, check, mut conn) = setup_flavour::<F>().await;
+    let check = Mutex::new(check);
 
-    let message = failure_of(|| {
-        assert_idempotent(
-            &mut conn,
-            3,
-            |conn| {
-                conn.record_effect("evt-1")?;
-                with_inbox(conn, "evt-1", |_| QueryResult::Ok(()))
-            },
-            effects,
-        );
-    });
+    let leaky = async |conn: &mut F::Conn| {
+        conn.write_effect("evt-1").await?;
+        let nothing = async |_: &mut F::Conn| QueryResult::Ok(());
+        F::with_inbox(conn, "evt-1", nothing).await
+    };
+    let effects = async |_: &mut F::Conn| Ok(counted(&check));
+    let message = failure_in(F::assert_idempotent(&mut conn, 3, leaky, effects)).await;
 
     assert_mentions(
         &message,
@@ -95,22 +106,19 @@ pub fn assert_idempotent_catches_an_effect_written_outside_the_inbox_transaction
     );
 }
 
-pub fn assert_idempotent_catches_a_handler_that_makes_up_a_new_id_per_delivery<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
-    let mut deliveries = 0;
+pub async fn assert_idempotent_catches_a_handler_that_makes_up_a_new_id_per_delivery<F: Flavour>() {
+    let (_db, check, mut conn) = setup_flavour::<F>().await;
+    let check = Mutex::new(check);
+    let deliveries = AtomicUsize::new(0);
 
-    let message = failure_of(|| {
-        assert_idempotent(
-            &mut conn,
-            3,
-            |conn| {
-                deliveries += 1;
-                let id = format!("evt-1/attempt-{deliveries}");
-                with_inbox(conn, id.as_str(), |tx| tx.record_effect(&id))
-            },
-            effects,
-        );
-    });
+    let made_up = async |conn: &mut F::Conn| {
+        let n = deliveries.fetch_add(1, Ordering::SeqCst) + 1;
+        let id = format!("evt-1/attempt-{n}");
+        let write = async |tx: &mut F::Conn| tx.write_effect(&id).await;
+        F::with_inbox(conn, id.as_str(), write).await
+    };
+    let effects = async |_: &mut F::Conn| Ok(counted(&check));
+    let message = failure_in(F::assert_idempotent(&mut conn, 3, made_up, effects)).await;
 
     assert_mentions(&message, &["deliveries [1, 2, 3] of 3", "same event id"]);
 }
@@ -131,25 +139,20 @@ pub fn delivering_one_event_from_many_threads_at_once_takes_effect_once<B: Backe
     assert_deliveries(&mut conn, &Inbox::default(), "evt-1", 8);
 }
 
-pub fn inbox_assertions_show_the_recorded_row_when_they_fail<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn inbox_assertions_show_the_recorded_row_when_they_fail<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("billing").unwrap();
     for _ in 0..2 {
-        let _ = inbox
-            .process(&mut conn, "evt-1", |tx| tx.record_effect("evt-1"))
+        let _ = F::process(&inbox, &mut conn, "evt-1", writes("evt-1"))
+            .await
             .unwrap();
     }
 
-    let not_processed = failure_of(|| assert_not_processed(&mut conn, &inbox, "evt-1"));
-    let wrong_count = failure_of(|| {
-        assert_deliveries(&mut conn, &inbox, "evt-1", 5);
-    });
-    let other_id = failure_of(|| {
-        assert_processed_once(&mut conn, &inbox, "EVT-1");
-    });
-    let other_consumer = failure_of(|| {
-        assert_processed_once(&mut conn, &Inbox::default(), "evt-1");
-    });
+    let not_processed = failure_in(F::assert_not_processed(&mut conn, &inbox, "evt-1")).await;
+    let wrong_count = failure_in(F::assert_deliveries(&mut conn, &inbox, "evt-1", 5)).await;
+    let other_id = failure_in(F::assert_processed_once(&mut conn, &inbox, "EVT-1")).await;
+    let default = Inbox::default();
+    let other_consumer = failure_in(F::assert_processed_once(&mut conn, &default, "evt-1")).await;
 
     let row = [
         r#"consumer: "billing""#,
@@ -163,21 +166,19 @@ pub fn inbox_assertions_show_the_recorded_row_when_they_fail<B: Backend>() {
     assert_mentions(&other_id, &row);
     assert_mentions(&other_consumer, &[r#"consumer "default""#, "no row"]);
     assert_mentions(&other_consumer, &row);
-    assert_eq!(
-        assert_processed_once(&mut conn, &inbox, "evt-1").deliveries(),
-        2
-    );
+    let record = F::assert_processed_once(&mut conn, &inbox, "evt-1").await;
+    assert_eq!(record.deliveries(), 2);
 }
 
-pub fn inbox_assertions_tell_a_dead_lettered_event_from_a_processed_one<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn inbox_assertions_tell_a_dead_lettered_event_from_a_processed_one<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::new("billing").unwrap().max_attempts(2);
-    let refuse = |_: &mut B::Conn| Err::<(), _>(diesel::result::Error::RollbackTransaction);
-    assert!(inbox.process(&mut conn, "evt-1", refuse).is_err());
+    let refuse = async |_: &mut F::Conn| Err::<(), _>(diesel::result::Error::RollbackTransaction);
+    assert!(F::process(&inbox, &mut conn, "evt-1", refuse)
+        .await
+        .is_err());
 
-    let still_retrying = failure_of(|| {
-        assert_dead_lettered(&mut conn, &inbox, "evt-1");
-    });
+    let still_retrying = failure_in(F::assert_dead_lettered(&mut conn, &inbox, "evt-1")).await;
     assert_mentions(
         &still_retrying,
         &[
@@ -186,67 +187,67 @@ pub fn inbox_assertions_tell_a_dead_lettered_event_from_a_processed_one<B: Backe
         ],
     );
 
-    assert!(inbox
-        .process(&mut conn, "evt-1", refuse)
-        .unwrap()
-        .is_dead_lettered());
-    let dead = assert_dead_lettered(&mut conn, &inbox, "evt-1");
+    let second = F::process(&inbox, &mut conn, "evt-1", refuse).await;
+    assert!(second.unwrap().is_dead_lettered());
+    let dead = F::assert_dead_lettered(&mut conn, &inbox, "evt-1").await;
     assert_eq!(dead.attempts, 2);
-    assert_not_processed(&mut conn, &inbox, "evt-1");
-    let processed = failure_of(|| {
-        assert_processed_once(&mut conn, &inbox, "evt-1");
-    });
+    F::assert_not_processed(&mut conn, &inbox, "evt-1").await;
+    let processed = failure_in(F::assert_processed_once(&mut conn, &inbox, "evt-1")).await;
     assert_mentions(&processed, &["given up on", "state: dead_lettered"]);
 }
 
-pub fn failed_and_panicking_deliveries_leave_no_row_and_are_not_counted<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn failed_and_panicking_deliveries_leave_no_row_and_are_not_counted<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let inbox = Inbox::default();
     let errors = Faults::on_attempts([1]);
     let panics = Faults::on_attempts([1]).fault(Fault::Panic);
-    let mut failing = errors.wrap(|tx: &mut B::Conn| tx.record_effect("evt-1"));
-    let mut panicking = panics.wrap(|tx: &mut B::Conn| tx.record_effect("evt-1"));
+    let failing = async |tx: &mut F::Conn| {
+        tx.write_effect("evt-1").await?;
+        errors.inject().map_err(diesel::result::Error::from)
+    };
+    let panicking = async |tx: &mut F::Conn| {
+        tx.write_effect("evt-1").await?;
+        panics.inject().map_err(diesel::result::Error::from)
+    };
 
-    let failed = with_inbox(&mut conn, "evt-1", &mut failing);
+    let failed = F::with_inbox(&mut conn, "evt-1", failing).await;
     assert!(failed.is_err(), "{failed:?}");
-    assert_not_processed(&mut conn, &inbox, "evt-1");
-    let message = failure_of(|| {
-        let _ = with_inbox(&mut conn, "evt-1", &mut panicking);
-    });
+    F::assert_not_processed(&mut conn, &inbox, "evt-1").await;
+    let message = failure_in(F::with_inbox(&mut conn, "evt-1", panicking)).await;
     assert_mentions(&message, &["fault injected on attempt 1"]);
-    assert_not_processed(&mut conn, &inbox, "evt-1");
+    F::assert_not_processed(&mut conn, &inbox, "evt-1").await;
 
     // The retry path: the next deliveries succeed, and only they are counted.
     for _ in 0..2 {
-        let _ = with_inbox(&mut conn, "evt-1", &mut failing).unwrap();
+        let _ = F::with_inbox(&mut conn, "evt-1", failing).await.unwrap();
     }
     // A duplicate skips the effect, and with it the fault planned for its attempt.
-    assert!(with_inbox(&mut conn, "evt-1", &mut panicking)
-        .unwrap()
-        .is_duplicate());
+    let duplicate = F::with_inbox(&mut conn, "evt-1", panicking).await;
+    assert!(duplicate.unwrap().is_duplicate());
 
     assert_eq!((panics.attempts(), panics.injected()), (1, 1));
     assert_eq!((errors.attempts(), errors.injected()), (2, 1));
-    assert_deliveries(&mut conn, &inbox, "evt-1", 3);
-    assert_eq!(conn.effect_count(), 1);
+    F::assert_deliveries(&mut conn, &inbox, "evt-1", 3).await;
+    assert_eq!(check.effect_count(), 1);
 }
 
-pub fn random_schedules_with_failures_take_effect_once_per_distinct_event<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn random_schedules_with_failures_take_effect_once_per_distinct_event<F: Flavour>() {
+    let (_db, check, mut conn) = setup_flavour::<F>().await;
+    let check = Mutex::new(check);
     let options = ScheduleOptions::default().events(8).failure_rate(0.4);
 
     for seed in 0..4 {
         // Schedules reuse the ids evt-0, evt-1, ...: a consumer per run keeps them apart.
         let inbox = Inbox::new(&format!("schedule-{seed}")).unwrap();
         let schedule = options.random(seed);
-        let (rows, deliveries) = (conn.inbox_rows(), conn.total_deliveries());
-        let report = run_schedule(
-            &mut conn,
-            &inbox,
-            &schedule,
-            |tx, id| tx.record_effect(id.as_str()),
-            effects,
-        );
+        let tally = || {
+            let mut check = check.lock().unwrap();
+            (check.inbox_rows(), check.total_deliveries())
+        };
+        let (rows, deliveries) = tally();
+        let effect = async |tx: &mut F::Conn, id: &EventId| tx.write_effect(id.as_str()).await;
+        let effects = async |_: &mut F::Conn| Ok(counted(&check));
+        let report = F::run_schedule(&mut conn, &inbox, &schedule, effect, effects).await;
 
         let (failed, duplicates) = expected_tally(&schedule);
         assert_eq!(
@@ -254,9 +255,10 @@ pub fn random_schedules_with_failures_take_effect_once_per_distinct_event<B: Bac
             (failed, duplicates),
             "{schedule}"
         );
-        assert_eq!(conn.inbox_rows() - rows, 8, "{schedule}");
+        let (rows_after, deliveries_after) = tally();
+        assert_eq!(rows_after - rows, 8, "{schedule}");
         assert_eq!(
-            conn.total_deliveries() - deliveries,
+            deliveries_after - deliveries,
             schedule.steps().len() - failed,
             "only deliveries that did not fail are counted: {schedule}"
         );
@@ -304,8 +306,8 @@ pub fn proptest_schedules_take_effect_once_per_distinct_event<B: Backend>() {
         .unwrap();
 }
 
-pub fn run_schedule_catches_an_effect_that_outlives_a_failed_delivery<B: Backend>() {
-    let (_db, mut conn) = setup::<B>();
+pub async fn run_schedule_catches_an_effect_that_outlives_a_failed_delivery<F: Flavour>() {
+    let (_db, _check, mut conn) = setup_flavour::<F>().await;
     let id = EventId::new("evt-1").unwrap();
     let schedule = Schedule::new([
         Step::new(id.clone(), Some(Fault::Error)),
@@ -313,20 +315,16 @@ pub fn run_schedule_catches_an_effect_that_outlives_a_failed_delivery<B: Backend
         Step::new(id, None),
     ]);
     // An email, say: sent from inside the handler, and not rolled back with it.
-    let emails_sent = Cell::new(0);
+    let emails_sent = AtomicUsize::new(0);
 
-    let message = failure_of(|| {
-        run_schedule(
-            &mut conn,
-            &Inbox::default(),
-            &schedule,
-            |_, _| {
-                emails_sent.set(emails_sent.get() + 1);
-                QueryResult::Ok(())
-            },
-            |_| Ok(emails_sent.get()),
-        );
-    });
+    let email = async |_: &mut F::Conn, _: &EventId| {
+        emails_sent.fetch_add(1, Ordering::SeqCst);
+        QueryResult::Ok(())
+    };
+    let sent =
+        async |_: &mut F::Conn| Ok(i64::try_from(emails_sent.load(Ordering::SeqCst)).unwrap());
+    let inbox = Inbox::default();
+    let message = failure_in(F::run_schedule(&mut conn, &inbox, &schedule, email, sent)).await;
 
     assert_mentions(
         &message,

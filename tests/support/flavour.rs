@@ -7,6 +7,7 @@
 //! are ready when made. What a scenario checks it reads through a sync connection of its own
 //! ([`TestConn`]), whichever the flavour.
 
+use std::fmt::Debug;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -16,11 +17,11 @@ use diesel::connection::TransactionManager;
 use diesel::prelude::*;
 use diesel_inbox::doctor::Check;
 use diesel_inbox::migrations::MigrationOptions;
-use diesel_inbox::testing::TestDatabase;
+use diesel_inbox::testing::{self, DeliveryReport, InboxRecord, Schedule, TestDatabase};
 use diesel_inbox::{
     AdminError, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims,
-    CorruptRow, Cursor, DeadLetter, Delivery, Envelope, Error, Gap, Gaps, HandlerError, Inbox,
-    IntoDelivery, Lease, Outbox, OutboxRecord, OutboxState, OutboxStats, Outcome, Payload,
+    CorruptRow, Cursor, DeadLetter, Delivery, Envelope, Error, EventId, Gap, Gaps, HandlerError,
+    Inbox, IntoDelivery, Lease, Outbox, OutboxRecord, OutboxState, OutboxStats, Outcome, Payload,
     Position, Pruned, Publisher, Relay, RelayPass, Resolution, Resume, Retention, Sequenced, Stats,
 };
 use futures_util::FutureExt;
@@ -298,6 +299,11 @@ handle_with! {
     Keeps<'v>(&'v T) -> ()
 }
 
+handle_with! {
+    /// A schedule's effect: the transaction and the event id of the step.
+    Scheduled<'i>(&'i EventId) -> T
+}
+
 /// One flavour of the API, on one backend: what the scenarios written once call.
 pub(crate) trait Flavour: 'static {
     /// The backend, whose sync connection the scenarios check with.
@@ -310,12 +316,13 @@ pub(crate) trait Flavour: 'static {
     async fn connect(db: &TestDatabase<<Self::Backend as Backend>::Conn>) -> Self::Conn;
 
     /// [`Inbox::process`].
-    async fn process<T, E, H>(
+    /// Its future is `Send`, so that a handler (or a harness's delivery) can await it.
+    fn process<T, E, H>(
         inbox: &Inbox,
         conn: &mut Self::Conn,
         delivery: impl IntoDelivery + Send,
         handler: H,
-    ) -> Result<Outcome<T>, E>
+    ) -> impl Future<Output = Result<Outcome<T>, E>> + Send
     where
         H: Handle<Self, T, E>,
         T: Send,
@@ -334,17 +341,17 @@ pub(crate) trait Flavour: 'static {
         E: HandlerError + Send;
 
     /// [`diesel_inbox::with_inbox`].
-    async fn with_inbox<T, E, H>(
+    fn with_inbox<T, E, H>(
         conn: &mut Self::Conn,
         delivery: impl IntoDelivery + Send,
         handler: H,
-    ) -> Result<Outcome<T>, E>
+    ) -> impl Future<Output = Result<Outcome<T>, E>> + Send
     where
         H: Handle<Self, T, E>,
         T: Send,
         E: HandlerError + Send,
     {
-        Self::process(&Inbox::default(), conn, delivery, handler).await
+        async move { Self::process(&Inbox::default(), conn, delivery, handler).await }
     }
 
     /// [`diesel_inbox::DeadLetters::show`].
@@ -631,6 +638,59 @@ pub(crate) trait Flavour: 'static {
         publisher: &mut P,
     ) -> Result<RelayPass, AdminError>;
 
+    /// [`testing::assert_processed_once`].
+    async fn assert_processed_once(
+        conn: &mut Self::Conn,
+        inbox: &Inbox,
+        event_id: &str,
+    ) -> InboxRecord;
+
+    /// [`testing::assert_deliveries`].
+    async fn assert_deliveries(
+        conn: &mut Self::Conn,
+        inbox: &Inbox,
+        event_id: &str,
+        expected: u64,
+    ) -> InboxRecord;
+
+    /// [`testing::assert_not_processed`].
+    async fn assert_not_processed(conn: &mut Self::Conn, inbox: &Inbox, event_id: &str);
+
+    /// [`testing::assert_dead_lettered`].
+    async fn assert_dead_lettered(
+        conn: &mut Self::Conn,
+        inbox: &Inbox,
+        event_id: &str,
+    ) -> DeadLetter;
+
+    /// [`testing::assert_idempotent`], with the delivery and the effect counter as async
+    /// closures over the connection.
+    async fn assert_idempotent<T, E, H, O>(
+        conn: &mut Self::Conn,
+        times: usize,
+        deliver: H,
+        effects: O,
+    ) -> DeliveryReport
+    where
+        H: Handle<Self, Outcome<T>, E>,
+        O: Handle<Self, i64, diesel::result::Error>,
+        T: Send,
+        E: HandlerError + Debug + Send;
+
+    /// [`testing::run_schedule`], with the effect and the effect counter as async closures.
+    async fn run_schedule<T, E, G, O>(
+        conn: &mut Self::Conn,
+        inbox: &Inbox,
+        schedule: &Schedule,
+        effect: G,
+        effects: O,
+    ) -> DeliveryReport
+    where
+        G: Scheduled<Self, T, E>,
+        O: Handle<Self, i64, diesel::result::Error>,
+        T: Send,
+        E: HandlerError + Debug + Send;
+
     /// [`Inbox::prune`].
     async fn prune(
         inbox: &Inbox,
@@ -689,6 +749,7 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         T: Send,
         E: HandlerError + Send,
     {
+        // Run when polled, as an async delivery is: a panic comes out of the poll.
         inbox.process(conn, delivery, |tx| now(handler.call(tx)))
     }
 
@@ -951,13 +1012,13 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         held.complete_with(conn, result, |tx| now(record.call(tx)))
     }
 
-    fn enqueue(
+    async fn enqueue(
         outbox: &Outbox,
         conn: &mut B::Conn,
         topic: &str,
         envelope: &Envelope,
-    ) -> impl Future<Output = Result<(), Error>> + Send {
-        std::future::ready(outbox.enqueue(conn, topic, envelope))
+    ) -> Result<(), Error> {
+        outbox.enqueue(conn, topic, envelope)
     }
 
     async fn outbox_stats(conn: &mut B::Conn) -> Result<OutboxStats, Error> {
@@ -999,6 +1060,70 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         publisher: &mut P,
     ) -> Result<RelayPass, AdminError> {
         relay.run_once(conn, publisher)
+    }
+
+    async fn assert_processed_once(
+        conn: &mut B::Conn,
+        inbox: &Inbox,
+        event_id: &str,
+    ) -> InboxRecord {
+        testing::assert_processed_once(conn, inbox, event_id)
+    }
+
+    async fn assert_deliveries(
+        conn: &mut B::Conn,
+        inbox: &Inbox,
+        event_id: &str,
+        expected: u64,
+    ) -> InboxRecord {
+        testing::assert_deliveries(conn, inbox, event_id, expected)
+    }
+
+    async fn assert_not_processed(conn: &mut B::Conn, inbox: &Inbox, event_id: &str) {
+        testing::assert_not_processed(conn, inbox, event_id);
+    }
+
+    async fn assert_dead_lettered(conn: &mut B::Conn, inbox: &Inbox, event_id: &str) -> DeadLetter {
+        testing::assert_dead_lettered(conn, inbox, event_id)
+    }
+
+    async fn assert_idempotent<T, E, H, O>(
+        conn: &mut B::Conn,
+        times: usize,
+        mut deliver: H,
+        mut effects: O,
+    ) -> DeliveryReport
+    where
+        H: Handle<Self, Outcome<T>, E>,
+        O: Handle<Self, i64, diesel::result::Error>,
+        T: Send,
+        E: HandlerError + Debug + Send,
+    {
+        let deliver = |conn: &mut B::Conn| now(deliver.call(conn));
+        testing::assert_idempotent(conn, times, deliver, |conn| now(effects.call(conn)))
+    }
+
+    async fn run_schedule<T, E, G, O>(
+        conn: &mut B::Conn,
+        inbox: &Inbox,
+        schedule: &Schedule,
+        mut effect: G,
+        mut effects: O,
+    ) -> DeliveryReport
+    where
+        G: Scheduled<Self, T, E>,
+        O: Handle<Self, i64, diesel::result::Error>,
+        T: Send,
+        E: HandlerError + Debug + Send,
+    {
+        let effect = |tx: &mut B::Conn, id: &EventId| now(effect.call(tx, id));
+        testing::run_schedule(
+            conn,
+            inbox,
+            schedule,
+            effect,
+            |conn| now(effects.call(conn)),
+        )
     }
 
     async fn prune(
@@ -1186,19 +1311,19 @@ mod asynch {
             <B as AsyncBackend>::connect(db.url()).await
         }
 
-        async fn process<T, E, H>(
+        fn process<T, E, H>(
             inbox: &Inbox,
             conn: &mut B::Async,
             delivery: impl IntoDelivery + Send,
             handler: H,
-        ) -> Result<Outcome<T>, E>
+        ) -> impl Future<Output = Result<Outcome<T>, E>> + Send
         where
             H: Handle<Self, T, E>,
             T: Send,
             E: HandlerError + Send,
         {
             let inbox = asynch::Inbox::from(inbox.clone());
-            inbox.process(conn, delivery, handler.into_async()).await
+            async move { inbox.process(conn, delivery, handler.into_async()).await }
         }
 
         async fn process_storing_result<T, E, H>(
@@ -1553,6 +1678,73 @@ mod asynch {
         ) -> Result<RelayPass, AdminError> {
             let relay = asynch::Relay::from(relay.clone());
             relay.run_once(conn, &*publisher).await
+        }
+
+        async fn assert_processed_once(
+            conn: &mut B::Async,
+            inbox: &Inbox,
+            event_id: &str,
+        ) -> InboxRecord {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            testing::asynch::assert_processed_once(conn, &inbox, event_id).await
+        }
+
+        async fn assert_deliveries(
+            conn: &mut B::Async,
+            inbox: &Inbox,
+            event_id: &str,
+            expected: u64,
+        ) -> InboxRecord {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            testing::asynch::assert_deliveries(conn, &inbox, event_id, expected).await
+        }
+
+        async fn assert_not_processed(conn: &mut B::Async, inbox: &Inbox, event_id: &str) {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            testing::asynch::assert_not_processed(conn, &inbox, event_id).await;
+        }
+
+        async fn assert_dead_lettered(
+            conn: &mut B::Async,
+            inbox: &Inbox,
+            event_id: &str,
+        ) -> DeadLetter {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            testing::asynch::assert_dead_lettered(conn, &inbox, event_id).await
+        }
+
+        async fn assert_idempotent<T, E, H, O>(
+            conn: &mut B::Async,
+            times: usize,
+            deliver: H,
+            effects: O,
+        ) -> DeliveryReport
+        where
+            H: Handle<Self, Outcome<T>, E>,
+            O: Handle<Self, i64, diesel::result::Error>,
+            T: Send,
+            E: HandlerError + Debug + Send,
+        {
+            let (deliver, effects) = (deliver.into_async(), effects.into_async());
+            testing::asynch::assert_idempotent(conn, times, deliver, effects).await
+        }
+
+        async fn run_schedule<T, E, G, O>(
+            conn: &mut B::Async,
+            inbox: &Inbox,
+            schedule: &Schedule,
+            effect: G,
+            effects: O,
+        ) -> DeliveryReport
+        where
+            G: Scheduled<Self, T, E>,
+            O: Handle<Self, i64, diesel::result::Error>,
+            T: Send,
+            E: HandlerError + Debug + Send,
+        {
+            let inbox = asynch::Inbox::from(inbox.clone());
+            let (effect, effects) = (effect.into_async(), effects.into_async());
+            testing::asynch::run_schedule(conn, &inbox, schedule, effect, effects).await
         }
 
         async fn prune(
