@@ -13,8 +13,8 @@ use diesel_inbox::{run_pending_migrations, with_inbox, Error};
 use diesel_migrations::{FileBasedMigrations, MigrationHarness};
 
 use crate::support::{
-    database_without_inbox_schema, drop_inbox_schema, Backend, Flavour, TestConn, INBOX_TABLES,
-    MIGRATIONS, TRACKING_TABLE,
+    database_without_inbox_schema, drop_inbox_schema, Backend, CheckConn, Flavour, TestConn,
+    INBOX_TABLES, MIGRATIONS, TRACKING_TABLE,
 };
 
 /// The SQL dialect `install` writes for each backend under test.
@@ -238,37 +238,42 @@ pub fn installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing
     assert_eq!(folders(dir.path()), ["migrations"]);
 }
 
-pub fn a_database_migrated_by_diesel_inbox_0_1_is_taken_over_with_its_events<B>()
+pub async fn a_database_migrated_by_diesel_inbox_0_1_is_taken_over_with_its_events<F>()
 where
-    B: Backend + HasDialect,
-    B::Conn: MigrationHarness<Db<B>>,
+    F: Flavour<Backend: HasDialect>,
+    CheckConn<F>: MigrationHarness<Db<F::Backend>>,
 {
-    let (_db, mut conn) = database_without_inbox_schema::<B>();
+    let (db, mut check) = database_without_inbox_schema::<F::Backend>();
     // What 0.1 left: its two migrations, the events table named `diesel_inbox`, and the
     // inbox's versions in Diesel's own record, beside one of the application's.
-    for migration in &sql(B::DIALECT)[..2] {
-        conn.batch_execute(&migration.up.replace("diesel_inbox_events", "diesel_inbox"))
+    for migration in &sql(<F::Backend as HasDialect>::DIALECT)[..2] {
+        check
+            .batch_execute(&migration.up.replace("diesel_inbox_events", "diesel_inbox"))
             .unwrap();
     }
-    conn.batch_execute(
-        "DROP TABLE IF EXISTS __diesel_schema_migrations;
-         CREATE TABLE __diesel_schema_migrations (
-             version VARCHAR(50) PRIMARY KEY NOT NULL,
-             run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP);
-         INSERT INTO __diesel_schema_migrations (version)
-             VALUES ('20000101000001'), ('20000101000002'), ('20240101000000');
-         INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
-             VALUES ('default', 'evt-old', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP);",
-    )
-    .unwrap();
+    check
+        .batch_execute(
+            "DROP TABLE IF EXISTS __diesel_schema_migrations;
+             CREATE TABLE __diesel_schema_migrations (
+                 version VARCHAR(50) PRIMARY KEY NOT NULL,
+                 run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP);
+             INSERT INTO __diesel_schema_migrations (version)
+                 VALUES ('20000101000001'), ('20000101000002'), ('20240101000000');
+             INSERT INTO diesel_inbox (consumer, event_id, processed_at, last_seen_at)
+                 VALUES ('default', 'evt-old', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP);",
+        )
+        .unwrap();
+    let mut conn = F::connect(&db).await;
+    let options = MigrationOptions::default();
 
     assert_eq!(
-        run_pending_migrations(&mut conn).unwrap(),
+        F::migrate(&mut conn, options).await.unwrap(),
         MIGRATIONS - 2,
         "0.1 applied the first two; the later ones run now"
     );
 
-    let again = with_inbox(&mut conn, "evt-old", |_tx| Ok::<_, Error>(())).unwrap();
+    let nothing = async |_: &mut F::Conn| Ok::<_, Error>(());
+    let again = F::with_inbox(&mut conn, "evt-old", nothing).await.unwrap();
     assert_eq!(
         again
             .duplicate()
@@ -276,14 +281,14 @@ where
         Some(2),
         "{again:?}"
     );
-    assert!(!table_exists(&mut conn, "diesel_inbox"));
+    assert!(!table_exists(&mut check, "diesel_inbox"));
     assert_eq!(
-        versions(conn.applied_migrations().unwrap()),
+        versions(check.applied_migrations().unwrap()),
         ["20240101000000"],
         "the application's own version stays, the inbox's moved out"
     );
     assert_eq!(
-        run_pending_migrations(&mut conn).unwrap(),
+        F::migrate(&mut conn, options).await.unwrap(),
         0,
         "taken over once"
     );
