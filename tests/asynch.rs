@@ -13,13 +13,11 @@ use std::ops::DerefMut;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use diesel::connection::TransactionManagerStatus;
-use diesel_async::{AsyncConnection, TransactionManager};
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
 use diesel_inbox::testing;
 use diesel_inbox::{Audit, ClaimState, Claimed, Error, Outcome, Pruned, Resolution, Retention};
 
-use support::{setup, AsyncBackend, Pooled, TestConn};
+use support::{depth_of, setup, AsyncBackend, Pooled, TestConn, Tx};
 
 /// A pooled connection that derefs to the connection itself, as a pool's own guard does.
 struct Checkout<C>(Pooled<C>);
@@ -38,27 +36,6 @@ impl<C> DerefMut for Checkout<C> {
     }
 }
 
-/// The scenarios' effect: one row in `effects` (the ids are the tests' own, safe as text).
-async fn record_effect<C: AsyncConnection>(tx: &mut C, event_id: &str) -> diesel::QueryResult<()> {
-    tx.batch_execute(&format!(
-        "INSERT INTO effects (event_id) VALUES ('{event_id}')"
-    ))
-    .await
-}
-
-/// The transaction depth diesel-async's transaction manager counts on `conn`; `None` when it
-/// is broken.
-fn depth<C: AsyncConnection>(conn: &mut C) -> Option<u32> {
-    match C::TransactionManager::transaction_manager_status_mut(conn) {
-        TransactionManagerStatus::Valid(status) => Some(
-            status
-                .transaction_depth()
-                .map_or(0, std::num::NonZeroU32::get),
-        ),
-        TransactionManagerStatus::InError => None,
-    }
-}
-
 /// The effect count, read through the sync connection the scenarios check with.
 fn counted_by(check: &Mutex<impl TestConn>) -> i64 {
     i64::try_from(check.lock().unwrap().effect_count()).unwrap()
@@ -73,7 +50,7 @@ async fn one_event_delivered_by_many_futures_at_once_takes_effect_once<B: AsyncB
         async || Checkout(B::get(&pool).await),
         8,
         async |conn: &mut B::Async| {
-            let effect = async |tx: &mut B::Async| record_effect(tx, "evt-1").await;
+            let effect = async |tx: &mut B::Async| tx.write_effect("evt-1").await;
             asynch::with_inbox(conn, "evt-1", effect).await
         },
         async |_: &mut B::Async| Ok(counted_by(&check)),
@@ -186,7 +163,7 @@ async fn a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection
         let pruning = inbox.prune(&mut conn, &retention);
         match tokio::time::timeout(cut, pruning).await {
             Ok(result) => assert!(result.is_ok(), "round {round}: {result:?}"),
-            Err(_) if depth(&mut conn).is_none() => broken += 1,
+            Err(_) if depth_of(&mut conn).is_none() => broken += 1,
             Err(_) => {
                 usable += 1;
                 let after = inbox.prune(&mut other, &probe).await;
@@ -214,7 +191,7 @@ async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connectio
     let (db, mut check) = setup::<B>();
     let mut conn = B::connect(db.url()).await;
     let stalled = async |tx: &mut B::Async| {
-        record_effect(tx, "evt-1").await?;
+        tx.write_effect("evt-1").await?;
         std::future::pending::<()>().await;
         Ok::<_, Error>(())
     };
@@ -224,12 +201,12 @@ async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connectio
 
     assert!(cancelled.is_err(), "the handler never finishes");
     assert_eq!(
-        depth(&mut conn),
+        depth_of(&mut conn),
         None,
         "marked broken, not left inside a transaction"
     );
     let reused = asynch::with_inbox(&mut conn, "evt-2", async |tx: &mut B::Async| {
-        record_effect(tx, "evt-2").await
+        tx.write_effect("evt-2").await
     })
     .await;
     let error = reused.expect_err("a broken connection takes no new transaction");
@@ -240,7 +217,7 @@ async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connectio
     drop(conn);
     let mut fresh = B::connect(db.url()).await;
     let redelivered = asynch::with_inbox(&mut fresh, "evt-1", async |tx: &mut B::Async| {
-        record_effect(tx, "evt-1").await
+        tx.write_effect("evt-1").await
     })
     .await;
     assert_eq!(redelivered.unwrap(), Outcome::Processed(()));
@@ -270,13 +247,13 @@ async fn cancelled_deliveries_over_a_pool_take_effect_exactly_once<B: AsyncBacke
                         assert!(deliveries < MAX_DELIVERIES, "{id} never got through");
                         deliveries += 1;
                         let mut conn = B::get(&pool).await;
-                        if depth(&mut **conn) != Some(0) {
+                        if depth_of(&mut **conn) != Some(0) {
                             found_in_transaction += 1;
                         }
                         let handler = async |tx: &mut B::Async| {
-                            record_effect(tx, &id).await?;
+                            tx.write_effect(&id).await?;
                             tokio::task::yield_now().await;
-                            record_effect(tx, &id).await
+                            tx.write_effect(&id).await
                         };
                         let delivery = asynch::with_inbox(&mut **conn, id.as_str(), handler);
                         // Two in three attempts are cut short at a random point, within 3 ms;

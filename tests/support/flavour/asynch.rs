@@ -12,10 +12,12 @@ use super::*;
 
 /// A backend's async connection, and a deadpool pool of them.
 pub(crate) trait AsyncBackend: Backend {
-    type Async: AsyncInboxConnection;
+    type Async: AsyncInboxConnection + Tx;
 
     /// An async connection to the database at `url`, set up as the sync one is.
-    fn connect(url: &str) -> impl Future<Output = Self::Async> + Send;
+    fn connect(url: &str) -> impl Future<Output = Self::Async> + Send {
+        async move { Self::Async::establish(url).await.unwrap() }
+    }
 
     /// A deadpool pool of such connections.
     type Pool: Clone + Send + Sync + 'static;
@@ -25,6 +27,19 @@ pub(crate) trait AsyncBackend: Backend {
 
     /// A connection from the pool, as deadpool hands it out.
     fn get(pool: &Self::Pool) -> impl Future<Output = Pooled<Self::Async>> + Send;
+}
+
+/// The transaction depth diesel-async's transaction manager counts on `conn`: 0 outside a
+/// transaction; `None` when it is broken (a delivery dropped mid-transaction marks it so).
+pub(crate) fn depth_of<C: AsyncConnection>(conn: &mut C) -> Option<u32> {
+    match C::TransactionManager::transaction_manager_status_mut(conn) {
+        TransactionManagerStatus::Valid(status) => Some(
+            status
+                .transaction_depth()
+                .map_or(0, std::num::NonZeroU32::get),
+        ),
+        TransactionManagerStatus::InError => None,
+    }
 }
 
 /// A pooled connection, whichever its pool.
@@ -54,22 +69,12 @@ macro_rules! deadpool {
 #[cfg(feature = "postgres")]
 impl AsyncBackend for crate::support::Postgres {
     type Async = diesel_async::AsyncPgConnection;
-
-    async fn connect(url: &str) -> Self::Async {
-        Self::Async::establish(url).await.unwrap()
-    }
-
     deadpool!();
 }
 
 #[cfg(feature = "mysql")]
 impl AsyncBackend for crate::support::Mysql {
     type Async = diesel_async::AsyncMysqlConnection;
-
-    async fn connect(url: &str) -> Self::Async {
-        Self::Async::establish(url).await.unwrap()
-    }
-
     deadpool!();
 }
 
@@ -132,10 +137,7 @@ async_tx!(diesel_async::sync_connection_wrapper::SyncConnectionWrapper<diesel::S
 
 type Manager<C> = <C as AsyncConnection>::TransactionManager;
 
-impl<B: AsyncBackend + 'static> Flavour for Async<B>
-where
-    B::Async: Tx,
-{
+impl<B: AsyncBackend + 'static> Flavour for Async<B> {
     type Backend = B;
     type Conn = B::Async;
 
@@ -590,12 +592,7 @@ where
     }
 
     fn depth(conn: &mut B::Async) -> u32 {
-        match Manager::<B::Async>::transaction_manager_status_mut(conn) {
-            TransactionManagerStatus::Valid(status) => status
-                .transaction_depth()
-                .map_or(0, std::num::NonZeroU32::get),
-            TransactionManagerStatus::InError => panic!("the transaction manager is broken"),
-        }
+        depth_of(conn).expect("the transaction manager is broken")
     }
 
     fn log(conn: &mut B::Async) -> StatementLog {

@@ -479,7 +479,7 @@ pub(crate) trait Flavour: 'static {
     unused_imports,
     reason = "the sync test binaries compile it too, unused"
 )]
-pub(crate) use asynch::{Async, AsyncBackend, Pooled};
+pub(crate) use asynch::{depth_of, Async, AsyncBackend, Pooled};
 
 #[cfg(feature = "async")]
 #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
