@@ -117,15 +117,17 @@ pub(crate) enum Then {
 /// mode after it; and after a handler error where a deadlock ends the transaction, to tell
 /// contention (retried, not counted) from the handler's own failure. Where a failed statement
 /// aborts the transaction instead (PostgreSQL), only user code that ended the transaction
-/// itself needs it, and only when `end_unseen`: the connection did not see that end, and
-/// statements of the inbox's own follow before the commit, whose check would refuse it.
+/// itself needs it, and only where the connection does not see that end (`sees_end`) and
+/// statements of the inbox's own follow (`then`) before the commit, whose check would
+/// refuse it.
 pub(crate) fn must_check_after_user_code(
     ok: bool,
     failed_statement: FailedStatement,
-    end_unseen: bool,
+    sees_end: bool,
+    then: Then,
 ) -> bool {
     match failed_statement {
-        FailedStatement::AbortsTransaction => ok && end_unseen,
+        FailedStatement::AbortsTransaction => ok && !sees_end && then == Then::Statements,
         FailedStatement::MayEndTransaction => ok,
         FailedStatement::DeadlockEndsTransaction => true,
     }
@@ -382,16 +384,54 @@ mod tests {
     fn postgres_is_checked_after_user_code_only_where_an_unseen_end_would_let_statements_autocommit(
     ) {
         use FailedStatement::{AbortsTransaction, DeadlockEndsTransaction, MayEndTransaction};
-        assert!(!must_check_after_user_code(true, AbortsTransaction, false));
-        assert!(must_check_after_user_code(true, AbortsTransaction, true));
-        assert!(!must_check_after_user_code(false, AbortsTransaction, true));
-        assert!(must_check_after_user_code(true, MayEndTransaction, false));
-        assert!(!must_check_after_user_code(false, MayEndTransaction, false));
+        use Then::{Commit, Statements};
+        // PostgreSQL: only an ok result, an end the connection cannot see, and statements to
+        // follow call for the check.
         assert!(must_check_after_user_code(
+            true,
+            AbortsTransaction,
             false,
-            DeadlockEndsTransaction,
-            false
+            Statements
         ));
+        assert!(!must_check_after_user_code(
+            true,
+            AbortsTransaction,
+            true,
+            Statements
+        ));
+        assert!(!must_check_after_user_code(
+            true,
+            AbortsTransaction,
+            false,
+            Commit
+        ));
+        assert!(!must_check_after_user_code(
+            false,
+            AbortsTransaction,
+            false,
+            Statements
+        ));
+        // The others do not depend on what the connection sees or what follows.
+        for (sees_end, then) in [(true, Commit), (false, Statements)] {
+            assert!(must_check_after_user_code(
+                true,
+                MayEndTransaction,
+                sees_end,
+                then
+            ));
+            assert!(!must_check_after_user_code(
+                false,
+                MayEndTransaction,
+                sees_end,
+                then
+            ));
+            assert!(must_check_after_user_code(
+                false,
+                DeadlockEndsTransaction,
+                sees_end,
+                then
+            ));
+        }
     }
 
     #[test]

@@ -194,7 +194,6 @@ where
         Err(panic) => return Err(Failure::Panicked(panic)),
     };
     let failed_statement = C::Backend::FAILED_STATEMENT;
-    let end_unseen = !C::SEES_TRANSACTION_END && then == Then::Statements;
     // A handler that ran COMMIT or ROLLBACK itself: Diesel noticed (PostgreSQL reports the
     // transaction status with every reply), and nothing more may run here.
     let observed = match conn.depth() {
@@ -204,7 +203,8 @@ where
             if !decide::must_check_after_user_code(
                 result.is_ok(),
                 failed_statement,
-                end_unseen,
+                C::SEES_TRANSACTION_END,
+                then,
             ) =>
         {
             Observed::NotChecked
