@@ -225,6 +225,52 @@ async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connectio
     assert_eq!(check.effects_of("evt-2"), 0);
 }
 
+/// bb8 checks a connection when it takes it back: the one a cancelled delivery broke is
+/// closed then (ending its transaction on the server), and the pool's next checkout is a
+/// fresh connection, on which the redelivery takes effect once.
+async fn over_bb8_a_cancelled_deliverys_connection_is_discarded_on_return<B: AsyncBackend>() {
+    let (db, mut check) = setup::<B>();
+    let pool = B::bb8(db.url(), 1).await;
+    let mut conn = B::get_bb8(&pool).await;
+    let first = asynch::with_inbox(&mut **conn, "evt-1", async |tx: &mut B::Async| {
+        tx.write_effect("evt-1").await
+    })
+    .await;
+    assert_eq!(first.unwrap(), Outcome::Processed(()));
+    let stalled = async |tx: &mut B::Async| {
+        tx.write_effect("evt-2").await?;
+        std::future::pending::<()>().await;
+        Ok::<_, Error>(())
+    };
+
+    let delivery = asynch::with_inbox(&mut **conn, "evt-2", stalled);
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), delivery).await;
+    assert!(cancelled.is_err(), "the handler never finishes");
+    assert_eq!(depth_of(&mut **conn), None, "marked broken");
+    drop(conn);
+
+    let mut fresh = B::get_bb8(&pool).await;
+    assert_eq!(
+        depth_of(&mut **fresh),
+        Some(0),
+        "the pool's only connection, new"
+    );
+    let redelivered = asynch::with_inbox(&mut **fresh, "evt-2", async |tx: &mut B::Async| {
+        tx.write_effect("evt-2").await
+    })
+    .await;
+    assert_eq!(redelivered.unwrap(), Outcome::Processed(()));
+    let again = asynch::with_inbox(&mut **fresh, "evt-1", async |tx: &mut B::Async| {
+        tx.write_effect("evt-1").await
+    })
+    .await;
+    assert!(again.unwrap().is_duplicate());
+    assert_eq!(
+        (check.effects_of("evt-1"), check.effects_of("evt-2")),
+        (1, 1)
+    );
+}
+
 /// How many events the cancellation scenario delivers, on how many tasks and pooled
 /// connections, and how often each event may be redelivered before the test gives up.
 const EVENTS: usize = 60;
@@ -328,6 +374,7 @@ macro_rules! async_backend_tests {
                 a_claim_in_doubt_is_listed_and_resolved_by_ops,
                 a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,
+                over_bb8_a_cancelled_deliverys_connection_is_discarded_on_return,
                 cancelled_deliveries_over_a_pool_take_effect_exactly_once
             );
         }

@@ -27,6 +27,15 @@ pub(crate) trait AsyncBackend: Backend {
 
     /// A connection from the pool, as deadpool hands it out.
     fn get(pool: &Self::Pool) -> impl Future<Output = Pooled<Self::Async>> + Send;
+
+    /// A bb8 pool of such connections.
+    type Bb8: Clone + Send + Sync + 'static;
+
+    /// A bb8 pool of `size` connections to the database at `url`.
+    fn bb8(url: &str, size: u32) -> impl Future<Output = Self::Bb8> + Send;
+
+    /// A connection from the bb8 pool, as bb8 hands it out.
+    fn get_bb8(pool: &Self::Bb8) -> impl Future<Output = Pooled<Self::Async>> + Send;
 }
 
 /// The transaction depth diesel-async's transaction manager counts on `conn`: 0 outside a
@@ -45,37 +54,55 @@ pub(crate) fn depth_of<C: AsyncConnection>(conn: &mut C) -> Option<u32> {
 /// A pooled connection, whichever its pool.
 pub(crate) type Pooled<C> = Box<dyn DerefMut<Target = C> + Send>;
 
-/// [`AsyncBackend`]'s pool, whose bounds only a concrete connection type meets.
-macro_rules! deadpool {
+/// [`AsyncBackend`]'s pools, whose bounds only a concrete connection type meets; their
+/// connections are set up as [`AsyncBackend::connect`] sets one up.
+macro_rules! pools {
     () => {
         type Pool = Pool<Self::Async>;
 
         fn pool(url: &str, size: usize) -> Self::Pool {
-            let mut config = ManagerConfig::default();
-            config.custom_setup = Box::new(|url| {
-                let url = url.to_owned();
-                Box::pin(async move { Ok(<Self as AsyncBackend>::connect(&url).await) })
-            });
-            let manager = AsyncDieselConnectionManager::new_with_config(url, config);
+            let manager = manager::<Self>(url);
             Pool::builder(manager).max_size(size).build().unwrap()
         }
 
         async fn get(pool: &Self::Pool) -> Pooled<Self::Async> {
             Box::new(pool.get().await.unwrap())
         }
+
+        type Bb8 = diesel_async::pooled_connection::bb8::Pool<Self::Async>;
+
+        async fn bb8(url: &str, size: u32) -> Self::Bb8 {
+            let manager = manager::<Self>(url);
+            let pool = Self::Bb8::builder().max_size(size);
+            pool.build(manager).await.unwrap()
+        }
+
+        async fn get_bb8(pool: &Self::Bb8) -> Pooled<Self::Async> {
+            Box::new(pool.get_owned().await.unwrap())
+        }
     };
+}
+
+/// A pool's manager of connections to `url`, set up as [`AsyncBackend::connect`] sets one up.
+fn manager<B: AsyncBackend>(url: &str) -> AsyncDieselConnectionManager<B::Async> {
+    let mut config = ManagerConfig::default();
+    config.custom_setup = Box::new(|url| {
+        let url = url.to_owned();
+        Box::pin(async move { Ok(B::connect(&url).await) })
+    });
+    AsyncDieselConnectionManager::new_with_config(url, config)
 }
 
 #[cfg(feature = "postgres")]
 impl AsyncBackend for crate::support::Postgres {
     type Async = diesel_async::AsyncPgConnection;
-    deadpool!();
+    pools!();
 }
 
 #[cfg(feature = "mysql")]
 impl AsyncBackend for crate::support::Mysql {
     type Async = diesel_async::AsyncMysqlConnection;
-    deadpool!();
+    pools!();
 }
 
 #[cfg(feature = "sqlite")]
@@ -88,7 +115,7 @@ impl AsyncBackend for crate::support::Sqlite {
         diesel_async::sync_connection_wrapper::SyncConnectionWrapper::new(Self::connect_to(url))
     }
 
-    deadpool!();
+    pools!();
 }
 
 /// `diesel_inbox::asynch` on backend `B`'s diesel-async connection.
