@@ -382,6 +382,23 @@ impl From<diesel::r2d2::PoolError> for Error {
     }
 }
 
+/// [`Error::Pool`] from deadpool-diesel's pool error (no connection in time, or none could be
+/// made), its text redacted as r2d2's is.
+#[cfg(feature = "deadpool")]
+impl From<deadpool_diesel::PoolError> for Error {
+    fn from(error: deadpool_diesel::PoolError) -> Self {
+        Error::pool(&error)
+    }
+}
+
+/// [`AdminError::Inbox`] holding [`Error::Pool`], its text redacted.
+#[cfg(feature = "deadpool")]
+impl From<deadpool_diesel::PoolError> for AdminError {
+    fn from(error: deadpool_diesel::PoolError) -> Self {
+        AdminError::Inbox(error.into())
+    }
+}
+
 impl Error {
     /// [`Error::Pool`] from the pool's error, its text redacted: a driver's connection error
     /// may echo the URL, password included.

@@ -178,12 +178,15 @@ mod handler_error;
 mod id;
 mod inbox;
 pub mod migrations;
+pub mod multi;
 mod names;
 #[cfg(feature = "nats")]
 pub mod nats;
 mod observe;
 mod outbox;
 mod outcome;
+#[cfg(feature = "tokio")]
+pub mod pool;
 mod redact;
 mod retention;
 mod retry;
@@ -222,6 +225,8 @@ pub use names::{
 };
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
+#[cfg(feature = "tokio")]
+pub use outbox::BlockingPublisher;
 pub use outbox::{
     AsyncPublisher, Outbox, OutboxMessage, OutboxRecord, OutboxStats, PublishError, Publisher,
     Relay, RelayPass, MAX_TOPIC_BYTES,

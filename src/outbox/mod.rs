@@ -29,6 +29,8 @@ mod relay;
 pub(crate) use relay::Awaits;
 
 pub use ledger::{OutboxRecord, OutboxStats};
+#[cfg(feature = "tokio")]
+pub use publish::BlockingPublisher;
 pub use publish::{AsyncPublisher, OutboxMessage, PublishError, Publisher};
 pub use relay::{Relay, RelayPass};
 

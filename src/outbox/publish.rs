@@ -1,6 +1,6 @@
 //! What the relay publishes through: a [`Publisher`] (blocking) or an [`AsyncPublisher`]
 //! (for tokio services), each a single method that sends one [`OutboxMessage`] and says
-//! whether it failed for good.
+//! whether it failed for good; [`BlockingPublisher`] turns the second into the first.
 
 use std::future::Future;
 
@@ -88,4 +88,64 @@ pub trait AsyncPublisher: Send + Sync {
         &self,
         message: &OutboxMessage,
     ) -> impl Future<Output = Result<(), PublishError>> + Send;
+}
+
+/// A blocking [`Publisher`] made of an [`AsyncPublisher`]: each publish is run to its end on a
+/// tokio runtime, from a thread that may block.
+///
+/// For a blocking relay pass on a thread of its own (inside deadpool-diesel's `interact`, or
+/// `spawn_blocking`) with an async broker client, such as the JetStream publisher. Not for a
+/// runtime's worker thread, where waiting on the runtime panics: an async service awaits
+/// [`Relay::run_once_async`](crate::Relay::run_once_async) instead.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::{AsyncPublisher, BlockingPublisher, Envelope, Outbox, OutboxMessage, PublishError, Relay};
+///
+/// /// Accepts everything; a real one awaits its broker's ack.
+/// struct Accepting;
+///
+/// impl AsyncPublisher for Accepting {
+///     async fn publish(&self, _message: &OutboxMessage) -> Result<(), PublishError> {
+///         Ok(())
+///     }
+/// }
+///
+/// let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+/// let mut publisher = BlockingPublisher::new(Accepting, runtime.handle().clone());
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// Outbox::new("orders")?.enqueue(&mut conn, "orders.placed", &Envelope::new("order.placed", "order", "42"))?;
+/// assert_eq!(Relay::new().run_once(&mut conn, &mut publisher)?.published, 1);
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Debug)]
+pub struct BlockingPublisher<P> {
+    publisher: P,
+    runtime: tokio::runtime::Handle,
+}
+
+#[cfg(feature = "tokio")]
+impl<P: AsyncPublisher> BlockingPublisher<P> {
+    /// Publishes through `publisher`, awaiting each publish on `runtime` (in a tokio service,
+    /// `Handle::current()` taken before the blocking step).
+    pub fn new(publisher: P, runtime: tokio::runtime::Handle) -> Self {
+        Self { publisher, runtime }
+    }
+
+    /// The async publisher inside.
+    pub fn get_ref(&self) -> &P {
+        &self.publisher
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl<P: AsyncPublisher> Publisher for BlockingPublisher<P> {
+    fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+        self.runtime.block_on(self.publisher.publish(message))
+    }
 }

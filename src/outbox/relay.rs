@@ -180,36 +180,72 @@ impl Relay {
         run_ready(self.pass::<Blocking, _>(conn, &mut Blocks(publisher)))
     }
 
-    /// [`run_once`](Self::run_once) for tokio services: the database steps run on the
-    /// blocking pool, each with a connection from `pool`, and the publishes are awaited in
-    /// order.
+    /// [`run_once`](Self::run_once) for tokio services on sync Diesel: the database steps
+    /// run where blocking is allowed, each with a connection from `pool` (r2d2's or
+    /// deadpool-diesel's, see [`BlockingPool`](crate::pool::BlockingPool)), and the
+    /// publishes are awaited in order between them.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::r2d2::{ConnectionManager, Pool};
+    /// use diesel::SqliteConnection;
+    /// use diesel_inbox::pool::BlockingPool;
+    /// use diesel_inbox::{AsyncPublisher, Envelope, Outbox, OutboxMessage, PublishError, Relay};
+    ///
+    /// /// Accepts everything; a real one awaits its broker's ack.
+    /// struct Accepting;
+    ///
+    /// impl AsyncPublisher for Accepting {
+    ///     async fn publish(&self, _message: &OutboxMessage) -> Result<(), PublishError> {
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # let file = tempfile::NamedTempFile::new()?;
+    /// # let url = file.path().to_str().unwrap().to_owned();
+    /// let pool = Pool::builder().max_size(1).build(ConnectionManager::<SqliteConnection>::new(url))?;
+    /// # let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// # runtime.block_on(async {
+    /// pool.run(|conn| -> Result<(), diesel_inbox::AdminError> {
+    ///     diesel_inbox::run_pending_migrations(conn)?;
+    ///     let placed = Envelope::new("order.placed", "order", "42");
+    ///     Ok(Outbox::new("orders")?.enqueue(conn, "orders.placed", &placed)?)
+    /// })
+    /// .await?;
+    ///
+    /// let pass = Relay::new().run_once_async(&pool, &Accepting).await?;
+    /// assert_eq!(pass.published, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///
     /// As [`run_once`](Self::run_once), and [`Error::Pool`] (in [`AdminError::Inbox`]) when the
     /// pool has no connection to give. A panic in a database step is resumed here.
     #[cfg(feature = "tokio")]
-    pub async fn run_once_async<C, P>(
+    pub async fn run_once_async<B, C, P>(
         &self,
-        pool: &diesel::r2d2::Pool<diesel::r2d2::ConnectionManager<C>>,
+        pool: &B,
         publisher: &P,
     ) -> Result<RelayPass, AdminError>
     where
-        C: InboxConnection + diesel::r2d2::R2D2Connection + Send + 'static,
+        B: crate::pool::BlockingPool<Connection = C>,
+        C: InboxConnection,
         P: crate::AsyncPublisher + ?Sized,
     {
         use tracing::Instrument;
         let span = tracing::info_span!("relay");
         let (relay, in_span) = (self.clone(), span.clone());
-        let taken = blocking(pool, move |conn| {
-            in_span.in_scope(|| run_ready(relay.take::<Blocking, _>(conn)))
-        })
-        .await?;
+        let taken = pool
+            .run(move |conn| in_span.in_scope(|| run_ready(relay.take::<Blocking, _>(conn))))
+            .await?;
         let settles = self
             .publish(&taken, &mut Awaits(publisher))
             .instrument(span.clone())
             .await;
-        blocking(pool, move |conn| {
+        pool.run(move |conn| {
             span.in_scope(|| run_ready(mark::<Blocking, _>(conn, &taken, &settles)))
         })
         .await
@@ -502,37 +538,5 @@ pub(crate) struct Awaits<'a, P: ?Sized>(pub(crate) &'a P);
 impl<P: crate::AsyncPublisher + ?Sized> Publish for Awaits<'_, P> {
     fn send(&mut self, message: &OutboxMessage) -> impl Future<Output = Result<(), PublishError>> {
         self.0.publish(message)
-    }
-}
-
-/// Runs a database step on tokio's blocking pool with a connection from `pool`; a panic in it
-/// is resumed in the caller.
-#[cfg(feature = "tokio")]
-async fn blocking<C, R>(
-    pool: &diesel::r2d2::Pool<diesel::r2d2::ConnectionManager<C>>,
-    step: impl FnOnce(
-            &mut diesel::r2d2::PooledConnection<diesel::r2d2::ConnectionManager<C>>,
-        ) -> Result<R, AdminError>
-        + Send
-        + 'static,
-) -> Result<R, AdminError>
-where
-    C: InboxConnection + diesel::r2d2::R2D2Connection + Send + 'static,
-    R: Send + 'static,
-{
-    let pool = pool.clone();
-    let joined = tokio::task::spawn_blocking(move || {
-        let mut conn = pool.get().map_err(|error| Error::pool(&error))?;
-        step(&mut conn)
-    })
-    .await;
-    match joined {
-        Ok(result) => result,
-        Err(error) => match error.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(error) => {
-                Err(Error::Pool(format!("the blocking task was cancelled: {error}")).into())
-            }
-        },
     }
 }

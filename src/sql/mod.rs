@@ -47,13 +47,28 @@ pub(crate) use transaction::TransactionSql;
 
 /// Every area's statements for one database: what a connection's backend must implement for
 /// the inbox to run on it. Sealed.
+///
+/// It also names what Diesel asks of a backend for `sql_query` and the query DSL, so that a
+/// handler generic over [`InboxConnection`](crate::InboxConnection) runs them with that one
+/// bound.
 pub trait Sql:
-    InboxSql + FailureSql + RetentionSql + CursorSql + ClaimSql + OutboxSql + MigrationsSql + DoctorSql
+    'static
+    + diesel::backend::DieselReserveSpecialization
+    + InboxSql
+    + FailureSql
+    + RetentionSql
+    + CursorSql
+    + ClaimSql
+    + OutboxSql
+    + MigrationsSql
+    + DoctorSql
 {
 }
 
 impl<B> Sql for B where
-    B: InboxSql
+    B: 'static
+        + diesel::backend::DieselReserveSpecialization
+        + InboxSql
         + FailureSql
         + RetentionSql
         + CursorSql

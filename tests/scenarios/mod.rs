@@ -23,6 +23,7 @@ mod corrupt_rows;
 mod cursor;
 mod failure_classes;
 mod failure_policy;
+mod fit;
 mod helpers;
 mod migrations;
 mod operations;
@@ -37,6 +38,7 @@ pub use corrupt_rows::*;
 pub use cursor::*;
 pub use failure_classes::*;
 pub use failure_policy::*;
+pub use fit::*;
 pub use helpers::*;
 pub use migrations::*;
 pub use operations::*;
@@ -199,6 +201,19 @@ macro_rules! backend_tests {
             a_relay_outliving_its_lease_is_taken_over_and_its_marks_are_fenced,
             two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order,
             a_corrupt_claim_is_listed_as_unreadable_between_its_readable_neighbours,
+            a_handler_generic_over_the_connection_runs_its_query_once_per_event,
+        );
+        #[cfg(feature = "tokio")]
+        backend_tests!(@in scenarios, $backend;
+            an_r2d2_pool_runs_deliveries_and_the_relay_from_an_async_service,
+        );
+        #[cfg(feature = "deadpool")]
+        backend_tests!(@in scenarios, $backend;
+            a_deadpool_diesel_pool_runs_deliveries_and_the_relay_from_an_async_service,
+        );
+        #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+        backend_tests!(@in scenarios, $backend;
+            a_multi_connection_app_takes_effect_once_writing_through_its_own_enum,
         );
         #[cfg(feature = "anyhow")]
         backend_tests!(@in scenarios, $backend;

@@ -45,7 +45,7 @@ impl Recorder {
     }
 
     /// The event ids published, in order.
-    fn ids(&self) -> Vec<String> {
+    pub(super) fn ids(&self) -> Vec<String> {
         let published = self.published.lock().unwrap();
         published
             .iter()
@@ -83,12 +83,12 @@ impl AsyncPublisher for Recorder {
     }
 }
 
-fn outbox() -> Outbox {
+pub(super) fn outbox() -> Outbox {
     Outbox::new("orders-service").unwrap()
 }
 
 /// The `n`-th event of order `order`, with a readable id.
-fn placed(order: &str, n: usize) -> Envelope {
+pub(super) fn placed(order: &str, n: usize) -> Envelope {
     Envelope::new("order.changed", "order", order)
         .with_id(format!("{order}-{n}"))
         .unwrap()
@@ -97,7 +97,7 @@ fn placed(order: &str, n: usize) -> Envelope {
 }
 
 /// A relay that retries at once, for tests.
-fn relay() -> Relay {
+pub(super) fn relay() -> Relay {
     Relay::new().backoff(Duration::ZERO, Duration::ZERO)
 }
 

@@ -8,6 +8,9 @@ pub(crate) use lost_connection::*;
 pub(crate) use placement::*;
 
 use crate::scenarios::deliver_concurrently;
+#[cfg(feature = "deadpool")]
+use diesel_inbox::{pool::BlockingPool, Error};
+
 use crate::support::ServerBackend;
 
 /// At the strictest isolation level, conflicts come back as serialization failures (40001 on
@@ -16,6 +19,29 @@ pub(crate) fn concurrent_deliveries_at_serializable_isolation_take_effect_once_p
     B: ServerBackend,
 >() {
     deliver_concurrently::<B>(B::serializable);
+}
+
+/// deadpool-diesel's error when it cannot connect comes back as `Error::Pool`, with the
+/// URL's password redacted. (A server's URL: SQLite's is a file.)
+#[cfg(feature = "deadpool")]
+pub(crate) fn a_deadpool_diesel_pool_that_cannot_connect_is_a_pool_error_without_the_password<
+    B: ServerBackend,
+>() {
+    let (db, _conn) = crate::support::setup::<B>();
+    let scheme = db.url().split("://").next().unwrap();
+    let url = format!("{scheme}://app:hunter2@127.0.0.1:1/app");
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let result = runtime.unwrap().block_on(async {
+        let pool = B::deadpool(&url, 1);
+        pool.run(|_conn| Ok::<_, Error>(())).await
+    });
+
+    let error = result.expect_err("nothing listens on port 1");
+    assert!(matches!(error, Error::Pool(_)), "{error:?}");
+    assert!(!error.to_string().contains("hunter2"), "{error}");
 }
 
 /// Generates one `#[test]` per server scenario for the backend `$backend`.
@@ -31,6 +57,10 @@ macro_rules! server_backend_tests {
             a_handler_returning_the_dead_sessions_diesel_error_gets_that_error_back,
             a_session_killed_before_commit_commits_nothing_and_asks_for_redelivery,
             a_connection_lost_at_commit_is_an_unknown_outcome_that_redelivery_settles,
+        );
+        #[cfg(feature = "deadpool")]
+        backend_tests!(@in server_scenarios, $backend;
+            a_deadpool_diesel_pool_that_cannot_connect_is_a_pool_error_without_the_password,
         );
     };
 }

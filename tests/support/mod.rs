@@ -14,6 +14,23 @@ mod flavour;
 pub(crate) use fake_service::{call, FakeService, Keys};
 pub(crate) use flavour::*;
 
+/// [`Backend::Deadpool`] and [`Backend::deadpool`] for the connection `$conn`.
+#[cfg(feature = "deadpool")]
+macro_rules! deadpool {
+    ($conn:ty) => {
+        type Deadpool = deadpool_diesel::Pool<deadpool_diesel::Manager<$conn>>;
+
+        fn deadpool(url: &str, max_size: usize) -> Self::Deadpool {
+            let runtime = deadpool_diesel::Runtime::Tokio1;
+            deadpool_diesel::Pool::builder(deadpool_diesel::Manager::new(url, runtime))
+                .max_size(max_size)
+                .runtime(runtime)
+                .build()
+                .unwrap()
+        }
+    };
+}
+
 /// One backend under test. Each test binary uses one; the others are compiled in all of them.
 pub(crate) trait Backend {
     type Conn: TestConn + R2D2Connection;
@@ -26,6 +43,14 @@ pub(crate) trait Backend {
     fn connect_to(url: &str) -> Self::Conn {
         Self::Conn::establish(url).unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
     }
+
+    /// A deadpool-diesel pool of this backend's connections.
+    #[cfg(feature = "deadpool")]
+    type Deadpool: diesel_inbox::pool::BlockingPool<Connection = Self::Conn>;
+
+    /// A deadpool-diesel pool of at most `max_size` connections to `url`, on tokio.
+    #[cfg(feature = "deadpool")]
+    fn deadpool(url: &str, max_size: usize) -> Self::Deadpool;
 
     /// DDL for the table the scenarios' effects write to.
     const EFFECTS_DDL: &'static str;
@@ -240,6 +265,8 @@ pub(crate) struct Postgres;
 #[cfg(feature = "postgres")]
 impl Backend for Postgres {
     type Conn = PgConnection;
+    #[cfg(feature = "deadpool")]
+    deadpool!(PgConnection);
     const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = true;
     // The check that the transaction is not aborted travels with the COMMIT.
@@ -403,6 +430,8 @@ impl ServerBackend for Mysql {
 #[cfg(feature = "mysql")]
 impl Backend for Mysql {
     type Conn = MysqlConnection;
+    #[cfg(feature = "deadpool")]
+    deadpool!(MysqlConnection);
     const EFFECTS_DDL: &'static str =
         "CREATE TABLE effects (event_id VARBINARY(255) NOT NULL) ENGINE = InnoDB";
     const DROP_SETTLED_INDEX: &'static str =
@@ -478,6 +507,8 @@ pub(crate) struct Sqlite;
 #[cfg(feature = "sqlite")]
 impl Backend for Sqlite {
     type Conn = SqliteConnection;
+    #[cfg(feature = "deadpool")]
+    deadpool!(SqliteConnection);
     const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
     const SINGLE_WRITER: bool = true;
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = false;
