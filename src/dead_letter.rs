@@ -186,6 +186,25 @@ impl DeadLetters {
     /// path, and marks it redriven, with `audit` in its history, all in one transaction. If the
     /// effect fails, everything rolls back and the event stays dead-lettered.
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{AdminError, Audit, Error, Inbox};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let inbox = Inbox::new("shipments")?.max_attempts(1);
+    /// let fails = |_tx: &mut SqliteConnection| Err::<(), _>(Error::permanent("unknown SKU"));
+    /// assert!(inbox.process(&mut conn, "order-7", fails)?.is_dead_lettered());
+    ///
+    /// // Fixed upstream: ops redrive it, with who and why in its history.
+    /// let audit = Audit::new("ops@example.com", "SKU added to the catalogue")?;
+    /// let ship = |_tx: &mut SqliteConnection, _payload: Option<&diesel_inbox::Payload>| Ok::<_, AdminError>(());
+    /// assert!(inbox.dead_letters().redrive(&mut conn, "order-7", &audit, ship)?.is_processed());
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// The effect's error, unchanged; [`AdminError::InvalidTransition`] unless the event is

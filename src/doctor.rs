@@ -41,6 +41,22 @@ const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 /// and the backend's settings (PostgreSQL: a UTF8 server encoding; SQLite: WAL journal and a
 /// busy timeout on this connection; MySQL/MariaDB: binary key columns). Reads only.
 ///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::doctor::CheckStatus;
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let checks = diesel_inbox::doctor::check(&mut conn)?;
+/// assert!(checks.iter().all(|check| check.status != CheckStatus::Fail), "{checks:?}");
+/// // A connection without `SqliteSetup` applied: no WAL journal, no busy timeout.
+/// let warned: Vec<_> = checks.iter().filter(|c| c.status == CheckStatus::Warn).map(|c| c.name).collect();
+/// assert!(warned.contains(&"busy_timeout"), "{warned:?}");
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 ///
 /// [`Error::Database`] when a check's query fails for another reason than what it checks (a

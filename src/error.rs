@@ -318,36 +318,32 @@ impl AdminError {
     }
 }
 
-/// [`AdminError::Inbox`] holding [`Error::Database`], so that `?` works on Diesel's results.
-impl From<diesel::result::Error> for AdminError {
-    fn from(error: diesel::result::Error) -> Self {
-        AdminError::Inbox(error.into())
-    }
+/// `From<$error> for AdminError`, as [`AdminError::Inbox`] holding the [`Error`] it converts
+/// into, so that `?` takes the same errors in admin code as in a delivery's.
+macro_rules! admin_from_inbox {
+    ($($(#[$cfg:meta])* $error:ty),+ $(,)?) => {$(
+        $(#[$cfg])*
+        impl From<$error> for AdminError {
+            fn from(error: $error) -> Self {
+                AdminError::Inbox(error.into())
+            }
+        }
+    )+};
 }
 
-/// [`AdminError::Inbox`] holding [`Error::InvalidEventId`].
-impl From<InvalidEventId> for AdminError {
-    fn from(error: InvalidEventId) -> Self {
-        AdminError::Inbox(error.into())
-    }
-}
+admin_from_inbox!(
+    diesel::result::Error,
+    InvalidEventId,
+    InvalidConsumerName,
+    InvalidStreamName,
+    crate::state::CorruptRow,
+    diesel::r2d2::PoolError,
+    #[cfg(feature = "deadpool")]
+    deadpool_diesel::PoolError,
+);
 
-/// [`AdminError::Inbox`] holding [`Error::CorruptRow`].
-impl From<crate::state::CorruptRow> for AdminError {
-    fn from(error: crate::state::CorruptRow) -> Self {
-        AdminError::Inbox(error.into())
-    }
-}
-
-/// [`AdminError::Inbox`] holding [`Error::Pool`], its text redacted.
-impl From<diesel::r2d2::PoolError> for AdminError {
-    fn from(error: diesel::r2d2::PoolError) -> Self {
-        AdminError::Inbox(error.into())
-    }
-}
-
-/// Lets a redrive's effect return plain [`diesel::QueryResult`]: the database's errors come
-/// back as themselves, the rest inside [`diesel::result::Error::QueryBuilderError`].
+/// Lets a redrive's effect return plain [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html): the database's errors come
+/// back as themselves, the rest inside [`diesel::result::Error::QueryBuilderError`](https://docs.rs/diesel/2/diesel/result/enum.Error.html#variant.QueryBuilderError).
 impl From<AdminError> for diesel::result::Error {
     fn from(error: AdminError) -> Self {
         match error {
@@ -388,14 +384,6 @@ impl From<diesel::r2d2::PoolError> for Error {
 impl From<deadpool_diesel::PoolError> for Error {
     fn from(error: deadpool_diesel::PoolError) -> Self {
         Error::pool(&error)
-    }
-}
-
-/// [`AdminError::Inbox`] holding [`Error::Pool`], its text redacted.
-#[cfg(feature = "deadpool")]
-impl From<deadpool_diesel::PoolError> for AdminError {
-    fn from(error: deadpool_diesel::PoolError) -> Self {
-        AdminError::Inbox(error.into())
     }
 }
 
@@ -451,8 +439,8 @@ impl Error {
         Error::Transient(reason.into())
     }
 
-    /// The inbox's own error inside a [`diesel::result::Error`], for handlers that return
-    /// [`diesel::QueryResult`]: the inbox hands its errors to them converted (see the `From`
+    /// The inbox's own error inside a [`diesel::result::Error`](https://docs.rs/diesel/2/diesel/result/enum.Error.html), for handlers that return
+    /// [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html): the inbox hands its errors to them converted (see the `From`
     /// impl below), and this gets them back out. `None` for the database's own errors.
     ///
     /// ```
@@ -471,11 +459,11 @@ impl Error {
     }
 }
 
-/// Lets handlers that return plain [`diesel::QueryResult`] use the inbox.
+/// Lets handlers that return plain [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html) use the inbox.
 ///
 /// Database errors come back as themselves (the last contention error, for exhausted retries);
 /// the rest, a lost connection and an unknown commit outcome among them, as
-/// [`diesel::result::Error::QueryBuilderError`] wrapping this [`Error`], which
+/// [`diesel::result::Error::QueryBuilderError`](https://docs.rs/diesel/2/diesel/result/enum.Error.html#variant.QueryBuilderError) wrapping this [`Error`], which
 /// [`Error::from_diesel`] gets back out.
 impl From<Error> for diesel::result::Error {
     fn from(error: Error) -> Self {

@@ -34,7 +34,7 @@ pub enum FailureKind {
 /// A handler's error type, as the inbox sees it.
 ///
 /// Handlers return `Result<T, E>` with `E: HandlerError`. Implemented for
-/// [`diesel::result::Error`] (so handlers returning [`diesel::QueryResult`] work as they are),
+/// [`diesel::result::Error`](https://docs.rs/diesel/2/diesel/result/enum.Error.html) (so handlers returning [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html) work as they are),
 /// for the inbox's own [`Error`], for `Box<dyn std::error::Error + Send + Sync>`, and with the
 /// features of the same names for `anyhow::Error` and `eyre::Report`. The last three look for
 /// a Diesel or inbox error along the error's chain of sources, context layers included, so

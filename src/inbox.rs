@@ -28,6 +28,22 @@ use diesel::QueryResult;
 ///
 /// The same as [`Inbox::default().process(..)`](Inbox::process); see there for the guarantees.
 ///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::{with_inbox, Outcome};
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// diesel::sql_query("CREATE TABLE points (n INTEGER NOT NULL)").execute(&mut conn)?;
+///
+/// let award = |tx: &mut SqliteConnection| diesel::sql_query("INSERT INTO points VALUES (10)").execute(tx);
+/// assert_eq!(with_inbox(&mut conn, "evt-1", award)?, Outcome::Processed(1));
+/// assert!(with_inbox(&mut conn, "evt-1", award)?.is_duplicate()); // no second row
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 ///
 /// The handler's own error, unchanged, or the inbox's [`Error`] converted into `E`.
@@ -174,6 +190,23 @@ impl Inbox {
     ///
     /// Only what `effect` does through `conn` is exactly-once. An email sent or an HTTP call
     /// made from inside it happens again if the transaction rolls back and is redelivered.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{Inbox, Outcome};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// diesel::sql_query("CREATE TABLE invoices (n INTEGER NOT NULL)").execute(&mut conn)?;
+    ///
+    /// let billing = Inbox::new("billing")?.max_attempts(5);
+    /// let issue = |tx: &mut SqliteConnection| diesel::sql_query("INSERT INTO invoices VALUES (1)").execute(tx);
+    /// assert_eq!(billing.process(&mut conn, "evt-1", issue)?, Outcome::Processed(1));
+    /// assert!(billing.process(&mut conn, "evt-1", issue)?.is_duplicate());
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///

@@ -49,7 +49,7 @@
 //!   connection lost before the commit is [`Error::ConnectionLost`] (nothing committed); one
 //!   lost during the commit is [`Error::CommitUnknown`] (redelivering is safe: the inbox
 //!   answers `Duplicate` if it applied). [`Error::from_diesel`] finds them inside a
-//!   [`diesel::result::Error`].
+//!   [`diesel::result::Error`](https://docs.rs/diesel/2/diesel/result/enum.Error.html).
 //! - Inside a transaction the caller already holds, the inbox runs as a savepoint and the
 //!   caller's commit decides.
 //! - Ids are compared byte for byte on every backend ([`EventId`]).
@@ -129,7 +129,7 @@
 //! so the handler's error comes back unchanged and the inbox's own errors travel the same way;
 //! `Display`, so a failure can be recorded with its message; and optional accessors for the
 //! Diesel error inside (contention is retried, never counted) and the inbox error inside.
-//! [`diesel::result::Error`] implements it, so handlers returning [`diesel::QueryResult`] work
+//! [`diesel::result::Error`](https://docs.rs/diesel/2/diesel/result/enum.Error.html) implements it, so handlers returning [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html) work
 //! as they are. A handler marks a failure permanent ([`Error::permanent`]: dead-lettered at
 //! once) or transient ([`Error::transient`]: redelivered, never counted); the default counts
 //! it toward [`Inbox::max_attempts`].
@@ -153,6 +153,8 @@
     allow(dead_code, unused_macros)
 )]
 
+// First, so that the documentation of `Inbox` opens with `new` and `process`: rustdoc lists
+// a type's inherent impls in the order it meets their modules.
 mod ack;
 #[cfg(feature = "async")]
 pub mod asynch;
@@ -211,9 +213,9 @@ pub use claim::{
 pub use cursor::{Cursor, Gaps, Lease, Position, Resume, Sequenced, DEFAULT_MAX_OPEN_GAPS};
 pub use dead_letter::{DeadLetter, DeadLetters, HistoryEntry};
 pub use delivery::{Delivery, IntoDelivery, Payload};
-pub use envelope::{
-    Envelope, Message, SchemaVersions, TraceContextLayer, UnsupportedSchemaVersion,
-};
+#[cfg(feature = "trace-context")]
+pub use envelope::TraceContextLayer;
+pub use envelope::{Envelope, Message, SchemaVersions, UnsupportedSchemaVersion};
 pub use error::{AdminError, Error};
 pub use gap::Gap;
 pub use handler_error::{FailureKind, HandlerError};

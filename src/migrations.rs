@@ -20,9 +20,11 @@
 //! `IF NOT EXISTS`), but then each route believes it owns the tables, and reverting one drops
 //! tables the other still counts as applied.
 //!
-//! The same SQL is available as text through [`sql`] (to print, review or run by hand), and as
-//! [`EmbeddedMigrations`] ([`POSTGRES`], [`SQLITE`], [`MYSQL`]) for an application that runs
-//! them through its own [`MigrationHarness`](diesel_migrations::MigrationHarness).
+//! The same SQL is available as text through [`sql`] (to print, review or run by hand), and,
+//! with the default feature `diesel-migrations`, as `diesel_migrations`' `EmbeddedMigrations`
+//! (`POSTGRES`, `SQLITE`, `MYSQL`) for an application that runs them through its own
+//! `MigrationHarness`. Neither [`run_pending_migrations`] nor [`install`] needs that feature:
+//! an app that turns it off compiles neither `diesel_migrations` nor its macros.
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
@@ -48,6 +50,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use diesel::QueryResult;
+#[cfg(feature = "diesel-migrations")]
 use diesel_migrations::EmbeddedMigrations;
 
 pub use crate::dialect::{Dialect, UnknownDatabaseUrl, UnknownDialect};
@@ -69,7 +72,7 @@ mod sql_text;
 /// migrations too. Prefer [`run_pending_migrations`], which keeps its versions in a table of
 /// its own, or [`install`], which makes them ordinary migrations of the application. See
 /// [`SQLITE`] for an example.
-#[cfg(feature = "postgres")]
+#[cfg(all(feature = "postgres", feature = "diesel-migrations"))]
 pub const POSTGRES: EmbeddedMigrations =
     diesel_migrations::embed_migrations!("migrations/postgres");
 
@@ -94,7 +97,7 @@ pub const POSTGRES: EmbeddedMigrations =
 /// assert!(diesel_inbox::with_inbox(&mut conn, "evt-1", noop)?.is_processed());
 /// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
 /// ```
-#[cfg(feature = "sqlite")]
+#[cfg(all(feature = "sqlite", feature = "diesel-migrations"))]
 pub const SQLITE: EmbeddedMigrations = diesel_migrations::embed_migrations!("migrations/sqlite");
 
 /// The inbox migrations for MySQL and MariaDB, for an application's own
@@ -107,7 +110,7 @@ pub const SQLITE: EmbeddedMigrations = diesel_migrations::embed_migrations!("mig
 /// migrations too. Prefer [`run_pending_migrations`], which keeps its versions in a table of
 /// its own, or [`install`], which makes them ordinary migrations of the application. See
 /// [`SQLITE`] for an example.
-#[cfg(feature = "mysql")]
+#[cfg(all(feature = "mysql", feature = "diesel-migrations"))]
 pub const MYSQL: EmbeddedMigrations = diesel_migrations::embed_migrations!("migrations/mysql");
 
 /// Applies the inbox migrations that `conn`'s database lacks; returns how many ran.

@@ -143,6 +143,31 @@ impl Inbox {
     /// [`process_batch`](Self::process_batch) with one call of `handler` for all the batch's
     /// new deliveries: [`crate::Inbox::process_bulk`], awaited.
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_inbox::{asynch, Delivery};
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+    /// asynch::run_pending_migrations(&mut conn).await?;
+    /// let inbox = asynch::Inbox::new("ledger")?;
+    /// // One call for all the new deliveries of the batch: a multi-row insert, say.
+    /// let write_all = async |_tx: &mut Conn, new: &[&Delivery]| {
+    ///     assert_eq!(new.len(), 2);
+    ///     Ok::<_, diesel_inbox::Error>(())
+    /// };
+    /// let outcomes = inbox.process_bulk(&mut conn, ["evt-1", "evt-2"], write_all).await?;
+    /// assert!(outcomes.iter().all(|outcome| matches!(outcome, Ok(o) if o.is_processed())));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`crate::Inbox::process_bulk`].

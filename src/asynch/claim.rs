@@ -92,6 +92,30 @@ impl Claims {
     /// Claims `delivery`'s event in a transaction of its own: [`crate::Claims::claim`],
     /// awaited. Finish a [`Claimed::Acquired`] claim on an async connection.
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_inbox::asynch;
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+    /// asynch::run_pending_migrations(&mut conn).await?;
+    /// let mailer = asynch::Inbox::new("mailer")?.claims();
+    /// let asynch::Claimed::Acquired(claim) = mailer.claim(&mut conn, "evt-1").await? else {
+    ///     unreachable!("the first delivery acquires the claim");
+    /// };
+    /// // ... the side effect, with `claim.idempotency_key()` ...
+    /// claim.complete(&mut conn, &"sent").await?;
+    /// assert!(!matches!(mailer.claim(&mut conn, "evt-1").await?, asynch::Claimed::Acquired(_)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`crate::Claims::claim`].
@@ -179,6 +203,28 @@ impl Claims {
     /// claim for its idempotency key: [`crate::Claims::run`], awaited. Its result is stored
     /// and returned to later deliveries; its error or panic decides the claim as there.
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_inbox::{asynch, ClaimOutcome};
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+    /// asynch::run_pending_migrations(&mut conn).await?;
+    /// let mailer = asynch::Inbox::new("mailer")?.claims();
+    /// let send = async |claim: &diesel_inbox::Claim| Ok::<_, diesel_inbox::Error>(claim.idempotency_key());
+    ///
+    /// assert!(matches!(mailer.run(&mut conn, "evt-1", send).await?, ClaimOutcome::Ran(_)));
+    /// assert!(matches!(mailer.run(&mut conn, "evt-1", send).await?, ClaimOutcome::Completed(_)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`crate::Claims::run`].
@@ -202,6 +248,34 @@ impl Claims {
     /// say) in the completion's transaction: [`crate::Claims::run_and_record`], awaited.
     /// `record` is an async closure over the transaction's connection and the side effect's
     /// value.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+    /// use diesel_inbox::{asynch, ClaimOutcome};
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+    /// asynch::run_pending_migrations(&mut conn).await?;
+    /// conn.batch_execute("CREATE TABLE charges (id TEXT NOT NULL)").await?;
+    /// let payments = asynch::Inbox::new("payments")?.claims();
+    ///
+    /// let charge = async |_claim: &diesel_inbox::Claim| Ok::<_, diesel_inbox::Error>("ch_1".to_owned());
+    /// let record = async |tx: &mut Conn, id: &String| {
+    ///     diesel::sql_query(format!("INSERT INTO charges VALUES ('{id}')")).execute(tx).await?;
+    ///     Ok(())
+    /// };
+    /// let charged = payments.run_and_record(&mut conn, "order-42", charge, record).await?;
+    /// assert!(matches!(charged, ClaimOutcome::Ran(_)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///

@@ -98,6 +98,30 @@ impl Cursor {
     /// the cursor's advance: [`crate::Cursor::process`], awaited, with the async inbox's
     /// handlers, backoff and cancellation (see [`Inbox::process`]).
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_inbox::asynch;
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+    /// asynch::run_pending_migrations(&mut conn).await?;
+    /// let blocks = asynch::Inbox::new("indexer")?.cursor("chain:main")?;
+    /// let apply = async |_tx: &mut Conn| Ok::<_, diesel_inbox::Error>(());
+    ///
+    /// assert!(blocks.process(&mut conn, 1, apply).await?.is_processed());
+    /// assert!(blocks.process(&mut conn, 1, apply).await?.is_duplicate());
+    /// let after_gap = blocks.process(&mut conn, 4, apply).await?;
+    /// assert_eq!(after_gap.gaps()[0].sequences(), 2..=3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`crate::Cursor::process`].

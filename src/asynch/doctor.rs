@@ -29,6 +29,26 @@ use super::AsyncInboxConnection;
 
 /// Checks `conn`'s database: [`crate::doctor::check`], awaited. Reads only.
 ///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::asynch;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut conn: SyncConnectionWrapper<SqliteConnection> =
+///     SyncConnectionWrapper::new(SqliteConnection::establish(":memory:")?);
+/// use diesel_inbox::doctor::CheckStatus;
+///
+/// asynch::run_pending_migrations(&mut conn).await?;
+/// let checks = asynch::doctor::check(&mut conn).await?;
+/// assert!(checks.iter().all(|check| check.status != CheckStatus::Fail), "{checks:?}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 ///
 /// As [`crate::doctor::check`].

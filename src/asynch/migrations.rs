@@ -40,6 +40,26 @@ pub async fn run_pending_migrations<C: AsyncInboxConnection>(
 /// [`run_pending_migrations`], waiting for the migration lock at most as long as `options`
 /// says: [`crate::run_pending_migrations_with`], awaited.
 ///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::asynch;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut conn: SyncConnectionWrapper<SqliteConnection> =
+///     SyncConnectionWrapper::new(SqliteConnection::establish(":memory:")?);
+/// use diesel_inbox::migrations::MigrationOptions;
+/// use std::time::Duration;
+///
+/// let options = MigrationOptions::default().lock_timeout(Duration::from_secs(5));
+/// assert_eq!(asynch::run_pending_migrations_with(&mut conn, options).await?, 7);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 ///
 /// As [`crate::run_pending_migrations`].

@@ -152,6 +152,25 @@ impl<C, T, E, H> Handler<C, T, E> for H where
 /// Runs `handler` once per event for the default consumer: the async
 /// [`with_inbox`](crate::with_inbox), with the same guarantees (see [`Inbox::process`]).
 ///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::asynch;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut conn: SyncConnectionWrapper<SqliteConnection> =
+///     SyncConnectionWrapper::new(SqliteConnection::establish(":memory:")?);
+/// asynch::run_pending_migrations(&mut conn).await?;
+/// let noop = async |_tx: &mut SyncConnectionWrapper<SqliteConnection>| Ok::<_, diesel_inbox::Error>(());
+/// assert!(asynch::with_inbox(&mut conn, "evt-1", noop).await?.is_processed());
+/// assert!(asynch::with_inbox(&mut conn, "evt-1", noop).await?.is_duplicate());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 ///
 /// The handler's own error, unchanged, or the inbox's [`Error`] converted into
@@ -222,6 +241,30 @@ impl Inbox {
     /// Contention backs off on tokio's timer, never blocking the runtime; a panic in the
     /// handler rolls back, is recorded, and goes on unwinding; a dropped future leaves its
     /// connection broken, never inside a transaction (see [the module docs](self)).
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
+    /// use diesel_inbox::{asynch, Outcome};
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+    /// asynch::run_pending_migrations(&mut conn).await?;
+    /// conn.batch_execute("CREATE TABLE invoices (n INTEGER NOT NULL)").await?;
+    ///
+    /// let billing = asynch::Inbox::new("billing")?.max_attempts(5);
+    /// let issue = async |tx: &mut Conn| diesel::sql_query("INSERT INTO invoices VALUES (1)").execute(tx).await;
+    /// assert_eq!(billing.process(&mut conn, "evt-1", issue).await?, Outcome::Processed(1));
+    /// assert!(billing.process(&mut conn, "evt-1", issue).await?.is_duplicate());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///

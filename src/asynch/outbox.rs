@@ -76,6 +76,32 @@ impl Outbox {
     /// a transaction, an async inbox handler's included, the row commits with it; outside
     /// one, in a transaction of its own.
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_inbox::{asynch, Envelope};
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+    /// asynch::run_pending_migrations(&mut conn).await?;
+    /// let outbox = asynch::Outbox::new("orders-service")?;
+    /// let orders = asynch::Inbox::new("orders")?;
+    ///
+    /// // In the handler's transaction: the follow-up event commits with the effect, or neither does.
+    /// let placed = Envelope::new("order.placed", "order", "42");
+    /// let _ = orders.process(&mut conn, "evt-1", async |tx: &mut Conn| {
+    ///     outbox.enqueue(tx, "orders.placed", &placed).await
+    /// }).await?;
+    /// assert_eq!(asynch::Outbox::stats(&mut conn).await?.pending, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`crate::Outbox::enqueue`].
@@ -175,6 +201,37 @@ impl Relay {
 
     /// One pass: takes the rows due now, publishes them through `publisher` in order,
     /// awaiting each, and marks them: [`crate::Relay::run_once`], awaited.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_inbox::{asynch, AsyncPublisher, Envelope, OutboxMessage, PublishError};
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+    /// asynch::run_pending_migrations(&mut conn).await?;
+    /// /// Accepts everything; a real one awaits its broker's ack.
+    /// struct Accepting;
+    ///
+    /// impl AsyncPublisher for Accepting {
+    ///     async fn publish(&self, _message: &OutboxMessage) -> Result<(), PublishError> {
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let placed = Envelope::new("order.placed", "order", "42");
+    /// asynch::Outbox::new("orders")?.enqueue(&mut conn, "orders.placed", &placed).await?;
+    /// let relay = asynch::Relay::new();
+    /// assert_eq!(relay.run_once(&mut conn, &Accepting).await?.published, 1);
+    /// assert!(relay.run_once(&mut conn, &Accepting).await?.is_idle());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///

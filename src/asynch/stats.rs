@@ -35,6 +35,27 @@ use super::AsyncInboxConnection;
 
 /// The [`Stats`] of every consumer, sorted by name: [`Stats::all`], awaited.
 ///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::asynch;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut conn: SyncConnectionWrapper<SqliteConnection> =
+///     SyncConnectionWrapper::new(SqliteConnection::establish(":memory:")?);
+/// asynch::run_pending_migrations(&mut conn).await?;
+/// let noop = async |_tx: &mut SyncConnectionWrapper<SqliteConnection>| Ok::<_, diesel_inbox::Error>(());
+/// let _ = asynch::Inbox::new("billing")?.process(&mut conn, "evt-1", noop).await?;
+/// let stats = asynch::stats::all(&mut conn, std::time::Duration::from_secs(3600)).await?;
+/// assert_eq!(stats.len(), 1);
+/// assert_eq!(stats[0].consumer, "billing");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 ///
 /// As [`Stats::all`].

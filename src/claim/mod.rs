@@ -325,6 +325,25 @@ impl Claims {
     /// Mark an error transient only when the request cannot have reached the service: a
     /// timeout is not transient.
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{ClaimOutcome, Inbox};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let mailer = Inbox::new("mailer")?.claims();
+    /// // The side effect outside the database: an email, a payment; its key dedups on their side.
+    /// let send = |claim: &diesel_inbox::Claim| Ok::<_, diesel_inbox::Error>(format!("sent with {}", claim.idempotency_key()));
+    ///
+    /// let first = mailer.run(&mut conn, "evt-1", send)?;
+    /// let again = mailer.run(&mut conn, "evt-1", send)?;
+    /// assert!(matches!(first, ClaimOutcome::Ran(_)));
+    /// assert!(matches!(again, ClaimOutcome::Completed(_))); // the stored result; not sent twice
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`claim`](Self::claim); `effect`'s own error, unchanged, when the claim was
@@ -347,6 +366,30 @@ impl Claims {
     /// [`run`](Self::run), committing `record`'s database writes (the charge id on the
     /// order, say) in the completion's transaction: the claim is completed with them, or
     /// neither commits. Contention retries `record`.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{ClaimOutcome, Inbox};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// diesel::sql_query("CREATE TABLE charges (id TEXT NOT NULL)").execute(&mut conn)?;
+    /// let payments = Inbox::new("payments")?.claims();
+    ///
+    /// let charged = payments.run_and_record(
+    ///     &mut conn,
+    ///     "order-42",
+    ///     |_claim| Ok::<_, diesel_inbox::Error>("ch_1".to_owned()), // the payment API's charge id
+    ///     |tx, charge| {
+    ///         diesel::sql_query(format!("INSERT INTO charges VALUES ('{charge}')")).execute(tx)?;
+    ///         Ok(())
+    ///     },
+    /// )?;
+    /// assert!(matches!(charged, ClaimOutcome::Ran(_)));
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///

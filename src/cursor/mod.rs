@@ -252,6 +252,25 @@ impl Cursor {
     /// retried as for [`Inbox::process`], and inside a caller's transaction it runs as a
     /// savepoint.
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::Inbox;
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let blocks = Inbox::new("indexer")?.cursor("chain:main")?;
+    /// let apply = |_tx: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
+    ///
+    /// assert!(blocks.process(&mut conn, 1, apply)?.is_processed());
+    /// assert!(blocks.process(&mut conn, 1, apply)?.is_duplicate()); // at or below the watermark
+    /// let after_gap = blocks.process(&mut conn, 4, apply)?; // 2 and 3 never came
+    /// assert!(after_gap.is_processed());
+    /// assert_eq!(after_gap.gaps()[0].sequences(), 2..=3);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// The effect's own error, unchanged; or the inbox's [`Error`] converted into `E`:

@@ -22,6 +22,7 @@ mod trace;
 mod versions;
 pub(crate) mod wire;
 
+#[cfg(feature = "trace-context")]
 pub use trace::TraceContextLayer;
 pub(crate) use trace::{current_traceparent, TraceContext};
 pub use versions::{SchemaVersions, UnsupportedSchemaVersion};
@@ -79,7 +80,7 @@ pub struct Envelope {
 impl Envelope {
     /// A new event of `event_type` about the aggregate `aggregate_type`/`aggregate_id`: a
     /// fresh version 7 UUID as id, occurred now (to the microsecond), schema version 1, the trace
-    /// context of the current span (see [`TraceContextLayer`]), no headers, an empty JSON
+    /// context of the current span (see `TraceContextLayer`, feature `trace-context`), no headers, an empty JSON
     /// payload (`null`), and no producer yet (the outbox names it at enqueue).
     ///
     /// The three names must not be empty and must not contain a line break or NUL, since they

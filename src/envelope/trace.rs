@@ -1,21 +1,28 @@
 //! The W3C trace context of the current `tracing` span.
 //!
-//! [`TraceContextLayer`] gives every span a trace id, a span id of its own and trace flags,
-//! kept in the span's extensions in the `tracing-subscriber` registry.
+//! `TraceContextLayer` (feature `trace-context`) gives every span a trace id, a span id of its
+//! own and trace flags, kept in the span's extensions in the `tracing-subscriber` registry.
 //! [`Envelope::new`](crate::Envelope::new) reads the current span's context through
-//! [`current_traceparent`] and sends it as the event's `traceparent`.
+//! [`current_traceparent`] and sends it as the event's `traceparent`. A `traceparent` read off
+//! the wire is checked by [`TraceContext::parse`] with or without the feature.
 
 use std::fmt;
 
+#[cfg(feature = "trace-context")]
 use tracing::field::{Field, Visit};
+#[cfg(feature = "trace-context")]
 use tracing::span::{Attributes, Id, Record};
+#[cfg(feature = "trace-context")]
 use tracing::Subscriber;
+#[cfg(feature = "trace-context")]
 use tracing_subscriber::layer::{Context, Layer};
+#[cfg(feature = "trace-context")]
 use tracing_subscriber::registry::{LookupSpan, Registry};
 
 use crate::Error;
 
 /// The span field whose value a span continues: `traceparent`.
+#[cfg(feature = "trace-context")]
 const FIELD: &str = "traceparent";
 
 /// Keeps a W3C trace context on each span, so an [`Envelope`](crate::Envelope) made inside one
@@ -60,9 +67,11 @@ const FIELD: &str = "traceparent";
 ///
 /// OpenTelemetry users keep their own context (`tracing-opentelemetry`) and set
 /// [`Envelope::with_traceparent`](crate::Envelope::with_traceparent) from it instead.
+#[cfg(feature = "trace-context")]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TraceContextLayer;
 
+#[cfg(feature = "trace-context")]
 impl<S> Layer<S> for TraceContextLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -105,7 +114,8 @@ where
 }
 
 /// The current span's trace context as a `traceparent`, whose parent id is that span's own
-/// id: `None` outside any span, or without [`TraceContextLayer`] over the registry.
+/// id: `None` outside any span, or without `TraceContextLayer` over the registry.
+#[cfg(feature = "trace-context")]
 pub(crate) fn current_traceparent() -> Option<String> {
     tracing::Span::current()
         .with_subscriber(|(id, dispatch)| {
@@ -115,6 +125,12 @@ pub(crate) fn current_traceparent() -> Option<String> {
             extensions.get::<TraceContext>().map(ToString::to_string)
         })
         .flatten()
+}
+
+/// Without the feature `trace-context`, no span carries a trace context.
+#[cfg(not(feature = "trace-context"))]
+pub(crate) fn current_traceparent() -> Option<String> {
+    None
 }
 
 /// A W3C trace context: a trace id, a parent (span) id, and trace flags.
@@ -199,9 +215,11 @@ impl fmt::Display for TraceContext {
 }
 
 /// Finds a valid `traceparent` among a span's fields, recorded as a string or with `%`/`?`.
+#[cfg(feature = "trace-context")]
 #[derive(Default)]
 struct Incoming(Option<TraceContext>);
 
+#[cfg(feature = "trace-context")]
 impl Visit for Incoming {
     fn record_str(&mut self, field: &Field, value: &str) {
         if field.name() == FIELD {
@@ -222,7 +240,7 @@ impl Visit for Incoming {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "trace-context"))]
 mod tests {
     use tracing_subscriber::layer::SubscriberExt;
 

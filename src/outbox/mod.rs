@@ -117,6 +117,25 @@ impl Outbox {
     /// (on PostgreSQL, but for the rare aggregates whose 32-bit hashes collide). Keep
     /// transactions that enqueue short: a producer of the same aggregate waits for them.
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{Envelope, Inbox, Outbox};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let outbox = Outbox::new("orders-service")?;
+    ///
+    /// // In the handler's transaction: the follow-up event commits with the effect, or neither does.
+    /// let _ = Inbox::new("orders")?.process(&mut conn, "evt-1", |tx| {
+    ///     let placed = Envelope::new("order.placed", "order", "42").json(&serde_json::json!({"qty": 1}))?;
+    ///     outbox.enqueue(tx, "orders.placed", &placed)
+    /// })?;
+    /// assert_eq!(Outbox::stats(&mut conn)?.pending, 1);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidEnvelope`] for an empty or overlong topic, or aggregate type or id

@@ -166,6 +166,33 @@ impl Relay {
 
     /// One pass: takes the rows due now, publishes them through `publisher`, marks them.
     ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{Envelope, Outbox, OutboxMessage, PublishError, Publisher, Relay};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// Outbox::new("orders")?.enqueue(&mut conn, "orders.placed", &Envelope::new("order.placed", "order", "42"))?;
+    ///
+    /// /// Keeps the topics it was given; a real one sends and waits for the broker's ack.
+    /// struct Topics(Vec<String>);
+    ///
+    /// impl Publisher for Topics {
+    ///     fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+    ///         self.0.push(message.topic.clone());
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let (relay, mut sent) = (Relay::new(), Topics(Vec::new()));
+    /// assert_eq!(relay.run_once(&mut conn, &mut sent)?.published, 1);
+    /// assert!(relay.run_once(&mut conn, &mut sent)?.is_idle());
+    /// assert_eq!(sent.0, ["orders.placed"]);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`AdminError::RelayInsideTransaction`] inside an open transaction; the database's

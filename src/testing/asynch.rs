@@ -49,6 +49,31 @@ use super::schedule::{judge, play, Schedule, StepEffect};
 /// What the inbox table records about `event_id` for `inbox`'s consumer:
 /// [`super::inbox_record`], awaited.
 ///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::{asynch, testing};
+///
+/// type Conn = SyncConnectionWrapper<SqliteConnection>;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut setup = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut setup)?;
+/// let mut conn = Conn::new(setup);
+/// let inbox = asynch::Inbox::new("billing")?.max_attempts(1);
+/// let ok = async |_: &mut Conn| Ok::<_, diesel_inbox::Error>(());
+/// let _ = inbox.process(&mut conn, "evt-1", ok).await?;
+///
+/// let record = testing::asynch::inbox_record(&mut conn, &inbox, "evt-1").await?;
+/// assert_eq!(record.map(|r| r.deliveries()), Some(1));
+/// assert!(testing::asynch::inbox_record(&mut conn, &inbox, "evt-2").await?.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 ///
 /// As [`super::inbox_record`].
@@ -92,6 +117,29 @@ pub async fn assert_deliveries<C: AsyncInboxConnection>(
 
 /// [`super::assert_not_processed`], reading through an async connection.
 ///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::{asynch, testing};
+///
+/// type Conn = SyncConnectionWrapper<SqliteConnection>;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut setup = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut setup)?;
+/// let mut conn = Conn::new(setup);
+/// let inbox = asynch::Inbox::new("billing")?.max_attempts(1);
+/// let fails = async |_: &mut Conn| Err::<(), _>(diesel_inbox::Error::transient("down"));
+/// assert!(inbox.process(&mut conn, "evt-1", fails).await.is_err());
+///
+/// testing::asynch::assert_not_processed(&mut conn, &inbox, "evt-1").await;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Panics
 ///
 /// As [`super::assert_not_processed`].
@@ -105,6 +153,30 @@ pub async fn assert_not_processed<C: AsyncInboxConnection>(
 }
 
 /// [`super::assert_dead_lettered`], reading through an async connection.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::{asynch, testing};
+///
+/// type Conn = SyncConnectionWrapper<SqliteConnection>;
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut setup = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut setup)?;
+/// let mut conn = Conn::new(setup);
+/// let inbox = asynch::Inbox::new("billing")?.max_attempts(1);
+/// let fails = async |_: &mut Conn| Err::<(), _>(diesel_inbox::Error::permanent("bad payload"));
+/// let _ = inbox.process(&mut conn, "evt-1", fails).await;
+///
+/// let dead = testing::asynch::assert_dead_lettered(&mut conn, &inbox, "evt-1").await;
+/// assert_eq!(dead.attempts, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 ///
 /// # Panics
 ///

@@ -16,8 +16,8 @@ pub enum Fault {
 
 /// The error an injected [`Fault::Error`] returns, converted into the handler's error type.
 ///
-/// Handlers returning [`diesel::QueryResult`] get it as
-/// [`diesel::result::Error::QueryBuilderError`], which `downcast_ref` recovers; give your own
+/// Handlers returning [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html) get it as
+/// [`diesel::result::Error::QueryBuilderError`](https://docs.rs/diesel/2/diesel/result/enum.Error.html#variant.QueryBuilderError), which `downcast_ref` recovers; give your own
 /// error type a `From<InjectedFault>` (in tests only, if you like).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("fault injected on attempt {attempt} by diesel_inbox::testing")]
@@ -32,7 +32,7 @@ impl InjectedFault {
     }
 }
 
-/// Lets handlers that return [`diesel::QueryResult`] take injected faults.
+/// Lets handlers that return [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html) take injected faults.
 impl From<InjectedFault> for diesel::result::Error {
     fn from(fault: InjectedFault) -> Self {
         diesel::result::Error::QueryBuilderError(Box::new(fault))

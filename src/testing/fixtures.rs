@@ -124,6 +124,17 @@ fn check_one<T, E: Display>(
 /// `<dir>/<event type>/v<version>.json` (pretty JSON, [`Envelope::to_json`]), creating the
 /// folders, replacing the file if there is one. Returns its path.
 ///
+/// ```
+/// use diesel_inbox::testing::write_schema_fixture;
+/// use diesel_inbox::Envelope;
+///
+/// let fixtures = tempfile::tempdir()?;
+/// let placed = Envelope::new("order.placed", "order", "42").json(&serde_json::json!({"qty": 1}))?;
+/// let path = write_schema_fixture(fixtures.path(), &placed)?;
+/// assert!(path.ends_with("order.placed/v1.json"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Errors
 ///
 /// The file system's error; [`io::ErrorKind::InvalidInput`] when the event type cannot name
