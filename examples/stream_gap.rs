@@ -112,7 +112,7 @@ fn deliver(
 }
 
 fn describe(gap: &Gap) -> String {
-    format!("{}..={} {}", gap.first(), gap.last(), gap.cause())
+    format!("{}..={} {}", gap.first, gap.last, gap.cause)
 }
 
 /// The gap ledger as ops read it. A row this version cannot read is listed in its place,
@@ -127,20 +127,21 @@ fn print_ledger(gaps: &[Result<Gap, CorruptRow>]) {
             }
         };
         let closed = gap
-            .closed_at()
+            .closed_at
             .map(|at| format!(", closed {}", at.format("%H:%M:%S%.3f")))
             .unwrap_or_default();
         let resolution = gap
-            .resolution()
+            .resolution
+            .as_ref()
             .map(|audit| format!("\n      by {}: {}", audit.actor(), audit.reason()))
             .unwrap_or_default();
         println!(
             "  gap #{} {} {}, {}: detected {}{closed}{resolution}",
-            gap.id(),
-            gap.stream(),
+            gap.id,
+            gap.stream,
             describe(gap),
-            gap.state(),
-            gap.detected_at().format("%H:%M:%S%.3f"),
+            gap.state,
+            gap.detected_at.format("%H:%M:%S%.3f"),
         );
     }
 }
@@ -219,7 +220,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "outage outlasted retention; orders 5..=8 rebuilt by hand from the order service",
     )?;
     for gap in open.iter().flatten() {
-        cursor.gaps().resolve(&mut conn, gap.id(), &audit)?;
+        cursor.gaps().resolve(&mut conn, gap.id, &audit)?;
     }
     println!("the ledger after ops resolved it:");
     print_ledger(&cursor.gaps().list(&mut conn, 0, 100)?);

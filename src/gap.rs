@@ -10,18 +10,29 @@ use crate::rows::GapRow;
 use crate::state::{GapCause, GapState};
 use crate::watermark::{unstored, OpenGap};
 
-/// One range of missing sequences in a stream, as the ledger keeps it.
+/// One range of missing sequences in a stream, as the ledger keeps it: a record read back, so
+/// its fields are public, as every record the crate lists is.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Gap {
-    id: i64,
-    stream: String,
-    first: u64,
-    last: u64,
-    cause: GapCause,
-    state: GapState,
-    detected_at: DateTime<Utc>,
-    closed_at: Option<DateTime<Utc>>,
-    resolution: Option<Audit>,
+    /// The gap's number, to resolve it by.
+    pub id: i64,
+    /// The stream.
+    pub stream: String,
+    /// The first missing sequence.
+    pub first: u64,
+    /// The last missing sequence, never below [`first`](Self::first).
+    pub last: u64,
+    /// Why the sequences are missing.
+    pub cause: GapCause,
+    /// Whether they still are.
+    pub state: GapState,
+    /// When the cursor found the gap.
+    pub detected_at: DateTime<Utc>,
+    /// When it was filled or resolved.
+    pub closed_at: Option<DateTime<Utc>>,
+    /// Who resolved it, and why.
+    pub resolution: Option<Audit>,
 }
 
 impl Gap {
@@ -68,26 +79,6 @@ impl Gap {
         }
     }
 
-    /// The gap's number, to resolve it by.
-    pub fn id(&self) -> i64 {
-        self.id
-    }
-
-    /// The stream.
-    pub fn stream(&self) -> &str {
-        &self.stream
-    }
-
-    /// The first missing sequence.
-    pub fn first(&self) -> u64 {
-        self.first
-    }
-
-    /// The last missing sequence.
-    pub fn last(&self) -> u64 {
-        self.last
-    }
-
     /// The missing sequences. A gap that late arrivals filled in the middle is two rows: the
     /// part below the arrival keeps this id, the part above gets a new one.
     pub fn sequences(&self) -> RangeInclusive<u64> {
@@ -96,36 +87,11 @@ impl Gap {
 
     /// How many sequences are missing.
     pub fn len(&self) -> u64 {
-        self.last - self.first + 1
+        self.last.saturating_sub(self.first) + 1
     }
 
     /// Never: a gap holds at least one sequence.
     pub fn is_empty(&self) -> bool {
         false
-    }
-
-    /// Why the sequences are missing.
-    pub fn cause(&self) -> GapCause {
-        self.cause
-    }
-
-    /// Whether they still are.
-    pub fn state(&self) -> GapState {
-        self.state
-    }
-
-    /// When the cursor found the gap.
-    pub fn detected_at(&self) -> DateTime<Utc> {
-        self.detected_at
-    }
-
-    /// When it was filled or resolved.
-    pub fn closed_at(&self) -> Option<DateTime<Utc>> {
-        self.closed_at
-    }
-
-    /// Who resolved it, and why.
-    pub fn resolution(&self) -> Option<&Audit> {
-        self.resolution.as_ref()
     }
 }

@@ -139,6 +139,16 @@
 //! return [`AdminError`]: their own refusals, and [`AdminError::Inbox`] for the database's and
 //! the inbox's errors they meet on the way.
 //!
+//! # Reading results
+//!
+//! An [`Outcome`] is asked, not matched on one variant: [`Outcome::is_processed`] and
+//! [`Outcome::processed`] cover a cursor's [`Outcome::ProcessedAfterGap`] too. The records an
+//! operator lists are plain data with public fields: [`DeadLetter`], [`ClaimRecord`],
+//! [`OutboxRecord`], [`Gap`], [`Stats`], [`doctor::Check`]. Values that interpret what is
+//! stored answer through methods: [`Duplicate`], [`DeadLettered`], [`Position`] (whose
+//! watermark tells a fresh stream from one whose first sequence is in a gap), [`Claim`] and
+//! [`Lease`] (which act on the row they hold).
+//!
 //! # What to ack
 //!
 //! [`Ack::of`]`(&result)` tells a broker loop what to do with the message, for every
@@ -153,8 +163,6 @@
     allow(dead_code, unused_macros)
 )]
 
-// First, so that the documentation of `Inbox` opens with `new` and `process`: rustdoc lists
-// a type's inherent impls in the order it meets their modules.
 mod ack;
 #[cfg(feature = "async")]
 pub mod asynch;

@@ -321,10 +321,7 @@ fn lists_and_resolves_gaps<C: InboxConnection>(url: &str, conn: &mut C) {
     .map(|(cursor, delivery)| cursor.process(conn, delivery, apply).unwrap().gaps().len())
     .collect();
     assert_eq!(found, [0, 1, 0, 1]);
-    let id = skipping.gaps().open(conn).unwrap()[0]
-        .as_ref()
-        .unwrap()
-        .id();
+    let id = skipping.gaps().open(conn).unwrap()[0].as_ref().unwrap().id;
 
     lists_gaps(url, id);
     resolves_a_gap(url, conn, &skipping, id);
@@ -415,8 +412,8 @@ fn resolves_a_gap<C: InboxConnection>(url: &str, conn: &mut C, cursor: &Cursor, 
     assert_eq!(cursor.resume(conn).unwrap(), Resume::At(6));
     let listed = cursor.gaps().list(conn, 0, 100).unwrap();
     let closed = listed[0].as_ref().unwrap();
-    assert_eq!(closed.state(), GapState::Resolved);
-    assert_eq!(closed.resolution().map(Audit::actor), Some("ops"));
+    assert_eq!(closed.state, GapState::Resolved);
+    assert_eq!(closed.resolution.as_ref().map(Audit::actor), Some("ops"));
 
     // a closed or unknown gap is an error; the listing keeps the resolved one under --all
     let again = cli(url, &[&resolve[..], &["--yes"]].concat());
@@ -1989,7 +1986,7 @@ fn lists_a_corrupt_gap_in_place<C: InboxConnection>(url: &str, conn: &mut C) {
         .list(conn, 0, 10)
         .unwrap()
         .iter()
-        .map(|gap| gap.as_ref().unwrap().id())
+        .map(|gap| gap.as_ref().unwrap().id)
         .collect();
     conn.batch_execute(&format!(
         "UPDATE diesel_inbox_gaps SET cause = 'lost' WHERE id = {}",

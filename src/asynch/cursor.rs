@@ -294,8 +294,8 @@ impl Cursor {
 ///
 /// let gap = cursor.gaps().open(&mut conn).await?.remove(0)?;
 /// let audit = Audit::new("ops@example.com", "2..=4 were test messages, deleted upstream")?;
-/// let resolved = cursor.gaps().resolve(&mut conn, gap.id(), &audit).await?;
-/// assert_eq!(resolved.state(), GapState::Resolved);
+/// let resolved = cursor.gaps().resolve(&mut conn, gap.id, &audit).await?;
+/// assert_eq!(resolved.state, GapState::Resolved);
 /// assert_eq!(cursor.resume(&mut conn).await?, Resume::At(6));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;

@@ -31,8 +31,8 @@ use crate::{AdminError, Audit, Error, Inbox, InboxConnection, RetryPolicy};
 /// let gap = inbox.gaps().open(&mut conn)?.remove(0)?;
 /// assert_eq!(cursor.resume(&mut conn)?, Resume::At(2));
 /// let audit = Audit::new("ops@example.com", "2..=4 were test messages, deleted upstream")?;
-/// let resolved = inbox.gaps().resolve(&mut conn, gap.id(), &audit)?;
-/// assert_eq!(resolved.state(), GapState::Resolved);
+/// let resolved = inbox.gaps().resolve(&mut conn, gap.id, &audit)?;
+/// assert_eq!(resolved.state, GapState::Resolved);
 /// assert_eq!(cursor.resume(&mut conn)?, Resume::At(6));
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -165,7 +165,7 @@ impl Gaps {
             .map_err(Failure::into_error)?;
         info!(
             consumer = self.consumer,
-            stream = gap.stream(),
+            stream = gap.stream,
             gap = id,
             actor = audit.actor(),
             reason = audit.reason(),

@@ -743,13 +743,13 @@ impl Cursor {
             warn!(
                 consumer = self.consumer(),
                 stream = self.stream(),
-                gap = gap.id(),
-                first = gap.first(),
-                last = gap.last(),
-                cause = %gap.cause(),
+                gap = gap.id,
+                first = gap.first,
+                last = gap.last,
+                cause = %gap.cause,
                 "gap in the stream: sequences missing; see diesel-inbox gaps"
             );
-            observe::gap_found(self.consumer(), gap.cause(), gap.len());
+            observe::gap_found(self.consumer(), gap.cause, gap.len());
         }
     }
 

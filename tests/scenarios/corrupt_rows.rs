@@ -158,7 +158,7 @@ pub async fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbou
         .await
         .unwrap()
         .iter()
-        .map(|gap| gap.as_ref().unwrap().id())
+        .map(|gap| gap.as_ref().unwrap().id)
         .collect();
     assert_eq!(ids.len(), 3, "gaps at 2, 4 and 6");
     check
@@ -175,7 +175,7 @@ pub async fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbou
             "lost".to_owned(),
         ))
     };
-    let id = |g: &diesel_inbox::Gap| g.id().to_string();
+    let id = |g: &diesel_inbox::Gap| g.id.to_string();
     let (first, last) = (Ok(ids[0].to_string()), Ok(ids[2].to_string()));
     let listed = F::list_gaps(&gaps, &mut conn, 0, 100).await.unwrap();
     assert_eq!(

@@ -175,7 +175,7 @@ pub async fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<F: Flavour
     assert_eq!(ranges(&gaps), [3..=7]);
     let gap = &gaps[0];
     assert_eq!(
-        (gap.stream(), gap.cause(), gap.state(), gap.len()),
+        (gap.stream.as_str(), gap.cause, gap.state, gap.len()),
         ("orders-0", GapCause::Skipped, GapState::Open, 5)
     );
     let ledger = readable(F::open_gaps(&cursor.gaps(), &mut conn).await.unwrap());
@@ -191,8 +191,8 @@ pub async fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<F: Flavour
     assert_eq!(middle.unwrap(), Outcome::Processed(()));
     let split = readable(F::open_gaps(&cursor.gaps(), &mut conn).await.unwrap());
     assert_eq!(ranges(&split), [3..=4, 6..=7]);
-    assert_eq!(split[0].id(), gap.id());
-    assert_ne!(split[1].id(), gap.id());
+    assert_eq!(split[0].id, gap.id);
+    assert_ne!(split[1].id, gap.id);
     let again = send::<F>(&mut conn, &cursor, 5).await.unwrap();
     assert_eq!(
         duplicate_sequence(&again),
@@ -229,9 +229,9 @@ pub async fn a_late_arrival_into_a_gap_is_processed_once_and_fills_it<F: Flavour
     let closed = readable(closed.unwrap());
     assert_eq!(closed.len(), 2, "{closed:?}");
     for gap in &closed {
-        assert_eq!(gap.state(), GapState::Filled, "{gap:?}");
+        assert_eq!(gap.state, GapState::Filled, "{gap:?}");
         assert!(
-            gap.closed_at().is_some() && gap.resolution().is_none(),
+            gap.closed_at.is_some() && gap.resolution.is_none(),
             "{gap:?}"
         );
     }
@@ -269,7 +269,7 @@ pub async fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_o
     assert_eq!(ranges(resumed.gaps()), [11..=49]);
     let evicted = resumed.gaps()[0].clone();
     assert_eq!(
-        (evicted.cause(), evicted.state()),
+        (evicted.cause, evicted.state),
         (GapCause::Evicted, GapState::Open)
     );
     assert_eq!(
@@ -304,15 +304,15 @@ pub async fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_o
     )
     .unwrap();
     let gaps = inbox.gaps();
-    let resolved = F::resolve_gap(&gaps, &mut conn, evicted.id(), &audit).await;
+    let resolved = F::resolve_gap(&gaps, &mut conn, evicted.id, &audit).await;
     let resolved = resolved.unwrap();
 
     assert_eq!(
-        (resolved.id(), resolved.sequences(), resolved.state()),
-        (evicted.id(), 11..=49, GapState::Resolved)
+        (resolved.id, resolved.sequences(), resolved.state),
+        (evicted.id, 11..=49, GapState::Resolved)
     );
-    assert_eq!(resolved.resolution(), Some(&audit));
-    assert!(resolved.closed_at().is_some());
+    assert_eq!(resolved.resolution.as_ref(), Some(&audit));
+    assert!(resolved.closed_at.is_some());
     assert_eq!(
         readable(
             F::list_gaps(&cursor.gaps(), &mut conn, 0, 100)
@@ -325,19 +325,19 @@ pub async fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_o
         open_on::<F>(&mut conn, &cursor).await,
         Vec::<RangeInclusive<u64>>::new()
     );
-    let twice = F::resolve_gap(&gaps, &mut conn, evicted.id(), &audit).await;
+    let twice = F::resolve_gap(&gaps, &mut conn, evicted.id, &audit).await;
     assert!(
-        matches!(twice, Err(AdminError::GapNotOpen { id, state: GapState::Resolved }) if id == evicted.id()),
+        matches!(twice, Err(AdminError::GapNotOpen { id, state: GapState::Resolved }) if id == evicted.id),
         "{twice:?}"
     );
-    let unknown = evicted.id() + 1000;
+    let unknown = evicted.id + 1000;
     let missing = F::resolve_gap(&gaps, &mut conn, unknown, &audit).await;
     assert!(
         matches!(missing, Err(AdminError::GapNotFound { id }) if id == unknown),
         "{missing:?}"
     );
     let billing = Inbox::new("billing").unwrap().gaps();
-    let elsewhere = F::resolve_gap(&billing, &mut conn, evicted.id(), &audit).await;
+    let elsewhere = F::resolve_gap(&billing, &mut conn, evicted.id, &audit).await;
     assert!(
         matches!(elsewhere, Err(AdminError::GapNotFound { .. })),
         "another consumer's gap: {elsewhere:?}"

@@ -288,10 +288,10 @@ fn resolve<C: InboxConnection>(
             ))
         })?
         .map_err(Error::from)?;
-    if gap.state() != GapState::Open {
+    if gap.state != GapState::Open {
         return Err(AdminError::GapNotOpen {
             id,
-            state: gap.state(),
+            state: gap.state,
         }
         .into());
     }
@@ -299,17 +299,17 @@ fn resolve<C: InboxConnection>(
         return Err(Failure::Usage(format!(
             "would resolve gap {id} of consumer {:?} (stream {:?}, sequences {}..{}, {}) as {:?} because {:?}; nothing changed: rerun with --yes to do it",
             inbox.consumer(),
-            gap.stream(),
-            gap.first(),
-            gap.last(),
-            gap.cause(),
+            gap.stream,
+            gap.first,
+            gap.last,
+            gap.cause,
             audit.actor(),
             audit.reason(),
         )));
     }
     let gap = ledger.resolve(conn, id, &audit)?;
     let position = inbox
-        .cursor(gap.stream())
+        .cursor(&gap.stream)
         .map_err(Error::from)?
         .position(conn)?;
     match global.format {
@@ -327,16 +327,22 @@ fn resolve<C: InboxConnection>(
                 "{}",
                 output::fields(&[
                     ("consumer", inbox.consumer().to_owned()),
-                    ("gap", gap.id().to_string()),
-                    ("stream", gap.stream().to_owned()),
-                    ("first..last", format!("{}..{}", gap.first(), gap.last())),
+                    ("gap", gap.id.to_string()),
+                    ("stream", gap.stream.clone()),
+                    ("first..last", format!("{}..{}", gap.first, gap.last)),
                     ("missing", gap.len().to_string()),
-                    ("cause", gap.cause().to_string()),
-                    ("state", gap.state().to_string()),
-                    ("detected", output::time(gap.detected_at())),
-                    ("closed", or_dash(gap.closed_at().map(output::time))),
-                    ("resolved by", or_dash(gap.resolution().map(Audit::actor))),
-                    ("resolution", or_dash(gap.resolution().map(Audit::reason))),
+                    ("cause", gap.cause.to_string()),
+                    ("state", gap.state.to_string()),
+                    ("detected", output::time(gap.detected_at)),
+                    ("closed", or_dash(gap.closed_at.map(output::time))),
+                    (
+                        "resolved by",
+                        or_dash(gap.resolution.as_ref().map(Audit::actor))
+                    ),
+                    (
+                        "resolution",
+                        or_dash(gap.resolution.as_ref().map(Audit::reason))
+                    ),
                     ("resume at", resume),
                 ])
             );
@@ -368,19 +374,19 @@ fn position_json(position: &Position) -> Value {
 /// A gap's cells in the listing's table; with `all`, when it closed and who resolved it.
 fn gap_cells(g: &Gap, all: bool) -> Vec<String> {
     let mut row = vec![
-        g.id().to_string(),
-        g.stream().to_owned(),
-        format!("{}..{}", g.first(), g.last()),
+        g.id.to_string(),
+        g.stream.clone(),
+        format!("{}..{}", g.first, g.last),
         g.len().to_string(),
-        g.cause().to_string(),
-        g.state().to_string(),
-        output::time(g.detected_at()),
+        g.cause.to_string(),
+        g.state.to_string(),
+        output::time(g.detected_at),
     ];
     if all {
         row.extend([
-            or_dash(g.closed_at().map(output::time)),
-            or_dash(g.resolution().map(Audit::actor)),
-            output::cell(g.resolution().map_or("", |a| a.reason()), 60),
+            or_dash(g.closed_at.map(output::time)),
+            or_dash(g.resolution.as_ref().map(Audit::actor)),
+            output::cell(g.resolution.as_ref().map_or("", |a| a.reason()), 60),
         ]);
     }
     row
@@ -389,7 +395,7 @@ fn gap_cells(g: &Gap, all: bool) -> Vec<String> {
 /// The id of a listed row, readable or not: where the next page starts.
 fn gap_id(row: &Listed) -> i64 {
     match row {
-        Ok(gap) => gap.id(),
+        Ok(gap) => gap.id,
         Err(corrupt) => output::key_part(corrupt, "id").parse().unwrap_or_default(),
     }
 }
@@ -404,16 +410,16 @@ fn listed(row: &Listed) -> Value {
 
 fn gap_json(gap: &Gap) -> Value {
     json!({
-        "id": gap.id(),
-        "stream": gap.stream(),
-        "first": gap.first(),
-        "last": gap.last(),
+        "id": gap.id,
+        "stream": gap.stream,
+        "first": gap.first,
+        "last": gap.last,
         "missing": gap.len(),
-        "cause": gap.cause().to_string(),
-        "state": gap.state().to_string(),
-        "detected_at": output::time(gap.detected_at()),
-        "closed_at": gap.closed_at().map(output::time),
-        "resolved_by": gap.resolution().map(Audit::actor),
-        "resolution": gap.resolution().map(Audit::reason),
+        "cause": gap.cause.to_string(),
+        "state": gap.state.to_string(),
+        "detected_at": output::time(gap.detected_at),
+        "closed_at": gap.closed_at.map(output::time),
+        "resolved_by": gap.resolution.as_ref().map(Audit::actor),
+        "resolution": gap.resolution.as_ref().map(Audit::reason),
     })
 }
