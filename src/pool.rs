@@ -44,7 +44,8 @@ pub trait BlockingPool: Send + Sync {
     type Connection: InboxConnection;
 
     /// Runs `step` with a connection from the pool, on a thread that may block; resolves to
-    /// what it returned.
+    /// what it returned. Nothing starts until the future is first polled; dropped after that,
+    /// the step still runs to its end on its thread.
     ///
     /// # Errors
     ///
@@ -90,9 +91,10 @@ mod r2d2 {
             E: From<Error> + Send + 'static,
         {
             let pool = self.clone();
-            let task =
-                tokio::task::spawn_blocking(move || step(&mut pool.get().map_err(Error::from)?));
             async move {
+                let task = tokio::task::spawn_blocking(move || {
+                    step(&mut pool.get().map_err(Error::from)?)
+                });
                 match task.await {
                     Ok(result) => result,
                     Err(error) => match error.try_into_panic() {

@@ -41,15 +41,7 @@ mod pools {
     use super::credit;
     use crate::scenarios::outbox::{outbox, placed, relay};
     use crate::scenarios::Recorder;
-    use crate::support::{setup, Backend, TestConn};
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    }
+    use crate::support::{runtime, setup, Backend, TestConn};
 
     /// Deliveries handed to `pool` take effect once and enqueue their follow-up once; the
     /// relay publishes over the same pool, awaiting its publisher, and a blocking relay pass

@@ -13,7 +13,7 @@ use diesel_inbox::nats::{envelope_of, JetStreamPublisher};
 use diesel_inbox::{AsyncPublisher, Envelope, Inbox, Outbox, OutboxMessage, PublishError, Relay};
 use futures_util::StreamExt;
 
-use crate::support::{setup, Backend, ChildTest, TestConn};
+use crate::support::{runtime, setup, Backend, ChildTest, TestConn};
 
 /// Set in the child: the database URL, and the subject prefix its relay publishes under.
 const RELAY_CHILD: &str = "DIESEL_INBOX_RELAY_CHILD";
@@ -26,14 +26,6 @@ const KILLS: usize = 8;
 /// Each child relay runs with a lease this short, so that the next one takes its rows over
 /// soon after it is killed.
 const LEASE: Duration = Duration::from_millis(500);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A publisher that counts acknowledged publishes, and those the broker's dedup window dropped
 /// as duplicates; in a child, it prints each for the parent to count.

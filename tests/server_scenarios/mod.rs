@@ -31,10 +31,7 @@ pub(crate) fn a_deadpool_diesel_pool_that_cannot_connect_is_a_pool_error_without
     let scheme = db.url().split("://").next().unwrap();
     let url = format!("{scheme}://app:hunter2@127.0.0.1:1/app");
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    let result = runtime.unwrap().block_on(async {
+    let result = crate::support::runtime().block_on(async {
         let pool = B::deadpool(&url, 1);
         pool.run(|_conn| Ok::<_, Error>(())).await
     });

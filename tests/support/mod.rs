@@ -795,6 +795,17 @@ pub(crate) fn readable<T>(rows: Vec<Result<T, diesel_inbox::CorruptRow>>) -> Vec
         .collect()
 }
 
+/// A multi-threaded tokio runtime of two workers, for the scenarios of async services on sync
+/// connections (the relay's blocking pools, the killed relays).
+#[allow(dead_code, reason = "only the binaries with the tokio feature use it")]
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// A database with the effects table, and a first connection to it.
 pub(crate) fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
     let db = B::database();
