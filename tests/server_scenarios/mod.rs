@@ -27,8 +27,8 @@ pub(crate) fn concurrent_deliveries_at_serializable_isolation_take_effect_once_p
 pub(crate) fn a_deadpool_diesel_pool_that_cannot_connect_is_a_pool_error_without_the_password<
     B: ServerBackend,
 >() {
-    let (db, _conn) = crate::support::setup::<B>();
-    let scheme = db.url().split("://").next().unwrap();
+    let server = B::server_url();
+    let scheme = server.split("://").next().unwrap();
     let url = format!("{scheme}://app:hunter2@127.0.0.1:1/app");
 
     let result = crate::support::runtime().block_on(async {
