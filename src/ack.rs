@@ -89,6 +89,7 @@ mod sealed {
     pub trait Sealed {}
     impl<T> Sealed for crate::Outcome<T> {}
     impl<T> Sealed for crate::ClaimOutcome<T> {}
+    impl Sealed for crate::chain::BlockOutcome {}
 }
 
 impl<T> AckOutcome for Outcome<T> {
@@ -150,6 +151,7 @@ impl Error {
             | Error::InvalidStreamName(_)
             | Error::BeforeFirstAvailable { .. }
             | Error::SequenceOutOfRange(_)
+            | Error::InvalidBlockHash(_)
             // A stored row this version cannot read: redelivering reads it again, forever.
             | Error::CorruptRow(_) => Ack::Reject,
             // Nothing was committed, or the commit's outcome is unknown: the inbox answers a
@@ -164,6 +166,12 @@ impl Error {
             // for the missing sequences or for ops.
             | Error::Fenced { .. }
             | Error::TooManyOpenGaps { .. }
+            // A chain's block waits for the blocks before it, for its branch, for finality,
+            // or for ops (a reorg beyond finality).
+            | Error::MissingBlocks { .. }
+            | Error::UnknownAncestor { .. }
+            | Error::BlockNotFinal { .. }
+            | Error::ReorgBeyondFinality { .. }
             // A result that does not serialize: nothing committed; a fixed handler takes it.
             | Error::StoredResult(_)
             // The caller's own `?` on building an inbox, or on taking a connection from a pool.

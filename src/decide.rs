@@ -315,7 +315,9 @@ pub(crate) fn seen(existing: Existing, fingerprint: Option<&[u8; 32]>) -> Seen {
     }
     let deliveries = existing.deliveries.unsigned_abs();
     match existing.state {
-        InboxState::Processed => Seen::Duplicate(Duplicate::event(
+        // A reverted event takes effect again only through its chain cursor, which reads the
+        // row itself; any other delivery of it is a duplicate.
+        InboxState::Processed | InboxState::Reverted => Seen::Duplicate(Duplicate::event(
             existing.processed_at,
             deliveries,
             existing.result,

@@ -85,13 +85,21 @@
 //!
 //! # Ordered streams
 //!
-//! Where the broker numbers messages (Kafka offsets, JetStream stream sequences, block
-//! heights), a [`Cursor`] dedupes with one row per stream: a sequence at or below the
+//! Where the broker numbers messages once (Kafka offsets, JetStream stream sequences), a
+//! [`Cursor`] dedupes with one row per stream: a sequence at or below the
 //! watermark is [`Outcome::Duplicate`], the next one costs one update, and a jump is processed
 //! and recorded in the gap ledger ([`Gaps`], [`Outcome::ProcessedAfterGap`]). Late arrivals
 //! fill gaps; the broker's first available sequence turns a cursor behind it into an evicted
 //! gap, never a silent reset. [`Cursor::acquire`] fences zombies with an epoch, and
 //! [`Cursor::resume`] says where to seek the broker.
+//!
+//! # Chains and reorgs
+//!
+//! A block height is not such a number: a reorg gives it to another block. A
+//! [`chain::Chain`] (from [`Inbox::chain`]) keeps a stream's recent blocks by hash and parent
+//! hash, finds forks, reverts the effects of orphaned blocks' events exactly once through the
+//! app's [`chain::ChainHandler`], in the transaction that rewinds the stream, records every
+//! fork in a ledger ([`chain::Reorgs`]), and refuses a fork below the finalized height.
 //!
 //! # Backends
 //!
@@ -169,6 +177,7 @@ pub mod asynch;
 mod audit;
 mod backend;
 mod batch;
+pub mod chain;
 mod check;
 mod claim;
 mod class;

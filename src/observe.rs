@@ -24,6 +24,14 @@ const PRUNED_ROWS: &str = "diesel_inbox_pruned_rows_total";
 const GAPS: &str = "diesel_inbox_gaps_total";
 /// `diesel_inbox_gap_sequences_total{consumer, cause}`.
 const GAP_SEQUENCES: &str = "diesel_inbox_gap_sequences_total";
+/// `diesel_inbox_reorgs_total{consumer}`.
+const REORGS: &str = "diesel_inbox_reorgs_total";
+/// `diesel_inbox_reorg_blocks_total{consumer}`.
+const REORG_BLOCKS: &str = "diesel_inbox_reorg_blocks_total";
+/// `diesel_inbox_reorg_events_reverted_total{consumer}`.
+const REORG_EVENTS_REVERTED: &str = "diesel_inbox_reorg_events_reverted_total";
+/// `diesel_inbox_reorgs_refused_total{consumer}`.
+const REORGS_REFUSED: &str = "diesel_inbox_reorgs_refused_total";
 
 /// `diesel_inbox_claim_transitions_total{consumer, state}`.
 const CLAIM_TRANSITIONS: &str = "diesel_inbox_claim_transitions_total";
@@ -182,6 +190,28 @@ pub(crate) fn gap_found(consumer: &str, cause: crate::GapCause, sequences: u64) 
     let _ = (consumer, cause, sequences);
 }
 
+/// A chain reorg of `consumer` committed: `depth` blocks orphaned, `reverted` events undone.
+pub(crate) fn reorg(consumer: &str, depth: u64, reverted: u64) {
+    #[cfg(feature = "metrics")]
+    for (name, n) in [
+        (REORGS, 1),
+        (REORG_BLOCKS, depth),
+        (REORG_EVENTS_REVERTED, reverted),
+    ] {
+        metrics::counter!(name, "consumer" => consumer.to_owned()).increment(n);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (consumer, depth, reverted);
+}
+
+/// A block of `consumer` forked beyond the finalized height, and was refused.
+pub(crate) fn reorg_refused(consumer: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(REORGS_REFUSED, "consumer" => consumer.to_owned()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = consumer;
+}
+
 /// A claim of `consumer` moved to `state` (committed): acquired, completed, released,
 /// abandoned or in doubt.
 pub(crate) fn claim_transition(consumer: &str, state: crate::ClaimState) {
@@ -318,86 +348,97 @@ fn count(name: &'static str, consumer: &str, n: u64) {
 /// ```
 #[cfg(feature = "metrics")]
 pub fn describe_metrics() {
-    use metrics::{describe_counter, describe_histogram, Unit};
-    describe_counter!(
-        DELIVERIES,
-        Unit::Count,
-        "Deliveries offered to the inbox, by consumer and what they came to."
-    );
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    const COUNTERS: [(&str, &str); 17] = [
+        (
+            DELIVERIES,
+            "Deliveries offered to the inbox, by consumer and what they came to.",
+        ),
+        (
+            FAILED_ATTEMPTS,
+            "Failed attempts recorded by the failure policy.",
+        ),
+        (
+            DEAD_LETTERED,
+            "Events dead-lettered by the failure policy.",
+        ),
+        (
+            CONTENTION_RETRIES,
+            "Inbox transactions rolled back for contention and run again.",
+        ),
+        (
+            PRUNED_ROWS,
+            "Rows removed by retention, by consumer and table.",
+        ),
+        (
+            GAPS,
+            "Gaps (ranges of missing sequences) found by cursors, by consumer and cause.",
+        ),
+        (
+            GAP_SEQUENCES,
+            "Sequences missing in the gaps cursors found, by consumer and cause.",
+        ),
+        (
+            REORGS,
+            "Chain reorgs undone by chain cursors, by consumer (each one is a row of diesel-inbox reorgs).",
+        ),
+        (
+            REORG_BLOCKS,
+            "Blocks orphaned by the reorgs chain cursors undid, by consumer.",
+        ),
+        (
+            REORG_EVENTS_REVERTED,
+            "Events whose effect chain reorgs reverted, by consumer.",
+        ),
+        (
+            REORGS_REFUSED,
+            "Blocks refused for forking below the finalized height, by consumer: ops must act.",
+        ),
+        (
+            CLAIM_TRANSITIONS,
+            "Claims on side effects entering a state, by consumer and state (in_doubt waits for ops).",
+        ),
+        (
+            CLAIMS_FENCED,
+            "Writes of a claim's former holder refused because the claim had moved on.",
+        ),
+        (
+            OUTBOX_ENQUEUED,
+            "Events enqueued in the outbox, by topic (counted at the INSERT; a rollback undoes the row, not the count).",
+        ),
+        (
+            OUTBOX_PUBLISHED,
+            "Outbox rows the broker accepted, by topic.",
+        ),
+        (
+            OUTBOX_PUBLISH_FAILURES,
+            "Failed publishes of outbox rows, by topic and outcome (retry, failed).",
+        ),
+        (
+            OUTBOX_FENCED,
+            "Outbox rows another relay took over before this one marked them: published twice.",
+        ),
+    ];
+    const GAUGES: [(&str, &str); 2] = [
+        (
+            CLAIMS_IN_DOUBT,
+            "Claims in doubt when Claims::in_doubt last read them, by consumer.",
+        ),
+        (
+            OUTBOX_PENDING,
+            "Outbox rows waiting for the relay, when Outbox::stats last read them.",
+        ),
+    ];
+    for (name, description) in COUNTERS {
+        describe_counter!(name, Unit::Count, description);
+    }
+    for (name, description) in GAUGES {
+        describe_gauge!(name, Unit::Count, description);
+    }
     describe_histogram!(
         DELIVERY_DURATION,
         Unit::Seconds,
         "Time from a delivery's call to its result, by consumer and outcome."
-    );
-    describe_counter!(
-        FAILED_ATTEMPTS,
-        Unit::Count,
-        "Failed attempts recorded by the failure policy."
-    );
-    describe_counter!(
-        DEAD_LETTERED,
-        Unit::Count,
-        "Events dead-lettered by the failure policy."
-    );
-    describe_counter!(
-        CONTENTION_RETRIES,
-        Unit::Count,
-        "Inbox transactions rolled back for contention and run again."
-    );
-    describe_counter!(
-        PRUNED_ROWS,
-        Unit::Count,
-        "Rows removed by retention, by consumer and table."
-    );
-    describe_counter!(
-        GAPS,
-        Unit::Count,
-        "Gaps (ranges of missing sequences) found by cursors, by consumer and cause."
-    );
-    describe_counter!(
-        GAP_SEQUENCES,
-        Unit::Count,
-        "Sequences missing in the gaps cursors found, by consumer and cause."
-    );
-    describe_counter!(
-        CLAIM_TRANSITIONS,
-        Unit::Count,
-        "Claims on side effects entering a state, by consumer and state (in_doubt waits for ops)."
-    );
-    describe_counter!(
-        CLAIMS_FENCED,
-        Unit::Count,
-        "Writes of a claim's former holder refused because the claim had moved on."
-    );
-    metrics::describe_gauge!(
-        CLAIMS_IN_DOUBT,
-        Unit::Count,
-        "Claims in doubt when Claims::in_doubt last read them, by consumer."
-    );
-    describe_counter!(
-        OUTBOX_ENQUEUED,
-        Unit::Count,
-        "Events enqueued in the outbox, by topic (counted at the INSERT; a rollback undoes the row, not the count)."
-    );
-    describe_counter!(
-        OUTBOX_PUBLISHED,
-        Unit::Count,
-        "Outbox rows the broker accepted, by topic."
-    );
-    describe_counter!(
-        OUTBOX_PUBLISH_FAILURES,
-        Unit::Count,
-        "Failed publishes of outbox rows, by topic and outcome (retry, failed)."
-    );
-    describe_counter!(
-        OUTBOX_FENCED,
-        Unit::Count,
-        "Outbox rows another relay took over before this one marked them: published twice."
-    );
-    metrics::describe_gauge!(
-        OUTBOX_PENDING,
-        Unit::Count,
-        "Outbox rows waiting for the relay, when Outbox::stats last read them."
     );
 }
 
@@ -415,6 +456,10 @@ mod tests {
             PRUNED_ROWS,
             GAPS,
             GAP_SEQUENCES,
+            REORGS,
+            REORG_BLOCKS,
+            REORG_EVENTS_REVERTED,
+            REORGS_REFUSED,
             CLAIM_TRANSITIONS,
             CLAIMS_FENCED,
         ] {

@@ -261,6 +261,91 @@ macro_rules! inbox_tables {
             }
         }
 
+        diesel::table! {
+            /// The blocks a chain stream processed on its current branch, down to its
+            /// finalized height.
+            diesel_inbox_blocks (consumer, stream, height) {
+                /// The consumer name.
+                consumer -> $key,
+                /// The chain stream.
+                stream -> $key,
+                /// The block's height.
+                height -> BigInt,
+                /// The block's hash, byte for byte.
+                hash -> $key,
+                /// Its parent's hash.
+                parent_hash -> $key,
+                /// When the block was processed.
+                processed_at -> $time,
+            }
+        }
+
+        diesel::table! {
+            /// The events each of those blocks took effect for, in order.
+            diesel_inbox_block_events (consumer, stream, height, position) {
+                /// The consumer name.
+                consumer -> $key,
+                /// The chain stream.
+                stream -> $key,
+                /// The block's height.
+                height -> BigInt,
+                /// The event's place in the block, from 0.
+                position -> BigInt,
+                /// The event id.
+                event_id -> $key,
+            }
+        }
+
+        diesel::table! {
+            /// The fork ledger: one row per reorg of a chain stream.
+            diesel_inbox_reorgs (id) {
+                /// The reorg's number.
+                id -> BigInt,
+                /// The consumer name.
+                consumer -> $key,
+                /// The chain stream.
+                stream -> $key,
+                /// The height of the last block both branches share.
+                ancestor_height -> BigInt,
+                /// The old branch's head.
+                old_head_height -> BigInt,
+                /// Its hash.
+                old_head_hash -> $key,
+                /// The block of the new branch that revealed the fork.
+                new_head_height -> BigInt,
+                /// Its hash.
+                new_head_hash -> $key,
+                /// Events whose effect the reorg reverted.
+                events_reverted -> BigInt,
+                /// Of those, how many took effect again on the new branch so far.
+                events_reapplied -> BigInt,
+                /// When it happened.
+                happened_at -> $time,
+            }
+        }
+
+        diesel::table! {
+            /// Side effects outside the database made for events a reorg orphaned.
+            diesel_inbox_orphaned_effects (reorg_id, event_id) {
+                /// The reorg that orphaned the event.
+                reorg_id -> BigInt,
+                /// The consumer name.
+                consumer -> $key,
+                /// The event id, whose claim holds the side effect.
+                event_id -> $key,
+                /// The chain stream.
+                stream -> $key,
+                /// The orphaned block's height.
+                height -> BigInt,
+                /// Its hash.
+                block_hash -> $key,
+                /// The claim's state when the reorg found it.
+                claim_state -> Text,
+                /// When the reorg found it.
+                found_at -> $time,
+            }
+        }
+
         diesel::allow_tables_to_appear_in_same_query!(
             diesel_inbox_events,
             diesel_inbox_failures,
@@ -271,6 +356,10 @@ macro_rules! inbox_tables {
             diesel_inbox_event_sequences,
             diesel_inbox_claims,
             diesel_inbox_outbox,
+            diesel_inbox_blocks,
+            diesel_inbox_block_events,
+            diesel_inbox_reorgs,
+            diesel_inbox_orphaned_effects,
         );
     };
 }

@@ -78,12 +78,16 @@ pub enum InboxState {
     DeadLettered,
     /// Ops discarded the dead letter: it never runs.
     Discarded,
+    /// A chain reorg orphaned the block it took effect in, and its revert handler undid the
+    /// effect: the next block that includes it runs it again (see [`crate::chain`]).
+    Reverted,
 }
 
 stored_as_text!(InboxState, "diesel_inbox_events.state" {
     Processed = "processed",
     DeadLettered = "dead_lettered",
     Discarded = "discarded",
+    Reverted = "reverted",
 });
 
 /// Where a failed event stands.
@@ -492,6 +496,7 @@ mod tests {
             InboxState::Processed,
             InboxState::DeadLettered,
             InboxState::Discarded,
+            InboxState::Reverted,
         ] {
             assert_eq!(state.as_str().parse(), Ok(state));
         }

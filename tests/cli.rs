@@ -1,18 +1,20 @@
 //! The `diesel-inbox` binary end to end, on each backend: dead letters made through the
 //! library, then listed, shown, exported, discarded and released through the CLI; a cursor's gaps
-//! listed and resolved; claims in doubt listed, shown and resolved; the outbox's rows listed,
-//! shown, retried and pruned; the doctor; the migrations.
+//! listed and resolved; a chain's reorgs listed with the side effects they orphaned; claims in
+//! doubt listed, shown and resolved; the outbox's rows listed, shown, retried and pruned; the
+//! doctor; the migrations.
 
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use diesel::r2d2::R2D2Connection;
+use diesel_inbox::chain::{Block, BlockId, ChainHandler};
 use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
-    AdminError, Audit, ClaimState, Claimed, Claims, Cursor, Delivery, Envelope, Error, GapState,
-    Inbox, InboxConnection, Outbox, OutboxMessage, OutboxState, Payload, PublishError, Publisher,
-    Relay, Resume, Sequenced,
+    AdminError, Audit, ClaimState, Claimed, Claims, Cursor, Delivery, Envelope, Error, EventId,
+    GapState, Inbox, InboxConnection, Outbox, OutboxMessage, OutboxState, Payload, PublishError,
+    Publisher, Relay, Resume, Sequenced,
 };
 use serde_json::Value;
 
@@ -96,6 +98,7 @@ fn the_cli_operates_dead_letters_gaps_claims_the_outbox_doctor_and_migrations<C>
     discards_and_releases(url, &mut conn, &inbox, &order);
     counts_then_prunes(url, &mut conn);
     lists_and_resolves_gaps(url, &mut conn);
+    lists_reorgs_and_the_side_effects_they_orphaned(url, &mut conn);
     lists_shows_and_resolves_claims(url, &mut conn);
     pages_through_gaps_and_claims_once_in_key_order(url);
     says_which_consumers_have_gaps_and_claims_and_lists_them_all(url, &mut conn);
@@ -436,6 +439,74 @@ fn resolves_a_gap<C: InboxConnection>(url: &str, conn: &mut C, cursor: &Cursor, 
         table.contains("RESOLVED BY") && table.contains("deleted upstream"),
         "{table}"
     );
+}
+
+/// `reorgs` with `args` for the consumer `indexer`.
+fn by<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    [&["--consumer", "indexer", "reorgs"][..], args].concat()
+}
+
+/// Takes chain events in, and lets reorgs take them back: effects kept nowhere.
+struct Indexer;
+
+impl<C> ChainHandler<C> for Indexer {
+    type Event = ();
+    type Error = Error;
+    fn apply(&mut self, _: &mut C, _: &BlockId, _: &EventId, (): &()) -> Result<(), Error> {
+        Ok(())
+    }
+    fn revert(&mut self, _: &mut C, _: &BlockId, _: &EventId) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// Consumer `indexer`'s chain `eth:main`: 1a carries `payout`, whose claimed side effect
+/// completes; 1b replaces 1a, a reorg that orphans the side effect.
+fn lists_reorgs_and_the_side_effects_they_orphaned<C: InboxConnection>(url: &str, conn: &mut C) {
+    let inbox = Inbox::new("indexer").unwrap();
+    let chain = inbox.chain("eth:main", 64).unwrap();
+    let block = |height, hash: &str, parent: &str, events: &[&str]| {
+        let ids = events.iter().map(|e| (EventId::new(*e).unwrap(), ()));
+        Block::new(height, hash, parent).unwrap().events_from(ids)
+    };
+    for b in [block(0, "0a", "g", &[]), block(1, "1a", "0a", &["payout"])] {
+        assert!(chain
+            .process(conn, &b, &mut Indexer)
+            .unwrap()
+            .is_processed());
+    }
+    let paid = inbox.claims().run(conn, "payout", |_| Ok::<_, Error>(()));
+    assert!(paid.is_ok(), "{paid:?}");
+    let outcome = chain.process(conn, &block(1, "1b", "0a", &[]), &mut Indexer);
+    assert!(outcome.unwrap().reorg().is_some());
+
+    let listed = json(&cli(url, &by(&["--format", "json"])));
+    let reorg = &listed["reorgs"][0];
+    assert_eq!(reorg["stream"], "eth:main", "{listed}");
+    assert_eq!(reorg["ancestor"], 0, "{listed}");
+    assert_eq!(reorg["old_head"]["hash"], "1a", "{listed}");
+    assert_eq!(reorg["new_head"]["hash"], "1b", "{listed}");
+    assert_eq!(reorg["depth"], 1, "{listed}");
+    assert_eq!(reorg["events_reverted"], 1, "{listed}");
+    assert_eq!(reorg["events_reapplied"], 0, "{listed}");
+    assert_eq!(listed["more_after"], Value::Null, "{listed}");
+    let orphaned = &listed["orphaned_effects"][0];
+    assert_eq!(orphaned["event_id"], "payout", "{listed}");
+    assert_eq!(orphaned["reorg"], reorg["id"], "{listed}");
+    assert_eq!(orphaned["block"]["hash"], "1a", "{listed}");
+    assert_eq!(orphaned["claim_state"], "completed", "{listed}");
+
+    let table = expect(&cli(url, &by(&[])), 0);
+    assert!(table.contains("1 1a") && table.contains("1 1b"), "{table}");
+    assert!(table.contains("1 reorg shown"), "{table}");
+    assert!(table.contains("side effects orphaned"), "{table}");
+    assert!(table.contains("\"payout\""), "{table}");
+    let page = expect(&cli(url, &by(&["--limit", "1"])), 0);
+    assert!(page.contains("rerun with --after"), "{page}");
+    let other = expect(&cli(url, &by(&["--stream", "eth:other"])), 0);
+    assert!(other.contains("0 reorgs shown"), "{other}");
+    assert!(!other.contains("payout"), "{other}");
+    fails(&cli(url, &by(&["--stream", ""])), 2, "--stream");
 }
 
 /// Takes the claim of `delivery` and lets its holder vanish: with a 1 ms lease, it is soon in
@@ -1091,8 +1162,8 @@ fn prints_and_installs_migrations(url: &str) {
     ));
     assert_eq!(
         written.as_array().unwrap().len(),
-        7,
-        "since the outbox's order locks (000007): {written}"
+        8,
+        "since the chain cursors (000008): {written}"
     );
     for path in written.as_array().unwrap() {
         assert!(Path::new(path.as_str().unwrap()).join("up.sql").is_file());
@@ -1522,8 +1593,8 @@ fn pages_through_gaps_and_claims_once_in_key_order(url: &str) {
     }
 }
 
-/// With no `--consumer`, an empty gaps or claims listing names the consumers that have rows;
-/// `--all-consumers` lists each of them with a consumer column (as JSON, one object each).
+/// With no `--consumer`, an empty gaps or claims listing names the consumers that have rows
+/// (a chain stream, `indexer`'s, is no sequence cursor); `--all-consumers` lists each of them with a consumer column (as JSON, one object each).
 fn says_which_consumers_have_gaps_and_claims_and_lists_them_all<C: InboxConnection>(
     url: &str,
     conn: &mut C,
@@ -1548,7 +1619,7 @@ fn says_which_consumers_have_gaps_and_claims_and_lists_them_all<C: InboxConnecti
     );
     let claims = expect(&cli(url, &["claims", "--all"]), 0);
     assert!(
-        claims.contains("no claims for consumer default; consumers with some: orders (pass --consumer NAME, or --all-consumers)"),
+        claims.contains("no claims for consumer default; consumers with some: indexer, orders (pass --consumer NAME, or --all-consumers)"),
         "{claims}"
     );
 
@@ -1580,10 +1651,10 @@ fn says_which_consumers_have_gaps_and_claims_and_lists_them_all<C: InboxConnecti
         url,
         &["claims", "--all", "--all-consumers", "--format", "json"],
     ));
-    assert_eq!(every.as_array().unwrap().len(), 1, "{every}");
-    assert_eq!(every[0]["consumer"], "orders");
+    assert_eq!(every.as_array().unwrap().len(), 2, "{every}");
+    assert_eq!(every[1]["consumer"], "orders");
     assert!(
-        !every[0]["claims"].as_array().unwrap().is_empty(),
+        !every[1]["claims"].as_array().unwrap().is_empty(),
         "{every}"
     );
     let table = expect(&cli(url, &["claims", "--all", "--all-consumers"]), 0);

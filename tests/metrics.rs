@@ -218,6 +218,94 @@ fn gaps_are_counted_by_cause_once_committed_as_gaps_and_as_missing_sequences() {
 }
 
 #[test]
+fn reorgs_are_counted_once_committed_with_their_blocks_and_events_and_refused_forks_apart() {
+    use diesel_inbox::chain::{Block, BlockId, ChainHandler};
+    use diesel_inbox::EventId;
+
+    /// Reverts fail while `refuse` is set: the reorg rolls back.
+    struct Handler {
+        refuse: bool,
+    }
+    impl ChainHandler<SqliteConnection> for Handler {
+        type Event = ();
+        type Error = Error;
+        fn apply(
+            &mut self,
+            _: &mut SqliteConnection,
+            _: &BlockId,
+            _: &EventId,
+            (): &(),
+        ) -> Result<(), Error> {
+            Ok(())
+        }
+        fn revert(
+            &mut self,
+            _: &mut SqliteConnection,
+            _: &BlockId,
+            _: &EventId,
+        ) -> Result<(), Error> {
+            if self.refuse {
+                Err(Error::transient("not now"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+    let block = |height, hash: &str, parent: &str, events: &[&str]| {
+        let ids = events.iter().map(|e| (EventId::new(*e).unwrap(), ()));
+        Block::new(height, hash, parent).unwrap().events_from(ids)
+    };
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+    diesel_inbox::run_pending_migrations(&mut conn).unwrap();
+    let chain = Inbox::new("indexer").unwrap().chain("eth", 2).unwrap();
+    let mut handler = Handler { refuse: false };
+
+    metrics::with_local_recorder(&recorder, || {
+        for b in [
+            block(0, "0a", "g", &[]),
+            block(1, "1a", "0a", &["t1"]),
+            block(2, "2a", "1a", &["t2", "t3"]),
+        ] {
+            assert!(chain
+                .process(&mut conn, &b, &mut handler)
+                .unwrap()
+                .is_processed());
+        }
+        // A reorg whose undo rolls back is not counted.
+        handler.refuse = true;
+        let replacing = block(1, "1b", "0a", &[]);
+        assert!(chain.process(&mut conn, &replacing, &mut handler).is_err());
+        handler.refuse = false;
+        let outcome = chain.process(&mut conn, &replacing, &mut handler).unwrap();
+        assert_eq!(outcome.reorg().map(|r| r.events_reverted), Some(3));
+        for b in [block(2, "2b", "1b", &[]), block(3, "3b", "2b", &[])] {
+            assert!(chain
+                .process(&mut conn, &b, &mut handler)
+                .unwrap()
+                .is_processed());
+        }
+        // 1b is final now: a fork of it is refused.
+        let deep = block(1, "1c", "0a", &[]);
+        assert!(chain.process(&mut conn, &deep, &mut handler).is_err());
+    });
+
+    let metrics = snapshot(&snapshotter);
+    let by = |name| counter(&metrics, name, &[("consumer", "indexer")]);
+    assert_eq!(
+        [
+            by("diesel_inbox_reorgs_total"),
+            by("diesel_inbox_reorg_blocks_total"),
+            by("diesel_inbox_reorg_events_reverted_total"),
+            by("diesel_inbox_reorgs_refused_total"),
+        ],
+        [Some(1), Some(2), Some(3), Some(1)],
+        "{metrics:#?}"
+    );
+}
+
+#[test]
 fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
     use diesel_inbox::{Claimed, InDoubtPolicy};
     use std::time::Duration;

@@ -18,6 +18,14 @@
 //! - bare: the update in its own transaction, no inbox;
 //! - cursor: the same through `Cursor::process`, one stream's consecutive sequences (the
 //!   in-order path: one update of the cursor row beside the credit);
+//! - chain cursor, blocks of N: the same through `Chain::process` (finality depth 64), in
+//!   blocks of 1 and of 100 events, each block the child of the one before and its events'
+//!   credits run by the handler's `apply`: per block one transaction with the events' inbox
+//!   rows, the block's record and the head's advance. Its ratios are over bare, one event per
+//!   transaction (what each event costs against committing it alone), and, for blocks of 100,
+//!   over bare, 100 per transaction (what the chain adds to the same transactions);
+//! - bare, 100 per transaction: the 100 credits of a block, one statement each as the chain's
+//!   handler runs them, in one bare transaction;
 //! - inbox: the same through `with_inbox`, every id new, random (`UUIDv4`) or time-ordered
 //!   (`UUIDv7`);
 //! - duplicates: every delivery a duplicate of one processed before;
@@ -80,10 +88,13 @@ use std::time::Instant;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel_inbox::chain::{Block, BlockId, ChainHandler};
 use diesel_inbox::testing::TestDatabase;
 
 mod asynch;
-use diesel_inbox::{with_inbox, Delivery, Envelope, Inbox, InboxConnection, Outbox, Outcome};
+use diesel_inbox::{
+    with_inbox, Delivery, Envelope, EventId, Inbox, InboxConnection, Outbox, Outcome,
+};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
@@ -91,6 +102,10 @@ use uuid::Uuid;
 
 const ACCOUNTS: i32 = 1_000;
 const BATCH_SIZES: [usize; 3] = [10, 100, 1000];
+/// The chain scenarios' events per block.
+const BLOCK_SIZES: [usize; 2] = [1, 100];
+/// The chain cursor's finality depth, Ethereum's 64 blocks.
+const FINALITY_DEPTH: u64 = 64;
 /// The connection counts of the concurrency phase, one worker thread each.
 const CONNS: [usize; 3] = [1, 4, 16];
 /// How many ids the hot-set mix draws from.
@@ -368,6 +383,10 @@ enum Scenario {
     /// The bare transaction again, beside the large-inbox runs.
     BareAfterPrefill,
     Cursor,
+    /// `Chain::process` of blocks of this many events.
+    Chain(usize),
+    /// A block's credits in one bare transaction, a chain block's peer.
+    BareBlock(usize),
     Inbox {
         v7: bool,
     },
@@ -453,6 +472,8 @@ impl Scenario {
             Self::Bare => "bare".into(),
             Self::BareAfterPrefill => "bare, after the prefill".into(),
             Self::Cursor => "cursor".into(),
+            Self::Chain(size) => format!("chain cursor, blocks of {size}"),
+            Self::BareBlock(size) => format!("bare, {size} per transaction"),
             Self::Inbox { v7: false } => "inbox, UUIDv4 ids".into(),
             Self::Inbox { v7: true } => "inbox, UUIDv7 ids".into(),
             Self::Duplicates => "duplicates".into(),
@@ -494,17 +515,92 @@ fn ids(events: usize, v7: bool) -> Vec<String> {
 }
 
 /// What one run leaves for the next: the ids the last inbox run processed, for the duplicates
-/// to deliver again, and the cursor's last sequence, for the next cursor run to continue from.
+/// to deliver again, the cursor's last sequence, for the next cursor run to continue from, and
+/// the chain's last height, for the next block to be its child (see `block_hash`).
 #[derive(Default)]
 struct Feed {
     processed: Vec<String>,
     sequence: u64,
+    height: u64,
+}
+
+/// The hash of the bench chain's block at `height`, as long as Ethereum's.
+fn block_hash(height: u64) -> String {
+    format!("0x{height:064x}")
+}
+
+/// For a chain scenario, `ids` in its blocks on the bench chain, event `i` crediting
+/// `account(i)`: each block the child of the one before, from the chain's last height in
+/// `feed`. None for another scenario.
+fn blocks(scenario: Scenario, ids: &[String], feed: &mut Feed) -> Vec<Block<i32>> {
+    let Scenario::Chain(size) = scenario else {
+        return Vec::new();
+    };
+    let events: Vec<(EventId, i32)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (EventId::new(id.as_str()).unwrap(), account(i)))
+        .collect();
+    events
+        .chunks(size)
+        .map(|events| {
+            feed.height += 1;
+            let (hash, parent) = (block_hash(feed.height), block_hash(feed.height - 1));
+            Block::new(feed.height, &hash, &parent)
+                .unwrap()
+                .events_from(events.iter().cloned())
+        })
+        .collect()
+}
+
+/// Delivers `blocks` to the bench chain, every event taking effect.
+fn process_blocks<C: BenchConn>(conn: &mut C, blocks: &[Block<i32>]) {
+    let chain = Inbox::default()
+        .chain("bench:chain", FINALITY_DEPTH)
+        .unwrap();
+    for block in blocks {
+        let outcome = chain.process(conn, block, &mut Credit).unwrap();
+        assert_eq!(outcome.applied(), block.events().len());
+    }
+}
+
+/// Credits `account(i)` for each of `events` events in bare transactions of `size` credits,
+/// a statement each, as the chain's handler runs a block's.
+fn credit_in_blocks<C: BenchConn>(conn: &mut C, events: usize, size: usize) {
+    for start in (0..events).step_by(size) {
+        let block = start..events.min(start + size);
+        conn.in_transaction(|tx| block.map(account).try_for_each(|a| tx.credit(a)))
+            .unwrap();
+    }
+}
+
+/// The block sizes with a bare peer of their own: a block of 1's is the bare scenario.
+fn bare_peered_blocks() -> impl Iterator<Item = usize> {
+    BLOCK_SIZES.into_iter().filter(|&size| size > 1)
+}
+
+/// The chain scenarios' handler: an event is the account it credits, as the bare transaction
+/// does. The bench chain never forks, so nothing is reverted.
+struct Credit;
+
+impl<C: BenchConn> ChainHandler<C> for Credit {
+    type Event = i32;
+    type Error = diesel::result::Error;
+
+    fn apply(&mut self, tx: &mut C, _: &BlockId, _: &EventId, account: &i32) -> QueryResult<()> {
+        tx.credit(*account)
+    }
+
+    fn revert(&mut self, _: &mut C, _: &BlockId, _: &EventId) -> QueryResult<()> {
+        unreachable!("the bench chain never forks")
+    }
 }
 
 /// Runs one scenario over `ids`; returns the seconds it took.
 fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mut Feed) -> f64 {
     let cursor = Inbox::default().cursor("bench").unwrap();
-    // The bulk effect's lookup of each new delivery's account, made before the clock starts.
+    // The bulk effect's lookup of each new delivery's account, and the chain's blocks, made
+    // before the clock starts.
     let account_of: HashMap<&str, i32> = match scenario {
         Scenario::Bulk(_) => ids
             .iter()
@@ -513,6 +609,7 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
             .collect(),
         _ => HashMap::new(),
     };
+    let blocks = blocks(scenario, ids, feed);
     let start = Instant::now();
     match scenario {
         Scenario::Bare | Scenario::BareAfterPrefill => {
@@ -529,6 +626,8 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
                 assert!(matches!(outcome, Outcome::Processed(())));
             }
         }
+        Scenario::Chain(_) => process_blocks(conn, &blocks),
+        Scenario::BareBlock(size) => credit_in_blocks(conn, ids.len(), size),
         Scenario::Inbox { .. } | Scenario::Large { .. } => {
             for (i, id) in ids.iter().enumerate() {
                 let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
@@ -615,9 +714,12 @@ fn rounds<C: BenchConn>(
     let mut rates: Vec<Rates> = scenarios.iter().map(|&s| (s, Vec::new())).collect();
     for _ in 0..options.rounds {
         for (scenario, per_round_rates) in &mut rates {
-            // A batch scenario runs at least one full batch per round.
+            // A batch or block scenario runs at least one full batch or block per round.
             let events = match *scenario {
-                Scenario::Batch(size) | Scenario::Bulk(size) => per_round.max(size),
+                Scenario::Batch(size)
+                | Scenario::Bulk(size)
+                | Scenario::Chain(size)
+                | Scenario::BareBlock(size) => per_round.max(size),
                 Scenario::Duplicates => feed.processed.len(),
                 _ => per_round,
             };
@@ -886,16 +988,21 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
     assert!(conn.minimal("minimal-check", 1).unwrap());
     assert!(!conn.minimal("minimal-check", 1).unwrap());
     // Warm caches, prepared statements and the servers' buffers before timing anything; the
-    // cursor's first sequence creates its row, the timed ones continue from the last.
+    // cursor's first sequence and the chain's first block create their rows, the timed ones
+    // continue from the last.
     let mut feed = Feed::default();
     let warm_up = Scenario::Inbox { v7: false };
     run(&mut conn, warm_up, &ids(200, false), &mut feed);
     run(&mut conn, Scenario::Cursor, &ids(200, false), &mut feed);
+    for chain in BLOCK_SIZES.map(Scenario::Chain) {
+        run(&mut conn, chain, &ids(200, false), &mut feed);
+    }
 
     // Duplicates redeliver what the scenario before them processed.
-    let mut small = vec![
-        Scenario::Bare,
-        Scenario::Cursor,
+    let mut small = vec![Scenario::Bare, Scenario::Cursor];
+    small.extend(BLOCK_SIZES.map(Scenario::Chain));
+    small.extend(bare_peered_blocks().map(Scenario::BareBlock));
+    small.extend([
         Scenario::Inbox { v7: true },
         Scenario::Inbox { v7: false },
         Scenario::Duplicates,
@@ -903,7 +1010,7 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
         Scenario::Enqueue { order_lock: false },
         Scenario::Naive,
         Scenario::Minimal,
-    ];
+    ]);
     small.extend(BATCH_SIZES.map(Scenario::Batch));
     small.extend(BATCH_SIZES.map(Scenario::Bulk));
     let mut rates = rounds(&mut conn, &small, options, &mut feed);
@@ -1027,8 +1134,8 @@ fn print_ratios(columns: &[Figures]) {
     print_row("ratio (median of rounds)", &names);
     print_rule(columns.len());
     let (v4, v7) = (Scenario::Inbox { v7: false }, Scenario::Inbox { v7: true });
-    let mut ratios = vec![
-        ("cursor / bare".to_owned(), Scenario::Cursor, Scenario::Bare),
+    let mut ratios = cursor_ratios();
+    ratios.extend([
         ("inbox / bare, UUIDv4".to_owned(), v4, Scenario::Bare),
         ("inbox / bare, UUIDv7".to_owned(), v7, Scenario::Bare),
         (
@@ -1065,7 +1172,7 @@ fn print_ratios(columns: &[Figures]) {
                 tasks: 1,
             },
         ),
-    ];
+    ]);
     for size in BATCH_SIZES {
         ratios.push((
             format!("batch {size} / inbox, UUIDv4"),
@@ -1117,6 +1224,21 @@ fn print_ratios(columns: &[Figures]) {
         }
     }
     print_async_ratios(columns);
+}
+
+/// The cursor's and the chain cursor's ratios: a label, the scenario over, the one under.
+fn cursor_ratios() -> Vec<(String, Scenario, Scenario)> {
+    let mut ratios = vec![("cursor / bare".to_owned(), Scenario::Cursor, Scenario::Bare)];
+    for size in BLOCK_SIZES {
+        let chain = Scenario::Chain(size);
+        ratios.push((format!("{} / bare", chain.label()), chain, Scenario::Bare));
+    }
+    for size in bare_peered_blocks() {
+        let (chain, bare) = (Scenario::Chain(size), Scenario::BareBlock(size));
+        // Both sides commit `size` events a transaction: the label says it once.
+        ratios.push((format!("chain cursor / {}", bare.label()), chain, bare));
+    }
+    ratios
 }
 
 /// The async phase's 16 tasks on one thread: over its own bare, and over the sync phase's 16

@@ -109,12 +109,12 @@ impl Cursor {
     /// # tokio::runtime::Runtime::new()?.block_on(async {
     /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
     /// asynch::run_pending_migrations(&mut conn).await?;
-    /// let blocks = asynch::Inbox::new("indexer")?.cursor("chain:main")?;
+    /// let orders = asynch::Inbox::new("projector")?.cursor("orders-0")?;
     /// let apply = async |_tx: &mut Conn| Ok::<_, diesel_inbox::Error>(());
     ///
-    /// assert!(blocks.process(&mut conn, 1, apply).await?.is_processed());
-    /// assert!(blocks.process(&mut conn, 1, apply).await?.is_duplicate());
-    /// let after_gap = blocks.process(&mut conn, 4, apply).await?;
+    /// assert!(orders.process(&mut conn, 1, apply).await?.is_processed());
+    /// assert!(orders.process(&mut conn, 1, apply).await?.is_duplicate());
+    /// let after_gap = orders.process(&mut conn, 4, apply).await?;
     /// assert_eq!(after_gap.gaps()[0].sequences(), 2..=3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;
@@ -158,13 +158,13 @@ impl Cursor {
     /// let mut setup = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut setup)?;
     /// let mut conn = Conn::new(setup);
-    /// let blocks = asynch::Inbox::new("indexer")?.cursor("eth:mainnet")?;
+    /// let orders = asynch::Inbox::new("projector")?.cursor("orders-0")?;
     ///
     /// let run = [(100, "a"), (101, "b"), (101, "b"), (102, "c")];
-    /// let apply = async |_tx: &mut Conn, height: u64, block: &&str| {
-    ///     Ok::<_, diesel_inbox::Error>(format!("{height}:{block}"))
+    /// let apply = async |_tx: &mut Conn, offset: u64, order: &&str| {
+    ///     Ok::<_, diesel_inbox::Error>(format!("{offset}:{order}"))
     /// };
-    /// let outcomes = blocks.process_batch(&mut conn, &run, apply).await?;
+    /// let outcomes = orders.process_batch(&mut conn, &run, apply).await?;
     /// assert_eq!(outcomes.iter().filter(|o| o.is_processed()).count(), 3);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # })?;

@@ -13,6 +13,8 @@
 //! - [`Cursor`] ([`Inbox::cursor`]): ordered streams, batches of sequences, fencing, where to
 //!   resume, pruning by cursor; [`Gaps`]: the gap ledger, listed and resolved;
 //! - [`DeadLetters`] ([`Inbox::dead_letters`]): list, show, redrive, discard, release;
+//! - [`Chain`] ([`Inbox::chain`]): chain cursors that undo reorgs, with an async
+//!   [`ChainHandler`]; [`Reorgs`]: the fork ledger;
 //! - [`Claims`] ([`Inbox::claims`]) and a held [`Claim`]: side effects outside the database,
 //!   and the claims in doubt, listed and resolved;
 //! - [`Outbox`] and [`Relay`]: the producer side, publishing through an
@@ -83,6 +85,7 @@
 //!   on it needs tokio's multi-thread runtime.
 
 mod batch;
+mod chain;
 mod claim;
 mod cursor;
 mod dead_letters;
@@ -106,6 +109,7 @@ use crate::{
 };
 
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
+pub use chain::{Chain, ChainHandler, Reorgs};
 pub use claim::{Claim, Claimed, Claims, Records};
 pub use cursor::{Cursor, Gaps};
 pub use dead_letters::DeadLetters;

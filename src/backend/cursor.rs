@@ -59,9 +59,15 @@ macro_rules! cursor_statement {
             consumer: &str,
         ) -> QueryResult<Vec<(String, $crate::rows::CursorRow)>> {
             use $crate::sql::Run;
+            use $schema::diesel_inbox_blocks::dsl as b;
             use $schema::diesel_inbox_cursors::dsl as c;
+            // A chain stream's row (it has blocks) is not a sequence cursor's.
+            let chain = b::diesel_inbox_blocks
+                .filter(b::consumer.eq(c::consumer))
+                .filter(b::stream.eq(c::stream));
             c::diesel_inbox_cursors
                 .filter(c::consumer.eq($codec::key(consumer)))
+                .filter(diesel::dsl::not(diesel::dsl::exists(chain)))
                 .order(c::stream)
                 .select($rows::cursor_columns())
                 .load_on::<$rows::CursorColumns>(conn)

@@ -39,6 +39,8 @@ mod claims;
 #[macro_use]
 mod outbox;
 #[macro_use]
+pub(crate) mod chain;
+#[macro_use]
 pub(crate) mod tracking;
 #[cfg(feature = "postgres")]
 mod lock;

@@ -17,8 +17,8 @@ use crate::dialect::Dialect;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
 use crate::sql::{
-    ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, RetentionSql, Run,
+    ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
+    MigrationsSql, OutboxSql, RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
 
@@ -439,6 +439,15 @@ impl ClaimSql for Mysql {
     claim_statement!(claim, schema, codec, rows, lock = for_update);
     claim_statement!(claims, schema, codec, rows);
     claim_statement!(update_claim, schema, codec);
+}
+
+impl ChainSql for Mysql {
+    chain_statements!(
+        schema,
+        codec,
+        reorg_id = last_insert_id,
+        block_events = batch
+    );
 }
 
 impl OutboxSql for Mysql {

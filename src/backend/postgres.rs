@@ -13,8 +13,8 @@ use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
 use crate::schema::postgres as schema;
 use crate::sql::{
-    ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, RetentionSql, Run,
+    ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
+    MigrationsSql, OutboxSql, RetentionSql, Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -187,6 +187,10 @@ impl ClaimSql for Pg {
     claim_statement!(claim, schema, codec, rows, lock = for_update);
     claim_statement!(claims, schema, codec, rows);
     claim_statement!(update_claim, schema, codec);
+}
+
+impl ChainSql for Pg {
+    chain_statements!(schema, codec, reorg_id = returning, block_events = batch);
 }
 
 impl OutboxSql for Pg {

@@ -163,7 +163,14 @@ macro_rules! retention_statement {
                     names.extend(read.load_on::<$codec::KeyOwned>(conn).await?);
                 }
                 ConsumerRows::Streams => {
-                    let read = s::diesel_inbox_cursors.select(s::consumer).distinct();
+                    use $schema::diesel_inbox_blocks::dsl as b;
+                    let chain = b::diesel_inbox_blocks
+                        .filter(b::consumer.eq(s::consumer))
+                        .filter(b::stream.eq(s::stream));
+                    let read = s::diesel_inbox_cursors
+                        .filter(diesel::dsl::not(diesel::dsl::exists(chain)))
+                        .select(s::consumer)
+                        .distinct();
                     names.extend(read.load_on::<$codec::KeyOwned>(conn).await?);
                     let read = g::diesel_inbox_gaps.select(g::consumer).distinct();
                     names.extend(read.load_on::<$codec::KeyOwned>(conn).await?);

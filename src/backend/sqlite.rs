@@ -16,8 +16,8 @@ use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
-    ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, RetentionSql, Run, TransactionSql,
+    ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
+    MigrationsSql, OutboxSql, RetentionSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -149,6 +149,10 @@ impl ClaimSql for Sqlite {
     claim_statement!(claim, schema, codec, rows);
     claim_statement!(claims, schema, codec, rows);
     claim_statement!(update_claim, schema, codec);
+}
+
+impl ChainSql for Sqlite {
+    chain_statements!(schema, codec, reorg_id = returning, block_events = per_row);
 }
 
 impl OutboxSql for Sqlite {

@@ -32,6 +32,7 @@ use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, Into
 pub use held::Claim;
 pub use ledger::{ClaimRecord, Resolution};
 pub use outcome::{Abandoned, ClaimOutcome, Claimed, Completed, InDoubt, InProgress};
+pub(crate) use verdict::state_at;
 pub use verdict::InDoubtPolicy;
 
 /// How long a claim's holder has, by default, before its claim is in doubt; see

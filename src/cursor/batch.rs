@@ -60,11 +60,11 @@ impl Cursor {
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;
-    /// let blocks = Inbox::new("indexer")?.cursor("eth:mainnet")?;
+    /// let orders = Inbox::new("projector")?.cursor("orders-0")?;
     ///
     /// let run = [(100, "a"), (101, "b"), (101, "b"), (102, "c")];
-    /// let outcomes = blocks.process_batch(&mut conn, &run, |_tx, height, block| {
-    ///     Ok::<_, diesel_inbox::Error>(format!("{height}:{block}"))
+    /// let outcomes = orders.process_batch(&mut conn, &run, |_tx, offset, order| {
+    ///     Ok::<_, diesel_inbox::Error>(format!("{offset}:{order}"))
     /// })?;
     /// assert_eq!(outcomes.iter().filter(|o| o.is_processed()).count(), 3);
     /// # }

@@ -259,12 +259,12 @@ impl Cursor {
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;
-    /// let blocks = Inbox::new("indexer")?.cursor("chain:main")?;
+    /// let orders = Inbox::new("projector")?.cursor("orders-0")?;
     /// let apply = |_tx: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
     ///
-    /// assert!(blocks.process(&mut conn, 1, apply)?.is_processed());
-    /// assert!(blocks.process(&mut conn, 1, apply)?.is_duplicate()); // at or below the watermark
-    /// let after_gap = blocks.process(&mut conn, 4, apply)?; // 2 and 3 never came
+    /// assert!(orders.process(&mut conn, 1, apply)?.is_processed());
+    /// assert!(orders.process(&mut conn, 1, apply)?.is_duplicate()); // at or below the watermark
+    /// let after_gap = orders.process(&mut conn, 4, apply)?; // 2 and 3 never came
     /// assert!(after_gap.is_processed());
     /// assert_eq!(after_gap.gaps()[0].sequences(), 2..=3);
     /// # }
@@ -433,7 +433,8 @@ impl Cursor {
         Ok(row.map(|row| Position::from_row(self.stream().to_owned(), row)))
     }
 
-    /// Every cursor of `inbox`'s consumer, by stream name.
+    /// Every sequence cursor of `inbox`'s consumer, by stream name (a chain stream's position
+    /// is [`Chain::position`](crate::chain::Chain::position)).
     ///
     /// # Errors
     ///
@@ -454,7 +455,7 @@ impl Cursor {
             .collect())
     }
 
-    /// Every consumer with a cursor or a gap, sorted by name (byte order): what to pass as
+    /// Every consumer with a sequence cursor or a gap, sorted by name (byte order): what to pass as
     /// the consumer of [`Cursor::all`] and [`Inbox::gaps`].
     ///
     /// # Errors

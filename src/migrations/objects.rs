@@ -204,6 +204,54 @@ pub(crate) const TABLES: &[Table] = &[
         "diesel_inbox_outbox_aggregates",
         ["aggregate_type", "aggregate_id", "enqueued_at"]
     ),
+    table!(
+        "diesel_inbox_chains",
+        "diesel_inbox_blocks",
+        [
+            "consumer",
+            "stream",
+            "height",
+            "hash",
+            "parent_hash",
+            "processed_at"
+        ]
+    ),
+    table!(
+        "diesel_inbox_chains",
+        "diesel_inbox_block_events",
+        ["consumer", "stream", "height", "position", "event_id"]
+    ),
+    table!(
+        "diesel_inbox_chains",
+        "diesel_inbox_reorgs",
+        [
+            "id",
+            "consumer",
+            "stream",
+            "ancestor_height",
+            "old_head_height",
+            "old_head_hash",
+            "new_head_height",
+            "new_head_hash",
+            "events_reverted",
+            "events_reapplied",
+            "happened_at",
+        ]
+    ),
+    table!(
+        "diesel_inbox_chains",
+        "diesel_inbox_orphaned_effects",
+        [
+            "reorg_id",
+            "consumer",
+            "event_id",
+            "stream",
+            "height",
+            "block_hash",
+            "claim_state",
+            "found_at",
+        ]
+    ),
 ];
 
 /// The named indexes (primary keys are part of their tables), in the order the migrations
@@ -219,4 +267,5 @@ pub(crate) const INDEXES: &[Index] = &[
     index!("diesel_inbox_outbox", "diesel_inbox_outbox_aggregate" ON "diesel_inbox_outbox" ["aggregate_type", "aggregate_id", "state", "position"]),
     index!("diesel_inbox_outbox", "diesel_inbox_outbox_published" ON "diesel_inbox_outbox" ["state", "published_at"]),
     index!("diesel_inbox_outbox_order", "diesel_inbox_outbox_aggregates_idle" ON "diesel_inbox_outbox_aggregates" ["enqueued_at"]),
+    index!("diesel_inbox_chains", "diesel_inbox_reorgs_stream" ON "diesel_inbox_reorgs" ["consumer", "stream", "id"]),
 ];

@@ -13,13 +13,14 @@
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
-//!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`), the migrations' lock and
+//!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain.rs`), the migrations' lock and
 //!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
 //!   [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
 
 #[cfg(feature = "async")]
 mod asynch;
 mod blocking;
+mod chain;
 mod claims;
 mod cursor;
 mod db;
@@ -34,6 +35,7 @@ mod transaction;
 #[cfg(feature = "async")]
 pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
+pub(crate) use chain::ChainSql;
 pub(crate) use claims::ClaimSql;
 pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
@@ -60,6 +62,7 @@ pub trait Sql:
     + CursorSql
     + ClaimSql
     + OutboxSql
+    + ChainSql
     + MigrationsSql
     + DoctorSql
 {
@@ -74,6 +77,7 @@ impl<B> Sql for B where
         + CursorSql
         + ClaimSql
         + OutboxSql
+        + ChainSql
         + MigrationsSql
         + DoctorSql
 {

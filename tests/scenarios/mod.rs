@@ -18,6 +18,7 @@ use crate::support::{
 };
 
 mod batch;
+mod chain;
 mod claims;
 mod corrupt_rows;
 mod cursor;
@@ -33,6 +34,7 @@ mod relay_crash;
 mod retention;
 mod stats;
 pub use batch::*;
+pub use chain::*;
 pub use claims::*;
 pub use corrupt_rows::*;
 pub use cursor::*;
@@ -150,6 +152,11 @@ macro_rules! flavour_tests {
             failed_and_panicking_deliveries_leave_no_row_and_are_not_counted,
             random_schedules_with_failures_take_effect_once_per_distinct_event,
             run_schedule_catches_an_effect_that_outlives_a_failed_delivery,
+            a_reward_in_an_orphaned_block_re_included_by_its_replacement_is_credited_once,
+            a_fork_reaching_the_finalized_height_is_refused_and_commits_nothing,
+            a_block_forking_below_its_parent_rewinds_to_the_ancestor_its_branch_names,
+            final_blocks_only_waits_for_finality_and_refuses_every_fork,
+            random_chains_with_reorgs_settle_to_one_effect_per_canonical_event,
         );
     };
     (@each $test:ident, $flavour:ty; $($scenario:ident),+ $(,)?) => {
@@ -202,6 +209,8 @@ macro_rules! backend_tests {
             two_producers_of_one_aggregate_in_two_processes_publish_in_enqueue_order,
             a_corrupt_claim_is_listed_as_unreadable_between_its_readable_neighbours,
             a_handler_generic_over_the_connection_runs_its_query_once_per_event,
+            a_side_effect_claimed_for_an_orphaned_event_is_listed_for_ops,
+            a_crash_in_the_middle_of_a_reorgs_undo_leaves_the_old_branch_and_the_redelivery_finishes_it,
         );
         #[cfg(feature = "tokio")]
         backend_tests!(@in scenarios, $backend;

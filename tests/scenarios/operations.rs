@@ -256,6 +256,7 @@ fn index_table(index: &str) -> String {
         "diesel_inbox_events",
         "diesel_inbox_gaps",
         "diesel_inbox_claims",
+        "diesel_inbox_reorgs",
         "diesel_inbox_outbox_aggregates",
         "diesel_inbox_outbox",
     ];

@@ -639,6 +639,8 @@ pub(crate) trait TestConn: InboxConnection + Send + 'static {
     fn failure_rows(&mut self, consumer: &str, event_id: &str) -> (usize, usize);
     /// Rows in `effects` for `event_id`.
     fn effects_of(&mut self, event_id: &str) -> usize;
+    /// Every row of `effects`, in no particular order.
+    fn effect_rows(&mut self) -> Vec<String>;
     /// The versions `diesel_inbox_migrations` records, in order.
     fn migration_versions(&mut self) -> Vec<String>;
 }
@@ -667,6 +669,10 @@ macro_rules! test_conn {
 
             fn effect_count(&mut self) -> usize {
                 count(effects::table.count().get_result(self))
+            }
+
+            fn effect_rows(&mut self) -> Vec<String> {
+                effects::table.select(effects::event_id).load(self).unwrap()
             }
 
             fn inbox_rows(&mut self) -> usize {
@@ -816,10 +822,12 @@ pub(crate) fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
 
 /// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
 /// indexes and counters that retention and stats use.
-pub(crate) const MIGRATIONS: usize = 7;
+pub(crate) const MIGRATIONS: usize = 8;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-pub(crate) const INBOX_TABLES: [&str; 10] = [
+pub(crate) const INBOX_TABLES: [&str; 14] = [
+    "diesel_inbox_block_events",
+    "diesel_inbox_blocks",
     "diesel_inbox_claims",
     "diesel_inbox_counters",
     "diesel_inbox_cursors",
@@ -828,8 +836,10 @@ pub(crate) const INBOX_TABLES: [&str; 10] = [
     "diesel_inbox_failure_log",
     "diesel_inbox_failures",
     "diesel_inbox_gaps",
+    "diesel_inbox_orphaned_effects",
     "diesel_inbox_outbox",
     "diesel_inbox_outbox_aggregates",
+    "diesel_inbox_reorgs",
 ];
 pub(crate) const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 

@@ -14,6 +14,8 @@
 //!   gaps [--stream S] [--all] [--limit N] [--after ID] [--all-consumers]
 //!                                             where each sequence cursor stands, and its open gaps
 //!   gaps resolve <ID> --reason R              give up an open gap's sequences (needs --yes)
+//!   reorgs [--stream S] [--limit N] [--after ID]
+//!                                             the chain streams' fork ledger, and orphaned side effects
 //!   claims [--all] [--limit N] [--after ID] [--all-consumers]
 //!                                             claims in doubt: side effects that may have happened
 //!   claims show <ID>                          one claim, with its payload, result and resolution
@@ -84,6 +86,7 @@ mod migration;
 mod outbox;
 mod output;
 mod prune;
+mod reorgs;
 mod stats;
 
 use std::io::Write as _;
@@ -97,8 +100,8 @@ use diesel_inbox::migrations::Dialect;
 use diesel_inbox::{Audit, Inbox};
 
 const LONG_ABOUT: &str =
-    "Operate a diesel-inbox database: stats, dead letters, sequence gaps, claims in doubt, the outbox, \
-retention, health checks, migrations.
+    "Operate a diesel-inbox database: stats, dead letters, sequence gaps, chain reorgs, claims in doubt, \
+the outbox, retention, health checks, migrations.
 
 The database URL comes from --database-url or DATABASE_URL; its scheme alone picks the backend \
 (postgres:// or postgresql://, mysql:// or mariadb://, sqlite:// or file: for SQLite, in any case). \
@@ -179,6 +182,24 @@ enum Command {
         reason = "the doc comment is the --help text, read as plain text"
     )]
     Gaps(gaps::GapsArgs),
+    /// The fork ledger of the consumer's chain streams: every reorg, and the side effects
+    /// outside the database that reorgs orphaned.
+    ///
+    /// Lists the reorgs, oldest first: ledger id, chain stream, the ancestor's height (the
+    /// last block both branches share), the orphaned branch's head and the block that revealed
+    /// the fork (height and hash, cut; whole in JSON), depth (blocks orphaned), events whose
+    /// effect was reverted and, of those, how many took effect again on the new branch, and
+    /// when. --limit at a time (default 100); when the page is full it says where the next
+    /// one starts: rerun with --after <last id>. Then every side effect a reorg orphaned: a
+    /// claim (an email, a payout) made for an event only the orphaned branch had, which the
+    /// inbox cannot undo; look at it with `claims show`. As JSON, an object with consumer,
+    /// reorgs, more_after (the id to pass to --after, or null) and orphaned_effects. Exits 0
+    /// whatever it finds.
+    #[allow(
+        clippy::doc_markdown,
+        reason = "the doc comment is the --help text, read as plain text"
+    )]
+    Reorgs(reorgs::ReorgsArgs),
     /// Claims in doubt: side effects outside the database that may or may not have happened;
     /// show one, or resolve it once you know.
     ///
@@ -415,6 +436,11 @@ fn run(cli: Cli) -> Outcome {
             let inbox = inbox()?;
             let mut db = Database::connect(url.as_deref())?;
             with_connection!(db, |conn| gaps::run(conn, &inbox, args, &global))
+        }
+        Command::Reorgs(args) => {
+            let inbox = inbox()?;
+            let mut db = Database::connect(url.as_deref())?;
+            with_connection!(db, |conn| reorgs::run(conn, &inbox, args, &global))
         }
         Command::Claims(args) => {
             let inbox = inbox()?;

@@ -356,6 +356,28 @@ impl<B: AsyncBackend + 'static> Flavour for Async<B> {
         asynch::Cursor::from(cursor.clone()).position(conn).await
     }
 
+    async fn process_block(
+        chain: &Chain,
+        conn: &mut B::Async,
+        block: &Block<()>,
+        ledger: &mut ChainLedger,
+    ) -> Result<BlockOutcome, Error> {
+        let chain = asynch::Chain::from(chain.clone());
+        chain.process(conn, block, ledger).await
+    }
+
+    async fn chain_position(
+        chain: &Chain,
+        conn: &mut B::Async,
+    ) -> Result<Option<ChainPosition>, Error> {
+        asynch::Chain::from(chain.clone()).position(conn).await
+    }
+
+    async fn reorgs(chain: &Chain, conn: &mut B::Async) -> Result<Vec<Reorg>, Error> {
+        let chain = asynch::Chain::from(chain.clone());
+        chain.reorgs().list(conn, 0, 10_000).await
+    }
+
     async fn prune_events(
         cursor: &Cursor,
         conn: &mut B::Async,

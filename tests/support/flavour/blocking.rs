@@ -197,6 +197,26 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         cursor.position(conn)
     }
 
+    async fn process_block(
+        chain: &Chain,
+        conn: &mut B::Conn,
+        block: &Block<()>,
+        ledger: &mut ChainLedger,
+    ) -> Result<BlockOutcome, Error> {
+        chain.process(conn, block, ledger)
+    }
+
+    async fn chain_position(
+        chain: &Chain,
+        conn: &mut B::Conn,
+    ) -> Result<Option<ChainPosition>, Error> {
+        chain.position(conn)
+    }
+
+    async fn reorgs(chain: &Chain, conn: &mut B::Conn) -> Result<Vec<Reorg>, Error> {
+        chain.reorgs().list(conn, 0, 10_000)
+    }
+
     async fn prune_events(
         cursor: &Cursor,
         conn: &mut B::Conn,

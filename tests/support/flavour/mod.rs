@@ -15,6 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use diesel::connection::TransactionManager;
 use diesel::prelude::*;
+use diesel_inbox::chain::{Block, BlockOutcome, Chain, ChainPosition, Reorg};
 use diesel_inbox::doctor::Check;
 use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::testing::{self, DeliveryReport, InboxRecord, Schedule, TestDatabase};
@@ -31,9 +32,11 @@ use serde::Serialize;
 use super::{transaction_depth, Backend, EffectConn, StatementLog};
 
 mod blocking;
+mod chain;
 mod handlers;
 
 pub(crate) use blocking::{block_on, Blocking};
+pub(crate) use chain::{ChainLedger, REVERTED};
 pub(crate) use handlers::*;
 
 /// What a scenario's handler does inside the delivery's transaction.
@@ -233,6 +236,23 @@ pub(crate) trait Flavour: 'static {
 
     /// [`Cursor::position`].
     async fn position(cursor: &Cursor, conn: &mut Self::Conn) -> Result<Option<Position>, Error>;
+
+    /// [`Chain::process`](diesel_inbox::chain::Chain::process), with a [`ChainLedger`].
+    async fn process_block(
+        chain: &Chain,
+        conn: &mut Self::Conn,
+        block: &Block<()>,
+        ledger: &mut ChainLedger,
+    ) -> Result<BlockOutcome, Error>;
+
+    /// [`Chain::position`](diesel_inbox::chain::Chain::position).
+    async fn chain_position(
+        chain: &Chain,
+        conn: &mut Self::Conn,
+    ) -> Result<Option<ChainPosition>, Error>;
+
+    /// Every reorg of the chain's stream: [`Reorgs::list`](diesel_inbox::chain::Reorgs::list).
+    async fn reorgs(chain: &Chain, conn: &mut Self::Conn) -> Result<Vec<Reorg>, Error>;
 
     /// [`Cursor::prune_events`].
     async fn prune_events(
