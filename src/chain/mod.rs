@@ -432,14 +432,7 @@ impl Chain {
     {
         let now = now();
         let key = self.key();
-        let row = if let Some(row) = C::Backend::cursor(conn, key).await? {
-            row
-        } else {
-            C::Backend::insert_cursor(conn, key, now).await?;
-            C::Backend::cursor(conn, key)
-                .await?
-                .ok_or(diesel::result::Error::NotFound)?
-        };
+        let row = C::Backend::cursor_or_insert(conn, key, now).await?;
         let finalized = row.watermark;
         let head = match row.high {
             Some(head) => Some(
@@ -614,7 +607,7 @@ impl Chain {
         let old_head = orphaned.first().ok_or(diesel::result::Error::NotFound)?;
         C::Backend::delete_blocks_above(conn, key, ancestor).await?;
         let new_head = (stored_or_max(block.id().height()), block.id().hash());
-        let events_reverted = i64::try_from(events.len()).unwrap_or(i64::MAX);
+        let events_reverted = events.len() as u64;
         let id = C::Backend::insert_reorg(
             conn,
             key,
@@ -622,7 +615,7 @@ impl Chain {
                 ancestor_height: ancestor,
                 old_head: (old_head.height, &old_head.hash),
                 new_head,
-                events_reverted,
+                events_reverted: i64::try_from(events_reverted).unwrap_or(i64::MAX),
                 at: now,
             },
         )
@@ -637,7 +630,7 @@ impl Chain {
             ancestor: ancestor.unsigned_abs(),
             old_head: BlockId::new(old_head.height.unsigned_abs(), old_head.hash.clone()),
             new_head: block.id().clone(),
-            events_reverted: events.len() as u64,
+            events_reverted,
             events_reapplied: 0,
             happened_at: now,
         })

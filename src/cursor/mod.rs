@@ -618,14 +618,7 @@ impl Cursor {
         conn: &mut C,
         now: DateTime<Utc>,
     ) -> Result<Stream, Failure<E>> {
-        let row = if let Some(row) = C::Backend::cursor(conn, self.key()).await? {
-            row
-        } else {
-            C::Backend::insert_cursor(conn, self.key(), now).await?;
-            C::Backend::cursor(conn, self.key())
-                .await?
-                .ok_or(diesel::result::Error::NotFound)?
-        };
+        let row = C::Backend::cursor_or_insert(conn, self.key(), now).await?;
         let epoch = self.stored_epoch();
         if row.epoch != epoch {
             return Err(Failure::Inbox(Error::Fenced {

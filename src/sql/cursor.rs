@@ -38,6 +38,24 @@ pub trait CursorSql: TransactionSql {
         consumer: &str,
     ) -> impl Future<Output = QueryResult<Vec<(String, CursorRow)>>> + Send;
 
+    /// The cursor row, locked as [`cursor`](Self::cursor) locks it; inserted first, with no
+    /// sequence yet, when the stream has none.
+    fn cursor_or_insert<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        key: StreamKey<'_>,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = QueryResult<CursorRow>> + Send {
+        async move {
+            if let Some(row) = Self::cursor(conn, key).await? {
+                return Ok(row);
+            }
+            Self::insert_cursor(conn, key, now).await?;
+            Self::cursor(conn, key)
+                .await?
+                .ok_or(diesel::result::Error::NotFound)
+        }
+    }
+
     /// Inserts a cursor row with no sequence yet, unless one exists.
     fn insert_cursor<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
