@@ -184,6 +184,8 @@ impl Error {
             | Error::ClaimNotFound { .. }
             // An effect that enqueues an id twice fails like any handler error.
             | Error::AlreadyEnqueued { .. }
+            // A replay is not a broker's delivery; nothing of its last event committed.
+            | Error::Replay(_)
             => Ack::Redeliver,
         }
     }

@@ -201,6 +201,9 @@ pub enum Error {
     /// A block hash that is empty, longer than 255 bytes or holds a control character.
     #[error(transparent)]
     InvalidBlockHash(#[from] crate::chain::InvalidBlockHash),
+    /// A replay refused: see [`ReplayError`](crate::replay::ReplayError).
+    #[error(transparent)]
+    Replay(#[from] crate::replay::ReplayError),
     /// A sequence above `i64::MAX`, which no backend stores. Nothing was committed.
     #[error("sequence {0} is above {max}, the largest a cursor stores", max = i64::MAX)]
     SequenceOutOfRange(u64),
@@ -392,6 +395,7 @@ admin_from_inbox!(
     InvalidConsumerName,
     InvalidStreamName,
     crate::chain::InvalidBlockHash,
+    crate::replay::ReplayError,
     crate::state::CorruptRow,
     diesel::r2d2::PoolError,
     #[cfg(feature = "deadpool")]

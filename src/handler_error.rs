@@ -120,11 +120,19 @@ impl HandlerError for Error {
         Some(self)
     }
 
-    /// [`Error::permanent`] and [`Error::transient`] say so; the rest are counted.
+    /// [`Error::permanent`] and [`Error::transient`] say so, and a replay's lost lease is
+    /// transient; the rest are counted.
     fn failure_kind(&self) -> FailureKind {
         match self {
             Error::Permanent(_) => FailureKind::Permanent,
-            Error::Transient(_) => FailureKind::Transient,
+            // Also another runner's lease, or a probe's refusal: nothing is recorded for the
+            // event.
+            Error::Transient(_)
+            | Error::Replay(
+                crate::replay::ReplayError::Fenced { .. }
+                | crate::replay::ReplayError::Held { .. }
+                | crate::replay::ReplayError::WouldRun,
+            ) => FailureKind::Transient,
             _ => FailureKind::Counted,
         }
     }

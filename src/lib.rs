@@ -101,6 +101,15 @@
 //! app's [`chain::ChainHandler`], in the transaction that rewinds the stream, records every
 //! fork in a ledger ([`chain::Reorgs`]), and refuses a fork below the finalized height.
 //!
+//! # Replaying events
+//!
+//! Rebuilding a projection, backfilling a consumer or re-running a range a bad deploy
+//! mishandled is a governed operation: [`replay::Replays`] records a replay's bounded range,
+//! reason, schema interpretation, target and expectation; runs it through the target
+//! consumer's inbox in resumable, fenced batches with side effects suppressed; reconciles it
+//! (every input's inbox row, the counts, a digest of the input re-read, the app's own
+//! reports); and accepts it only when the evidence matches, or on an override with a reason.
+//!
 //! # Backends
 //!
 //! Cargo features `postgres`, `sqlite` and `mysql` (MySQL and MariaDB) enable
@@ -128,7 +137,8 @@
 //!   backend set up as the inbox needs.
 //! - **The ops CLI**: the `cli` feature builds `diesel-inbox`: stats, dead letters (list,
 //!   show, export, discard, release), gaps (list, resolve), claims (list, show, resolve),
-//!   the outbox (list, show, retry, prune), prune, doctor and the migrations
+//!   the outbox (list, show, retry, prune), reorgs, replays (plan, run, reconcile, accept
+//!   and the rest), prune, doctor and the migrations
 //!   (`diesel-inbox --help`).
 //!
 //! # Errors
@@ -207,6 +217,7 @@ mod outcome;
 #[cfg(feature = "tokio")]
 pub mod pool;
 mod redact;
+pub mod replay;
 mod retention;
 mod retry;
 mod rows;
@@ -225,7 +236,7 @@ pub use backend::InboxConnection;
 pub use backend::SqliteSetup;
 pub use claim::{
     Abandoned, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims, Completed, InDoubt,
-    InDoubtPolicy, InProgress, Resolution, DEFAULT_LEASE,
+    InDoubtPolicy, InProgress, Resolution, Suppressed, DEFAULT_LEASE,
 };
 pub use cursor::{Cursor, Gaps, Lease, Position, Resume, Sequenced, DEFAULT_MAX_OPEN_GAPS};
 pub use dead_letter::{DeadLetter, DeadLetters, HistoryEntry};

@@ -32,6 +32,8 @@ const REORG_BLOCKS: &str = "diesel_inbox_reorg_blocks_total";
 const REORG_EVENTS_REVERTED: &str = "diesel_inbox_reorg_events_reverted_total";
 /// `diesel_inbox_reorgs_refused_total{consumer}`.
 const REORGS_REFUSED: &str = "diesel_inbox_reorgs_refused_total";
+/// `diesel_inbox_replay_events_total{consumer, outcome}`.
+const REPLAY_EVENTS: &str = "diesel_inbox_replay_events_total";
 
 /// `diesel_inbox_claim_transitions_total{consumer, state}`.
 const CLAIM_TRANSITIONS: &str = "diesel_inbox_claim_transitions_total";
@@ -212,6 +214,15 @@ pub(crate) fn reorg_refused(consumer: &str) {
     let _ = consumer;
 }
 
+/// A replay into `consumer` settled an event as `outcome`.
+pub(crate) fn replayed(consumer: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(REPLAY_EVENTS, "consumer" => consumer.to_owned(), "outcome" => outcome)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (consumer, outcome);
+}
+
 /// A claim of `consumer` moved to `state` (committed): acquired, completed, released,
 /// abandoned or in doubt.
 pub(crate) fn claim_transition(consumer: &str, state: crate::ClaimState) {
@@ -349,7 +360,7 @@ fn count(name: &'static str, consumer: &str, n: u64) {
 #[cfg(feature = "metrics")]
 pub fn describe_metrics() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
-    const COUNTERS: [(&str, &str); 17] = [
+    const COUNTERS: [(&str, &str); 18] = [
         (
             DELIVERIES,
             "Deliveries offered to the inbox, by consumer and what they came to.",
@@ -393,6 +404,10 @@ pub fn describe_metrics() {
         (
             REORGS_REFUSED,
             "Blocks refused for forking below the finalized height, by consumer: ops must act.",
+        ),
+        (
+            REPLAY_EVENTS,
+            "Events a replay settled, by target consumer and outcome: processed, duplicate, failed, dead_lettered, skipped, or would_run (a probe rolled it back).",
         ),
         (
             CLAIM_TRANSITIONS,
@@ -460,6 +475,7 @@ mod tests {
             REORG_BLOCKS,
             REORG_EVENTS_REVERTED,
             REORGS_REFUSED,
+            REPLAY_EVENTS,
             CLAIM_TRANSITIONS,
             CLAIMS_FENCED,
         ] {

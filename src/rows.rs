@@ -317,3 +317,67 @@ pub struct OrphanedRow {
     pub claim_state: ClaimState,
     pub found_at: DateTime<Utc>,
 }
+
+/// A row of `diesel_inbox_replays`, its state, plan, counts and evidence as stored (read
+/// above the backend).
+#[derive(Debug)]
+pub struct ReplayRow {
+    pub id: i64,
+    pub consumer: String,
+    pub source: String,
+    pub range: (Option<i64>, Option<i64>),
+    pub plan: String,
+    pub reason: String,
+    pub requested_by: String,
+    pub state: String,
+    pub checkpoint: Option<i64>,
+    pub counts: String,
+    pub digest: String,
+    pub fence: i64,
+    pub lease_until: Option<DateTime<Utc>>,
+    pub evidence: Option<String>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A replay as planned: what `diesel_inbox_replays` gets first.
+#[derive(Debug)]
+pub struct NewReplay<'a> {
+    pub consumer: &'a str,
+    pub source: &'a str,
+    pub range: (Option<i64>, Option<i64>),
+    pub plan: &'a str,
+    pub reason: &'a str,
+    pub requested_by: &'a str,
+    pub counts: &'a str,
+    pub digest: &'a str,
+    pub now: DateTime<Utc>,
+}
+
+/// A replay's progress after an event: written with the fence that holds it.
+#[derive(Debug)]
+pub struct ReplayProgressRow<'a> {
+    pub checkpoint: i64,
+    pub counts: &'a str,
+    pub digest: &'a str,
+    pub lease_until: DateTime<Utc>,
+    pub now: DateTime<Utc>,
+}
+
+/// A row of `diesel_inbox_replay_notes`.
+#[derive(Debug, Clone)]
+pub struct NoteRow {
+    pub position: i64,
+    pub kind: String,
+    pub event_id: String,
+    pub detail: String,
+}
+
+/// A row of `diesel_inbox_replay_transitions`, its states as stored.
+#[derive(Debug)]
+pub struct TransitionRow {
+    pub from: Option<String>,
+    pub to: String,
+    pub actor: String,
+    pub reason: String,
+    pub at: DateTime<Utc>,
+}

@@ -346,6 +346,84 @@ macro_rules! inbox_tables {
             }
         }
 
+        diesel::table! {
+            /// Governed replays: a bounded, recorded re-run of past events into a target
+            /// consumer, reconciled before it is accepted.
+            diesel_inbox_replays (id) {
+                /// The replay's number.
+                id -> BigInt,
+                /// The target consumer, whose inbox the replay runs through.
+                consumer -> $key,
+                /// The source's name (`outbox`, `jetstream:ORDERS`).
+                source -> Text,
+                /// The first position of the range, where it is a position range.
+                range_first -> Nullable<BigInt>,
+                /// Its last position.
+                range_last -> Nullable<BigInt>,
+                /// The rest of the plan, a JSON document: its target, range, schema
+                /// interpretation, expectation and side-effect policy.
+                plan -> Text,
+                /// Why the replay was asked for.
+                reason -> Text,
+                /// Who asked for it.
+                requested_by -> Text,
+                /// A [`ReplayState`](crate::replay::ReplayState).
+                state -> Text,
+                /// The source position of the last event settled.
+                checkpoint -> Nullable<BigInt>,
+                /// The counts so far, a JSON object: `read`, `processed`, `duplicates`,
+                /// `failed`, `dead_lettered`, `skipped`, `suppressed`.
+                counts -> Text,
+                /// The input digest so far, as hex.
+                digest -> Text,
+                /// Raised by each runner that takes the replay over.
+                fence -> BigInt,
+                /// Until when the current runner holds it.
+                lease_until -> Nullable<$time>,
+                /// The reconciliation's evidence, a JSON document.
+                evidence -> Nullable<Text>,
+                /// When it last changed.
+                updated_at -> $time,
+            }
+        }
+
+        diesel::table! {
+            /// Every transition of a replay, with who made it and why.
+            diesel_inbox_replay_transitions (id) {
+                /// The transition's number.
+                id -> BigInt,
+                /// The replay.
+                replay_id -> BigInt,
+                /// The state it left; none for its planning.
+                from_state -> Nullable<Text>,
+                /// The state it entered.
+                to_state -> Text,
+                /// Who made it.
+                actor -> Text,
+                /// Why.
+                reason -> Text,
+                /// When.
+                at -> $time,
+            }
+        }
+
+        diesel::table! {
+            /// The events of a replay that did not simply take effect or come back as
+            /// duplicates.
+            diesel_inbox_replay_notes (replay_id, position, kind) {
+                /// The replay.
+                replay_id -> BigInt,
+                /// The event's source position.
+                position -> BigInt,
+                /// A [`NoteKind`](crate::replay::NoteKind).
+                kind -> Text,
+                /// The event id.
+                event_id -> $key,
+                /// What happened.
+                detail -> Text,
+            }
+        }
+
         diesel::allow_tables_to_appear_in_same_query!(
             diesel_inbox_events,
             diesel_inbox_failures,
@@ -360,6 +438,9 @@ macro_rules! inbox_tables {
             diesel_inbox_block_events,
             diesel_inbox_reorgs,
             diesel_inbox_orphaned_effects,
+            diesel_inbox_replays,
+            diesel_inbox_replay_transitions,
+            diesel_inbox_replay_notes,
         );
     };
 }

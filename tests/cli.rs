@@ -1,7 +1,8 @@
 //! The `diesel-inbox` binary end to end, on each backend: dead letters made through the
 //! library, then listed, shown, exported, discarded and released through the CLI; a cursor's gaps
 //! listed and resolved; a chain's reorgs listed with the side effects they orphaned; claims in
-//! doubt listed, shown and resolved; the outbox's rows listed, shown, retried and pruned; the
+//! doubt listed, shown and resolved; the outbox's rows listed, shown, retried and pruned;
+//! replays of the outbox planned, listed, shown, probed, reconciled, decided and pruned; the
 //! doctor; the migrations.
 
 use std::path::Path;
@@ -1162,8 +1163,8 @@ fn prints_and_installs_migrations(url: &str) {
     ));
     assert_eq!(
         written.as_array().unwrap().len(),
-        8,
-        "since the chain cursors (000008): {written}"
+        9,
+        "since the replays (000009): {written}"
     );
     for path in written.as_array().unwrap() {
         assert!(Path::new(path.as_str().unwrap()).join("up.sql").is_file());
@@ -2156,6 +2157,510 @@ fn the_ops_listings_name_corrupt_rows_in_place_on_postgres() {
 fn the_ops_listings_name_corrupt_rows_in_place_on_mysql() {
     let url = std::env::var("DIESEL_INBOX_MYSQL_URL");
     the_ops_listings_name_corrupt_claims_gaps_and_outbox_rows_in_place(&TestDatabase::mysql(
+        url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"),
+    ));
+}
+
+/// Four events in the outbox, `r-1` to `r-4` (`order.placed`, schema version 1), of which the
+/// live consumer `points` processed the first three; returns their positions.
+fn replayable_events<C: InboxConnection>(conn: &mut C) -> Vec<i64> {
+    let outbox = Outbox::new("orders-service").unwrap();
+    let points = Inbox::new("points").unwrap();
+    for n in 1..=4 {
+        let envelope = Envelope::new("order.placed", "order", &n.to_string())
+            .with_id(format!("r-{n}"))
+            .unwrap()
+            .json(&serde_json::json!({ "order": n }))
+            .unwrap();
+        outbox.enqueue(conn, "orders.placed", &envelope).unwrap();
+        if n < 4 {
+            let delivery = Delivery::new(envelope.id().clone())
+                .unwrap()
+                .with_payload(envelope.payload().clone());
+            let outcome = points
+                .process(conn, delivery, |_tx| Ok::<_, Error>(()))
+                .unwrap();
+            assert!(outcome.is_processed(), "{outcome:?}");
+        }
+    }
+    let rows = Outbox::list(conn, None, 0, 10).unwrap();
+    rows.iter()
+        .map(|row| row.as_ref().unwrap().position)
+        .collect()
+}
+
+/// `replays` and `args`.
+fn replays<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    [&["replays"][..], args].concat()
+}
+
+/// Plans a replay into the live consumer `points` with `range` (the range's flags), and
+/// returns its id.
+fn plan_live(url: &str, range: &[&str], reason: &str) -> String {
+    let args = [
+        &["--consumer", "points", "replays", "plan", "--live"][..],
+        range,
+        &["--actor", "ops", "--reason", reason, "--format", "json"],
+    ]
+    .concat();
+    let planned = json(&cli(url, &args));
+    assert_eq!(planned["state"], "planned", "{planned}");
+    planned["id"].as_i64().unwrap().to_string()
+}
+
+/// The progress lines of a run of replay `id`.
+fn progress_lines(run: &str, id: &str) -> Vec<String> {
+    let prefix = format!("replay {id}: ");
+    run.lines()
+        .filter(|line| line.starts_with(&prefix))
+        .map(|line| line[prefix.len()..].to_owned())
+        .collect()
+}
+
+/// The scenario, once for every backend: replays planned, listed, shown, probed, reconciled,
+/// accepted, aborted and pruned through the CLI.
+fn the_replay_commands_plan_probe_reconcile_decide_and_prune<C>(db: &TestDatabase<C>)
+where
+    C: InboxConnection + R2D2Connection + Send + 'static,
+{
+    let url = db.url();
+    let mut conn = db.connect();
+    let positions = replayable_events(&mut conn);
+    a_dry_run_reports_what_the_range_holds_and_records_nothing(url, &positions);
+    let isolated = an_isolated_replay_is_planned_listed_and_shown(url, &positions);
+    let aborted = an_isolated_replay_is_refused_a_run_and_aborted_once(url, &isolated);
+    let accepted =
+        a_probe_of_processed_events_finds_only_duplicates_and_is_accepted(url, &positions);
+    let overridden = a_probe_that_finds_an_unprocessed_event_differs_until_overridden(url);
+    let decided = [aborted, accepted, overridden];
+    prunes_decided_replays_only_and_lists_an_unreadable_one_in_place(url, &mut conn, &decided);
+}
+
+fn a_dry_run_reports_what_the_range_holds_and_records_nothing(url: &str, positions: &[i64]) {
+    let (first, last) = (positions[0].to_string(), positions[3].to_string());
+    let dry_run = [
+        "--consumer",
+        "points",
+        "replays",
+        "plan",
+        "--live",
+        "--first",
+        &first,
+        "--last",
+        &last,
+        "--reason",
+        "how much would run twice",
+        "--dry-run",
+    ];
+    let preview = json(&cli(url, &[&dry_run[..], &["--format", "json"]].concat()));
+    let counts = [
+        &preview["events"],
+        &preview["skipped"],
+        &preview["in_target"],
+    ];
+    assert_eq!(counts, [4, 0, 3], "{preview}");
+    assert_eq!(preview["first"], positions[0], "{preview}");
+    assert_eq!(preview["last"], positions[3], "{preview}");
+    assert_eq!(
+        preview["plan"]["expectation"], "all-duplicates",
+        "{preview}"
+    );
+    // Only version 2 read: every event skipped, none in the target.
+    let v2 = [
+        &dry_run[..],
+        &["--accept", "order.placed:2", "--format", "json"],
+    ]
+    .concat();
+    let skipping = json(&cli(url, &v2));
+    let counts = [
+        &skipping["events"],
+        &skipping["skipped"],
+        &skipping["in_target"],
+    ];
+    assert_eq!(counts, [4, 4, 0], "{skipping}");
+    let table = expect(&cli(url, &dry_run), 0);
+    assert!(table.contains("dry run: nothing recorded"), "{table}");
+    assert!(table.contains("positions"), "{table}");
+    let listed = json(&cli(url, &replays(&["list", "--format", "json"])));
+    assert_eq!(listed["replays"], serde_json::json!([]), "{listed}");
+    // The target must be named, and the range must end after it starts.
+    let unnamed = [
+        "replays", "plan", "--live", "--first", "1", "--last", "2", "--reason", "r",
+    ];
+    fails(&cli(url, &unnamed), 2, "pass --consumer NAME");
+    let inverted = [
+        &["--consumer", "points"][..],
+        &unnamed[..4],
+        &["3", "--last", "2"],
+    ]
+    .concat();
+    fails(
+        &cli(url, &[&inverted[..], &["--reason", "r"]].concat()),
+        2,
+        "--first/--last",
+    );
+    let both = [
+        &unnamed[..],
+        &["--consumer", "points", "--isolated", "shadow"],
+    ]
+    .concat();
+    expect(&cli(url, &both), 2);
+    let mixed = [
+        "replays", "plan", "--live", "--ids", "r-1", "--last", "2", "--reason", "r",
+    ];
+    expect(
+        &cli(url, &[&mixed[..], &["--consumer", "points"]].concat()),
+        2,
+    );
+    let listed = json(&cli(url, &replays(&["list", "--format", "json"])));
+    assert_eq!(listed["replays"], serde_json::json!([]), "{listed}");
+}
+
+/// Returns the replay's id, planned.
+fn an_isolated_replay_is_planned_listed_and_shown(url: &str, positions: &[i64]) -> String {
+    let (first, last) = (positions[0].to_string(), positions[3].to_string());
+    let planned = json(&cli(
+        url,
+        &[
+            "--consumer",
+            "points-rebuild",
+            "replays",
+            "plan",
+            "--isolated",
+            "points_shadow",
+            "--first",
+            &first,
+            "--last",
+            &last,
+            "--accept",
+            "order.placed:1",
+            "--actor",
+            "ops",
+            "--reason",
+            "rebuild points after fix #42",
+            "--format",
+            "json",
+        ],
+    ));
+    let id = planned["id"].as_i64().unwrap().to_string();
+    let listed = json(&cli(url, &replays(&["list", "--format", "json"])));
+    assert_eq!(keys_of(&listed["replays"], "id"), std::slice::from_ref(&id));
+    let row = &listed["replays"][0];
+    assert_eq!(
+        [&row["state"], &row["consumer"], &row["plan"]["destination"]],
+        ["planned", "points-rebuild", "points_shadow"],
+        "{row}"
+    );
+    assert_eq!(row["live"], false, "{row}");
+    assert_eq!(
+        (&row["evidence_matches"], &listed["more_after"]),
+        (&Value::Null, &Value::Null)
+    );
+    let table = expect(&cli(url, &replays(&["list"])), 0);
+    assert!(
+        table.contains("isolated: points_shadow") && table.contains("1 replay shown"),
+        "{table}"
+    );
+
+    let shown = json(&cli(url, &replays(&["show", &id, "--format", "json"])));
+    let range =
+        serde_json::json!({"kind": "positions", "first": positions[0], "last": positions[3]});
+    assert_eq!(shown["plan"]["range"], range, "{shown}");
+    assert_eq!(
+        shown["plan"]["schema"]["accepted"],
+        serde_json::json!({"order.placed": [1]})
+    );
+    assert_eq!(shown["plan"]["expectation"], "all-processed", "{shown}");
+    assert_eq!(shown["notes"], serde_json::json!([]), "{shown}");
+    let history = shown["history"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{shown}");
+    assert_eq!(
+        [
+            &history[0]["from"],
+            &history[0]["to"],
+            &history[0]["actor"],
+            &history[0]["reason"]
+        ],
+        [
+            &Value::Null,
+            &Value::from("planned"),
+            &Value::from("ops"),
+            &Value::from("rebuild points after fix #42")
+        ],
+    );
+    let shown_table = expect(&cli(url, &replays(&["show", &id])), 0);
+    assert!(
+        shown_table.contains("history:") && shown_table.contains("order.placed:1"),
+        "{shown_table}"
+    );
+    id
+}
+
+/// Returns the replay's id, aborted.
+fn an_isolated_replay_is_refused_a_run_and_aborted_once(url: &str, id: &str) -> String {
+    fails(
+        &cli(url, &replays(&["run", id])),
+        1,
+        "an isolated replay runs the app's handler",
+    );
+    let abort = replays(&[
+        "abort",
+        id,
+        "--actor",
+        "ops",
+        "--reason",
+        "planned by mistake",
+    ]);
+    fails(&cli(url, &abort), 2, "--yes");
+    let still = json(&cli(url, &replays(&["show", id, "--format", "json"])));
+    assert_eq!(still["state"], "planned", "nothing changed without --yes");
+    let aborted = json(&cli(
+        url,
+        &[&abort[..], &["--yes", "--format", "json"]].concat(),
+    ));
+    assert_eq!(aborted["state"], "aborted", "{aborted}");
+    let again = cli(url, &[&abort[..], &["--yes"]].concat());
+    fails(
+        &again,
+        1,
+        "is aborted; only a replay that is planned or running can be aborted",
+    );
+    fails(
+        &cli(url, &replays(&["show", "999999"])),
+        1,
+        "no replay 999999",
+    );
+    id.to_owned()
+}
+
+/// Returns the replay's id, accepted.
+fn a_probe_of_processed_events_finds_only_duplicates_and_is_accepted(
+    url: &str,
+    positions: &[i64],
+) -> String {
+    let (first, last) = (positions[0].to_string(), positions[2].to_string());
+    let id = plan_live(
+        url,
+        &["--first", &first, "--last", &last],
+        "prove nothing runs twice",
+    );
+    let run = expect(&cli(url, &replays(&["run", &id, "--batch-size", "2"])), 0);
+    let progress = progress_lines(&run, &id);
+    assert!(progress.len() >= 2, "a line per batch: {run}");
+    assert_eq!(
+        progress[0],
+        "read 2, processed 0, duplicates 2, failed 0, dead-lettered 0, skipped 0, suppressed 0"
+    );
+    assert_eq!(
+        progress.last().map(String::as_str),
+        Some(
+            "read 3, processed 0, duplicates 3, failed 0, dead-lettered 0, skipped 0, suppressed 0"
+        ),
+        "{run}"
+    );
+    assert!(
+        run.contains(&format!("replay {id} finished: 3 events read by this run")),
+        "{run}"
+    );
+    fails(&cli(url, &replays(&["run", &id])), 1, "is finished");
+    fails(
+        &cli(
+            url,
+            &replays(&["accept", &id, "--actor", "ops", "--reason", "r", "--yes"]),
+        ),
+        1,
+        "reconcile it first",
+    );
+
+    let evidence = json(&cli(url, &replays(&["reconcile", &id, "--format", "json"])));
+    assert_eq!(evidence["matches"], true, "{evidence}");
+    assert_eq!(evidence["counts"]["duplicates"], 3, "{evidence}");
+    let table = expect(&cli(url, &replays(&["reconcile", &id])), 0);
+    assert!(table.contains("matches its plan's expectation"), "{table}");
+    let accept = replays(&[
+        "accept",
+        &id,
+        "--actor",
+        "ops",
+        "--reason",
+        "counts and digest match",
+    ]);
+    fails(&cli(url, &accept), 2, "would accept replay");
+    expect(&cli(url, &[&accept[..], &["--yes"]].concat()), 0);
+
+    let shown = json(&cli(url, &replays(&["show", &id, "--format", "json"])));
+    assert_eq!(
+        (&shown["state"], &shown["evidence_matches"]),
+        (&Value::from("accepted"), &Value::from(true))
+    );
+    let states: Vec<&str> = shown["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        ["planned", "running", "finished", "accepted"],
+        "{shown}"
+    );
+    assert_eq!(shown["history"][3]["actor"], "ops", "{shown}");
+    id
+}
+
+/// Returns the replay's id, accepted by override.
+fn a_probe_that_finds_an_unprocessed_event_differs_until_overridden(url: &str) -> String {
+    let id = plan_live(url, &["--ids", "r-3,r-4"], "does r-4 run again?");
+    let run = cli(url, &replays(&["run", &id, "--format", "json"]));
+    let report: Value = serde_json::from_str(&expect(&run, 0)).unwrap();
+    assert_eq!(
+        (&report["finished"], &report["read_now"]),
+        (&Value::from(true), &Value::from(2))
+    );
+    let counts = [
+        &report["counts"]["read"],
+        &report["counts"]["duplicates"],
+        &report["counts"]["failed"],
+    ];
+    assert_eq!(counts, [2, 1, 1], "the probe rolled r-4 back: {report}");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains(&format!("replay {id}: read 2")),
+        "progress on stderr: {stderr}"
+    );
+
+    let reconciled = cli(url, &replays(&["reconcile", &id]));
+    let table = expect(&reconciled, 3);
+    assert!(
+        table.contains("differs: ") && table.contains("r-4"),
+        "{table}"
+    );
+    assert!(String::from_utf8_lossy(&reconciled.stderr).contains("--override"));
+    let evidence = cli(url, &replays(&["reconcile", &id, "--format", "json"]));
+    let evidence: Value = serde_json::from_str(&expect(&evidence, 3)).unwrap();
+    assert_eq!(evidence["matches"], false, "{evidence}");
+    assert_eq!(
+        evidence["without_inbox_row_ids"],
+        serde_json::json!(["r-4"]),
+        "{evidence}"
+    );
+
+    let accept = replays(&[
+        "accept",
+        &id,
+        "--actor",
+        "ops",
+        "--reason",
+        "r-4 is new: expected",
+        "--yes",
+    ]);
+    fails(
+        &cli(url, &accept),
+        1,
+        "does not match its plan's expectation",
+    );
+    let listed = json(&cli(url, &replays(&["list", "--format", "json"])));
+    let row = listed["replays"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id.parse::<i64>().unwrap())
+        .unwrap();
+    assert_eq!(
+        (&row["state"], &row["evidence_matches"]),
+        (&Value::from("finished"), &Value::from(false))
+    );
+    expect(&cli(url, &[&accept[..], &["--override"]].concat()), 0);
+
+    let shown = json(&cli(url, &replays(&["show", &id, "--format", "json"])));
+    assert_eq!(shown["state"], "accepted", "{shown}");
+    let last = shown["history"].as_array().unwrap().last().unwrap().clone();
+    assert!(
+        last["reason"].as_str().unwrap().contains("override of"),
+        "{last}"
+    );
+    let notes = shown["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n["kind"] == "ran" && n["event_id"] == "r-4" && n["position"] == 2),
+        "{shown}"
+    );
+    id
+}
+
+fn prunes_decided_replays_only_and_lists_an_unreadable_one_in_place<C: InboxConnection>(
+    url: &str,
+    conn: &mut C,
+    decided: &[String],
+) {
+    let open = plan_live(url, &["--ids", "r-1"], "kept open");
+    let prune = replays(&["prune", "--older-than", "0s"]);
+    fails(
+        &cli(url, &prune),
+        2,
+        &format!("would delete {} decided replays", decided.len()),
+    );
+    let listed = json(&cli(url, &replays(&["list", "--format", "json"])));
+    assert_eq!(
+        keys_of(&listed["replays"], "id").len(),
+        decided.len() + 1,
+        "nothing pruned without --yes"
+    );
+    let pruned = json(&cli(
+        url,
+        &[&prune[..], &["--yes", "--format", "json"]].concat(),
+    ));
+    assert_eq!(pruned["deleted"], decided.len(), "{pruned}");
+    let listed = json(&cli(url, &replays(&["list", "--format", "json"])));
+    assert_eq!(
+        keys_of(&listed["replays"], "id"),
+        std::slice::from_ref(&open),
+        "open replays stay"
+    );
+
+    let page = json(&cli(
+        url,
+        &replays(&["list", "--limit", "1", "--format", "json"]),
+    ));
+    assert_eq!(page["more_after"].to_string(), open, "{page}");
+    conn.batch_execute(&format!(
+        "UPDATE diesel_inbox_replays SET state = 'paused' WHERE id = {open}"
+    ))
+    .unwrap();
+    let listed = json(&cli(url, &replays(&["list", "--format", "json"])));
+    assert_eq!(
+        keys_of(&listed["replays"], "id"),
+        [format!("!{open}")],
+        "{listed}"
+    );
+    let table = expect(&cli(url, &replays(&["list"])), 0);
+    assert!(table.contains("unreadable: "), "{table}");
+    fails(
+        &cli(url, &replays(&["show", &open])),
+        1,
+        "unreadable row in",
+    );
+}
+
+#[test]
+fn replays_are_planned_probed_reconciled_decided_and_pruned_through_the_cli_on_sqlite() {
+    the_replay_commands_plan_probe_reconcile_decide_and_prune(&TestDatabase::sqlite());
+}
+
+#[test]
+fn replays_are_planned_probed_reconciled_decided_and_pruned_through_the_cli_on_postgres() {
+    let url = std::env::var("DIESEL_INBOX_POSTGRES_URL");
+    the_replay_commands_plan_probe_reconcile_decide_and_prune(&TestDatabase::postgres(
+        url.as_deref()
+            .unwrap_or("postgres://root@127.0.0.1:5432/test"),
+    ));
+}
+
+#[test]
+fn replays_are_planned_probed_reconciled_decided_and_pruned_through_the_cli_on_mysql() {
+    let url = std::env::var("DIESEL_INBOX_MYSQL_URL");
+    the_replay_commands_plan_probe_reconcile_decide_and_prune(&TestDatabase::mysql(
         url.as_deref().unwrap_or("mysql://root@127.0.0.1:3306/test"),
     ));
 }

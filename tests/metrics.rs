@@ -473,3 +473,82 @@ fn the_outbox_counts_enqueued_published_and_failed_events_by_topic_and_gauges_pe
         "{pending:?}"
     );
 }
+
+/// Applies nothing; a real one writes into the target.
+struct Applies;
+
+impl diesel_inbox::replay::ReplayHandler<SqliteConnection> for Applies {
+    type Error = diesel_inbox::Error;
+
+    fn apply(
+        &mut self,
+        _: &mut SqliteConnection,
+        _: &diesel_inbox::Envelope,
+        _: &diesel_inbox::replay::Replayed,
+    ) -> Result<(), diesel_inbox::Error> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_replay_counts_each_event_it_settles_by_target_and_outcome() {
+    use diesel_inbox::replay::{Interpretation, OutboxSource, Plan, Range, Replays, Target};
+    use diesel_inbox::{Audit, Envelope, Inbox, Outbox, SchemaVersions};
+
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+    diesel_inbox::run_pending_migrations(&mut conn).unwrap();
+    let outbox = Outbox::new("points-service").unwrap();
+    for (id, version) in [("e1", 1), ("e2", 1), ("e3", 9)] {
+        let event = Envelope::new("points.awarded", "user", "u1")
+            .with_id(id)
+            .unwrap()
+            .with_schema_version(version);
+        outbox.enqueue(&mut conn, "points", &event).unwrap();
+    }
+    let target = Inbox::new("rebuild").unwrap();
+    let _ = target.process(&mut conn, "e1", |_| Ok::<_, diesel_inbox::Error>(()));
+    let versions = SchemaVersions::new().accept("points.awarded", [1]);
+    let plan = Plan::new(
+        Target::isolated("rebuild", "shadow").unwrap(),
+        Range::positions(1, 3).unwrap(),
+    )
+    .interpretation(Interpretation::Versions(versions))
+    .expect(diesel_inbox::replay::Expectation::Any);
+    let replays = Replays::new();
+    let audit = Audit::new("ops", "rebuild").unwrap();
+
+    metrics::with_local_recorder(&recorder, || {
+        let planned = replays
+            .plan(&mut conn, &OutboxSource::new(), &plan, &audit)
+            .unwrap();
+        let run = replays
+            .run(
+                &mut conn,
+                planned.id,
+                &mut OutboxSource::new(),
+                &mut Applies,
+            )
+            .unwrap();
+        assert!(run.finished);
+    });
+
+    let metrics = snapshot(&snapshotter);
+    let outcome = |outcome| {
+        counter(
+            &metrics,
+            "diesel_inbox_replay_events_total",
+            &[("consumer", "rebuild"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(
+        (
+            outcome("processed"),
+            outcome("duplicate"),
+            outcome("skipped")
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{metrics:#?}"
+    );
+}

@@ -70,6 +70,14 @@ impl From<crate::Claims> for Claims {
 }
 
 impl Claims {
+    /// The claims these await.
+    #[cfg(feature = "async")]
+    pub(crate) fn inner(&self) -> &crate::Claims {
+        &self.0
+    }
+}
+
+impl Claims {
     /// [`crate::Claims::lease`].
     ///
     /// # Panics

@@ -17,6 +17,7 @@
 //!   [`ChainHandler`]; [`Reorgs`]: the fork ledger;
 //! - [`Claims`] ([`Inbox::claims`]) and a held [`Claim`]: side effects outside the database,
 //!   and the claims in doubt, listed and resolved;
+//! - [`Replays`]: governed replays, with an async [`ReplayHandler`] and [`ReplaySource`];
 //! - [`Outbox`] and [`Relay`]: the producer side, publishing through an
 //!   [`AsyncPublisher`](crate::AsyncPublisher); the outbox's rows listed, retried, pruned;
 //! - [`run_pending_migrations`]: the schema, fleet-safe; [`doctor::check`]: its health;
@@ -92,6 +93,7 @@ mod dead_letters;
 pub mod doctor;
 mod migrations;
 mod outbox;
+mod replay;
 pub mod stats;
 
 use std::future::Future;
@@ -115,6 +117,7 @@ pub use cursor::{Cursor, Gaps};
 pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};
+pub use replay::{ReplayHandler, ReplaySource, Replays};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,
 /// MySQL/MariaDB or SQLite (through `SyncConnectionWrapper`), and the pooled connections of

@@ -41,6 +41,8 @@ mod outbox;
 #[macro_use]
 pub(crate) mod chain;
 #[macro_use]
+mod replay;
+#[macro_use]
 pub(crate) mod tracking;
 #[cfg(feature = "postgres")]
 mod lock;

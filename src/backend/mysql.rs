@@ -18,7 +18,7 @@ use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
 use crate::sql::{
     ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
-    MigrationsSql, OutboxSql, RetentionSql, Run,
+    MigrationsSql, OutboxSql, ReplaySql, RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
 
@@ -450,6 +450,10 @@ impl ChainSql for Mysql {
     );
 }
 
+impl ReplaySql for Mysql {
+    replay_statements!(schema, codec, replay_id = last_insert_id);
+}
+
 impl OutboxSql for Mysql {
     const OUTBOX_FOLLOWERS: bool = false;
 
@@ -494,6 +498,7 @@ impl OutboxSql for Mysql {
     outbox_statement!(settle_outbox, schema, codec);
     outbox_statement!(outbox_rows, schema, codec);
     outbox_statement!(outbox_row, schema, codec);
+    outbox_statement!(outbox_row_of_event, schema, codec);
     outbox_statement!(retry_outbox, schema, codec);
     outbox_statement!(delete_published_outbox, schema, codec);
     outbox_statement!(outbox_totals, schema, codec);

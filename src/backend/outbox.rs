@@ -221,6 +221,24 @@ macro_rules! outbox_statement {
             .transpose()
     }
     };
+    (outbox_row_of_event, $schema:ident, $codec:ident) => {
+        async fn outbox_row_of_event<F, C: $crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        event_id: &str,
+    ) -> QueryResult<Option<$crate::rows::OutboxRow>> {
+        use $crate::sql::Run;
+        use $schema::diesel_inbox_outbox as o;
+        o::table
+            .filter(o::event_id.eq($codec::key(event_id)))
+            .select(outbox_columns!($schema))
+            .limit(1)
+            .get_result_on::<outbox_columns!($codec, types)>(conn)
+            .await
+            .optional()?
+            .map(|row| $crate::backend::readable(outbox_row!($codec, row)))
+            .transpose()
+    }
+    };
     (retry_outbox, $schema:ident, $codec:ident) => {
         async fn retry_outbox<F, C: $crate::sql::Db<F, Backend = Self>>(
             conn: &mut C,
@@ -249,6 +267,7 @@ macro_rules! outbox_statement {
         async fn delete_published_outbox<F, C: $crate::sql::Db<F, Backend = Self>>(
         conn: &mut C,
         cutoff: DateTime<Utc>,
+        below: i64,
         limit: i64,
     ) -> QueryResult<usize> {
         use $crate::sql::Run;
@@ -256,10 +275,12 @@ macro_rules! outbox_statement {
         use $schema::diesel_inbox_outbox as o;
         let published = o::state.eq(OutboxState::Published);
         let before = o::published_at.lt($codec::time(cutoff));
+        let unreplayed = o::position.lt(below);
         // Two statements: MySQL takes no LIMIT in an IN subquery.
         let positions: Vec<i64> = o::table
             .filter(published)
             .filter(before)
+            .filter(unreplayed)
             .order(o::published_at)
             .limit(limit)
             .select(o::position)
@@ -269,7 +290,8 @@ macro_rules! outbox_statement {
             o::table
                 .filter(o::position.eq_any(&positions))
                 .filter(published)
-                .filter(before),
+                .filter(before)
+                .filter(unreplayed),
         )
         .execute_on(conn)
         .await

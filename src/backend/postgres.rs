@@ -14,7 +14,7 @@ use crate::dialect::Dialect;
 use crate::schema::postgres as schema;
 use crate::sql::{
     ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
-    MigrationsSql, OutboxSql, RetentionSql, Run,
+    MigrationsSql, OutboxSql, ReplaySql, RetentionSql, Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -193,6 +193,10 @@ impl ChainSql for Pg {
     chain_statements!(schema, codec, reorg_id = returning, block_events = batch);
 }
 
+impl ReplaySql for Pg {
+    replay_statements!(schema, codec, replay_id = returning);
+}
+
 impl OutboxSql for Pg {
     outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);
 
@@ -233,6 +237,7 @@ impl OutboxSql for Pg {
     outbox_statement!(settle_outbox, schema, codec);
     outbox_statement!(outbox_rows, schema, codec);
     outbox_statement!(outbox_row, schema, codec);
+    outbox_statement!(outbox_row_of_event, schema, codec);
     outbox_statement!(retry_outbox, schema, codec);
     outbox_statement!(delete_published_outbox, schema, codec);
     outbox_statement!(outbox_totals, schema, codec);

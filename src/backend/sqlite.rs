@@ -17,7 +17,7 @@ use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
     ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
-    MigrationsSql, OutboxSql, RetentionSql, Run, TransactionSql,
+    MigrationsSql, OutboxSql, ReplaySql, RetentionSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -155,6 +155,10 @@ impl ChainSql for Sqlite {
     chain_statements!(schema, codec, reorg_id = returning, block_events = per_row);
 }
 
+impl ReplaySql for Sqlite {
+    replay_statements!(schema, codec, replay_id = returning);
+}
+
 impl OutboxSql for Sqlite {
     outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);
 
@@ -183,6 +187,7 @@ impl OutboxSql for Sqlite {
     outbox_statement!(settle_outbox, schema, codec);
     outbox_statement!(outbox_rows, schema, codec);
     outbox_statement!(outbox_row, schema, codec);
+    outbox_statement!(outbox_row_of_event, schema, codec);
     outbox_statement!(retry_outbox, schema, codec);
     outbox_statement!(delete_published_outbox, schema, codec);
     outbox_statement!(outbox_totals, schema, codec);

@@ -14,6 +14,7 @@ mod verdict;
 
 use std::future::Future;
 use std::panic;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -31,7 +32,7 @@ use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, Into
 
 pub use held::Claim;
 pub use ledger::{ClaimRecord, Resolution};
-pub use outcome::{Abandoned, ClaimOutcome, Claimed, Completed, InDoubt, InProgress};
+pub use outcome::{Abandoned, ClaimOutcome, Claimed, Completed, InDoubt, InProgress, Suppressed};
 pub(crate) use verdict::state_at;
 pub use verdict::InDoubtPolicy;
 
@@ -101,6 +102,33 @@ pub struct Claims {
     inbox: Inbox,
     lease: Duration,
     policy: InDoubtPolicy,
+    /// Under a replay that does not call out: where suppressed claims are noted.
+    suppressed: Option<Suppression>,
+}
+
+/// Where the claims of a replay that does not call out note what they would have done,
+/// shared with the replay's delivery.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Suppression(Arc<Mutex<Vec<String>>>);
+
+impl Suppression {
+    /// Notes a side effect that did not happen.
+    pub(crate) fn note(&self, what: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(what);
+    }
+
+    /// What was noted since the last take.
+    pub(crate) fn take(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
 }
 
 impl Inbox {
@@ -112,6 +140,7 @@ impl Inbox {
             inbox: self.clone(),
             lease: DEFAULT_LEASE,
             policy: InDoubtPolicy::default(),
+            suppressed: None,
         }
     }
 }
@@ -141,6 +170,29 @@ impl Claims {
     /// The consumer name.
     pub fn consumer(&self) -> &str {
         self.inbox.consumer()
+    }
+
+    /// These claims, suppressed: they call nothing, claim nothing, and note in `suppression`
+    /// what they would have done.
+    pub(crate) fn suppressed(mut self, suppression: Suppression) -> Self {
+        self.suppressed = Some(suppression);
+        self
+    }
+
+    /// What a suppressed claim finds: the claim's state, read and noted.
+    async fn suppress<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        delivery: &Delivery,
+        suppression: &Suppression,
+    ) -> Result<Suppressed, Error> {
+        let key = (self.consumer(), delivery.id.as_str());
+        let row = C::Backend::claim(conn, key, false).await?;
+        let found = Suppressed {
+            state: row.map(|row| state_at(&row, now())),
+        };
+        suppression.note(found.describe(key.0, key.1));
+        Ok(found)
     }
 
     /// Claims `delivery`'s event, in a transaction of its own that commits before this
@@ -196,6 +248,10 @@ impl Claims {
         conn: &mut C,
         delivery: Delivery,
     ) -> Result<Claimed, Error> {
+        if let Some(suppression) = &self.suppressed {
+            let found = self.suppress(conn, &delivery, suppression).await?;
+            return Ok(Claimed::Suppressed(found));
+        }
         if engine::scope_of(conn)? == Scope::Savepoint {
             return Err(Error::ClaimInsideTransaction);
         }
@@ -432,6 +488,7 @@ impl Claims {
             Claimed::InProgress(held) => return Ok(ClaimOutcome::InProgress(held)),
             Claimed::InDoubt(doubt) => return Ok(ClaimOutcome::InDoubt(doubt)),
             Claimed::Abandoned(abandoned) => return Ok(ClaimOutcome::Abandoned(abandoned)),
+            Claimed::Suppressed(suppressed) => return Ok(ClaimOutcome::Suppressed(suppressed)),
         };
         let attempt = claim.attempt();
         let (value, failure) = match engine::catch_unwind(effect.run(&claim)).await {

@@ -26,6 +26,9 @@ pub enum Claimed<H = Claim> {
     InDoubt(InDoubt),
     /// The side effect did not happen and must not run.
     Abandoned(Abandoned),
+    /// Under a replay that does not call out: nothing was claimed and the side effect must
+    /// not run; what a live delivery would have done is noted in the replay.
+    Suppressed(Suppressed),
 }
 
 impl<H> Claimed<H> {
@@ -38,6 +41,7 @@ impl<H> Claimed<H> {
             Self::InProgress(progress) => Claimed::InProgress(progress),
             Self::InDoubt(doubt) => Claimed::InDoubt(doubt),
             Self::Abandoned(abandoned) => Claimed::Abandoned(abandoned),
+            Self::Suppressed(suppressed) => Claimed::Suppressed(suppressed),
         }
     }
 }
@@ -59,6 +63,9 @@ pub enum ClaimOutcome<T> {
     InDoubt(InDoubt),
     /// The side effect did not happen and will not: it failed permanently, or ops gave it up.
     Abandoned(Abandoned),
+    /// Under a replay that does not call out: the side effect did not run, and nothing was
+    /// claimed; what a live delivery would have done is noted in the replay.
+    Suppressed(Suppressed),
 }
 
 impl<T> ClaimOutcome<T> {
@@ -66,7 +73,9 @@ impl<T> ClaimOutcome<T> {
     pub fn into_value(self) -> Option<T> {
         match self {
             Self::Ran(value) | Self::Completed(value) => Some(value),
-            Self::InProgress(_) | Self::InDoubt(_) | Self::Abandoned(_) => None,
+            Self::InProgress(_) | Self::InDoubt(_) | Self::Abandoned(_) | Self::Suppressed(_) => {
+                None
+            }
         }
     }
 
@@ -194,5 +203,35 @@ impl Abandoned {
     /// record ([`ClaimRecord::resolution`](crate::ClaimRecord::resolution)).
     pub fn reason(&self) -> Option<&str> {
         self.reason.as_deref()
+    }
+}
+
+/// A claim a replay suppressed ([`Replayed::claims`](crate::replay::Replayed::claims)): the
+/// claim's state as a live delivery would have found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Suppressed {
+    /// The claim's state; `None` when the event was never claimed.
+    pub state: Option<crate::ClaimState>,
+}
+
+impl Suppressed {
+    /// `true` when a live delivery would have run the side effect: the event was never
+    /// claimed, or its claim was released.
+    pub fn would_run(&self) -> bool {
+        matches!(self.state, None | Some(crate::ClaimState::Released))
+    }
+
+    /// What a live delivery would have done, in words.
+    pub(crate) fn describe(&self, consumer: &str, event_id: &str) -> String {
+        match self.state {
+            _ if self.would_run() => {
+                format!("claim {consumer}/{event_id}: would have run its side effect; not called")
+            }
+            Some(state) => {
+                format!("claim {consumer}/{event_id}: {state}; its side effect would not run")
+            }
+            None => unreachable!("a claim never made would run"),
+        }
     }
 }

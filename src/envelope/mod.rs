@@ -26,6 +26,7 @@ pub(crate) mod wire;
 pub use trace::TraceContextLayer;
 pub(crate) use trace::{current_traceparent, TraceContext};
 pub use versions::{SchemaVersions, UnsupportedSchemaVersion};
+pub(crate) use wire::to_hex;
 pub use wire::Message;
 
 /// An event as its producer describes it.

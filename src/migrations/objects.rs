@@ -252,6 +252,46 @@ pub(crate) const TABLES: &[Table] = &[
             "found_at",
         ]
     ),
+    table!(
+        "diesel_inbox_replays",
+        "diesel_inbox_replays",
+        [
+            "id",
+            "consumer",
+            "source",
+            "range_first",
+            "range_last",
+            "plan",
+            "reason",
+            "requested_by",
+            "state",
+            "checkpoint",
+            "counts",
+            "digest",
+            "fence",
+            "lease_until",
+            "evidence",
+            "updated_at",
+        ]
+    ),
+    table!(
+        "diesel_inbox_replays",
+        "diesel_inbox_replay_transitions",
+        [
+            "id",
+            "replay_id",
+            "from_state",
+            "to_state",
+            "actor",
+            "reason",
+            "at"
+        ]
+    ),
+    table!(
+        "diesel_inbox_replays",
+        "diesel_inbox_replay_notes",
+        ["replay_id", "position", "kind", "event_id", "detail"]
+    ),
 ];
 
 /// The named indexes (primary keys are part of their tables), in the order the migrations
@@ -268,4 +308,6 @@ pub(crate) const INDEXES: &[Index] = &[
     index!("diesel_inbox_outbox", "diesel_inbox_outbox_published" ON "diesel_inbox_outbox" ["state", "published_at"]),
     index!("diesel_inbox_outbox_order", "diesel_inbox_outbox_aggregates_idle" ON "diesel_inbox_outbox_aggregates" ["enqueued_at"]),
     index!("diesel_inbox_chains", "diesel_inbox_reorgs_stream" ON "diesel_inbox_reorgs" ["consumer", "stream", "id"]),
+    index!("diesel_inbox_replays", "diesel_inbox_replays_state" ON "diesel_inbox_replays" ["state", "updated_at"]),
+    index!("diesel_inbox_replays", "diesel_inbox_replay_transitions_replay" ON "diesel_inbox_replay_transitions" ["replay_id", "id"]),
 ];

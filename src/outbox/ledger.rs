@@ -10,7 +10,7 @@ use super::Outbox;
 use crate::duration::{before, now};
 use crate::engine::run_ready;
 use crate::rows::OutboxRow;
-use crate::sql::{Blocking, Db, OutboxSql, Sql};
+use crate::sql::{Blocking, Db, OutboxSql, ReplaySql, Sql};
 use crate::state::{CorruptRow, OutboxState};
 use crate::{observe, AdminError, Audit, Error, InboxConnection};
 
@@ -210,9 +210,12 @@ impl Outbox {
     ) -> Result<u64, Error> {
         let cutoff = before(now(), older_than);
         let limit = i64::try_from(batch.max(1)).unwrap_or(i64::MAX);
+        // Rows an open replay of the outbox reads wait for it to be decided.
+        let ranges = C::Backend::open_replay_ranges(conn, crate::replay::OUTBOX_SOURCE).await?;
+        let below = crate::replay::outbox_kept_from(&ranges);
         let mut deleted = 0_u64;
         loop {
-            let n = C::Backend::delete_published_outbox(conn, cutoff, limit).await?;
+            let n = C::Backend::delete_published_outbox(conn, cutoff, below, limit).await?;
             deleted += n as u64;
             if !full(n, limit) {
                 break;

@@ -13,7 +13,7 @@
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
-//!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain.rs`), the migrations' lock and
+//!   [`ClaimSql`] (`claims.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
 //!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
 //!   [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
 
@@ -29,6 +29,7 @@ mod failures;
 mod inbox;
 mod migrations;
 mod outbox;
+mod replay;
 mod retention;
 mod transaction;
 
@@ -44,6 +45,7 @@ pub(crate) use failures::FailureSql;
 pub(crate) use inbox::InboxSql;
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
 pub(crate) use outbox::OutboxSql;
+pub(crate) use replay::ReplaySql;
 pub(crate) use retention::RetentionSql;
 pub(crate) use transaction::TransactionSql;
 
@@ -63,6 +65,7 @@ pub trait Sql:
     + ClaimSql
     + OutboxSql
     + ChainSql
+    + ReplaySql
     + MigrationsSql
     + DoctorSql
 {
@@ -78,6 +81,7 @@ impl<B> Sql for B where
         + ClaimSql
         + OutboxSql
         + ChainSql
+        + ReplaySql
         + MigrationsSql
         + DoctorSql
 {

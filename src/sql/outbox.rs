@@ -105,6 +105,12 @@ pub trait OutboxSql: TransactionSql {
         position: i64,
     ) -> impl Future<Output = QueryResult<Option<OutboxRow>>> + Send;
 
+    /// The outbox row of event `event_id`, if there is one.
+    fn outbox_row_of_event<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        event_id: &str,
+    ) -> impl Future<Output = QueryResult<Option<OutboxRow>>> + Send;
+
     /// Makes the failed row at `position` pending again, due now, with its attempts at 0;
     /// `false` when it was not failed.
     fn retry_outbox<F, C: Db<F, Backend = Self>>(
@@ -113,11 +119,13 @@ pub trait OutboxSql: TransactionSql {
         now: DateTime<Utc>,
     ) -> impl Future<Output = QueryResult<bool>> + Send;
 
-    /// Deletes up to `limit` rows published before `cutoff`, oldest first; returns how
-    /// many.
+    /// Deletes up to `limit` rows published before `cutoff` at positions below `below`,
+    /// oldest first; returns how many. Rows at `below` and after wait for an open replay
+    /// that reads them.
     fn delete_published_outbox<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
         cutoff: DateTime<Utc>,
+        below: i64,
         limit: i64,
     ) -> impl Future<Output = QueryResult<usize>> + Send;
 

@@ -31,6 +31,7 @@ mod operations;
 mod outbox;
 #[cfg(feature = "nats")]
 mod relay_crash;
+mod replay;
 mod retention;
 mod stats;
 pub use batch::*;
@@ -47,6 +48,7 @@ pub use operations::*;
 pub use outbox::*;
 #[cfg(feature = "nats")]
 pub use relay_crash::*;
+pub use replay::*;
 pub use retention::*;
 pub use stats::*;
 
@@ -156,6 +158,12 @@ macro_rules! flavour_tests {
             a_fork_reaching_the_finalized_height_is_refused_and_commits_nothing,
             a_block_forking_below_its_parent_rewinds_to_the_ancestor_its_branch_names,
             final_blocks_only_waits_for_finality_and_refuses_every_fork,
+            a_replay_into_an_isolated_target_rebuilds_the_projection_and_its_reconciliation_accepts_it,
+            a_target_changed_on_purpose_is_rejected_naming_what_differs,
+            a_replay_into_the_live_consumer_finds_only_duplicates_and_runs_no_effect,
+            the_ranges_end_holds_while_new_events_keep_arriving,
+            a_schema_version_outside_the_plans_interpretation_is_skipped_and_named,
+            a_failing_event_is_counted_and_named_and_the_replay_goes_on,
             random_chains_with_reorgs_settle_to_one_effect_per_canonical_event,
         );
     };
@@ -193,6 +201,11 @@ macro_rules! backend_tests {
             installed_inbox_migrations_run_and_revert_with_the_apps_own,
             installing_the_migrations_into_a_file_is_a_typed_error_and_writes_nothing,
             a_handler_deadlock_with_max_attempts_1_ends_processed,
+            a_replay_killed_mid_run_resumes_and_processes_no_event_twice,
+            two_runners_at_once_one_makes_progress_and_the_other_is_held_or_fenced,
+            a_claim_inside_a_replayed_handler_makes_no_external_call_and_enqueues_are_dropped,
+            the_outbox_prune_keeps_what_an_open_replay_reads_and_decided_replays_have_their_own_retention,
+            a_replays_decisions_follow_its_lifecycle_and_are_audited,
             handler_contention_in_its_own_error_type_is_retried_and_never_counted,
             a_prune_racing_live_deliveries_and_redeliveries_doubles_and_loses_nothing,
             a_second_concurrent_prune_is_told_another_is_running,

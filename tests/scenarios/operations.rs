@@ -257,6 +257,8 @@ fn index_table(index: &str) -> String {
         "diesel_inbox_gaps",
         "diesel_inbox_claims",
         "diesel_inbox_reorgs",
+        "diesel_inbox_replay_transitions",
+        "diesel_inbox_replays",
         "diesel_inbox_outbox_aggregates",
         "diesel_inbox_outbox",
     ];

@@ -822,10 +822,10 @@ pub(crate) fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
 
 /// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
 /// indexes and counters that retention and stats use.
-pub(crate) const MIGRATIONS: usize = 8;
+pub(crate) const MIGRATIONS: usize = 9;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-pub(crate) const INBOX_TABLES: [&str; 14] = [
+pub(crate) const INBOX_TABLES: [&str; 17] = [
     "diesel_inbox_block_events",
     "diesel_inbox_blocks",
     "diesel_inbox_claims",
@@ -840,6 +840,9 @@ pub(crate) const INBOX_TABLES: [&str; 14] = [
     "diesel_inbox_outbox",
     "diesel_inbox_outbox_aggregates",
     "diesel_inbox_reorgs",
+    "diesel_inbox_replay_notes",
+    "diesel_inbox_replay_transitions",
+    "diesel_inbox_replays",
 ];
 pub(crate) const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 

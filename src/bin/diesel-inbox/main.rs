@@ -27,6 +27,23 @@
 //!   outbox retry <POSITION> --reason R        make a failed row pending again (needs --yes)
 //!   outbox prune --older-than 7d [--batch-size N]
 //!                                             delete rows published before then (needs --yes)
+//!   replays plan --consumer NAME (--isolated DESTINATION | --live)
+//!          (--first N --last M | --ids A,B | --from T1 --to T2) --reason R [--actor A]
+//!          [--aggregate TYPE:ID] [--accept TYPE:V1,V2]... [--expect E]
+//!          [--redirect-enqueues TOPIC] [--allow-calls] [--dry-run]
+//!                                             record a replay of the outbox (or preview it)
+//!   replays list [--after ID] [--limit N]     replays: state, target, range, counts, evidence
+//!   replays show <ID> [--after POSITION] [--limit N]
+//!                                             one replay: plan, evidence, history, notes
+//!   replays run <ID> [--batch-size N] [--aggregate TYPE:ID]
+//!                                             probe the live consumer: what would run twice
+//!   replays reconcile <ID> [--aggregate TYPE:ID]
+//!                                             compute its evidence (exit 3 when it differs)
+//!   replays accept <ID> --reason R [--override]
+//!                                             accept a reconciled replay (needs --yes)
+//!   replays reject <ID> --reason R            reject a finished replay (needs --yes)
+//!   replays abort <ID> --reason R             abort a planned or running one (needs --yes)
+//!   replays prune --older-than 90d            delete decided replays (needs --yes)
 //!   prune --older-than 30d --redelivery-window 7d [--dry-run]
 //!                                             remove settled events past the window (needs --yes)
 //!   doctor                                    check the schema, indexes and settings
@@ -45,7 +62,8 @@
 //!
 //! Exit codes: 0 success, and a stdout closed by its reader (`| head`); 1 error (database, not
 //! found, invalid transition; message on stderr); 2 bad usage (clap's own, and a change
-//! without `--yes`); 3 `doctor` found a failing check.
+//! without `--yes`); 3 a check ran and found a problem: `doctor` a failing check, `replays
+//! reconcile` evidence that differs from the plan's expectation.
 
 /// Every `print!` of the tool writes through [`output::write_stdout`], which ends the command
 /// quietly (exit 0) when the reader has closed stdout, where std's would panic.
@@ -87,6 +105,7 @@ mod outbox;
 mod output;
 mod prune;
 mod reorgs;
+mod replays;
 mod stats;
 
 use std::io::Write as _;
@@ -94,14 +113,14 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::OnceLock;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use diesel::{Connection, MysqlConnection, PgConnection, SqliteConnection};
 use diesel_inbox::migrations::Dialect;
 use diesel_inbox::{Audit, Inbox};
 
 const LONG_ABOUT: &str =
     "Operate a diesel-inbox database: stats, dead letters, sequence gaps, chain reorgs, claims in doubt, \
-the outbox, retention, health checks, migrations.
+the outbox, governed replays, retention, health checks, migrations.
 
 The database URL comes from --database-url or DATABASE_URL; its scheme alone picks the backend \
 (postgres:// or postgresql://, mysql:// or mariadb://, sqlite:// or file: for SQLite, in any case). \
@@ -113,17 +132,21 @@ Audited commands record --actor, or else $USER, else $LOGNAME, else the OS user 
 on stderr which they used.
 
 Commands that change rows (dead-letters discard, dead-letters release, gaps resolve, \
-claims resolve, outbox retry, outbox prune, prune) need --yes: \
-without it they print what they would change and exit with 2, changing nothing.
+claims resolve, outbox retry, outbox prune, replays accept, replays reject, replays abort, \
+replays prune, prune) need --yes: \
+without it they print what they would change and exit with 2, changing nothing. A replay's own \
+steps (replays plan, run, reconcile) record themselves in its history and need no --yes; \
+replays plan --dry-run records nothing.
 
 Durations read as a number and a unit: 90s, 15m, 24h, 30d, 2w.
 
 Exit codes:
   0  success, or stdout closed by its reader (as by `| head`): the command stops quietly
-  1  error: database, dead letter, gap, claim or outbox row not found, invalid transition \
+  1  error: database, dead letter, gap, claim, outbox row or replay not found, invalid transition \
 (message on stderr)
   2  bad usage, or a change without --yes
-  3  doctor found a failing check";
+  3  a check ran and found a problem: doctor a failing check, replays reconcile evidence that \
+differs from the plan's expectation";
 
 /// The command line.
 #[derive(Debug, Parser)]
@@ -239,6 +262,25 @@ enum Command {
         reason = "the doc comment is the --help text, read as plain text"
     )]
     Outbox(outbox::OutboxArgs),
+    /// Governed replays of the outbox into a target consumer: plan, probe, reconcile, decide.
+    ///
+    /// A replay is a bounded, recorded re-run of past outbox events into a target consumer:
+    /// isolated (a consumer of its own writing into shadow tables, run by the service with the
+    /// app's handler) or the live consumer (run here as a probe: no effect runs, and every
+    /// event the consumer has processed comes back a duplicate). plan records it (--dry-run previews
+    /// it); run probes a live one; reconcile computes its evidence (exit 3 when it differs from
+    /// the plan's expectation); accept, reject or abort decide it (with --actor and --reason,
+    /// and --yes); list, show and prune keep track. Every transition is kept with who made it
+    /// and why (replays show). A replay planned with --aggregate is run and reconciled with the
+    /// same --aggregate: its record does not keep it.
+    #[allow(
+        clippy::doc_markdown,
+        reason = "the doc comment is the --help text, read as plain text"
+    )]
+    Replays {
+        #[command(subcommand)]
+        command: replays::Command,
+    },
     /// Remove processed events older than the redelivery window, in short batches (needs --yes).
     Prune(prune::PruneArgs),
     /// Check the inbox schema, its indexes and the backend's settings (exit 3 on a failure).
@@ -255,6 +297,9 @@ enum Command {
 struct Global {
     format: Format,
     yes: bool,
+    /// Whether the command line gave `--consumer`, rather than its default: `replays plan`
+    /// needs its target named.
+    consumer_given: bool,
 }
 
 /// Who makes an audited transition and why: kept in the dead letter's history, the gap
@@ -313,7 +358,8 @@ enum Failure {
     Error(String),
     /// Exit 2: bad usage, or a change without `--yes`.
     Usage(String),
-    /// Exit 3: doctor found a failing check (the report is printed already).
+    /// Exit 3: a check ran and found a problem (the report is printed already): doctor's
+    /// failing check, a replay's evidence that differs from its plan's expectation.
     CheckFailed,
     /// Exit 0, quietly: the reader closed stdout (`| head`), so there is no one to tell.
     Closed,
@@ -393,7 +439,11 @@ impl Drop for RedactedLine {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli =
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut Cli::command()).exit());
+    let consumer_given =
+        matches.value_source("consumer") == Some(clap::parser::ValueSource::CommandLine);
     if let Some(url) = &cli.database_url {
         let _ = URL.set(url.clone());
     }
@@ -401,7 +451,7 @@ fn main() -> ExitCode {
     let say = |message: &str| {
         let _ = writeln!(std::io::stderr(), "{}", redacted(message));
     };
-    match run(cli) {
+    match run(cli, consumer_given) {
         Ok(()) | Err(Failure::Closed) => ExitCode::SUCCESS,
         Err(Failure::Error(message)) => {
             say(&format!("error: {message}"));
@@ -415,10 +465,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Outcome {
+fn run(cli: Cli, consumer_given: bool) -> Outcome {
     let global = Global {
         format: cli.format,
         yes: cli.yes,
+        consumer_given,
     };
     let url = cli.database_url;
     let inbox = || {
@@ -450,6 +501,11 @@ fn run(cli: Cli) -> Outcome {
         Command::Outbox(args) => {
             let mut db = Database::connect(url.as_deref())?;
             with_connection!(db, |conn| outbox::run(conn, args, &global))
+        }
+        Command::Replays { command } => {
+            let consumer = cli.consumer.as_str();
+            let mut db = Database::connect(url.as_deref())?;
+            with_connection!(db, |conn| replays::run(conn, consumer, command, &global))
         }
         Command::Stats(args) => {
             let inbox = inbox()?;

@@ -378,6 +378,32 @@ impl<B: AsyncBackend + 'static> Flavour for Async<B> {
         chain.reorgs().list(conn, 0, 10_000).await
     }
 
+    async fn run_replay(
+        replays: &Replays,
+        conn: &mut B::Async,
+        id: i64,
+        ledger: &mut ReplayLedger,
+    ) -> Result<RunReport, Error> {
+        let replays = asynch::Replays::from(replays.clone());
+        replays
+            .run(conn, id, &mut OutboxSource::new(), ledger)
+            .await
+    }
+
+    async fn reconcile_replay(
+        replays: &Replays,
+        conn: &mut B::Async,
+        id: i64,
+        reports: Vec<Report>,
+    ) -> Result<Evidence, AdminError> {
+        let replays = asynch::Replays::from(replays.clone());
+        let reports = std::sync::Mutex::new(Some(reports));
+        let check = async |_: &mut B::Async| Ok(reports.lock().unwrap().take().unwrap_or_default());
+        replays
+            .reconcile(conn, id, &mut OutboxSource::new(), check)
+            .await
+    }
+
     async fn prune_events(
         cursor: &Cursor,
         conn: &mut B::Async,

@@ -217,6 +217,24 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         chain.reorgs().list(conn, 0, 10_000)
     }
 
+    async fn run_replay(
+        replays: &Replays,
+        conn: &mut B::Conn,
+        id: i64,
+        ledger: &mut ReplayLedger,
+    ) -> Result<RunReport, Error> {
+        replays.run(conn, id, &mut OutboxSource::new(), ledger)
+    }
+
+    async fn reconcile_replay(
+        replays: &Replays,
+        conn: &mut B::Conn,
+        id: i64,
+        reports: Vec<Report>,
+    ) -> Result<Evidence, AdminError> {
+        replays.reconcile(conn, id, &mut OutboxSource::new(), |_| Ok(reports))
+    }
+
     async fn prune_events(
         cursor: &Cursor,
         conn: &mut B::Conn,

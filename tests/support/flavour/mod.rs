@@ -18,6 +18,7 @@ use diesel::prelude::*;
 use diesel_inbox::chain::{Block, BlockOutcome, Chain, ChainPosition, Reorg};
 use diesel_inbox::doctor::Check;
 use diesel_inbox::migrations::MigrationOptions;
+use diesel_inbox::replay::{Evidence, OutboxSource, Replays, Report, RunReport};
 use diesel_inbox::testing::{self, DeliveryReport, InboxRecord, Schedule, TestDatabase};
 use diesel_inbox::{
     AdminError, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims,
@@ -34,10 +35,12 @@ use super::{transaction_depth, Backend, EffectConn, StatementLog};
 mod blocking;
 mod chain;
 mod handlers;
+mod replay;
 
 pub(crate) use blocking::{block_on, Blocking};
 pub(crate) use chain::{ChainLedger, REVERTED};
 pub(crate) use handlers::*;
+pub(crate) use replay::{ReplayLedger, SHADOW};
 
 /// What a scenario's handler does inside the delivery's transaction.
 pub(crate) trait Tx: Send {
@@ -253,6 +256,22 @@ pub(crate) trait Flavour: 'static {
 
     /// Every reorg of the chain's stream: [`Reorgs::list`](diesel_inbox::chain::Reorgs::list).
     async fn reorgs(chain: &Chain, conn: &mut Self::Conn) -> Result<Vec<Reorg>, Error>;
+
+    /// [`Replays::run`] over the outbox, with a [`ReplayLedger`].
+    async fn run_replay(
+        replays: &Replays,
+        conn: &mut Self::Conn,
+        id: i64,
+        ledger: &mut ReplayLedger,
+    ) -> Result<RunReport, Error>;
+
+    /// [`Replays::reconcile`] over the outbox, with the app's `reports`.
+    async fn reconcile_replay(
+        replays: &Replays,
+        conn: &mut Self::Conn,
+        id: i64,
+        reports: Vec<Report>,
+    ) -> Result<Evidence, AdminError>;
 
     /// [`Cursor::prune_events`].
     async fn prune_events(

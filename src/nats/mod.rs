@@ -1,10 +1,12 @@
-//! NATS JetStream: a publisher for the outbox relay, and envelopes read back from JetStream
-//! messages (feature `nats`).
+//! NATS JetStream: a publisher for the outbox relay, envelopes read back from JetStream
+//! messages, and a stream as a replay's source (feature `nats`).
 //!
 //! [`JetStreamPublisher`] publishes each outbox message to its topic as the subject, the
 //! envelope's fields as headers and its payload as the body, and sets `Nats-Msg-Id` to the
 //! event id. It returns only once the stream has acknowledged the message.
 //! [`envelope_of`] reads the envelope back on the consumer's side, for the inbox.
+//! `JetStreamSource` (with the feature `async` too) reads a range of a stream's sequences
+//! back for a governed replay ([`crate::replay`]), on the async flavour.
 //!
 //! # Two layers of deduplication
 //!
@@ -56,7 +58,8 @@
 //! # Server versions
 //!
 //! Everything here works with NATS server 2.9: headers, `Nats-Msg-Id` and the dedup window,
-//! publish acknowledgements, and pull consumers. None of async-nats's 2.10+ features is used.
+//! publish acknowledgements, pull consumers, and stream info and message gets (what a replay
+//! reads). None of async-nats's 2.10+ features is used.
 
 use std::error::Error as _;
 
@@ -66,6 +69,12 @@ use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{Context, ErrorCode};
 
 use crate::{AsyncPublisher, Envelope, Error, OutboxMessage, PublishError};
+
+#[cfg(feature = "async")]
+mod replay;
+
+#[cfg(feature = "async")]
+pub use replay::JetStreamSource;
 
 /// The header namespace NATS reserves: the server acts on these (`Nats-Msg-Id`,
 /// `Nats-Expected-*`, `Nats-Rollup`) or sets them itself, so they are never envelope headers.

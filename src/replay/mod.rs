@@ -1,0 +1,925 @@
+//! Governed replay: a bounded, recorded re-run of past events into a named target consumer,
+//! reconciled before it is accepted.
+//!
+//! A replay is a fact with a record (`diesel_inbox_replays`): its source and bounded range,
+//! the reason and who asked, the schema interpretation, the target, the expected outcome, its
+//! progress and counts, a digest of its input, and the evidence that decided it. Its states
+//! ([`ReplayState`]) move planned → running → finished → accepted or rejected, or to aborted;
+//! every transition is audited ([`Replays::history`]).
+//!
+//! 1. [`Replays::plan`] records the [`Plan`]: a [`Range`] that always ends, a [`Target`]
+//!    (isolated, a consumer name of the replay's own writing where the app names; or the live
+//!    consumer), an [`Interpretation`] of schemas, an [`Expectation`].
+//!    [`Replays::preview`] is its dry run: what the range holds, and what the target has.
+//! 2. [`Replays::run`] reads the range from a [`ReplaySource`] ([`OutboxSource`], a JetStream
+//!    stream, or the app's own) in bounded batches, and delivers each event through the
+//!    target's inbox: its effect and the replay's progress commit together, so a crashed run
+//!    resumes from its checkpoint and never processes an event twice. A fenced lease lets one
+//!    runner at a time make progress. Side effects are suppressed unless the plan allows
+//!    them: [`Replayed::topic`] and [`Replayed::claims`].
+//! 3. [`Replays::reconcile`] computes the evidence ([`Evidence`]): every input id has its row
+//!    in the target's inbox, the counts add up, the input digest matches a re-read of the
+//!    source; the app's callback adds its own [`Report`]s.
+//! 4. [`Replays::accept`] checks the evidence against the expectation; accepting a replay whose
+//!    evidence differs needs [`Replays::accept_overriding`], with a reason.
+//!    [`Replays::reject`] and [`Replays::abort`] end it otherwise.
+//!
+//! - `plan.rs`: the plan. `record.rs`: the record as read back.
+//! - `progress.rs`: the decisions (how an event is read, what it adds, the digest).
+//! - `evidence.rs`: the reconciliation's judgement. `source.rs`: sources.
+//! - `run.rs`: the runner. `error.rs`: what a replay refuses.
+
+mod error;
+mod evidence;
+mod plan;
+mod progress;
+mod record;
+mod run;
+mod source;
+
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::decide::{Failure, Scope};
+use crate::duration::{before, now};
+use crate::engine::{self, run_ready, Body, Subject};
+use crate::rows::{NewReplay, TransitionRow};
+use crate::sql::{Blocking, Db, ReplaySql, Sql};
+use crate::{AdminError, Audit, CorruptRow, Error, InboxConnection, RetryPolicy};
+
+pub use crate::state::{NoteKind, ReplayState};
+pub use error::ReplayError;
+pub use evidence::{Evidence, Report};
+pub use plan::{Enqueues, Expectation, Interpretation, Plan, Range, Target};
+pub use record::{ReplayCounts, ReplayNote, ReplayRecord, Transition};
+pub use run::{Probe, ReplayHandler, Replayed, RunReport};
+pub use source::{OutboxSource, ReplaySource, SourceEvent};
+
+#[cfg(feature = "async")]
+pub(crate) use run::Handle;
+pub(crate) use run::SyncHandler;
+pub(crate) use source::Feed;
+pub(crate) use source::OUTBOX as OUTBOX_SOURCE;
+
+use plan::Place;
+
+/// How many events a run reads per batch, by default.
+pub const DEFAULT_BATCH_SIZE: usize = 100;
+
+/// How long a runner holds a replay between two events, by default: a runner silent for
+/// longer can be taken over.
+pub const DEFAULT_REPLAY_LEASE: Duration = Duration::from_secs(60);
+
+/// How many of a replay's ids a reconciliation checks per statement.
+const IDS_PER_CHECK: usize = 500;
+
+/// Governed replays, run and decided: see the [module documentation](self).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_inbox::replay::{OutboxSource, Plan, Range, ReplayHandler, Replayed, Replays, Target};
+/// use diesel_inbox::{Audit, Envelope, Outbox};
+///
+/// /// Counts the events it replays; a real one writes into `replay.destination()`.
+/// struct Count(u32);
+///
+/// impl ReplayHandler<SqliteConnection> for Count {
+///     type Error = diesel_inbox::Error;
+///
+///     fn apply(&mut self, _: &mut SqliteConnection, _: &Envelope, _: &Replayed) -> Result<(), Self::Error> {
+///         self.0 += 1;
+///         Ok(())
+///     }
+/// }
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// let outbox = Outbox::new("orders-service")?;
+/// for n in 0..3 {
+///     outbox.enqueue(&mut conn, "orders", &Envelope::new("order.placed", "order", &n.to_string()))?;
+/// }
+///
+/// let replays = Replays::new();
+/// let plan = Plan::new(Target::isolated("orders-rebuild", "orders_shadow")?, Range::positions(1, 3)?);
+/// let audit = Audit::new("ops@example.com", "rebuild the orders projection after fix #42")?;
+/// let replay = replays.plan(&mut conn, &OutboxSource::new(), &plan, &audit)?;
+///
+/// let mut count = Count(0);
+/// let run = replays.run(&mut conn, replay.id, &mut OutboxSource::new(), &mut count)?;
+/// assert!(run.finished);
+/// assert_eq!((run.counts.read, run.counts.processed, count.0), (3, 3, 3));
+///
+/// let evidence = replays.reconcile(&mut conn, replay.id, &mut OutboxSource::new(), |_| Ok(vec![]))?;
+/// assert!(evidence.matches(), "{:?}", evidence.differences);
+/// replays.accept(&mut conn, replay.id, &Audit::new("ops@example.com", "counts and digest match")?)?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Replays {
+    runner: String,
+    batch_size: usize,
+    lease: Duration,
+    retry: RetryPolicy,
+}
+
+impl Default for Replays {
+    fn default() -> Self {
+        Self {
+            runner: "diesel-inbox".to_owned(),
+            batch_size: DEFAULT_BATCH_SIZE,
+            lease: DEFAULT_REPLAY_LEASE,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// What a replay's range holds, and what its target has of it: [`Replays::preview`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Preview {
+    /// Events in the range.
+    pub events: u64,
+    /// Of those, how many the plan's schema interpretation skips.
+    pub skipped: u64,
+    /// Of the others, how many the target consumer's inbox has a row for: duplicates, if
+    /// the replay ran now.
+    pub in_target: u64,
+    /// The first event's position.
+    pub first: Option<u64>,
+    /// The last event's position.
+    pub last: Option<u64>,
+}
+
+impl Replays {
+    /// Replays run as `diesel-inbox`, in batches of [`DEFAULT_BATCH_SIZE`], leased for
+    /// [`DEFAULT_REPLAY_LEASE`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Who runs: the actor of the transitions a run makes (a host and process, a job name).
+    pub fn runner(mut self, name: &str) -> Self {
+        name.clone_into(&mut self.runner);
+        self
+    }
+
+    /// How many events a run reads at a time (at least 1).
+    pub fn batch_size(mut self, events: usize) -> Self {
+        self.batch_size = events.max(1);
+        self
+    }
+
+    /// How long a runner holds a replay after each event; a runner silent for longer (it
+    /// crashed, hung or lost its connection) can be taken over, and can no longer write.
+    /// Longer than the slowest event's handler.
+    ///
+    /// # Panics
+    ///
+    /// When `lease` is zero.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        assert!(
+            !lease.is_zero(),
+            "a replay's lease must be longer than zero"
+        );
+        self.lease = lease;
+        self
+    }
+
+    /// The retry policy for contention. Defaults to [`RetryPolicy::default`].
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Records `plan` for `source`, planned, with who asked and why.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::InvalidPlan`]; [`Error::Database`].
+    pub fn plan<C: InboxConnection, S: ReplaySource<C>>(
+        &self,
+        conn: &mut C,
+        source: &S,
+        plan: &Plan,
+        audit: &Audit,
+    ) -> Result<ReplayRecord, AdminError> {
+        run_ready(self.plan_in::<Blocking, _>(conn, &source.name(), plan, audit))
+    }
+
+    /// [`plan`](Self::plan) in either flavour.
+    pub(crate) async fn plan_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        source: &str,
+        plan: &Plan,
+        audit: &Audit,
+    ) -> Result<ReplayRecord, AdminError> {
+        plan.check()?;
+        if source.trim().is_empty() {
+            return Err(ReplayError::InvalidPlan("a replay's source has a name".into()).into());
+        }
+        let body = Record {
+            source,
+            plan,
+            audit,
+        };
+        let subject = Subject {
+            consumer: plan.target().consumer(),
+            event_id: None,
+        };
+        let scope = engine::scope_of(conn).map_err(Error::from)?;
+        let id = engine::run(conn, scope, &self.retry, subject, body)
+            .await
+            .map_err(Failure::into_error)?;
+        info!(
+            id,
+            consumer = plan.target().consumer(),
+            source,
+            actor = audit.actor(),
+            reason = audit.reason(),
+            "replay planned"
+        );
+        Ok(self.get_in(conn, id).await?)
+    }
+
+    /// The dry run of `plan` on `source`: what the range holds, and what the target has of
+    /// it. Reads, writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// What the source returns; [`Error::Database`].
+    pub fn preview<C: InboxConnection, S: ReplaySource<C>>(
+        &self,
+        conn: &mut C,
+        source: &mut S,
+        plan: &Plan,
+    ) -> Result<Preview, AdminError> {
+        run_ready(self.preview_in::<Blocking, _, _>(conn, &mut source::Sync(source), plan))
+    }
+
+    /// [`preview`](Self::preview) in either flavour.
+    pub(crate) async fn preview_in<F, C: Db<F, Backend: Sql>, S: Feed<C>>(
+        &self,
+        conn: &mut C,
+        source: &mut S,
+        plan: &Plan,
+    ) -> Result<Preview, AdminError> {
+        let mut preview = Preview::default();
+        let reread = self
+            .reread(conn, source, plan, |event, read| {
+                preview.events += 1;
+                preview.first.get_or_insert(event.position);
+                preview.last = Some(event.position);
+                if read.envelope.is_err() {
+                    preview.skipped += 1;
+                }
+            })
+            .await?;
+        preview.in_target = preview.events - preview.skipped - reread.without_row.len() as u64;
+        Ok(preview)
+    }
+
+    /// The replay `id`.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::NotFound`]; [`Error::CorruptRow`]; [`Error::Database`].
+    pub fn get<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+    ) -> Result<ReplayRecord, AdminError> {
+        Ok(run_ready(self.get_in::<Blocking, _>(conn, id))?)
+    }
+
+    /// [`get`](Self::get) in either flavour.
+    pub(crate) async fn get_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        id: i64,
+    ) -> Result<ReplayRecord, Error> {
+        let row = C::Backend::replay(conn, id)
+            .await?
+            .ok_or(ReplayError::NotFound { id })?;
+        ReplayRecord::from_row(row)
+    }
+
+    /// Up to `limit` replays after id `after`, in id order; one this version cannot read is
+    /// listed in its place as an `Err`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn list<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Result<ReplayRecord, CorruptRow>>, Error> {
+        run_ready(self.list_in::<Blocking, _>(conn, after, limit))
+    }
+
+    /// [`list`](Self::list) in either flavour.
+    pub(crate) async fn list_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Result<ReplayRecord, CorruptRow>>, Error> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = C::Backend::replays(conn, after, limit).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| match ReplayRecord::from_row(row) {
+                Ok(record) => Ok(record),
+                Err(Error::CorruptRow(corrupt)) => Err(corrupt),
+                Err(other) => unreachable!("reading a row back fails only as corrupt: {other}"),
+            })
+            .collect())
+    }
+
+    /// The replay's notes after source position `after`, in position order: the events
+    /// skipped, failed, dead-lettered, run where none was expected, or whose side effects were
+    /// suppressed. A page holds `limit` notes, or a few more to end at a whole event (one has
+    /// a note of each kind at most): the next page starts after the last position it holds.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn notes<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Result<ReplayNote, CorruptRow>>, Error> {
+        run_ready(self.notes_in::<Blocking, _>(conn, id, after, limit))
+    }
+
+    /// [`notes`](Self::notes) in either flavour.
+    pub(crate) async fn notes_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Result<ReplayNote, CorruptRow>>, Error> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let page = i64::try_from(limit.saturating_add(NoteKind::TEXTS.len())).unwrap_or(i64::MAX);
+        let mut rows = C::Backend::replay_notes(conn, id, after, page).await?;
+        let positions: Vec<i64> = rows.iter().map(|row| row.position).collect();
+        rows.truncate(record::whole_events(&positions, limit));
+        Ok(rows
+            .into_iter()
+            .map(|row| ReplayNote::from_row(id, row))
+            .collect())
+    }
+
+    /// The replay's transitions, in order, with who made each and why.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::CorruptRow`]; [`Error::Database`].
+    pub fn history<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+    ) -> Result<Vec<Transition>, Error> {
+        run_ready(self.history_in::<Blocking, _>(conn, id))
+    }
+
+    /// [`history`](Self::history) in either flavour.
+    pub(crate) async fn history_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        id: i64,
+    ) -> Result<Vec<Transition>, Error> {
+        let rows = C::Backend::replay_transitions(conn, id).await?;
+        rows.into_iter()
+            .map(|row| Transition::from_row(id, row).map_err(Error::from))
+            .collect()
+    }
+
+    /// Runs the replay `id` to the end of its range, reading `source` and applying each event
+    /// with `handler` through the target consumer's inbox; resumes a replay whose runner
+    /// stopped, from its checkpoint. See the [module documentation](self).
+    ///
+    /// # Errors
+    ///
+    /// The handler's own error, for a failure that is not the event's (transient,
+    /// contention that outlasted the retries, a lost connection): the run stops and resumes
+    /// when run again. Otherwise the inbox's [`Error`] converted into it:
+    /// [`Error::Replay`] with [`ReplayError::Held`] (another runner's lease lasts),
+    /// [`ReplayError::Fenced`] (taken over or aborted meanwhile), [`ReplayError::WrongState`],
+    /// [`ReplayError::SourceMismatch`], [`ReplayError::NotFound`],
+    /// [`ReplayError::InsideTransaction`]; what the source returns; [`Error::Database`].
+    pub fn run<C, S, H>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        source: &mut S,
+        handler: &mut H,
+    ) -> Result<RunReport, H::Error>
+    where
+        C: InboxConnection,
+        S: ReplaySource<C>,
+        H: ReplayHandler<C>,
+    {
+        self.run_reporting(conn, id, source, handler, |_| {})
+    }
+
+    /// [`run`](Self::run), calling `progress` after each batch with the counts so far.
+    ///
+    /// # Errors
+    ///
+    /// As [`run`](Self::run).
+    pub fn run_reporting<C, S, H>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        source: &mut S,
+        handler: &mut H,
+        mut progress: impl FnMut(&RunReport) + Send,
+    ) -> Result<RunReport, H::Error>
+    where
+        C: InboxConnection,
+        S: ReplaySource<C>,
+        H: ReplayHandler<C>,
+    {
+        let (mut source, mut handler) = (source::Sync(source), SyncHandler(handler));
+        run_ready(self.run_in::<Blocking, _, _, _>(
+            conn,
+            id,
+            &mut source,
+            &mut handler,
+            &mut progress,
+        ))
+    }
+
+    /// Reconciles the finished replay `id`: re-reads its range from `source`, checks every
+    /// input id against the target's inbox, the counts and the input digest, adds the reports
+    /// of `check` (the app's comparison: row counts and checksums per key, the isolated
+    /// target against the live tables, or against a golden copy), and stores the evidence.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::WrongState`] for a replay that is not finished;
+    /// [`ReplayError::SourceMismatch`]; `check`'s error; what the source returns;
+    /// [`Error::Database`].
+    pub fn reconcile<C, S, R>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        source: &mut S,
+        check: R,
+    ) -> Result<Evidence, AdminError>
+    where
+        C: InboxConnection,
+        S: ReplaySource<C>,
+        R: FnOnce(&mut C) -> Result<Vec<Report>, AdminError>,
+    {
+        let record = run_ready(self.reconcilable::<Blocking, _>(conn, id, &source.name()))?;
+        let reports = check(conn)?;
+        run_ready(self.reconcile_in::<Blocking, _, _>(
+            conn,
+            record,
+            &mut source::Sync(source),
+            reports,
+        ))
+    }
+
+    /// The replay `id`, if it can be reconciled against the source `source`: before the app's
+    /// check runs.
+    pub(crate) async fn reconcilable<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        source: &str,
+    ) -> Result<ReplayRecord, Error> {
+        let record = self.get_in(conn, id).await?;
+        expect_state(&record, &[ReplayState::Finished], "reconciled", "finished")?;
+        if record.source != source {
+            return Err(ReplayError::SourceMismatch {
+                id,
+                recorded: record.source,
+                given: source.to_owned(),
+            }
+            .into());
+        }
+        Ok(record)
+    }
+
+    /// [`reconcile`](Self::reconcile) in either flavour, with the app's reports, for a
+    /// [`reconcilable`](Self::reconcilable) replay.
+    pub(crate) async fn reconcile_in<F, C: Db<F, Backend: Sql>, S: Feed<C>>(
+        &self,
+        conn: &mut C,
+        record: ReplayRecord,
+        source: &mut S,
+        reports: Vec<Report>,
+    ) -> Result<Evidence, AdminError> {
+        let id = record.id;
+        let reread = self.reread(conn, source, &record.plan, |_, _| {}).await?;
+        let evidence = evidence::judge(
+            record.counts,
+            &record.digest,
+            record.plan.expectation(),
+            reread,
+            reports,
+            now(),
+        );
+        if !C::Backend::set_replay_evidence(conn, id, &evidence.to_document(), now())
+            .await
+            .map_err(Error::from)?
+        {
+            return Err(Error::from(ReplayError::Fenced { id }).into());
+        }
+        if evidence.matches() {
+            info!(
+                id,
+                "replay reconciled: the evidence matches its plan's expectation"
+            );
+        } else {
+            warn!(id, differences = %evidence.differences.join("; "), "replay reconciled: the evidence differs from its plan's expectation");
+        }
+        Ok(evidence)
+    }
+
+    /// Reads the plan's whole range from `source` again: its events, their digest, and which
+    /// of the ids the plan reads have no row in the target's inbox; `each` sees every event.
+    async fn reread<F, C: Db<F, Backend: Sql>, S: Feed<C>>(
+        &self,
+        conn: &mut C,
+        source: &mut S,
+        plan: &Plan,
+        mut each: impl FnMut(&SourceEvent, &progress::Read),
+    ) -> Result<evidence::Reread, Error> {
+        let mut reread = evidence::Reread::default();
+        let mut digest = progress::EMPTY_DIGEST;
+        let mut after = None;
+        let mut pending: Vec<String> = Vec::new();
+        let consumer = plan.target().consumer();
+        loop {
+            let events = source
+                .read(conn, plan.range(), after, self.batch_size)
+                .await?;
+            let mut ended = events.is_empty();
+            for event in events {
+                if after.is_some_and(|at| event.position <= at) {
+                    continue;
+                }
+                match plan.range().place(event.position, event.at) {
+                    Place::Before => continue,
+                    Place::Inside => {}
+                    Place::Past => {
+                        ended = true;
+                        break;
+                    }
+                }
+                after = Some(event.position);
+                let read = progress::read(plan, &event.message);
+                each(&event, &read);
+                reread.events += 1;
+                digest = progress::chain(&digest, &read.event_id, &read.fingerprint);
+                if read.envelope.is_ok() {
+                    pending.push(read.event_id);
+                }
+                if pending.len() >= IDS_PER_CHECK {
+                    reread
+                        .without_row
+                        .extend(without_row(conn, consumer, &std::mem::take(&mut pending)).await?);
+                }
+            }
+            if ended {
+                break;
+            }
+        }
+        reread
+            .without_row
+            .extend(without_row(conn, consumer, &pending).await?);
+        reread.digest = progress::digest_text(&digest);
+        Ok(reread)
+    }
+
+    /// Accepts the finished, reconciled replay `id`, whose evidence matches its plan's
+    /// expectation.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::NotReconciled`]; [`ReplayError::EvidenceMismatch`], naming what
+    /// differs; [`ReplayError::WrongState`]; [`ReplayError::NotFound`]; [`Error::Database`].
+    pub fn accept<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<(), AdminError> {
+        run_ready(self.decide_in::<Blocking, _>(conn, id, audit, Decision::Accept))
+    }
+
+    /// Accepts the finished, reconciled replay `id` whatever its evidence says: the override,
+    /// whose reason is recorded with the differences it overrode.
+    ///
+    /// # Errors
+    ///
+    /// As [`accept`](Self::accept), but for [`ReplayError::EvidenceMismatch`].
+    pub fn accept_overriding<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<(), AdminError> {
+        run_ready(self.decide_in::<Blocking, _>(conn, id, audit, Decision::Override))
+    }
+
+    /// Rejects the finished replay `id`.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::WrongState`]; [`ReplayError::NotFound`]; [`Error::Database`].
+    pub fn reject<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<(), AdminError> {
+        run_ready(self.decide_in::<Blocking, _>(conn, id, audit, Decision::Reject))
+    }
+
+    /// Aborts the planned or running replay `id`: it never runs again, and a runner that
+    /// holds it stops at its next event.
+    ///
+    /// # Errors
+    ///
+    /// [`ReplayError::WrongState`]; [`ReplayError::NotFound`]; [`Error::Database`].
+    pub fn abort<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        audit: &Audit,
+    ) -> Result<(), AdminError> {
+        run_ready(self.decide_in::<Blocking, _>(conn, id, audit, Decision::Abort))
+    }
+
+    /// A decision in either flavour: check it, then move the replay and record it, in one
+    /// transaction.
+    pub(crate) async fn decide_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        id: i64,
+        audit: &Audit,
+        decision: Decision,
+    ) -> Result<(), AdminError> {
+        let record = self.get_in(conn, id).await?;
+        let (from, attempted, allowed): (&[ReplayState], _, _) = match decision {
+            Decision::Accept | Decision::Override => {
+                (&[ReplayState::Finished], "accepted", "finished")
+            }
+            Decision::Reject => (&[ReplayState::Finished], "rejected", "finished"),
+            Decision::Abort => (
+                &[ReplayState::Planned, ReplayState::Running],
+                "aborted",
+                "planned or running",
+            ),
+        };
+        expect_state(&record, from, attempted, allowed)?;
+        let mut reason = audit.reason().to_owned();
+        if matches!(decision, Decision::Accept | Decision::Override) {
+            let evidence = record
+                .evidence
+                .as_ref()
+                .ok_or(ReplayError::NotReconciled { id })
+                .map_err(Error::from)?;
+            if !evidence.matches() {
+                if decision == Decision::Accept {
+                    return Err(Error::from(ReplayError::EvidenceMismatch {
+                        id,
+                        differences: evidence.differences.clone(),
+                    })
+                    .into());
+                }
+                reason = format!(
+                    "{reason} (override of: {})",
+                    evidence.differences.join("; ")
+                );
+            }
+        }
+        let to = decision.to();
+        let body = Decide {
+            id,
+            from,
+            state: record.state,
+            to,
+            actor: audit.actor(),
+            reason: &reason,
+        };
+        let subject = Subject {
+            consumer: record.plan.target().consumer(),
+            event_id: None,
+        };
+        let moved = engine::run(conn, Scope::TopLevel, &self.retry, subject, body)
+            .await
+            .map_err(Failure::into_error)?;
+        if !moved {
+            // It moved meanwhile: say where it is now.
+            let now_record = self.get_in(conn, id).await?;
+            expect_state(&now_record, from, attempted, allowed)?;
+        }
+        warn!(id, actor = audit.actor(), reason, %to, "replay transition");
+        Ok(())
+    }
+
+    /// Deletes decided replays (accepted, rejected, aborted) last changed more than
+    /// `older_than` ago, with their transitions and notes; returns how many replays. Open
+    /// replays are never deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`].
+    pub fn prune<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        older_than: Duration,
+    ) -> Result<u64, Error> {
+        run_ready(self.prune_in::<Blocking, _>(conn, older_than))
+    }
+
+    /// [`prune`](Self::prune) in either flavour.
+    pub(crate) async fn prune_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        older_than: Duration,
+    ) -> Result<u64, Error> {
+        let cutoff = before(now(), older_than);
+        let limit = i64::try_from(self.batch_size).unwrap_or(i64::MAX);
+        let mut deleted = 0_u64;
+        loop {
+            let n = C::Backend::delete_decided_replays(conn, cutoff, limit).await?;
+            deleted += n as u64;
+            if (n as u64) < limit.unsigned_abs() {
+                break;
+            }
+        }
+        crate::observe::pruned("replays", "diesel_inbox_replays", deleted);
+        Ok(deleted)
+    }
+}
+
+/// Which of `ids` have no row in `consumer`'s inbox.
+async fn without_row<F, C: Db<F, Backend: Sql>>(
+    conn: &mut C,
+    consumer: &str,
+    ids: &[String],
+) -> Result<Vec<String>, Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let present: std::collections::HashSet<String> =
+        C::Backend::inbox_rows_of(conn, consumer, &refs)
+            .await?
+            .into_iter()
+            .collect();
+    Ok(ids
+        .iter()
+        .filter(|id| !present.contains(*id))
+        .cloned()
+        .collect())
+}
+
+/// Refuses an operation on a replay in another state.
+fn expect_state(
+    record: &ReplayRecord,
+    from: &[ReplayState],
+    attempted: &'static str,
+    allowed: &'static str,
+) -> Result<(), Error> {
+    if from.contains(&record.state) {
+        Ok(())
+    } else {
+        Err(ReplayError::WrongState {
+            id: record.id,
+            state: record.state,
+            attempted,
+            allowed,
+        }
+        .into())
+    }
+}
+
+/// Where the outbox's retention stops while open replays read the outbox: the first position
+/// of their ranges (`0`, all of it, for one whose range is not of positions), or `i64::MAX`
+/// when none does.
+pub(crate) fn outbox_kept_from(ranges: &[Option<i64>]) -> i64 {
+    ranges
+        .iter()
+        .map(|first| first.unwrap_or(0))
+        .min()
+        .unwrap_or(i64::MAX)
+}
+
+/// An ops decision on a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    Accept,
+    Override,
+    Reject,
+    Abort,
+}
+
+impl Decision {
+    fn to(self) -> ReplayState {
+        match self {
+            Self::Accept | Self::Override => ReplayState::Accepted,
+            Self::Reject => ReplayState::Rejected,
+            Self::Abort => ReplayState::Aborted,
+        }
+    }
+}
+
+/// A plan's record and its first transition, in one transaction.
+struct Record<'a> {
+    source: &'a str,
+    plan: &'a Plan,
+    audit: &'a Audit,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Record<'_> {
+    type Output = i64;
+    type Error = Error;
+
+    async fn attempt(&mut self, conn: &mut C) -> Result<i64, Failure<Error>> {
+        let at = now();
+        let document = self.plan.to_document();
+        let counts = ReplayCounts::default().to_document();
+        let digest = progress::digest_text(&progress::EMPTY_DIGEST);
+        let row = NewReplay {
+            consumer: self.plan.target().consumer(),
+            source: self.source,
+            range: self.plan.range().bounds(),
+            plan: &document,
+            reason: self.audit.reason(),
+            requested_by: self.audit.actor(),
+            counts: &counts,
+            digest: &digest,
+            now: at,
+        };
+        let id = C::Backend::insert_replay(conn, &row).await?;
+        let transition = TransitionRow {
+            from: None,
+            to: ReplayState::Planned.as_str().to_owned(),
+            actor: self.audit.actor().to_owned(),
+            reason: self.audit.reason().to_owned(),
+            at,
+        };
+        C::Backend::insert_replay_transition(conn, id, &transition).await?;
+        Ok(id)
+    }
+}
+
+/// A decision's move and its record; `false` when the replay was no longer in `from`.
+struct Decide<'a> {
+    id: i64,
+    from: &'a [ReplayState],
+    state: ReplayState,
+    to: ReplayState,
+    actor: &'a str,
+    reason: &'a str,
+}
+
+impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Decide<'_> {
+    type Output = bool;
+    type Error = Error;
+
+    async fn attempt(&mut self, conn: &mut C) -> Result<bool, Failure<Error>> {
+        let at = now();
+        if !C::Backend::set_replay_state(conn, self.id, self.from, self.to, None, at).await? {
+            return Ok(false);
+        }
+        let transition = TransitionRow {
+            from: Some(self.state.as_str().to_owned()),
+            to: self.to.as_str().to_owned(),
+            actor: self.actor.to_owned(),
+            reason: self.reason.to_owned(),
+            at,
+        };
+        C::Backend::insert_replay_transition(conn, self.id, &transition).await?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_keeps_the_outbox_from_the_first_position_an_open_replay_reads() {
+        assert_eq!(outbox_kept_from(&[]), i64::MAX);
+        assert_eq!(outbox_kept_from(&[Some(40), Some(7)]), 7);
+        assert_eq!(outbox_kept_from(&[Some(40), None]), 0);
+    }
+}
