@@ -44,7 +44,7 @@ use tracing::{info, warn};
 use crate::decide::{Failure, Scope};
 use crate::duration::{before, now};
 use crate::engine::{self, run_ready, Body, Subject};
-use crate::rows::{NewReplay, TransitionRow};
+use crate::rows::NewReplay;
 use crate::sql::{Blocking, Db, ReplaySql, Sql};
 use crate::{AdminError, Audit, CorruptRow, Error, InboxConnection, RetryPolicy};
 
@@ -869,14 +869,9 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Record<'_> {
             now: at,
         };
         let id = C::Backend::insert_replay(conn, &row).await?;
-        let transition = TransitionRow {
-            from: None,
-            to: ReplayState::Planned.as_str().to_owned(),
-            actor: self.audit.actor().to_owned(),
-            reason: self.audit.reason().to_owned(),
-            at,
-        };
-        C::Backend::insert_replay_transition(conn, id, &transition).await?;
+        let (actor, reason) = (self.audit.actor(), self.audit.reason());
+        let planned = Transition::row(None, ReplayState::Planned, actor, reason, at);
+        C::Backend::insert_replay_transition(conn, id, &planned).await?;
         Ok(id)
     }
 }
@@ -900,14 +895,8 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Decide<'_> {
         if !C::Backend::set_replay_state(conn, self.id, self.from, self.to, None, at).await? {
             return Ok(false);
         }
-        let transition = TransitionRow {
-            from: Some(self.state.as_str().to_owned()),
-            to: self.to.as_str().to_owned(),
-            actor: self.actor.to_owned(),
-            reason: self.reason.to_owned(),
-            at,
-        };
-        C::Backend::insert_replay_transition(conn, self.id, &transition).await?;
+        let moved = Transition::row(Some(self.state), self.to, self.actor, self.reason, at);
+        C::Backend::insert_replay_transition(conn, self.id, &moved).await?;
         Ok(true)
     }
 }

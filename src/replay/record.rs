@@ -175,6 +175,24 @@ pub struct Transition {
 }
 
 impl Transition {
+    /// The row that records a move from `from` (`None`: the planning) to `to`, by `actor`
+    /// for `reason`.
+    pub(crate) fn row(
+        from: Option<ReplayState>,
+        to: ReplayState,
+        actor: &str,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> TransitionRow {
+        TransitionRow {
+            from: from.map(|state| state.as_str().to_owned()),
+            to: to.as_str().to_owned(),
+            actor: actor.to_owned(),
+            reason: reason.to_owned(),
+            at,
+        }
+    }
+
     pub(crate) fn from_row(replay: i64, row: TransitionRow) -> Result<Self, CorruptRow> {
         let parse = |text: &str| {
             text.parse::<ReplayState>().map_err(|unknown| {

@@ -7,14 +7,14 @@ use tracing::{info, warn, Instrument};
 
 use super::plan::{Enqueues, Place, Plan, Target};
 use super::progress::{self, Progress, Read, Settled};
-use super::record::{ReplayCounts, ReplayRecord};
+use super::record::{ReplayCounts, ReplayRecord, Transition};
 use super::source::{Feed, SourceEvent};
 use super::{ReplayError, Replays};
 use crate::claim::Suppression;
 use crate::decide::{self, Failure, Scope};
 use crate::duration::{after, now};
 use crate::engine::{self, Body, Effect, Subject};
-use crate::rows::{NoteRow, ReplayProgressRow, TransitionRow};
+use crate::rows::{NoteRow, ReplayProgressRow};
 use crate::sql::{Db, ReplaySql, Sql, TransactionSql};
 use crate::state::ReplayState;
 use crate::{observe, Claims, Delivery, Envelope, Error, HandlerError, Inbox, Outcome};
@@ -796,14 +796,9 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Take<'_> {
             }
             (_, None) => "resumed from the start: the previous runner's lease ran out".to_owned(),
         };
-        let transition = TransitionRow {
-            from: Some(self.from.as_str().to_owned()),
-            to: ReplayState::Running.as_str().to_owned(),
-            actor: self.replays.runner.clone(),
-            reason,
-            at,
-        };
-        C::Backend::insert_replay_transition(conn, self.id, &transition).await?;
+        let runner = &self.replays.runner;
+        let taken = Transition::row(Some(self.from), ReplayState::Running, runner, &reason, at);
+        C::Backend::insert_replay_transition(conn, self.id, &taken).await?;
         Ok(Some(row.fence))
     }
 }
@@ -828,14 +823,8 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Finish<'_> {
         {
             return Err(Failure::Inbox(ReplayError::Fenced { id: self.id }.into()));
         }
-        let transition = TransitionRow {
-            from: Some(running.as_str().to_owned()),
-            to: finished.as_str().to_owned(),
-            actor: self.actor.to_owned(),
-            reason: self.reason.to_owned(),
-            at,
-        };
-        C::Backend::insert_replay_transition(conn, self.id, &transition).await?;
+        let ended = Transition::row(Some(running), finished, self.actor, self.reason, at);
+        C::Backend::insert_replay_transition(conn, self.id, &ended).await?;
         Ok(())
     }
 }

@@ -9,7 +9,7 @@ use diesel::connection::SimpleConnection;
 
 use diesel_inbox::replay::{
     Expectation, Interpretation, NoteKind, OutboxSource, Plan, Range, ReplayError, ReplayHandler,
-    ReplayState, Replayed, Replays, Report, RunReport, Target,
+    ReplayRecord, ReplayState, Replayed, Replays, Report, RunReport, Target,
 };
 use diesel_inbox::{
     AdminError, Audit, ClaimOutcome, Envelope, Error, Inbox, Outbox, SchemaVersions,
@@ -62,6 +62,14 @@ fn process_live(conn: &mut impl TestConn, ids: &[String]) {
 /// A plan of positions `first..=last` into `target`.
 fn plan(target: Target, first: u64, last: u64) -> Plan {
     Plan::new(target, Range::positions(first, last).unwrap())
+}
+
+/// Plans a rebuild of outbox positions `first..=last` into the isolated target.
+fn rebuild(conn: &mut impl TestConn, replays: &Replays, first: u64, last: u64) -> ReplayRecord {
+    let plan = plan(isolated(), first, last);
+    replays
+        .plan(conn, &OutboxSource::new(), &plan, &audit("rebuild"))
+        .unwrap()
 }
 
 fn isolated() -> Target {
@@ -166,14 +174,7 @@ pub async fn a_target_changed_on_purpose_is_rejected_naming_what_differs<F: Flav
     let ids = enqueue(&mut check, 1, 6);
     process_live(&mut check, &ids);
     let replays = Replays::new();
-    let planned = replays
-        .plan(
-            &mut check,
-            &OutboxSource::new(),
-            &plan(isolated(), 1, 6),
-            &audit("rebuild"),
-        )
-        .unwrap();
+    let planned = rebuild(&mut check, &replays, 1, 6);
     let run = F::run_replay(
         &replays,
         &mut conn,
@@ -273,14 +274,7 @@ pub async fn the_ranges_end_holds_while_new_events_keep_arriving<F: Flavour>() {
     let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     enqueue(&mut check, 1, 5);
     let replays = Replays::new().batch_size(2);
-    let planned = replays
-        .plan(
-            &mut check,
-            &OutboxSource::new(),
-            &plan(isolated(), 1, 5),
-            &audit("rebuild"),
-        )
-        .unwrap();
+    let planned = rebuild(&mut check, &replays, 1, 5);
     enqueue(&mut check, 6, 9);
 
     let run = F::run_replay(
@@ -366,14 +360,7 @@ pub async fn a_failing_event_is_counted_and_named_and_the_replay_goes_on<F: Flav
     let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     enqueue(&mut check, 1, 4);
     let replays = Replays::new();
-    let planned = replays
-        .plan(
-            &mut check,
-            &OutboxSource::new(),
-            &plan(isolated(), 1, 4),
-            &audit("rebuild"),
-        )
-        .unwrap();
+    let planned = rebuild(&mut check, &replays, 1, 4);
     let mut ledger = ReplayLedger {
         failing: HashSet::from(["evt-2".to_owned()]),
     };
@@ -451,14 +438,7 @@ pub fn a_replay_killed_mid_run_resumes_and_processes_no_event_twice<B: Backend>(
     }
     let (db, mut conn) = setup::<B>();
     enqueue(&mut conn, 1, 10);
-    let planned = replays
-        .plan(
-            &mut conn,
-            &OutboxSource::new(),
-            &plan(isolated(), 1, 10),
-            &audit("rebuild"),
-        )
-        .unwrap();
+    let planned = rebuild(&mut conn, &replays, 1, 10);
     assert_eq!(planned.id, 1);
     let mut child = ChildTest::spawn(TEST, &[(CRASH_CHILD, db.url())]);
     child.wait_for(KILL_ME, Duration::from_secs(60));
@@ -553,14 +533,7 @@ pub fn two_runners_at_once_one_makes_progress_and_the_other_is_held_or_fenced<B:
     let replays = Replays::new()
         .batch_size(2)
         .lease(Duration::from_millis(300));
-    let planned = replays
-        .plan(
-            &mut conn,
-            &OutboxSource::new(),
-            &plan(isolated(), 1, 8),
-            &audit("rebuild"),
-        )
-        .unwrap();
+    let planned = rebuild(&mut conn, &replays, 1, 8);
     let mut handler = Contended {
         stops_once: true,
         busy: "evt-2",
@@ -651,14 +624,7 @@ pub fn a_claim_inside_a_replayed_handler_makes_no_external_call_and_enqueues_are
     let ids = enqueue(&mut conn, 1, 3);
     let service = FakeService::start(Keys::Ignored);
     let replays = Replays::new();
-    let planned = replays
-        .plan(
-            &mut conn,
-            &OutboxSource::new(),
-            &plan(isolated(), 1, 3),
-            &audit("rebuild"),
-        )
-        .unwrap();
+    let planned = rebuild(&mut conn, &replays, 1, 3);
     let mut handler = CallsOut {
         service: service.addr().to_owned(),
         outbox: Outbox::new("points-service").unwrap(),
@@ -781,14 +747,7 @@ pub fn a_replays_decisions_follow_its_lifecycle_and_are_audited<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
     enqueue(&mut conn, 1, 2);
     let replays = Replays::new().runner("replayer-1");
-    let planned = replays
-        .plan(
-            &mut conn,
-            &OutboxSource::new(),
-            &plan(isolated(), 1, 2),
-            &audit("rebuild"),
-        )
-        .unwrap();
+    let planned = rebuild(&mut conn, &replays, 1, 2);
     let wrong_state = |result: Result<(), AdminError>| {
         matches!(
             result,
