@@ -569,10 +569,7 @@ impl Replays {
                 .await?;
             let mut ended = events.is_empty();
             for event in events {
-                if after.is_some_and(|at| event.position <= at) {
-                    continue;
-                }
-                match plan.range().place(event.position, event.at) {
+                match plan.range().place_after(after, event.position, event.at) {
                     Place::Before => continue,
                     Place::Inside => {}
                     Place::Past => {

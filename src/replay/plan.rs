@@ -128,6 +128,21 @@ impl Range {
         }
     }
 
+    /// [`place`](Self::place) for a read after position `after`: an event at or before it
+    /// was settled already, and is passed over as one before the range.
+    pub(crate) fn place_after(
+        &self,
+        after: Option<u64>,
+        position: u64,
+        at: Option<DateTime<Utc>>,
+    ) -> Place {
+        if after.is_some_and(|after| position <= after) {
+            Place::Before
+        } else {
+            self.place(position, at)
+        }
+    }
+
     /// Checks a range built by hand as its constructors do.
     fn check(&self) -> Result<(), ReplayError> {
         match self {

@@ -317,14 +317,7 @@ impl Replays {
                 .await?;
             let mut ended = events.is_empty();
             for event in events {
-                if run
-                    .progress
-                    .checkpoint
-                    .is_some_and(|at| event.position <= at)
-                {
-                    continue;
-                }
-                match range.place(event.position, event.at) {
+                match range.place_after(run.progress.checkpoint, event.position, event.at) {
                     Place::Before => continue,
                     Place::Inside => {}
                     Place::Past => {
