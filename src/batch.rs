@@ -306,7 +306,7 @@ impl Inbox {
         E: HandlerError,
     {
         let timer = observe::DeliveryTimer::start(self.consumer());
-        let scope = engine::scope_of(conn).map_err(Error::from)?;
+        let scope = engine::scope_of(conn)?;
 
         // First every effect in one go; only if one fails, roll back and run the batch again
         // with a savepoint per event, so the failure is isolated and the others commit. The

@@ -52,20 +52,27 @@ fn missing_table_message(message: &str) -> bool {
 
 /// Whether a database error message contains one of `needles`. Only for the errors Diesel
 /// reports as `Unknown` (PostgreSQL deadlocks, MySQL lock-wait timeouts and lost connections,
-/// SQLite busy/locked), whose codes Diesel does not expose; messages are the servers' and
-/// client libraries' English defaults.
+/// SQLite busy/locked), whose codes Diesel does not expose, and as `UnableToSendCommand` (the
+/// client's own errors); messages are the servers' and client libraries' English defaults.
 pub(crate) fn message_contains(error: &diesel::result::Error, needles: &[&str]) -> bool {
     use diesel::result::{DatabaseErrorKind, Error};
     match error {
-        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => {
-            needles.iter().any(|needle| info.message().contains(needle))
-        }
+        Error::DatabaseError(
+            DatabaseErrorKind::Unknown | DatabaseErrorKind::UnableToSendCommand,
+            info,
+        ) => needles.iter().any(|needle| info.message().contains(needle)),
         _ => false,
     }
 }
 
 /// Classifies `error` from the kinds Diesel reports and, for `Unknown` errors, from the
 /// message needles each backend gives for contention and for a lost connection.
+///
+/// `UnableToSendCommand` is a lost connection whatever its message: Diesel reports it when the
+/// client library could not send a statement or got no result back (libpq's `no connection to
+/// the server`, `server closed the connection unexpectedly` or `SSL SYSCALL error: EOF
+/// detected`; tokio-postgres's `connection closed`), which is also every later call on a
+/// connection that died.
 pub(crate) fn classify_by_message(
     error: &diesel::result::Error,
     contention: &[&str],
@@ -74,7 +81,10 @@ pub(crate) fn classify_by_message(
     use diesel::result::{DatabaseErrorKind, Error};
     match error {
         Error::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => ErrorClass::Contention,
-        Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _)
+        Error::DatabaseError(
+            DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+            _,
+        )
         | Error::BrokenTransactionManager => ErrorClass::ConnectionLost,
         Error::RollbackErrorOnCommit { commit_error, .. } => {
             classify_by_message(commit_error, contention, lost_connection)

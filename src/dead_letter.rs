@@ -246,7 +246,7 @@ impl DeadLetters {
         );
         let key = (consumer, event_id.as_str());
         async {
-            let scope = engine::scope_of(conn).map_err(Error::from)?;
+            let scope = engine::scope_of(conn)?;
             let subject = self.inbox.subject(Some(key.1));
             let body = Redrive {
                 key,

@@ -54,6 +54,12 @@ impl<E> From<diesel::result::Error> for Failure<E> {
     }
 }
 
+impl<E> From<Error> for Failure<E> {
+    fn from(error: Error) -> Self {
+        Failure::Inbox(error)
+    }
+}
+
 impl<E> Failure<E> {
     /// A statement's error on the inbox row at `key`: when the row holds a state this version
     /// cannot read, [`Error::CorruptRow`], which a delivery rejects rather than redelivers.

@@ -310,7 +310,7 @@ impl Inbox {
             event_id = delivery.id.as_str()
         );
         let delivered = async {
-            let scope = engine::scope_of(conn).map_err(Error::from)?;
+            let scope = engine::scope_of(conn)?;
             let subject = self.subject(Some(delivery.id.as_str()));
             let body = Deliver {
                 inbox: self,

@@ -187,6 +187,8 @@ pub mod asynch;
 mod audit;
 mod backend;
 mod batch;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod capabilities;
 pub mod chain;
 mod check;
 mod claim;

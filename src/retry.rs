@@ -1,4 +1,5 @@
-//! How long to wait before retrying a transaction that lost a race.
+//! How long to wait before retrying a transaction that lost a race, and how long a
+//! transaction may stall before the server ends it.
 
 use std::time::Duration;
 
@@ -8,6 +9,9 @@ use std::time::Duration;
 /// aborts the whole transaction; the inbox rolls it back, waits, and runs it again, effect
 /// included. Only when the retries run out does the caller see
 /// [`Error::RetriesExhausted`](crate::Error::RetriesExhausted).
+///
+/// It also bounds how long each of those transactions may stall: see
+/// [`idle_timeout`](Self::idle_timeout).
 ///
 /// ```
 /// use std::time::Duration;
@@ -23,15 +27,18 @@ pub struct RetryPolicy {
     max_retries: u32,
     base_delay: Duration,
     max_delay: Duration,
+    idle_timeout: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
-    /// Ten retries, waits starting at 5 ms and doubling up to 500 ms.
+    /// Ten retries, waits starting at 5 ms and doubling up to 500 ms; an idle timeout of
+    /// [`DEFAULT_IDLE_TIMEOUT`](Self::DEFAULT_IDLE_TIMEOUT).
     fn default() -> Self {
         Self {
             max_retries: 10,
             base_delay: Duration::from_millis(5),
             max_delay: Duration::from_millis(500),
+            idle_timeout: Some(Self::DEFAULT_IDLE_TIMEOUT),
         }
     }
 }
@@ -58,6 +65,37 @@ impl RetryPolicy {
     pub fn max_delay(mut self, delay: Duration) -> Self {
         self.max_delay = delay;
         self
+    }
+
+    /// The default [`idle_timeout`](Self::idle_timeout): one minute.
+    pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+    /// The longest the inbox's transaction may sit open with no statement running: a handler
+    /// between two statements, or a client waiting for a reply that a stuck server never sends.
+    /// Past it, the server ends the session; what was waiting gets a lost connection
+    /// ([`Error::ConnectionLost`](crate::Error::ConnectionLost), or
+    /// [`Error::CommitUnknown`](crate::Error::CommitUnknown) at the commit), so
+    /// [`Ack::Redeliver`](crate::Ack::Redeliver), nothing committed, and a broken connection
+    /// that pools discard. Defaults to [`DEFAULT_IDLE_TIMEOUT`](Self::DEFAULT_IDLE_TIMEOUT).
+    ///
+    /// PostgreSQL: `SET LOCAL idle_in_transaction_session_timeout`, sent with the `BEGIN` (no
+    /// round trip of its own). MariaDB sets no variable for one transaction: there the bound
+    /// is the server's `idle_transaction_timeout`, which [`doctor`](crate::doctor) checks
+    /// (see the README, "Beyond one server"). SQLite is in process: nothing to wait for.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = Some(timeout);
+        self
+    }
+
+    /// No idle timeout of the inbox's own: the session's setting applies.
+    pub fn without_idle_timeout(mut self) -> Self {
+        self.idle_timeout = None;
+        self
+    }
+
+    /// The configured idle timeout, if any.
+    pub(crate) fn idle_limit(&self) -> Option<Duration> {
+        self.idle_timeout
     }
 
     /// The configured number of retries.

@@ -211,8 +211,13 @@ async fn a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connectio
     .await;
     let error = reused.expect_err("a broken connection takes no new transaction");
     assert!(
-        matches!(error, diesel::result::Error::BrokenTransactionManager),
-        "{error:?}"
+        matches!(
+            Error::from_diesel(&error),
+            Some(Error::ConnectionLost {
+                source: diesel::result::Error::BrokenTransactionManager
+            })
+        ),
+        "a lost connection: reconnect; {error:?}"
     );
     drop(conn);
     let mut fresh = B::connect(db.url()).await;

@@ -571,11 +571,48 @@ impl DoctorSql for Mysql {
         } else {
             format!("{}: ids differing only in case, accents or trailing spaces would be one event; apply the inbox's own migrations, which make them VARBINARY", textual.join(", "))
         };
-        Ok(vec![Check::ok_if(
+        let mut checks = vec![Check::ok_if(
             "binary_keys",
             !columns.is_empty() && textual.is_empty(),
             format!("{} key columns are VARBINARY", columns.len()),
             (CheckStatus::Fail, detail),
-        )])
+        )];
+        checks.extend(engine(conn).await?.checks());
+        Ok(checks)
     }
+}
+
+/// A system variable as text; `None` where the server has no such variable (`wsrep_on` and
+/// `idle_transaction_timeout` are MariaDB's).
+async fn variable<F, C: Db<F, Backend = Mysql>>(
+    conn: &mut C,
+    name: &'static str,
+) -> QueryResult<Option<String>> {
+    let read = diesel::select(diesel::dsl::sql::<Nullable<Text>>(&format!(
+        "CAST(@@{name} AS CHAR)"
+    )))
+    .get_result_on::<Option<String>>(conn)
+    .await;
+    match read {
+        Err(diesel::result::Error::DatabaseError(_, info))
+            if info.message().contains("Unknown system variable") =>
+        {
+            Ok(None)
+        }
+        read => read,
+    }
+}
+
+/// What this server is: a Galera node or not, and what bounds a stalled transaction.
+async fn engine<F, C: Db<F, Backend = Mysql>>(
+    conn: &mut C,
+) -> QueryResult<crate::capabilities::MysqlEngine> {
+    let number = |value: Option<String>| value.and_then(|value| value.parse::<u64>().ok());
+    let wsrep_on = variable(conn, "global.wsrep_on").await?;
+    Ok(crate::capabilities::MysqlEngine {
+        galera: matches!(wsrep_on.as_deref(), Some("1" | "ON")),
+        auto_increment_increment: number(variable(conn, "auto_increment_increment").await?)
+            .unwrap_or(1),
+        idle_transaction_timeout: number(variable(conn, "idle_transaction_timeout").await?),
+    })
 }

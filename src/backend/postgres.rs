@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Integer, Text};
+use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
 
 use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
@@ -298,14 +298,32 @@ impl DoctorSql for Pg {
         ))
         .get_result_on::<String>(conn)
         .await?;
-        Ok(vec![Check::ok_if(
-            "server_encoding",
-            encoding == "UTF8",
-            "UTF8",
-            (
-                CheckStatus::Fail,
-                format!("{encoding}: event ids and consumer names are Unicode text, which this encoding refuses or mangles; create the database with ENCODING 'UTF8'"),
+        let (in_recovery, synchronous_commit) = diesel::select(diesel::dsl::sql::<(Bool, Text)>(
+            "pg_is_in_recovery(), current_setting('synchronous_commit')",
+        ))
+        .get_result_on::<(bool, String)>(conn)
+        .await?;
+        let standbys = diesel::dsl::sql::<Nullable<Text>>(
+            "SELECT sync_state FROM pg_stat_replication ORDER BY application_name",
+        )
+        .load_on::<Option<String>>(conn)
+        .await?;
+        let replication = crate::capabilities::Replication {
+            in_recovery,
+            standbys,
+            synchronous_commit,
+        };
+        Ok(vec![
+            Check::ok_if(
+                "server_encoding",
+                encoding == "UTF8",
+                "UTF8",
+                (
+                    CheckStatus::Fail,
+                    format!("{encoding}: event ids and consumer names are Unicode text, which this encoding refuses or mangles; create the database with ENCODING 'UTF8'"),
+                ),
             ),
-        )])
+            replication.check(),
+        ])
     }
 }

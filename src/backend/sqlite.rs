@@ -215,7 +215,7 @@ impl MigrationsSql for Sqlite {
         let started = std::time::Instant::now();
         let depth = conn.depth()?;
         let began = if depth == 0 {
-            match Self::begin_top(conn).await {
+            match Self::begin_top(conn, None).await {
                 Ok(()) => conn.count_level(TransactionDepthChange::IncreaseDepth),
                 Err(error) => Err(error),
             }

@@ -9,7 +9,7 @@ use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::Tally;
 use crate::sql::{Blocking, Db, Sql};
 use crate::watermark::Verdict;
-use crate::{Error, Gap, HandlerError, InboxConnection, Outcome};
+use crate::{Gap, HandlerError, InboxConnection, Outcome};
 
 use super::{processed, stored, Cursor};
 
@@ -103,7 +103,7 @@ impl Cursor {
             .iter()
             .map(|(sequence, _)| stored(*sequence))
             .collect::<Result<Vec<_>, _>>()?;
-        let scope = engine::scope_of(conn).map_err(Error::from)?;
+        let scope = engine::scope_of(conn)?;
         let subject = self.inbox.subject(None);
         let body = Run {
             cursor: self,

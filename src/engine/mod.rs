@@ -27,9 +27,9 @@ mod unwind;
 
 use std::any::Any;
 use std::panic;
+use std::time::Duration;
 
 use diesel::connection::TransactionDepthChange;
-use diesel::QueryResult;
 use tracing::{debug, warn};
 
 pub(crate) use self::body::{Body, Effect};
@@ -49,9 +49,15 @@ pub(crate) struct Subject<'a> {
 }
 
 /// The scope a new inbox transaction on `conn` takes: a savepoint inside the caller's open
-/// transaction, or a transaction of its own.
-pub(crate) fn scope_of<F, C: Db<F>>(conn: &mut C) -> QueryResult<Scope> {
-    conn.depth().map(Scope::at_depth)
+/// transaction, or a transaction of its own. A connection whose transaction manager broke (its
+/// connection died, or a delivery was dropped half-way) is a lost connection: reconnect.
+pub(crate) fn scope_of<F, C: Db<F>>(conn: &mut C) -> Result<Scope, Error> {
+    conn.depth()
+        .map(Scope::at_depth)
+        .map_err(|source| match source {
+            diesel::result::Error::BrokenTransactionManager => Error::ConnectionLost { source },
+            source => Error::from(source),
+        })
 }
 
 /// Runs `body` in a transaction (or savepoint) and commits what it returns. Anything else
@@ -71,7 +77,7 @@ where
     let mut rng = fastrand::Rng::new();
     let mut attempt = 1;
     loop {
-        let failure = match run_once(conn, scope, &mut body).await {
+        let failure = match run_once(conn, scope, policy.idle_limit(), &mut body).await {
             Ok(value) => return Ok(value),
             Err(failure) => failure,
         };
@@ -113,13 +119,14 @@ where
 async fn run_once<F, C, R, E>(
     conn: &mut C,
     scope: Scope,
+    idle_timeout: Option<Duration>,
     body: &mut impl Body<F, C, Output = R, Error = E>,
 ) -> Result<R, Failure<E>>
 where
     C: Db<F, Backend: TransactionSql>,
 {
     let mut open = Open::arm(conn);
-    let attempted = attempt(open.conn(), scope, body).await;
+    let attempted = attempt(open.conn(), scope, idle_timeout, body).await;
     open.close();
     match attempted {
         Attempted::Finished(result) => result,
@@ -139,6 +146,7 @@ enum Attempted<R, E> {
 async fn attempt<F, C, R, E>(
     conn: &mut C,
     scope: Scope,
+    idle_timeout: Option<Duration>,
     body: &mut impl Body<F, C, Output = R, Error = E>,
 ) -> Attempted<R, E>
 where
@@ -148,7 +156,7 @@ where
         let before = conn.depth()?;
         match scope {
             Scope::TopLevel => {
-                C::Backend::begin_top(conn).await?;
+                C::Backend::begin_top(conn, idle_timeout).await?;
                 conn.count_level(TransactionDepthChange::IncreaseDepth)?;
             }
             // Inside the caller's transaction: a savepoint, counted like any other level.

@@ -231,7 +231,7 @@ impl Replays {
             consumer: plan.target().consumer(),
             event_id: None,
         };
-        let scope = engine::scope_of(conn).map_err(Error::from)?;
+        let scope = engine::scope_of(conn)?;
         let id = engine::run(conn, scope, &self.retry, subject, body)
             .await
             .map_err(Failure::into_error)?;

@@ -7,6 +7,7 @@
 //! transaction manager, as Diesel's own `BEGIN` and `COMMIT` would be counted.
 
 use std::future::{ready, Future};
+use std::time::Duration;
 
 use diesel::backend::Backend;
 use diesel::QueryResult;
@@ -24,10 +25,14 @@ pub trait TransactionSql: Backend + Sized + 'static {
     /// anything else.
     fn classify(error: &diesel::result::Error) -> ErrorClass;
 
-    /// Opens a top-level transaction.
+    /// Opens a top-level transaction that the server ends, with its session, once it has sat
+    /// idle for `idle_timeout`, where the backend can bound one transaction
+    /// ([`RetryPolicy::idle_timeout`](crate::RetryPolicy::idle_timeout)).
     fn begin_top<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
+        idle_timeout: Option<Duration>,
     ) -> impl Future<Output = QueryResult<()>> + Send {
+        let _ = idle_timeout;
         conn.batch_execute("BEGIN")
     }
 
@@ -68,15 +73,53 @@ pub trait TransactionSql: Backend + Sized + 'static {
     }
 }
 
+/// What libpq and tokio-postgres say of a connection that died: the server ended the session
+/// (`57P01` and its kin), the socket closed or failed under TLS, or the call was made on a
+/// connection already dead.
+#[cfg(feature = "postgres")]
+const LOST_POSTGRES: &[&str] = &[
+    "terminating connection",
+    "server closed the connection",
+    "no connection to the server",
+    "connection to server",
+    "could not receive data from server",
+    "could not send data to server",
+    "lost synchronization with server",
+    "SSL SYSCALL error",
+    "SSL error",
+    "SSL connection has been closed unexpectedly",
+    "connection closed",
+    "error communicating with the server",
+];
+
+/// What the MySQL and MariaDB client libraries (and `mysql_async`) say of a connection that died:
+/// 2006 and 2013, 2055 for a socket error, 1927 for a killed session, 1053 for a server going
+/// down, 4031 for one dropped as idle, 2026 for TLS, and 1047 from a Galera node that left the
+/// cluster's primary component (reconnect, to another node if need be).
+#[cfg(feature = "mysql")]
+const LOST_MYSQL: &[&str] = &[
+    "has gone away",
+    "Lost connection",
+    "Connection was killed",
+    "Server shutdown in progress",
+    "disconnected by the server because of inactivity",
+    "SSL connection error",
+    "Connection to the server is closed",
+    "Input/output error: ",
+    "WSREP has not yet prepared node",
+];
+
 #[cfg(feature = "postgres")]
 impl TransactionSql for diesel::pg::Pg {
     const FAILED_STATEMENT: FailedStatement = FailedStatement::AbortsTransaction;
 
     fn classify(error: &diesel::result::Error) -> ErrorClass {
         use crate::class::{classify_by_message, message_contains};
-        // 40001 arrives as SerializationFailure, a dead session as ClosedConnection; 40P01
-        // and 55P03 only as their messages, and so does a session terminated by an
-        // administrator while libpq still thinks the connection is fine; and so do 25P02,
+        // 40001 arrives as SerializationFailure, a dead session as ClosedConnection, a
+        // statement that never reached the server (or whose reply never came) as
+        // UnableToSendCommand; 40P01 and 55P03 only as their messages, and so does a session
+        // terminated by an administrator while libpq still thinks the connection is fine, and
+        // a connection libpq or tokio-postgres saw fail on the wire; and so do 25P02,
         // a statement refused because an earlier one aborted the transaction, and 25P01, the
         // commit's check finding no transaction open.
         if message_contains(
@@ -91,13 +134,26 @@ impl TransactionSql for diesel::pg::Pg {
         classify_by_message(
             error,
             &["deadlock detected", "due to lock timeout"],
-            &[
-                "terminating connection",
-                "server closed the connection",
-                "no connection to the server",
-                "connection to server",
-            ],
+            LOST_POSTGRES,
         )
+    }
+
+    async fn begin_top<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        idle_timeout: Option<Duration>,
+    ) -> QueryResult<()> {
+        // In the BEGIN's own simple-protocol message: no round trip of its own. Past the
+        // timeout the server ends the session (25P03) and the client reads a lost connection.
+        match idle_timeout {
+            None => conn.batch_execute("BEGIN").await,
+            Some(timeout) => {
+                let millis = timeout.as_millis().clamp(1, 2_147_483_647);
+                conn.batch_execute(&format!(
+                    "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {millis}"
+                ))
+                .await
+            }
+        }
     }
 
     fn commit_top<F, C: Db<F, Backend = Self>>(
@@ -131,18 +187,21 @@ impl TransactionSql for diesel::mysql::Mysql {
     fn classify(error: &diesel::result::Error) -> ErrorClass {
         // 1213 (deadlock) arrives as SerializationFailure from prepared statements but only as
         // its message from simple ones (COMMIT among them); 1205 (lock-wait timeout) and the
-        // client's lost-connection errors (2006, 2013, and 1927 for a killed session) only as
-        // their messages.
+        // client's lost-connection errors only as their messages.
         crate::class::classify_by_message(
             error,
             &["Deadlock found", "Lock wait timeout exceeded"],
-            &["has gone away", "Lost connection", "Connection was killed"],
+            LOST_MYSQL,
         )
     }
 
     fn begin_top<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
+        idle_timeout: Option<Duration>,
     ) -> impl Future<Output = QueryResult<()>> + Send {
+        // No variable lasts one transaction here, and a session variable set per transaction
+        // would cost a round trip each: the server's idle_transaction_timeout is the bound.
+        let _ = idle_timeout;
         mysql::prepared_or_text(conn, "BEGIN")
     }
 
@@ -201,7 +260,10 @@ impl TransactionSql for diesel::sqlite::Sqlite {
 
     fn begin_top<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
+        idle_timeout: Option<Duration>,
     ) -> impl Future<Output = QueryResult<()>> + Send {
+        // In process: nothing to wait for but the busy timeout.
+        let _ = idle_timeout;
         // The write lock at once, so that writers queue on the busy timeout instead of
         // failing to upgrade a read transaction.
         conn.batch_execute("BEGIN IMMEDIATE")
@@ -290,5 +352,95 @@ mod mysql {
             }
         }
         conn.batch_execute(sql).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::result::{DatabaseErrorKind, Error};
+
+    use super::*;
+
+    fn error(kind: DatabaseErrorKind, message: &str) -> Error {
+        Error::DatabaseError(kind, Box::new(message.to_owned()))
+    }
+
+    /// Every message a client gives for a dead connection, whichever kind Diesel reports it
+    /// as, is a lost connection; the server's ordinary errors are not.
+    fn assert_lost_connections<B: TransactionSql>(lost: &[&str], not_lost: &[&str]) {
+        for message in lost {
+            for kind in [
+                DatabaseErrorKind::Unknown,
+                DatabaseErrorKind::UnableToSendCommand,
+                DatabaseErrorKind::ClosedConnection,
+            ] {
+                assert_eq!(
+                    B::classify(&error(kind, message)),
+                    ErrorClass::ConnectionLost,
+                    "{message}"
+                );
+            }
+        }
+        for message in not_lost {
+            assert_eq!(
+                B::classify(&error(DatabaseErrorKind::Unknown, message)),
+                ErrorClass::Other,
+                "{message}"
+            );
+        }
+        // Whatever its message, a statement the client could not send is a lost connection.
+        assert_eq!(
+            B::classify(&error(DatabaseErrorKind::UnableToSendCommand, "")),
+            ErrorClass::ConnectionLost
+        );
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn every_message_libpq_and_tokio_postgres_give_for_a_dead_connection_is_a_lost_connection() {
+        assert_lost_connections::<diesel::pg::Pg>(
+            &[
+                "SSL SYSCALL error: EOF detected\n",
+                "SSL error: unexpected eof while reading\n",
+                "SSL connection has been closed unexpectedly\n",
+                "server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally\n\tbefore or while processing the request.\n",
+                "no connection to the server\n",
+                "could not receive data from server: Connection reset by peer\n",
+                "could not send data to server: Broken pipe\n",
+                "terminating connection due to administrator command",
+                "connection closed",
+                "error communicating with the server: Connection reset by peer (os error 104)",
+            ],
+            &[
+                "duplicate key value violates unique constraint \"diesel_inbox_events_pkey\"",
+                "relation \"diesel_inbox_events\" does not exist",
+                "canceling statement due to user request",
+            ],
+        );
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn every_message_the_mysql_clients_give_for_a_dead_connection_is_a_lost_connection() {
+        assert_lost_connections::<diesel::mysql::Mysql>(
+            &[
+                "MySQL server has gone away",
+                "Server has gone away",
+                "Lost connection to server during query",
+                "Lost connection to MySQL server at 'reading initial communication packet', system error: 104",
+                "Connection was killed",
+                "Server shutdown in progress",
+                "The client was disconnected by the server because of inactivity. See wait_timeout and interactive_timeout for configuring this behavior.",
+                "SSL connection error: unexpected eof while reading",
+                "Connection to the server is closed.",
+                "Input/output error: Connection reset by peer (os error 104)",
+                "WSREP has not yet prepared node for application use",
+            ],
+            &[
+                "Duplicate entry 'evt-1' for key 'PRIMARY'",
+                "Got error 5 \"Input/output error\" from storage engine InnoDB",
+                "Table 'test.diesel_inbox_events' doesn't exist",
+            ],
+        );
     }
 }

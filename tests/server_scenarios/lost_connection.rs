@@ -1,12 +1,15 @@
 //! Sessions that die under the inbox: the errors must tell the truth. Run on the backends with
 //! a server (PostgreSQL, MySQL/MariaDB); an embedded SQLite has no session to lose.
 
+use std::sync::mpsc;
+use std::time::Duration;
+
 use diesel::connection::{Instrumentation, InstrumentationEvent, SimpleConnection};
 use diesel::prelude::*;
-use diesel_inbox::{with_inbox, Ack, Error};
+use diesel_inbox::{with_inbox, Ack, Error, Inbox, RetryPolicy};
 
 use crate::scenarios::{effect, HandlerError};
-use crate::support::{setup, ServerBackend, TestConn};
+use crate::support::{setup, ServerBackend, TestConn, Wire};
 
 pub(crate) fn a_handler_whose_session_dies_gets_its_own_error_back<B: ServerBackend>() {
     let (db, mut conn) = setup::<B>();
@@ -137,4 +140,104 @@ pub(crate) fn a_connection_lost_at_commit_is_an_unknown_outcome_that_redelivery_
     let redelivered = with_inbox(&mut fresh, "evt-1", effect("evt-1")).unwrap();
     assert!(redelivered.is_processed() || redelivered.is_duplicate());
     assert_eq!(fresh.effect_count(), 1);
+}
+
+/// Whether `error` is the inbox's word for a lost connection: nothing committed, or (at the
+/// commit) not known.
+fn is_lost_connection(error: &diesel::result::Error) -> bool {
+    matches!(
+        Error::from_diesel(error),
+        Some(Error::ConnectionLost { .. } | Error::CommitUnknown { .. })
+    )
+}
+
+pub(crate) fn a_connection_cut_on_the_wire_is_a_lost_connection_and_so_is_every_later_call<
+    B: ServerBackend,
+>() {
+    let (db, mut direct) = setup::<B>();
+    let wire = Wire::to(db.url());
+    let mut conn = B::connect_to(wire.url());
+    assert!(with_inbox(&mut conn, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+
+    wire.cut();
+
+    // The first call reads the end of the stream (under TLS, `SSL SYSCALL error: EOF
+    // detected`); the ones after it are made on a connection already dead.
+    for id in ["evt-2", "evt-3", "evt-4"] {
+        let result = with_inbox(&mut conn, id, effect(id));
+        assert_eq!(Ack::of(&result), Ack::Redeliver, "{id}");
+        let error = result.expect_err("the connection is cut");
+        assert!(is_lost_connection(&error), "{id}: {error:?}");
+    }
+    assert_eq!((direct.effect_count(), direct.inbox_rows()), (1, 1));
+}
+
+pub(crate) fn a_server_that_stops_answering_ends_the_delivery_at_the_idle_timeout<
+    B: ServerBackend,
+>() {
+    let (db, mut direct) = setup::<B>();
+    let wire = Wire::to(db.url());
+    let mut conn = B::connect_to(wire.url());
+    if let Some(sql) = B::SERVER_IDLE_TIMEOUT_OF_ONE_SECOND {
+        conn.batch_execute(sql).unwrap();
+    }
+    let inbox = Inbox::new("billing")
+        .unwrap()
+        .retry(RetryPolicy::default().idle_timeout(Duration::from_secs(1)));
+    let (done, outcome) = mpsc::channel();
+
+    // On a thread of its own, so that a delivery that never returns fails the test instead of
+    // hanging it.
+    std::thread::spawn(move || {
+        let result = inbox.process(&mut conn, "evt-1", |tx| {
+            tx.record_effect("evt-1")?;
+            // What the handler sends from here on never reaches the server: the commit (or the
+            // check before it) waits for a reply that never comes.
+            wire.go_deaf();
+            QueryResult::Ok(())
+        });
+        done.send(result).unwrap();
+    });
+    let result = outcome
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the delivery returned: the server ended the stalled session");
+
+    assert_eq!(Ack::of(&result), Ack::Redeliver);
+    let error = result.expect_err("the server ended the session");
+    assert!(is_lost_connection(&error), "{error:?}");
+    assert_eq!((direct.effect_count(), direct.inbox_rows()), (0, 0));
+    assert!(with_inbox(&mut direct, "evt-1", effect("evt-1"))
+        .unwrap()
+        .is_processed());
+}
+
+pub(crate) fn the_doctor_reports_the_servers_replication_cluster_and_stall_bound<
+    B: ServerBackend,
+>() {
+    let (_db, mut conn) = setup::<B>();
+    if let Some(sql) = B::SERVER_IDLE_TIMEOUT_OF_ONE_SECOND {
+        conn.batch_execute(sql).unwrap();
+    }
+
+    let checks = diesel_inbox::doctor::check(&mut conn).unwrap();
+
+    let find = |name: &str| checks.iter().find(|check| check.name == name);
+    if B::SERVER_IDLE_TIMEOUT_OF_ONE_SECOND.is_some() {
+        let idle = find("idle_transaction_timeout").expect("MariaDB's stall bound is checked");
+        assert_eq!(
+            (idle.status, idle.detail.starts_with("1 s")),
+            (diesel_inbox::doctor::CheckStatus::Ok, true),
+            "{idle:?}"
+        );
+        assert!(find("cluster").is_some(), "{checks:?}");
+    } else {
+        let replication = find("replication").expect("PostgreSQL's replication is checked");
+        assert_ne!(
+            replication.status,
+            diesel_inbox::doctor::CheckStatus::Fail,
+            "the suite runs on a primary: {replication:?}"
+        );
+    }
 }

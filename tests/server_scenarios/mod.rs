@@ -54,6 +54,9 @@ macro_rules! server_backend_tests {
             a_handler_returning_the_dead_sessions_diesel_error_gets_that_error_back,
             a_session_killed_before_commit_commits_nothing_and_asks_for_redelivery,
             a_connection_lost_at_commit_is_an_unknown_outcome_that_redelivery_settles,
+            a_connection_cut_on_the_wire_is_a_lost_connection_and_so_is_every_later_call,
+            a_server_that_stops_answering_ends_the_delivery_at_the_idle_timeout,
+            the_doctor_reports_the_servers_replication_cluster_and_stall_bound,
         );
         #[cfg(feature = "deadpool")]
         backend_tests!(@in server_scenarios, $backend;

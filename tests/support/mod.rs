@@ -11,8 +11,18 @@ use diesel_inbox::InboxConnection;
 
 mod fake_service;
 mod flavour;
+#[allow(
+    dead_code,
+    reason = "the server backends' binaries use it; SQLite's has no wire"
+)]
+mod wire;
 pub(crate) use fake_service::{call, FakeService, Keys};
 pub(crate) use flavour::*;
+#[allow(
+    unused_imports,
+    reason = "the server backends' binaries use it; SQLite's has no wire"
+)]
+pub(crate) use wire::Wire;
 
 /// [`Backend::Deadpool`] and [`Backend::deadpool`] for the connection `$conn`.
 #[cfg(feature = "deadpool")]
@@ -240,6 +250,11 @@ pub(crate) trait ServerBackend: Backend {
     /// SQL that ends the session it runs in.
     const KILL_OWN_SESSION: &'static str;
 
+    /// SQL that makes the server end this session once it sits idle in a transaction for a
+    /// second, where only the server can bound it (MariaDB's `idle_transaction_timeout`);
+    /// `None` where the inbox's `RetryPolicy::idle_timeout` does (PostgreSQL).
+    const SERVER_IDLE_TIMEOUT_OF_ONE_SECOND: Option<&'static str>;
+
     /// The server's id of `conn`'s session.
     fn session_id(conn: &mut Self::Conn) -> i64;
 
@@ -269,15 +284,16 @@ impl Backend for Postgres {
     deadpool!(PgConnection);
     const EFFECTS_DDL: &'static str = "CREATE TABLE effects (event_id TEXT NOT NULL)";
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = true;
-    // The check that the transaction is not aborted travels with the COMMIT.
+    // The idle bound travels with the BEGIN, the check that the transaction is not aborted
+    // with the COMMIT.
     const PROCESSED_PATH: &'static [&'static str] = &[
-        "BEGIN",
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 60000",
         "INSERT INTO diesel_inbox_events",
         "INSERT INTO effects",
         "SAVEPOINT diesel_inbox_commit; COMMIT",
     ];
     const DUPLICATE_PATH: &'static [&'static str] = &[
-        "BEGIN",
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 60000",
         "INSERT INTO diesel_inbox_events",
         "SET LOCAL synchronous_commit = off",
         "INSERT INTO diesel_inbox_counters",
@@ -354,6 +370,7 @@ impl ServerBackend for Postgres {
     }
 
     const KILL_OWN_SESSION: &'static str = "SELECT pg_terminate_backend(pg_backend_pid())";
+    const SERVER_IDLE_TIMEOUT_OF_ONE_SECOND: Option<&'static str> = None;
 
     fn session_id(conn: &mut PgConnection) -> i64 {
         diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
@@ -398,6 +415,8 @@ impl ServerBackend for Mysql {
     }
 
     const KILL_OWN_SESSION: &'static str = "KILL CONNECTION CONNECTION_ID()";
+    const SERVER_IDLE_TIMEOUT_OF_ONE_SECOND: Option<&'static str> =
+        Some("SET SESSION idle_transaction_timeout = 1");
 
     fn session_id(conn: &mut MysqlConnection) -> i64 {
         let id = diesel::select(diesel::dsl::sql::<
@@ -845,6 +864,11 @@ pub(crate) const INBOX_TABLES: [&str; 17] = [
     "diesel_inbox_replays",
 ];
 pub(crate) const TRACKING_TABLE: &str = "diesel_inbox_migrations";
+
+/// `doctor`'s checks of the server the suite runs on rather than of the test's database: a
+/// Galera node, standbys, a server-wide timeout. The suite does not own those settings, so
+/// their status is the server's, not a test's result.
+pub(crate) const SERVER_CHECKS: [&str; 3] = ["cluster", "replication", "idle_transaction_timeout"];
 
 /// A test database without the inbox schema: neither its tables nor its bookkeeping.
 pub(crate) fn database_without_inbox_schema<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
