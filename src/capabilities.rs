@@ -70,13 +70,29 @@ pub(crate) struct MysqlEngine {
     /// This session's `idle_transaction_timeout` in seconds (MariaDB); `None` where the
     /// server has none (Oracle MySQL).
     pub(crate) idle_transaction_timeout: Option<u64>,
+    /// This session's `wait_timeout` in seconds: what ends a session the server believes idle.
+    pub(crate) wait_timeout: u64,
 }
 
 #[cfg(feature = "mysql")]
 impl MysqlEngine {
-    /// The checks: the cluster, then the bound on a stalled transaction.
+    /// The longest `wait_timeout` that `doctor` accepts on a Galera node.
+    const GALERA_WAIT_TIMEOUT: u64 = 600;
+
+    /// The checks: the cluster, then the bounds on a stalled delivery.
     pub(crate) fn checks(&self) -> Vec<Check> {
-        vec![self.cluster(), self.idle_timeout()]
+        vec![self.cluster(), self.idle_timeout(), self.wait_timeout()]
+    }
+
+    /// On a Galera node, a brute-force abort can leave a session that the server believes idle
+    /// (`Sleep`, no transaction) while its client still waits for the reply to a statement:
+    /// only `wait_timeout` ends that session, and with it the client's wait.
+    fn wait_timeout(&self) -> Check {
+        const NAME: &str = "wait_timeout";
+        if self.galera && self.wait_timeout > Self::GALERA_WAIT_TIMEOUT {
+            return Check::new(NAME, CheckStatus::Warn, format!("{} s on a Galera node: a delivery whose reply a brute-force abort swallowed waits that long (the server shows its session Sleep); set wait_timeout to {} s or less, and let the pool reconnect idle connections", self.wait_timeout, Self::GALERA_WAIT_TIMEOUT));
+        }
+        Check::new(NAME, CheckStatus::Ok, format!("{} s", self.wait_timeout))
     }
 
     fn cluster(&self) -> Check {
@@ -174,12 +190,19 @@ mod tests {
             galera: true,
             auto_increment_increment: 3,
             idle_transaction_timeout: Some(60),
+            wait_timeout: 28_800,
         };
-        let [cluster, idle] = <[Check; 2]>::try_from(node.checks()).unwrap();
+        let [cluster, idle, wait] = <[Check; 3]>::try_from(node.checks()).unwrap();
         assert_eq!(cluster.status, CheckStatus::Warn);
         assert!(cluster.detail.contains("auto_increment_increment = 3"));
         assert!(cluster.detail.contains("GET_LOCK"));
         assert_eq!(idle.status, CheckStatus::Ok);
+        assert_eq!(wait.status, CheckStatus::Warn, "{wait:?}");
+        let bounded = MysqlEngine {
+            wait_timeout: 60,
+            ..node
+        };
+        assert_eq!(bounded.checks()[2].status, CheckStatus::Ok);
     }
 
     #[cfg(feature = "mysql")]
@@ -190,9 +213,13 @@ mod tests {
                 galera: false,
                 auto_increment_increment: 1,
                 idle_transaction_timeout,
+                wait_timeout: 28_800,
             };
-            let [cluster, idle] = <[Check; 2]>::try_from(server.checks()).unwrap();
-            assert_eq!(cluster.status, CheckStatus::Ok);
+            let [cluster, idle, wait] = <[Check; 3]>::try_from(server.checks()).unwrap();
+            assert_eq!(
+                (cluster.status, wait.status),
+                (CheckStatus::Ok, CheckStatus::Ok)
+            );
             assert_eq!(
                 idle.status,
                 CheckStatus::Warn,

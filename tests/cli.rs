@@ -1136,7 +1136,7 @@ fn doctor_passes_then_fails<C: InboxConnection>(url: &str, conn: &mut C, drop_in
     for check in checks.as_array().unwrap() {
         let expected = match check["name"].as_str().unwrap() {
             "busy_timeout" => "warn",
-            "cluster" | "replication" | "idle_transaction_timeout" => continue,
+            "cluster" | "replication" | "idle_transaction_timeout" | "wait_timeout" => continue,
             _ => "ok",
         };
         assert_eq!(check["status"], expected, "{check}");

@@ -614,5 +614,6 @@ async fn engine<F, C: Db<F, Backend = Mysql>>(
         auto_increment_increment: number(variable(conn, "auto_increment_increment").await?)
             .unwrap_or(1),
         idle_transaction_timeout: number(variable(conn, "idle_transaction_timeout").await?),
+        wait_timeout: number(variable(conn, "wait_timeout").await?).unwrap_or(28_800),
     })
 }

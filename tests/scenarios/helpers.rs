@@ -13,13 +13,13 @@ use diesel_inbox::testing::{
     assert_deliveries, assert_idempotent_concurrently, run_schedule, Fault, Faults, Schedule,
     ScheduleOptions, Step,
 };
-use diesel_inbox::{with_inbox, EventId, Inbox};
+use diesel_inbox::{with_inbox, EventId, Inbox, Outbox};
 use proptest::test_runner::{Config, TestRunner};
 
 use futures_util::FutureExt;
 
 use super::writes;
-use crate::support::{setup, setup_flavour, Backend, Flavour, TestConn, Tx};
+use crate::support::{readable, setup, setup_flavour, Backend, Flavour, TestConn, Tx};
 
 /// The scenarios' effect, counted as the helpers count effects.
 #[expect(
@@ -28,6 +28,21 @@ use crate::support::{setup, setup_flavour, Backend, Flavour, TestConn, Tx};
 )]
 fn effects<C: TestConn>(conn: &mut C) -> QueryResult<i64> {
     Ok(i64::try_from(conn.effect_count()).expect("a small count"))
+}
+
+/// The positions of the outbox's rows, in enqueue order. Increasing, and nothing more: a
+/// Galera node steps by its `auto_increment_increment` (1, 4, 7, .. on node 1 of 3), so a
+/// scenario reads them here rather than counting from 1.
+pub(crate) fn outbox_positions<C: TestConn>(conn: &mut C) -> Vec<i64> {
+    let mut positions = Vec::new();
+    loop {
+        let after = positions.last().copied().unwrap_or(0);
+        let page = readable(Outbox::list(conn, None, after, 100).unwrap());
+        if page.is_empty() {
+            return positions;
+        }
+        positions.extend(page.iter().map(|row| row.position));
+    }
 }
 
 /// The message of the panic `future` raises; fails the test if it raises none.

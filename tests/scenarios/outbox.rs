@@ -20,6 +20,7 @@ use diesel_inbox::{
     PublishError, Publisher, Relay, SchemaVersions,
 };
 
+use super::helpers::outbox_positions;
 use crate::support::{
     concurrently, readable, setup, setup_flavour, Backend, ChildTest, Flavour, TestConn, Tx,
 };
@@ -311,9 +312,13 @@ pub async fn a_poison_row_is_failed_with_its_reason_and_the_rows_after_it_are_pu
             .await
             .unwrap();
     }
-    // b-1's row no longer reads back as an envelope; a-2 is refused by the broker.
+    // b-1's row (the fourth enqueued) no longer reads back as an envelope; a-2 is refused by
+    // the broker.
+    let b1 = outbox_positions(&mut check)[3];
     check
-        .batch_execute("UPDATE diesel_inbox_outbox SET headers = 'not json' WHERE position = 4")
+        .batch_execute(&format!(
+            "UPDATE diesel_inbox_outbox SET headers = 'not json' WHERE position = {b1}"
+        ))
         .unwrap();
     let mut recorder = Recorder::default();
     recorder.refuse("a-2", true);

@@ -15,6 +15,7 @@ use diesel_inbox::{
     AdminError, Audit, ClaimOutcome, Envelope, Error, Inbox, Outbox, SchemaVersions,
 };
 
+use super::helpers::outbox_positions;
 use crate::support::{
     call, setup, setup_flavour, Backend, ChildTest, FakeService, Flavour, Keys, ReplayLedger,
     TestConn, SHADOW,
@@ -26,12 +27,15 @@ const LIVE: &str = "points";
 /// Where the crash scenario's child finds its parent's database.
 const CRASH_CHILD: &str = "DIESEL_INBOX_REPLAY_CRASH_CHILD";
 
+/// Which replay the crash scenario's child runs.
+const CRASH_REPLAY: &str = "DIESEL_INBOX_REPLAY_CRASH_ID";
+
 fn audit(reason: &str) -> Audit {
     Audit::new("ops@example.com", reason).unwrap()
 }
 
 /// Enqueues `points.awarded` events `evt-{from}..=evt-{to}` (schema version 1) into the
-/// outbox: positions `from..=to` of a fresh database.
+/// outbox, in that order ([`enqueued_positions`] reads where they landed).
 fn enqueue(conn: &mut impl TestConn, from: u64, to: u64) -> Vec<String> {
     let outbox = Outbox::new("points-service").unwrap();
     (from..=to)
@@ -59,14 +63,25 @@ fn process_live(conn: &mut impl TestConn, ids: &[String]) {
     }
 }
 
-/// A plan of positions `first..=last` into `target`.
-fn plan(target: Target, first: u64, last: u64) -> Plan {
-    Plan::new(target, Range::positions(first, last).unwrap())
+/// The outbox's positions, in enqueue order, as a replay counts them: increasing, but not
+/// consecutive on every server (a Galera node steps by its `auto_increment_increment`).
+fn enqueued_positions(conn: &mut impl TestConn) -> Vec<u64> {
+    outbox_positions(conn)
+        .into_iter()
+        .map(|position| u64::try_from(position).unwrap())
+        .collect()
 }
 
-/// Plans a rebuild of outbox positions `first..=last` into the isolated target.
-fn rebuild(conn: &mut impl TestConn, replays: &Replays, first: u64, last: u64) -> ReplayRecord {
-    let plan = plan(isolated(), first, last);
+/// A plan of the positions from the first of `positions` to its last into `target`.
+fn plan(target: Target, positions: &[u64]) -> Plan {
+    let (first, last) = (positions.first().unwrap(), positions.last().unwrap());
+    Plan::new(target, Range::positions(*first, *last).unwrap())
+}
+
+/// Plans a rebuild of every event in the outbox so far, from its first position to its last,
+/// into the isolated target.
+fn rebuild(conn: &mut impl TestConn, replays: &Replays) -> ReplayRecord {
+    let plan = plan(isolated(), &enqueued_positions(conn));
     replays
         .plan(conn, &OutboxSource::new(), &plan, &audit("rebuild"))
         .unwrap()
@@ -97,6 +112,7 @@ pub async fn a_replay_into_an_isolated_target_rebuilds_the_projection_and_its_re
 >() {
     let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     let ids = enqueue(&mut check, 1, 12);
+    let positions = enqueued_positions(&mut check);
     process_live(&mut check, &ids);
     let (live_rows, live_deliveries) = (
         check.inbox_rows_like(LIVE, "evt-"),
@@ -107,7 +123,7 @@ pub async fn a_replay_into_an_isolated_target_rebuilds_the_projection_and_its_re
         .plan(
             &mut check,
             &OutboxSource::new(),
-            &plan(isolated(), 1, 12),
+            &plan(isolated(), &positions),
             &audit("rebuild after fix #42"),
         )
         .unwrap();
@@ -174,7 +190,7 @@ pub async fn a_target_changed_on_purpose_is_rejected_naming_what_differs<F: Flav
     let ids = enqueue(&mut check, 1, 6);
     process_live(&mut check, &ids);
     let replays = Replays::new();
-    let planned = rebuild(&mut check, &replays, 1, 6);
+    let planned = rebuild(&mut check, &replays);
     let run = F::run_replay(
         &replays,
         &mut conn,
@@ -236,7 +252,7 @@ pub async fn a_replay_into_the_live_consumer_finds_only_duplicates_and_runs_no_e
     let ids = enqueue(&mut check, 1, 8);
     process_live(&mut check, &ids);
     let replays = Replays::new().batch_size(3);
-    let probe = plan(Target::live(LIVE).unwrap(), 1, 8);
+    let probe = plan(Target::live(LIVE).unwrap(), &enqueued_positions(&mut check));
     assert_eq!(probe.expectation(), Expectation::AllDuplicates);
     let planned = replays
         .plan(
@@ -274,7 +290,7 @@ pub async fn the_ranges_end_holds_while_new_events_keep_arriving<F: Flavour>() {
     let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     enqueue(&mut check, 1, 5);
     let replays = Replays::new().batch_size(2);
-    let planned = rebuild(&mut check, &replays, 1, 5);
+    let planned = rebuild(&mut check, &replays);
     enqueue(&mut check, 6, 9);
 
     let run = F::run_replay(
@@ -313,7 +329,8 @@ pub async fn a_schema_version_outside_the_plans_interpretation_is_skipped_and_na
         .enqueue(&mut check, "points", &newer)
         .unwrap();
     let versions = SchemaVersions::new().accept("points.awarded", [1, 2]);
-    let plan = plan(isolated(), 1, 4).interpretation(Interpretation::Versions(versions));
+    let positions = enqueued_positions(&mut check);
+    let plan = plan(isolated(), &positions).interpretation(Interpretation::Versions(versions));
     let replays = Replays::new();
     let planned = replays
         .plan(&mut check, &OutboxSource::new(), &plan, &audit("rebuild"))
@@ -338,7 +355,7 @@ pub async fn a_schema_version_outside_the_plans_interpretation_is_skipped_and_na
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert_eq!(
         (notes[0].kind, notes[0].event_id.as_str(), notes[0].position),
-        (NoteKind::Skipped, "evt-v9", 4)
+        (NoteKind::Skipped, "evt-v9", positions[3])
     );
     assert!(
         notes[0].detail.contains("schema version 9"),
@@ -360,7 +377,7 @@ pub async fn a_failing_event_is_counted_and_named_and_the_replay_goes_on<F: Flav
     let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     enqueue(&mut check, 1, 4);
     let replays = Replays::new();
-    let planned = rebuild(&mut check, &replays, 1, 4);
+    let planned = rebuild(&mut check, &replays);
     let mut ledger = ReplayLedger {
         failing: HashSet::from(["evt-2".to_owned()]),
     };
@@ -432,28 +449,31 @@ pub fn a_replay_killed_mid_run_resumes_and_processes_no_event_twice<B: Backend>(
                 Ok(())
             }
         }
+        let id = std::env::var(CRASH_REPLAY).unwrap().parse().unwrap();
         let mut conn = B::connect_to(&url);
-        let _ = replays.run(&mut conn, 1, &mut OutboxSource::new(), &mut Killed);
+        let _ = replays.run(&mut conn, id, &mut OutboxSource::new(), &mut Killed);
         return;
     }
     let (db, mut conn) = setup::<B>();
     enqueue(&mut conn, 1, 10);
-    let planned = rebuild(&mut conn, &replays, 1, 10);
-    assert_eq!(planned.id, 1);
-    let mut child = ChildTest::spawn(TEST, &[(CRASH_CHILD, db.url())]);
+    let positions = enqueued_positions(&mut conn);
+    let planned = rebuild(&mut conn, &replays);
+    let id = planned.id.to_string();
+    let mut child = ChildTest::spawn(TEST, &[(CRASH_CHILD, db.url()), (CRASH_REPLAY, &id)]);
     child.wait_for(KILL_ME, Duration::from_secs(60));
     child.kill();
 
-    let stopped = replays.get(&mut conn, 1).unwrap();
+    let stopped = replays.get(&mut conn, planned.id).unwrap();
+    // evt-6's position: the last one committed before evt-7's transaction died.
     assert_eq!(
         (stopped.state, stopped.checkpoint, stopped.counts.processed),
-        (ReplayState::Running, Some(6), 6)
+        (ReplayState::Running, Some(positions[5]), 6)
     );
     thread::sleep(Duration::from_millis(400)); // the dead runner's lease runs out
     let run = replays
         .run(
             &mut conn,
-            1,
+            planned.id,
             &mut OutboxSource::new(),
             &mut ReplayLedger::default(),
         )
@@ -476,9 +496,11 @@ pub fn a_replay_killed_mid_run_resumes_and_processes_no_event_twice<B: Backend>(
             "evt-{n} took effect once"
         );
     }
-    let resumed = &replays.history(&mut conn, 1).unwrap()[2];
+    let resumed = &replays.history(&mut conn, planned.id).unwrap()[2];
     assert!(
-        resumed.reason.contains("resumed after position 6"),
+        resumed
+            .reason
+            .contains(&format!("resumed after position {}", positions[5])),
         "{}",
         resumed.reason
     );
@@ -533,7 +555,7 @@ pub fn two_runners_at_once_one_makes_progress_and_the_other_is_held_or_fenced<B:
     let replays = Replays::new()
         .batch_size(2)
         .lease(Duration::from_millis(300));
-    let planned = rebuild(&mut conn, &replays, 1, 8);
+    let planned = rebuild(&mut conn, &replays);
     let mut handler = Contended {
         stops_once: true,
         busy: "evt-2",
@@ -624,7 +646,7 @@ pub fn a_claim_inside_a_replayed_handler_makes_no_external_call_and_enqueues_are
     let ids = enqueue(&mut conn, 1, 3);
     let service = FakeService::start(Keys::Ignored);
     let replays = Replays::new();
-    let planned = rebuild(&mut conn, &replays, 1, 3);
+    let planned = rebuild(&mut conn, &replays);
     let mut handler = CallsOut {
         service: service.addr().to_owned(),
         outbox: Outbox::new("points-service").unwrap(),
@@ -670,6 +692,7 @@ pub fn the_outbox_prune_keeps_what_an_open_replay_reads_and_decided_replays_have
 >() {
     let (_db, mut conn) = setup::<B>();
     enqueue(&mut conn, 1, 6);
+    let positions = enqueued_positions(&mut conn);
     conn.batch_execute(
         "UPDATE diesel_inbox_outbox SET state = 'published', published_at = enqueued_at",
     )
@@ -681,7 +704,7 @@ pub fn the_outbox_prune_keeps_what_an_open_replay_reads_and_decided_replays_have
         .plan(
             &mut conn,
             &source(),
-            &plan(isolated(), 4, 6),
+            &plan(isolated(), &positions[3..]),
             &audit("rebuild"),
         )
         .unwrap();
@@ -689,7 +712,10 @@ pub fn the_outbox_prune_keeps_what_an_open_replay_reads_and_decided_replays_have
     thread::sleep(Duration::from_millis(20));
 
     let pruned = Outbox::prune(&mut conn, Duration::from_millis(1), 100).unwrap();
-    assert_eq!(pruned, 3, "positions 1 to 3 only: the replay reads 4 to 6");
+    assert_eq!(
+        pruned, 3,
+        "evt-1 to evt-3 only: the replay reads evt-4 to evt-6"
+    );
     let mut ledger = ReplayLedger::default();
     let whole = replays.run(&mut conn, planned.id, &mut OutboxSource::new(), &mut ledger);
     assert!(
@@ -703,7 +729,7 @@ pub fn the_outbox_prune_keeps_what_an_open_replay_reads_and_decided_replays_have
     assert_eq!(
         run.unwrap().counts.read,
         1,
-        "evt-4, u1's one event of 4 to 6"
+        "evt-4, u1's one event of evt-4 to evt-6"
     );
     let evidence = replays.reconcile(&mut conn, planned.id, &mut source(), |_| Ok(vec![]));
     assert!(evidence.unwrap().matches());
@@ -747,7 +773,8 @@ pub fn a_replays_decisions_follow_its_lifecycle_and_are_audited<B: Backend>() {
     let (_db, mut conn) = setup::<B>();
     enqueue(&mut conn, 1, 2);
     let replays = Replays::new().runner("replayer-1");
-    let planned = rebuild(&mut conn, &replays, 1, 2);
+    let positions = enqueued_positions(&mut conn);
+    let planned = rebuild(&mut conn, &replays);
     let wrong_state = |result: Result<(), AdminError>| {
         matches!(
             result,
@@ -792,7 +819,7 @@ pub fn a_replays_decisions_follow_its_lifecycle_and_are_audited<B: Backend>() {
         .plan(
             &mut conn,
             &OutboxSource::new(),
-            &plan(isolated(), 1, 2),
+            &plan(isolated(), &positions),
             &audit("again"),
         )
         .unwrap();

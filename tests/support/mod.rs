@@ -868,7 +868,12 @@ pub(crate) const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 /// `doctor`'s checks of the server the suite runs on rather than of the test's database: a
 /// Galera node, standbys, a server-wide timeout. The suite does not own those settings, so
 /// their status is the server's, not a test's result.
-pub(crate) const SERVER_CHECKS: [&str; 3] = ["cluster", "replication", "idle_transaction_timeout"];
+pub(crate) const SERVER_CHECKS: [&str; 4] = [
+    "cluster",
+    "replication",
+    "idle_transaction_timeout",
+    "wait_timeout",
+];
 
 /// A test database without the inbox schema: neither its tables nor its bookkeeping.
 pub(crate) fn database_without_inbox_schema<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
