@@ -99,6 +99,7 @@ pub struct Relay {
     max_attempts: u32,
     backoff: Backoff,
     lease: Duration,
+    retry: RetryPolicy,
 }
 
 impl Default for Relay {
@@ -116,7 +117,8 @@ pub(crate) struct Taken {
 
 impl Relay {
     /// A relay with the defaults: batches of 100 rows, 10 attempts, a backoff from 1 second
-    /// doubling up to 5 minutes, and a 60-second lease.
+    /// doubling up to 5 minutes, a 60-second lease, and [`RetryPolicy::default`] for its
+    /// transactions.
     pub fn new() -> Self {
         Self {
             batch_size: 100,
@@ -126,7 +128,17 @@ impl Relay {
                 max: Duration::from_secs(300),
             },
             lease: Duration::from_secs(60),
+            retry: RetryPolicy::default(),
         }
+    }
+
+    /// How the pass's own transactions (taking the rows, marking them) retry contention, and
+    /// how long each may stall ([`RetryPolicy::idle_timeout`]). Defaults to
+    /// [`RetryPolicy::default`].
+    #[must_use]
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
     }
 
     /// Rows per pass, at least 1. Defaults to 100.
@@ -272,8 +284,9 @@ impl Relay {
             .publish(&taken, &mut Awaits(publisher))
             .instrument(span.clone())
             .await;
+        let policy = self.retry;
         pool.run(move |conn| {
-            span.in_scope(|| run_ready(mark::<Blocking, _>(conn, &taken, &settles)))
+            span.in_scope(|| run_ready(mark::<Blocking, _>(conn, &policy, &taken, &settles)))
         })
         .await
     }
@@ -286,7 +299,7 @@ impl Relay {
     ) -> Result<RelayPass, AdminError> {
         let taken = self.take(conn).await?;
         let settles = self.publish(&taken, publisher).await;
-        mark(conn, &taken, &settles).await
+        mark(conn, &self.retry, &taken, &settles).await
     }
 
     /// Step 1: takes and leases the rows this pass publishes.
@@ -300,6 +313,7 @@ impl Relay {
         C::Backend::next_transaction_read_committed(conn).await?;
         let rows = in_transaction(
             conn,
+            &self.retry,
             Take {
                 relay: self,
                 token: &token,
@@ -376,6 +390,7 @@ impl Relay {
 /// Step 3: writes every row's result, fenced by the lease token.
 async fn mark<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
+    policy: &RetryPolicy,
     taken: &Taken,
     settles: &[Settle],
 ) -> Result<RelayPass, AdminError> {
@@ -383,7 +398,7 @@ async fn mark<F, C: Db<F, Backend: Sql>>(
     if taken.rows.is_empty() {
         return Ok(pass);
     }
-    let marked = in_transaction(conn, Mark { taken, settles }).await?;
+    let marked = in_transaction(conn, policy, Mark { taken, settles }).await?;
     for settle in settles {
         match settle {
             Settle::Published => pass.published += 1,
@@ -518,9 +533,10 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Mark<'_> {
 }
 
 /// Runs `body` in a top-level transaction; contention (a deadlock between two relays, a busy
-/// SQLite) is rolled back and run again under the default policy.
+/// SQLite) is rolled back and run again under `policy`.
 async fn in_transaction<F, C, R>(
     conn: &mut C,
+    policy: &RetryPolicy,
     body: impl Body<F, C, Output = R, Error = Error>,
 ) -> Result<R, Error>
 where
@@ -530,15 +546,9 @@ where
         consumer: "outbox relay",
         event_id: None,
     };
-    engine::run(
-        conn,
-        Scope::TopLevel,
-        &RetryPolicy::default(),
-        subject,
-        body,
-    )
-    .await
-    .map_err(Failure::into_error)
+    engine::run(conn, Scope::TopLevel, policy, subject, body)
+        .await
+        .map_err(Failure::into_error)
 }
 
 /// How a pass sends one message: through a blocking [`Publisher`] or an awaited

@@ -245,3 +245,58 @@ pub(crate) fn the_doctor_reports_the_servers_replication_cluster_and_stall_bound
         );
     }
 }
+
+/// A publisher that accepts every message.
+struct Accepting;
+
+impl diesel_inbox::Publisher for Accepting {
+    fn publish(
+        &mut self,
+        _message: &diesel_inbox::OutboxMessage,
+    ) -> Result<(), diesel_inbox::PublishError> {
+        Ok(())
+    }
+}
+
+pub(crate) fn a_relay_pass_and_a_prune_bound_their_transactions_by_their_idle_timeout<
+    B: ServerBackend,
+>() {
+    let (_db, mut conn) = setup::<B>();
+    let policy = RetryPolicy::default().idle_timeout(Duration::from_millis(1500));
+    let outbox = diesel_inbox::Outbox::new("orders-service").unwrap();
+    let envelope = diesel_inbox::Envelope::new("order.placed", "order", "o-1")
+        .with_id("o-1-placed")
+        .unwrap();
+    outbox.enqueue(&mut conn, "orders", &envelope).unwrap();
+    let log = crate::support::StatementLog::install(&mut conn);
+
+    let pass = diesel_inbox::Relay::new()
+        .retry(policy)
+        .run_once(&mut conn, &mut Accepting)
+        .unwrap();
+    let retention = diesel_inbox::Retention::older_than(Duration::from_secs(30 * 24 * 3600));
+    let pruned = Inbox::new("billing")
+        .unwrap()
+        .retry(policy)
+        .prune(&mut conn, &retention)
+        .unwrap();
+
+    assert_eq!((pass.published, pruned.events), (1, 0));
+    let begins: Vec<String> = log
+        .take()
+        .into_iter()
+        .filter(|sent| sent.starts_with("BEGIN"))
+        .collect();
+    assert!(begins.len() >= 3, "take, mark, prune: {begins:?}");
+    // PostgreSQL bounds each transaction in its BEGIN; MariaDB's bound is the server's, and
+    // costs no statement here.
+    let expected = if B::SERVER_IDLE_TIMEOUT_OF_ONE_SECOND.is_none() {
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 1500"
+    } else {
+        "BEGIN"
+    };
+    for begin in &begins {
+        let statement = begin.split(" -- binds").next().unwrap();
+        assert_eq!(statement, expected, "{begins:?}");
+    }
+}

@@ -57,6 +57,7 @@ macro_rules! server_backend_tests {
             a_connection_cut_on_the_wire_is_a_lost_connection_and_so_is_every_later_call,
             a_server_that_stops_answering_ends_the_delivery_at_the_idle_timeout,
             the_doctor_reports_the_servers_replication_cluster_and_stall_bound,
+            a_relay_pass_and_a_prune_bound_their_transactions_by_their_idle_timeout,
         );
         #[cfg(feature = "deadpool")]
         backend_tests!(@in server_scenarios, $backend;
