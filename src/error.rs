@@ -325,8 +325,10 @@ pub enum AdminError {
         window: std::time::Duration,
     },
     /// Another [`Inbox::prune`](crate::Inbox::prune) holds the prune lock (in this process or
-    /// another). Nothing was deleted; try again later.
-    #[error("another prune of the inbox is running (it holds the prune lock); nothing was deleted, try again later")]
+    /// another), or on a Galera cluster the prune lease; or took the lease over from this
+    /// prune, after it ran past [`PRUNE_LEASE_TERM`](crate::PRUNE_LEASE_TERM) between two
+    /// batches. Nothing more was deleted; try again later.
+    #[error("another prune of the inbox is running (it holds the prune lock, or on a Galera cluster the prune lease); nothing more was deleted, try again later")]
     PruneRunning,
     /// [`Inbox::prune`](crate::Inbox::prune) was called inside an open transaction. It commits
     /// each batch on its own, so that locks are held briefly; call it on a connection outside

@@ -265,7 +265,7 @@ pub use outbox::{
 };
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use redact::{redact, redact_url_secrets};
-pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE};
+pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;
 pub use state::{
     ClaimState, CorruptRow, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState,

@@ -25,6 +25,14 @@ pub const MAX_PRUNE_BATCH_SIZE: u32 = 10_000;
 /// [`MAX_PRUNE_BATCH_SIZE`], as the type batch sizes are kept in.
 const MAX_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect("not zero");
 
+/// The lease a prune holds where its lock is local to a node: its row in
+/// `diesel_inbox_leases`.
+const PRUNE_LEASE: &str = "prune";
+
+/// How long a prune's lease lasts unless renewed. Every batch renews it, so a prune that died
+/// holds back the next one for at most this long.
+pub const PRUNE_LEASE_TERM: Duration = Duration::from_secs(60);
+
 /// What to prune: rows older than an age, in batches of a size, or only count them. Pruning
 /// keeps the inbox table the size of the redelivery window instead of growing forever.
 ///
@@ -74,7 +82,12 @@ const MAX_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(MAX_PRUNE_BATCH_SIZE).expect(
 /// (`GET_LOCK`); a second one gets [`AdminError::PruneRunning`] at once. Both
 /// are released when the prune ends, by error too, and by the server when the session ends.
 /// SQLite needs no lock of its own: its writer lock serialises the batches, so two prunes
-/// there interleave harmlessly.
+/// there interleave harmlessly. On a Galera node (`wsrep_on`), where `GET_LOCK` holds on that
+/// node only, a prune also holds the lease row `prune` of `diesel_inbox_leases`, which every
+/// node sees: taken in a transaction of its own, renewed by each batch, deleted at the end,
+/// and free again [`PRUNE_LEASE_TERM`] after a prune that died. Two nodes writing it at once
+/// conflict at certification, and the loser finds the winner's lease: one prune runs in the
+/// whole cluster.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -306,23 +319,63 @@ impl Inbox {
                 return Err(error.into());
             }
         }
-        let pruned = self.prune_batches(held.conn(), cutoff, batch_size).await;
+        let pruned = self.prune_leased(held.conn(), cutoff, batch_size).await;
         match C::Backend::release_prune_lock(held.conn()).await {
             Ok(()) => held.close(),
             Err(error) => {
                 warn!(%error, "releasing the prune lock failed; it is freed when the session ends");
             }
         }
-        Ok(pruned?)
+        pruned
     }
 
-    /// The batches, then the counters and the settled claims, under the prune lock.
+    /// Under the prune lock: where that lock holds on one node only (Galera), takes the prune
+    /// lease as well, which the whole cluster sees, and ends it after the batches.
+    async fn prune_leased<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        cutoff: DateTime<Utc>,
+        batch_size: NonZeroU32,
+    ) -> Result<Pruned, AdminError> {
+        if !C::Backend::prune_lock_is_node_local(conn)
+            .await
+            .map_err(Error::from)?
+        {
+            return self.prune_batches(conn, cutoff, batch_size, None).await;
+        }
+        let holder = format!("{:032x}", fastrand::u128(..));
+        let policy = self.retry_policy();
+        let take = async |tx: &mut C| {
+            let now = duration::now();
+            let until = duration::after(now, PRUNE_LEASE_TERM);
+            Ok::<_, Failure<Error>>(
+                C::Backend::take_lease(tx, PRUNE_LEASE, &holder, now, until).await?,
+            )
+        };
+        let taken = engine::run(conn, Scope::TopLevel, policy, self.subject(None), take)
+            .await
+            .map_err(Failure::into_error)?;
+        if !taken {
+            return Err(AdminError::PruneRunning);
+        }
+        let pruned = self
+            .prune_batches(conn, cutoff, batch_size, Some(&holder))
+            .await;
+        if let Err(error) = C::Backend::release_lease(conn, PRUNE_LEASE, &holder).await {
+            warn!(%error, "ending the prune lease failed; it expires by itself within {}", duration::human(PRUNE_LEASE_TERM));
+        }
+        pruned
+    }
+
+    /// The batches, then the counters and the settled claims, under the prune lock, and the
+    /// lease of `holder` if it has one.
     async fn prune_batches<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
         cutoff: DateTime<Utc>,
         batch_size: NonZeroU32,
-    ) -> Result<Pruned, Error> {
+        holder: Option<&str>,
+    ) -> Result<Pruned, AdminError> {
         let consumer = self.consumer();
         let subject = self.subject(None);
         let policy = self.retry_policy();
@@ -344,6 +397,7 @@ impl Inbox {
                 cutoff,
                 cursor: &cursor,
                 limit,
+                holder,
             };
             let batch = engine::run(conn, Scope::TopLevel, policy, subject, body)
                 .await
@@ -373,7 +427,11 @@ impl Inbox {
         // Then, each in one transaction: the counters, and the claims settled before the
         // cutoff (claims are few: one per side effect, not per event).
         let counters_started = Instant::now();
-        let body = PruneSettled { consumer, cutoff };
+        let body = PruneSettled {
+            consumer,
+            cutoff,
+            holder,
+        };
         let (counters, claims) = engine::run(conn, Scope::TopLevel, policy, subject, body)
             .await
             .map_err(Failure::into_error)?;
@@ -403,19 +461,23 @@ struct PruneBatch<'a> {
     cutoff: DateTime<Utc>,
     cursor: &'a PruneCursor,
     limit: i64,
+    /// The prune lease's holder, if the prune holds one.
+    holder: Option<&'a str>,
 }
 
 impl<F, C: Db<F, Backend: Sql>> Body<F, C> for PruneBatch<'_> {
     type Output = Batch;
-    type Error = Error;
+    type Error = AdminError;
 
-    async fn attempt(&mut self, conn: &mut C) -> Result<Batch, Failure<Error>> {
+    async fn attempt(&mut self, conn: &mut C) -> Result<Batch, Failure<AdminError>> {
         let Self {
             consumer,
             cutoff,
             cursor,
             limit,
+            holder,
         } = *self;
+        renew(conn, holder).await?;
         let candidates =
             C::Backend::prune_candidates(conn, consumer, cutoff, cursor, limit).await?;
         let Some(last) = candidates.last().cloned() else {
@@ -462,17 +524,36 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for PruneBatch<'_> {
 struct PruneSettled<'a> {
     consumer: &'a str,
     cutoff: DateTime<Utc>,
+    /// The prune lease's holder, if the prune holds one.
+    holder: Option<&'a str>,
 }
 
 impl<F, C: Db<F, Backend: Sql>> Body<F, C> for PruneSettled<'_> {
     type Output = (usize, usize);
-    type Error = Error;
+    type Error = AdminError;
 
-    async fn attempt(&mut self, tx: &mut C) -> Result<(usize, usize), Failure<Error>> {
+    async fn attempt(&mut self, tx: &mut C) -> Result<(usize, usize), Failure<AdminError>> {
         let (consumer, cutoff) = (self.consumer, self.cutoff);
+        renew(tx, self.holder).await?;
         let counters = C::Backend::delete_counters_before(tx, consumer, cutoff).await?;
         let claims = C::Backend::delete_settled_claims(tx, consumer, cutoff).await?;
         Ok((counters, claims))
+    }
+}
+
+/// Extends the prune lease of `holder`, if it has one, in the transaction of a batch: the batch
+/// commits only while the lease is still its prune's. Two nodes writing the lease at once
+/// conflict at certification, so one of them retries and finds who holds it.
+async fn renew<F, C: Db<F, Backend: Sql>>(
+    tx: &mut C,
+    holder: Option<&str>,
+) -> Result<(), Failure<AdminError>> {
+    let Some(holder) = holder else { return Ok(()) };
+    let until = duration::after(duration::now(), PRUNE_LEASE_TERM);
+    if C::Backend::renew_lease(tx, PRUNE_LEASE, holder, until).await? {
+        Ok(())
+    } else {
+        Err(Failure::Handler(AdminError::PruneRunning))
     }
 }
 

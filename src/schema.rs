@@ -424,6 +424,19 @@ macro_rules! inbox_tables {
             }
         }
 
+        diesel::table! {
+            /// Holds that must span a cluster whose own locks are local to a node: one row
+            /// per hold, kept by its holder until `held_until` (on a Galera node, the prune's).
+            diesel_inbox_leases (name) {
+                /// What is held: `prune`.
+                name -> Text,
+                /// The holder's random token.
+                holder -> Text,
+                /// Until when the holder keeps it, unless it renews it.
+                held_until -> $time,
+            }
+        }
+
         diesel::allow_tables_to_appear_in_same_query!(
             diesel_inbox_events,
             diesel_inbox_failures,
@@ -441,6 +454,7 @@ macro_rules! inbox_tables {
             diesel_inbox_replays,
             diesel_inbox_replay_transitions,
             diesel_inbox_replay_notes,
+            diesel_inbox_leases,
         );
     };
 }

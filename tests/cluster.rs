@@ -22,7 +22,10 @@ use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use diesel_inbox::testing::TestDatabase;
-use diesel_inbox::{with_inbox, Ack, Error, InboxConnection};
+use diesel_inbox::{
+    with_inbox, Ack, AdminError, Envelope, Error, Inbox, InboxConnection, Outbox, OutboxMessage,
+    PublishError, Publisher, Relay, Retention,
+};
 
 /// How many times one delivery is tried before the test gives up on it: reconnects included.
 const ATTEMPTS: u32 = 200;
@@ -260,6 +263,177 @@ fn galera_a_node_killed_mid_run_and_rejoined_loses_and_doubles_nothing() {
     let (lost, doubled) = report("galera kill and rejoin", ids, &tally, effects);
     assert_eq!((lost, doubled, effects.0), (0, 0, i64::from(ids)));
     drop(db);
+}
+
+/// Prunes on two nodes, started together on every round: the prune lease, a row that
+/// certification guards, lets one of them run and tells the other `PruneRunning`, where
+/// `GET_LOCK` alone let both run. Every old row is deleted, once.
+#[test]
+#[ignore = "needs scripts/galera; run by scripts/test"]
+fn galera_prunes_started_on_two_nodes_at_once_run_one_at_a_time() {
+    const ROWS: usize = 2_000;
+    let (db, nodes) = galera();
+    let inbox = Inbox::new("orders").unwrap();
+    let retention = Retention::older_than(Duration::from_secs(7 * 86_400)).batch_size(50);
+    let together = Arc::new(Barrier::new(2));
+    let (mut refusals, mut losses) = (0, 0);
+    for round in 0..5 {
+        db.connect()
+            .batch_execute(&format!(
+                "INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at) \
+                 SELECT 'orders', CONCAT('r{round}-', seq), UTC_TIMESTAMP(6) - INTERVAL 30 DAY, \
+                 UTC_TIMESTAMP(6) - INTERVAL 30 DAY FROM seq_1_to_{ROWS}"
+            ))
+            .unwrap();
+        let prunes: Vec<_> = nodes[..2]
+            .iter()
+            .map(|url| {
+                let (url, inbox, retention) = (url.clone(), inbox.clone(), retention);
+                let together = together.clone();
+                thread::spawn(move || {
+                    let mut conn = MysqlConnection::establish(&url).unwrap();
+                    together.wait();
+                    inbox.prune(&mut conn, &retention)
+                })
+            })
+            .collect();
+        let results: Vec<_> = prunes.into_iter().map(|p| p.join().unwrap()).collect();
+        println!("galera prunes, round {round}: {results:?}");
+        let ran: Vec<u64> = results
+            .iter()
+            .filter_map(|result| result.as_ref().ok().map(|pruned| pruned.events))
+            .collect();
+        let refused = results
+            .iter()
+            .filter(|result| matches!(result, Err(AdminError::PruneRunning)))
+            .count();
+        // The other was refused, or lost its connection to a stalled brute-force abort.
+        let lost = results
+            .iter()
+            .filter(|result| {
+                matches!(
+                    result,
+                    Err(AdminError::Inbox(
+                        Error::ConnectionLost { .. } | Error::CommitUnknown { .. }
+                    ))
+                )
+            })
+            .count();
+        assert_eq!(
+            (ran.as_slice(), refused + lost),
+            (&[ROWS as u64][..], 1),
+            "{results:?}"
+        );
+        (refusals, losses) = (refusals + refused, losses + lost);
+        let mut conn = db.connect();
+        assert_eq!(conn.count("(SELECT COUNT(*) FROM diesel_inbox_events)"), 0);
+        assert_eq!(
+            conn.count("(SELECT COUNT(*) FROM diesel_inbox_leases)"),
+            0,
+            "ended"
+        );
+    }
+    println!("galera prunes: 5 rounds, one prune each; the other refused {refusals} times, lost its connection {losses} times");
+}
+
+/// What the relays published: per message id, each relay that published it.
+type Published = Arc<Mutex<Vec<(String, usize)>>>;
+
+/// A publisher that records into [`Published`] as relay `relay`.
+struct Recorder {
+    relay: usize,
+    published: Published,
+}
+
+impl Publisher for Recorder {
+    fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+        let id = message.envelope.id().as_str().to_owned();
+        self.published.lock().unwrap().push((id, self.relay));
+        // A broker's round trip, so that the two relays' passes overlap.
+        thread::sleep(Duration::from_millis(2));
+        Ok(())
+    }
+}
+
+/// Relays on two nodes at once over one outbox: their leases on the rows they take are writes
+/// that certification orders, so two relays never take the same row, and every message is
+/// published once, each aggregate's in order.
+#[test]
+#[ignore = "needs scripts/galera; run by scripts/test"]
+fn galera_relays_on_two_nodes_at_once_publish_every_message_once_in_order() {
+    const AGGREGATES: usize = 20;
+    const PER_AGGREGATE: usize = 15;
+    const MESSAGES: usize = AGGREGATES * PER_AGGREGATE;
+    let (_db, nodes) = galera();
+    let outbox = Outbox::new("orders-service").unwrap();
+    let mut conn = MysqlConnection::establish(&nodes[0]).unwrap();
+    for n in 0..PER_AGGREGATE {
+        for order in 0..AGGREGATES {
+            let event = Envelope::new("order.changed", "order", &order.to_string())
+                .with_id(format!("{order}-{n}"))
+                .unwrap();
+            outbox.enqueue(&mut conn, "orders", &event).unwrap();
+        }
+    }
+    let published = Published::default();
+    let together = Arc::new(Barrier::new(2));
+    let relays: Vec<_> = nodes[..2]
+        .iter()
+        .enumerate()
+        .map(|(relay, url)| {
+            let (url, published, together) = (url.clone(), published.clone(), together.clone());
+            thread::spawn(move || {
+                let mut conn = MysqlConnection::establish(&url).unwrap();
+                let mut recorder = Recorder { relay, published };
+                let relay = Relay::new().batch_size(10);
+                let (mut passes, mut lost) = (0, 0);
+                together.wait();
+                // As relays run: a pass, and a pause when there was nothing to take.
+                let started = Instant::now();
+                while recorder.published.lock().unwrap().len() < MESSAGES
+                    && started.elapsed() < Duration::from_secs(120)
+                {
+                    match relay.run_once(&mut conn, &mut recorder) {
+                        Ok(pass) if pass.is_idle() => thread::sleep(Duration::from_millis(20)),
+                        Ok(_) => passes += 1,
+                        // A stalled brute-force abort, ended by `wait_timeout`.
+                        Err(AdminError::Inbox(Error::ConnectionLost { .. })) => {
+                            lost += 1;
+                            conn = MysqlConnection::establish(&url).unwrap();
+                        }
+                        Err(error) => panic!("relay pass failed: {error}"),
+                    }
+                }
+                (passes, lost)
+            })
+        })
+        .collect();
+    let passes: Vec<(usize, usize)> = relays.into_iter().map(|r| r.join().unwrap()).collect();
+    let published = published.lock().unwrap();
+    let by_relay: Vec<usize> = (0..2)
+        .map(|relay| published.iter().filter(|(_, r)| *r == relay).count())
+        .collect();
+    println!(
+        "galera relays: {} messages published, {by_relay:?} per relay; (passes, lost connections) per relay {passes:?}",
+        published.len(),
+    );
+    let mut times: BTreeMap<&str, usize> = BTreeMap::new();
+    for (id, _) in published.iter() {
+        *times.entry(id.as_str()).or_default() += 1;
+    }
+    assert_eq!(times.len(), MESSAGES, "every message published");
+    assert!(times.values().all(|&n| n == 1), "none twice: {times:?}");
+    for order in 0..AGGREGATES {
+        let sent: Vec<usize> = published
+            .iter()
+            .filter_map(|(id, _)| id.strip_prefix(&format!("{order}-"))?.parse().ok())
+            .collect();
+        assert_eq!(
+            sent,
+            (0..PER_AGGREGATE).collect::<Vec<_>>(),
+            "order {order}"
+        );
+    }
 }
 
 /// A fresh primary and standby, replicating as `mode` says; the multi-host URL that finds the

@@ -380,6 +380,7 @@ impl RetentionSql for Mysql {
     retention_statement!(delete_counters_before, schema, codec);
     retention_statement!(delete_settled_claims, schema, codec);
     retention_statement!(count_prunable, schema, codec);
+    retention_statement!(leases, schema, codec);
 
     async fn try_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
         // A named lock of the session, so it outlives the batches' transactions; a timeout
@@ -389,6 +390,13 @@ impl RetentionSql for Mysql {
 
     async fn release_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<()> {
         release_named_lock(conn, PRUNE_LOCK_NAME).await
+    }
+
+    async fn prune_lock_is_node_local<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> QueryResult<bool> {
+        // `GET_LOCK` is local to a Galera node, and the other nodes write the same tables.
+        is_galera_node(conn).await
     }
 }
 
@@ -603,14 +611,19 @@ async fn variable<F, C: Db<F, Backend = Mysql>>(
     }
 }
 
+/// Whether this server is a Galera node with replication on (`wsrep_on`).
+async fn is_galera_node<F, C: Db<F, Backend = Mysql>>(conn: &mut C) -> QueryResult<bool> {
+    let wsrep_on = variable(conn, "global.wsrep_on").await?;
+    Ok(matches!(wsrep_on.as_deref(), Some("1" | "ON")))
+}
+
 /// What this server is: a Galera node or not, and what bounds a stalled transaction.
 async fn engine<F, C: Db<F, Backend = Mysql>>(
     conn: &mut C,
 ) -> QueryResult<crate::capabilities::MysqlEngine> {
     let number = |value: Option<String>| value.and_then(|value| value.parse::<u64>().ok());
-    let wsrep_on = variable(conn, "global.wsrep_on").await?;
     Ok(crate::capabilities::MysqlEngine {
-        galera: matches!(wsrep_on.as_deref(), Some("1" | "ON")),
+        galera: is_galera_node(conn).await?,
         auto_increment_increment: number(variable(conn, "auto_increment_increment").await?)
             .unwrap_or(1),
         idle_transaction_timeout: number(variable(conn, "idle_transaction_timeout").await?),

@@ -144,6 +144,7 @@ impl RetentionSql for Pg {
     retention_statement!(delete_counters_before, schema, codec);
     retention_statement!(delete_settled_claims, schema, codec);
     retention_statement!(count_prunable, schema, codec);
+    retention_statement!(leases, schema, codec);
 
     async fn try_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
         // Session-level, so it outlives the batches' transactions; `try`, so a second runner

@@ -387,4 +387,71 @@ macro_rules! retention_statement {
             })
         }
     };
+    // The lease rows: `take_lease`, `renew_lease` and `release_lease` at once.
+    (leases, $schema:ident, $codec:ident) => {
+        async fn take_lease<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            name: &str,
+            holder: &str,
+            now: DateTime<Utc>,
+            until: DateTime<Utc>,
+        ) -> QueryResult<bool> {
+            use $crate::sql::Run;
+            use $schema::diesel_inbox_leases::dsl as h;
+            let free = h::held_until.le($codec::time(now)).or(h::holder.eq(holder));
+            let taken = diesel::update(h::diesel_inbox_leases.filter(h::name.eq(name)).filter(free))
+                .set((h::holder.eq(holder), h::held_until.eq($codec::time(until))))
+                .execute_on(conn)
+                .await?;
+            if taken == 1 {
+                return Ok(true);
+            }
+            let held = h::diesel_inbox_leases
+                .filter(h::name.eq(name))
+                .count()
+                .get_result_on::<i64>(conn)
+                .await?;
+            if held > 0 {
+                return Ok(false);
+            }
+            // Never taken: the first holder makes the row. Two at once conflict on its key.
+            diesel::insert_into(h::diesel_inbox_leases)
+                .values((
+                    h::name.eq(name),
+                    h::holder.eq(holder),
+                    h::held_until.eq($codec::time(until)),
+                ))
+                .execute_on(conn)
+                .await
+                .map(|_| true)
+        }
+
+        async fn renew_lease<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            name: &str,
+            holder: &str,
+            until: DateTime<Utc>,
+        ) -> QueryResult<bool> {
+            use $crate::sql::Run;
+            use $schema::diesel_inbox_leases::dsl as h;
+            diesel::update(h::diesel_inbox_leases.filter(h::name.eq(name)).filter(h::holder.eq(holder)))
+                .set(h::held_until.eq($codec::time(until)))
+                .execute_on(conn)
+                .await
+                .map(|renewed| renewed == 1)
+        }
+
+        async fn release_lease<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            name: &str,
+            holder: &str,
+        ) -> QueryResult<()> {
+            use $crate::sql::Run;
+            use $schema::diesel_inbox_leases::dsl as h;
+            diesel::delete(h::diesel_inbox_leases.filter(h::name.eq(name)).filter(h::holder.eq(holder)))
+                .execute_on(conn)
+                .await
+                .map(drop)
+        }
+    };
 }

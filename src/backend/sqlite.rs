@@ -118,6 +118,7 @@ impl RetentionSql for Sqlite {
     retention_statement!(delete_counters_before, schema, codec);
     retention_statement!(delete_settled_claims, schema, codec);
     retention_statement!(count_prunable, schema, codec);
+    retention_statement!(leases, schema, codec);
 }
 
 impl CursorSql for Sqlite {

@@ -292,6 +292,11 @@ pub(crate) const TABLES: &[Table] = &[
         "diesel_inbox_replay_notes",
         ["replay_id", "position", "kind", "event_id", "detail"]
     ),
+    table!(
+        "diesel_inbox_leases",
+        "diesel_inbox_leases",
+        ["name", "holder", "held_until"]
+    ),
 ];
 
 /// The named indexes (primary keys are part of their tables), in the order the migrations

@@ -10,6 +10,10 @@
 //!    fenced by the pass's lease token, so a pass whose lease ran out and was taken over
 //!    changes nothing.
 //!
+//! On a Galera cluster the row locks are local to a node, but the leases are writes: two
+//! relays on two nodes taking the same rows conflict at certification, and the one that
+//! retries finds them leased. Relays on several nodes take disjoint rows.
+//!
 //! A relay that dies between 1 and 3 leaves its rows leased; once the lease runs out another
 //! pass publishes them again. Delivery is at least once: the broker's dedup window (JetStream's
 //! `Nats-Msg-Id`) and the consumer's inbox absorb the repeats.

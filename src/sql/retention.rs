@@ -134,4 +134,39 @@ pub trait RetentionSql: TransactionSql {
         let _ = conn;
         std::future::ready(Ok(()))
     }
+
+    /// Whether [`try_prune_lock`](Self::try_prune_lock) holds on this node only while other
+    /// nodes write the same tables: a Galera node (`wsrep_on`). A prune there holds a lease
+    /// as well.
+    fn prune_lock_is_node_local<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<bool>> + Send {
+        let _ = conn;
+        std::future::ready(Ok(false))
+    }
+
+    /// Inside a transaction: gives the lease `name` to `holder` until `until` if it is free
+    /// at `now` (never taken, expired, or `holder`'s already); whether `holder` holds it.
+    fn take_lease<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        name: &str,
+        holder: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> impl Future<Output = QueryResult<bool>> + Send;
+
+    /// Extends `holder`'s lease `name` to `until`: `false` when another holder has it now.
+    fn renew_lease<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        name: &str,
+        holder: &str,
+        until: DateTime<Utc>,
+    ) -> impl Future<Output = QueryResult<bool>> + Send;
+
+    /// Ends `holder`'s lease `name`, if it still has it.
+    fn release_lease<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        name: &str,
+        holder: &str,
+    ) -> impl Future<Output = QueryResult<()>> + Send;
 }

@@ -209,6 +209,7 @@ macro_rules! backend_tests {
             handler_contention_in_its_own_error_type_is_retried_and_never_counted,
             a_prune_racing_live_deliveries_and_redeliveries_doubles_and_loses_nothing,
             a_second_concurrent_prune_is_told_another_is_running,
+            a_prune_lease_held_elsewhere_stops_a_prune_only_on_a_galera_node,
             pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones,
             two_instances_racing_on_one_stream_take_effect_once_per_sequence,
             a_sequence_redelivered_after_a_crash_between_commit_and_ack_is_a_duplicate,

@@ -387,6 +387,39 @@ pub fn a_second_concurrent_prune_is_told_another_is_running<B: Backend>() {
     }
 }
 
+pub fn a_prune_lease_held_elsewhere_stops_a_prune_only_on_a_galera_node<B: Backend>() {
+    const OLD: usize = 100;
+    let (_db, mut conn) = setup::<B>();
+    prefill::<B>(&mut conn, OLD, 0);
+    let inbox = orders();
+    let retention = Retention::older_than(7 * DAY).batch_size(10);
+    // A prune on another node holds the lease for an hour.
+    B::hold_prune_lease(&mut conn, "elsewhere", Utc::now() + TimeDelta::hours(1));
+
+    let pruned = inbox.prune(&mut conn, &retention);
+
+    if B::is_galera_node(&mut conn) {
+        // The prune lock is the node's own: the lease is what the other nodes' prunes hold.
+        assert!(
+            matches!(pruned, Err(AdminError::PruneRunning)),
+            "{pruned:?}"
+        );
+        assert_eq!(conn.inbox_rows(), OLD, "nothing deleted");
+        // An expired lease is taken over, renewed by every batch, and ended.
+        B::hold_prune_lease(&mut conn, "elsewhere", Utc::now() - TimeDelta::seconds(1));
+        let pruned = inbox.prune(&mut conn, &retention).unwrap();
+        assert_eq!(pruned.events, OLD as u64, "{pruned:?}");
+        assert_eq!(B::prune_lease_holder(&mut conn), None, "ended");
+    } else {
+        // The server's own prune lock holds for every session: no lease is read or written.
+        assert_eq!(pruned.unwrap().events, OLD as u64);
+        assert_eq!(
+            B::prune_lease_holder(&mut conn).as_deref(),
+            Some("elsewhere")
+        );
+    }
+}
+
 pub async fn a_large_prune_removes_every_old_row_in_bounded_batches<F: Flavour>() {
     let rows: usize = std::env::var("DIESEL_INBOX_PRUNE_ROWS")
         .ok()

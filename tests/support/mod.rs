@@ -137,6 +137,18 @@ pub(crate) trait Backend {
     /// The consumer's counter rows.
     fn counters(conn: &mut Self::Conn, consumer: &str) -> usize;
 
+    /// Gives the prune lease to `holder` until `until`, as a prune on another node would.
+    fn hold_prune_lease(conn: &mut Self::Conn, holder: &str, until: DateTime<Utc>);
+
+    /// The holder of the prune lease, if there is a lease row.
+    fn prune_lease_holder(conn: &mut Self::Conn) -> Option<String>;
+
+    /// Whether the server is a Galera node (`wsrep_on`).
+    fn is_galera_node(conn: &mut Self::Conn) -> bool {
+        let _ = conn;
+        false
+    }
+
     /// One statement that inserts `rows` processed rows of the consumer, ids `{prefix}1` to
     /// `{prefix}{rows}`, settled and last seen a millisecond apart from `at` on, as a steady
     /// stream of deliveries would leave them.
@@ -208,6 +220,31 @@ macro_rules! retention_helpers {
                     .count()
                     .get_result(conn),
             )
+        }
+
+        fn hold_prune_lease(conn: &mut Self::Conn, holder: &str, until: DateTime<Utc>) {
+            use diesel_inbox::schema::$schema::diesel_inbox_leases as h;
+            diesel::delete(h::table.filter(h::name.eq("prune")))
+                .execute(conn)
+                .unwrap();
+            diesel::insert_into(h::table)
+                .values((
+                    h::name.eq("prune"),
+                    h::holder.eq(holder),
+                    h::held_until.eq($time(until)),
+                ))
+                .execute(conn)
+                .unwrap();
+        }
+
+        fn prune_lease_holder(conn: &mut Self::Conn) -> Option<String> {
+            use diesel_inbox::schema::$schema::diesel_inbox_leases as h;
+            h::table
+                .filter(h::name.eq("prune"))
+                .select(h::holder)
+                .get_result(conn)
+                .optional()
+                .unwrap()
         }
     };
 }
@@ -507,6 +544,19 @@ impl Backend for Mysql {
     ));
 
     retention_helpers!(mysql, key_bytes, naive_time);
+
+    fn is_galera_node(conn: &mut MysqlConnection) -> bool {
+        #[derive(QueryableByName)]
+        struct Variable {
+            #[diesel(sql_type = diesel::sql_types::Text, column_name = "Value")]
+            value: String,
+        }
+        diesel::sql_query("SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")
+            .get_results::<Variable>(conn)
+            .unwrap()
+            .iter()
+            .any(|variable| variable.value == "ON")
+    }
 
     fn fill_sql(consumer: &str, prefix: &str, rows: usize, at: DateTime<Utc>) -> String {
         // MariaDB's sequence engine: a recursive CTE stops at max_recursive_iterations (1000).
@@ -841,10 +891,10 @@ pub(crate) fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
 
 /// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
 /// indexes and counters that retention and stats use.
-pub(crate) const MIGRATIONS: usize = 9;
+pub(crate) const MIGRATIONS: usize = 10;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-pub(crate) const INBOX_TABLES: [&str; 17] = [
+pub(crate) const INBOX_TABLES: [&str; 18] = [
     "diesel_inbox_block_events",
     "diesel_inbox_blocks",
     "diesel_inbox_claims",
@@ -855,6 +905,7 @@ pub(crate) const INBOX_TABLES: [&str; 17] = [
     "diesel_inbox_failure_log",
     "diesel_inbox_failures",
     "diesel_inbox_gaps",
+    "diesel_inbox_leases",
     "diesel_inbox_orphaned_effects",
     "diesel_inbox_outbox",
     "diesel_inbox_outbox_aggregates",
