@@ -55,6 +55,8 @@ struct Tally {
     duplicates: usize,
     /// Errors that asked for redelivery, by kind.
     errors: BTreeMap<&'static str, usize>,
+    /// The first error of each kind, as the delivery reported it.
+    first_errors: BTreeMap<&'static str, String>,
     /// Deliveries that took longer than [`HANG`]: a wait the server's timeouts ended.
     hangs: usize,
 }
@@ -72,7 +74,8 @@ fn kind(error: &diesel::result::Error) -> &'static str {
         Some(Error::CommitUnknown { .. }) => "commit unknown",
         Some(Error::RetriesExhausted { .. }) => "retries exhausted",
         Some(_) => "other inbox error",
-        None => "database",
+        // The effect's own statement met it, and the inbox returns a handler's error as is.
+        None => "the effect's own error",
     }
 }
 
@@ -124,12 +127,12 @@ where
                             Ok(outcome) => break outcome,
                             Err(error) => {
                                 assert_eq!(ack, Ack::Redeliver, "{error}");
-                                *tally
-                                    .lock()
-                                    .unwrap()
-                                    .errors
+                                let mut seen = tally.lock().unwrap();
+                                *seen.errors.entry(kind(&error)).or_default() += 1;
+                                seen.first_errors
                                     .entry(kind(&error))
-                                    .or_default() += 1;
+                                    .or_insert_with(|| error.to_string());
+                                drop(seen);
                                 if matches!(kind(&error), "connection lost" | "commit unknown") {
                                     conn = None;
                                     node = (node + 1) % urls.len();
@@ -219,6 +222,10 @@ fn report(test: &str, ids: u32, tally: &Tally, effects: (i64, i64)) -> (i64, usi
         tally.doubled(),
         tally.hangs,
         tally.errors,
+    );
+    println!(
+        "{test}: the first error of each kind: {:?}",
+        tally.first_errors
     );
     (lost, tally.doubled())
 }
