@@ -7,8 +7,8 @@
 //!     --events 5000 --concurrency-events 20000 --prefill 1000000 --backends postgres,sqlite
 //! ```
 //!
-//! Flags: `--events N` per single-connection scenario (2,000), `--concurrency-events N` per
-//! concurrent scenario (as `--events`), `--rounds N` (8), `--prefill N` inbox rows for the
+//! Flags: `--events N` per single-connection scenario (4,000), `--concurrency-events N` per
+//! concurrent scenario (as `--events`), `--rounds N` (16), `--prefill N` inbox rows for the
 //! large runs (1,000,000), `--backends` (postgres,mysql,sqlite). Each scenario's events are
 //! split over the rounds.
 //!
@@ -43,6 +43,13 @@
 //!   testing knob), to show what the lock costs;
 //! - large inbox: `with_inbox` after `--prefill` rows were put in the inbox table, with random
 //!   (`UUIDv4`) and time-ordered (`UUIDv7`) ids;
+//! - floor: bare, minimal and inbox, PostgreSQL and MariaDB only: the same transactions looped
+//!   inside the server by a procedure (PL/pgSQL; a MariaDB stored procedure), one `CALL` per
+//!   round, so no round trip and no client: the credit alone, the minimal inbox's insert and
+//!   the credit, the inbox's own upsert and the credit, each committed. `inbox / bare` for the
+//!   floor is the most the client can reach; the client's `inbox / bare` "of the floor's" is
+//!   its ratio over the floor's, round by round: 1 when the client adds no more to an inbox
+//!   delivery than to a bare transaction;
 //! - async bare, async inbox: the credit on diesel-async's connection (`AsyncPgConnection`,
 //!   `AsyncMysqlConnection`, `SyncConnectionWrapper<SqliteConnection>`), in its own
 //!   transaction or through `asynch::with_inbox`, on a current-thread tokio runtime; the two
@@ -76,8 +83,10 @@
 //! current-thread runtime, each on a connection of diesel-async's deadpool pool, bare and
 //! inbox, every id new; against the sync phase's 16 threads on an r2d2 pool.
 //!
-//! Rates and latencies are medians over rounds; each ratio is the median of the per-round
-//! ratios. Servers come from `DIESEL_INBOX_POSTGRES_URL` and `DIESEL_INBOX_MYSQL_URL`
+//! Rates are the interquartile mean over rounds (the mean of the middle half: as robust to a
+//! burst of other load as the median, and steadier between runs), and so is each ratio, of
+//! the per-round ratios; latencies are medians over rounds. Every other round runs the scenarios in reverse order, so that none always follows
+//! the same one. Servers come from `DIESEL_INBOX_POSTGRES_URL` and `DIESEL_INBOX_MYSQL_URL`
 //! (defaults as in the test suite); each backend gets a fresh database, dropped at the end.
 
 use std::collections::HashMap;
@@ -145,6 +154,12 @@ trait BenchConn: InboxConnection + R2D2Connection + Send + Sized + 'static {
     /// off (vacuum, checkpoint), so it does not run during the timed rounds.
     const SETTLE: &'static [&'static str];
 
+    /// Creates the procedure `bench_floor(events, kind)`: `events` transactions looped inside
+    /// the server, no round trips, each the credit alone (kind 0), the minimal inbox's insert
+    /// and the credit (1), or the inbox's own insert and the credit (2). `None` where the
+    /// database runs in process (SQLite): there is no round trip to take away.
+    const FLOOR: Option<&'static str>;
+
     fn database() -> TestDatabase<Self>;
     fn credit(&mut self, account: i32) -> QueryResult<()>;
     /// Credits each of `accounts` by 1 in one statement; they are distinct.
@@ -159,6 +174,11 @@ trait BenchConn: InboxConnection + R2D2Connection + Send + Sized + 'static {
     /// sends them prepared, one each; the peers do the same, so that the ratios measure the
     /// inbox, not the transport. Elsewhere text and prepared cost the same.
     const PREPARED_BEGIN_COMMIT: bool;
+
+    /// Runs `events` floor transactions of `kind` inside the server, in one `CALL`.
+    fn floor(&mut self, events: usize, kind: Floor) -> QueryResult<()> {
+        self.batch_execute(&format!("CALL bench_floor({events}, {})", kind as i32))
+    }
 
     /// Runs `body` in a transaction, as the hand-written scenarios do.
     fn in_transaction<T>(
@@ -207,6 +227,7 @@ macro_rules! bench_conn {
         $setup:literal,
         $prefill:literal,
         $settle:expr,
+        floor = $floor:expr,
         $key:ident => $insert:expr,
         prepared_begin_commit = $prepared:literal,
         async = $async:ty
@@ -219,6 +240,7 @@ macro_rules! bench_conn {
             const SETUP: &'static str = $setup;
             const PREFILL: &'static str = $prefill;
             const SETTLE: &'static [&'static str] = $settle;
+            const FLOOR: Option<&'static str> = $floor;
 
             fn database() -> TestDatabase<Self> {
                 $database
@@ -290,6 +312,24 @@ bench_conn!(
      SELECT 'prefill', md5(g::text), now(), now() FROM generate_series(1, {rows}) g;
      ANALYZE diesel_inbox_events;",
     &["VACUUM diesel_inbox_events", "CHECKPOINT"],
+    // The inbox's insert as `with_inbox` sends it, with a random (v4) id.
+    floor = Some("CREATE PROCEDURE bench_floor(events INTEGER, kind INTEGER) LANGUAGE plpgsql AS $$
+     DECLARE deliveries BIGINT;
+     BEGIN
+       FOR i IN 0 .. events - 1 LOOP
+         IF kind = 1 THEN
+           INSERT INTO naive_inbox (consumer, event_id) VALUES ('bench', gen_random_uuid()::text)
+             ON CONFLICT DO NOTHING;
+         ELSIF kind = 2 THEN
+           INSERT INTO diesel_inbox_events AS t (consumer, event_id, processed_at, last_seen_at, deliveries, payload_hash)
+             VALUES ('floor', gen_random_uuid()::text, now(), now(), 1, NULL)
+             ON CONFLICT (consumer, event_id) DO UPDATE SET deliveries = t.deliveries + 1, last_seen_at = excluded.last_seen_at
+             RETURNING t.deliveries INTO deliveries;
+         END IF;
+         UPDATE accounts SET balance = balance + 1 WHERE id = i % 1000 + 1;
+         COMMIT;
+       END LOOP;
+     END $$"),
     key => diesel::insert_into(naive_inbox::table)
         .values(key)
         .on_conflict_do_nothing(),
@@ -310,6 +350,24 @@ bench_conn!(
      SELECT 'prefill', MD5(n), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) FROM seq;
      ANALYZE TABLE diesel_inbox_events;",
     &[],
+    // The inbox's insert as `with_inbox` sends it, with a random id.
+    floor = Some("CREATE PROCEDURE bench_floor(events INTEGER, kind INTEGER)
+     BEGIN
+       DECLARE i INTEGER DEFAULT 0;
+       WHILE i < events DO
+         START TRANSACTION;
+         IF kind = 1 THEN
+           INSERT IGNORE INTO naive_inbox (consumer, event_id) VALUES ('bench', MD5(RAND()));
+         ELSEIF kind = 2 THEN
+           INSERT INTO diesel_inbox_events (consumer, event_id, processed_at, last_seen_at, deliveries, payload_hash)
+             VALUES ('floor', MD5(RAND()), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 1, NULL)
+             ON DUPLICATE KEY UPDATE deliveries = deliveries + 1, last_seen_at = UTC_TIMESTAMP(6);
+         END IF;
+         UPDATE accounts SET balance = balance + 1 WHERE id = i MOD 1000 + 1;
+         COMMIT;
+         SET i = i + 1;
+       END WHILE;
+     END"),
     // `INSERT IGNORE`, what a MySQL user writes to skip a duplicate key. Not Diesel's
     // `on_conflict_do_nothing()`: on MySQL that is `ON DUPLICATE KEY UPDATE pk = pk`, and as
     // Diesel's MySQL connections count found rows (CLIENT_FOUND_ROWS), a duplicate reports 1
@@ -331,6 +389,7 @@ bench_conn!(
      SELECT 'prefill', lower(hex(randomblob(16))), strftime('%Y-%m-%d %H:%M:%f', 'now'), strftime('%Y-%m-%d %H:%M:%f', 'now') FROM seq;
      ANALYZE;",
     &["PRAGMA wal_checkpoint(TRUNCATE)"],
+    floor = None,
     key => diesel::insert_into(naive_inbox::table)
         .values(key)
         .on_conflict_do_nothing(),
@@ -349,9 +408,9 @@ struct Options {
 
 fn options() -> Result<Options, String> {
     let mut options = Options {
-        events: 2_000,
+        events: 4_000,
         concurrency_events: None,
-        rounds: 8,
+        rounds: 16,
         prefill: 1_000_000,
         backends: vec!["postgres".into(), "mysql".into(), "sqlite".into()],
     };
@@ -415,6 +474,17 @@ enum Scenario {
         inbox: bool,
         tasks: usize,
     },
+    /// The same transactions looped inside the server (`BenchConn::FLOOR`): what they cost
+    /// with no round trip and no client.
+    Floor(Floor),
+}
+
+/// What a floor transaction holds besides the credit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    Bare = 0,
+    Minimal = 1,
+    Inbox = 2,
 }
 
 /// The ids a concurrent scenario delivers.
@@ -491,6 +561,9 @@ impl Scenario {
                 conns_label(conns),
                 mix.label()
             ),
+            Self::Floor(Floor::Bare) => "floor: bare".into(),
+            Self::Floor(Floor::Minimal) => "floor: minimal".into(),
+            Self::Floor(Floor::Inbox) => "floor: inbox, random ids".into(),
             Self::Async { inbox, tasks } => format!(
                 "async {}{}",
                 if inbox { "inbox" } else { "bare" },
@@ -695,6 +768,7 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
                     .all(|r| r.as_ref().is_ok_and(Outcome::is_processed)));
             }
         }
+        Scenario::Floor(kind) => conn.floor(ids.len(), kind).unwrap(),
         Scenario::Concurrent { .. } | Scenario::Async { .. } => {
             unreachable!("concurrent and async scenarios run on their own")
         }
@@ -703,7 +777,8 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
 }
 
 /// Runs `scenarios` interleaved, round after round, so that drift in the machine (other load,
-/// a growing WAL, checkpoints) touches them all alike. Returns each scenario's rate per round.
+/// a growing WAL, checkpoints) touches them all alike, every other round in reverse order, so
+/// that no scenario always follows the same one. Returns each scenario's rate per round.
 fn rounds<C: BenchConn>(
     conn: &mut C,
     scenarios: &[Scenario],
@@ -712,8 +787,13 @@ fn rounds<C: BenchConn>(
 ) -> Vec<Rates> {
     let per_round = (options.events / options.rounds).max(1);
     let mut rates: Vec<Rates> = scenarios.iter().map(|&s| (s, Vec::new())).collect();
-    for _ in 0..options.rounds {
-        for (scenario, per_round_rates) in &mut rates {
+    for round in 0..options.rounds {
+        let order: Box<dyn Iterator<Item = &mut Rates>> = if round % 2 == 0 {
+            Box::new(rates.iter_mut())
+        } else {
+            Box::new(rates.iter_mut().rev())
+        };
+        for (scenario, per_round_rates) in order {
             // A batch or block scenario runs at least one full batch or block per round.
             let events = match *scenario {
                 Scenario::Batch(size)
@@ -942,15 +1022,33 @@ impl Figures {
             .unwrap_or(&[])
     }
 
-    /// The median over rounds: robust to the bursts a shared machine throws in.
+    /// The interquartile mean over rounds: robust to the bursts a shared machine throws in.
     fn rate(&self, scenario: Scenario) -> f64 {
-        median(self.rounds(scenario).to_vec())
+        middle_mean(self.rounds(scenario).to_vec())
     }
 
-    /// The median over rounds of `over`'s rate divided by `under`'s in the same round.
+    /// The interquartile mean over rounds of `over`'s rate divided by `under`'s in the same
+    /// round.
     fn ratio(&self, over: Scenario, under: Scenario) -> f64 {
         let pairs = self.rounds(over).iter().zip(self.rounds(under));
-        median(pairs.map(|(o, u)| o / u).collect())
+        middle_mean(pairs.map(|(o, u)| o / u).collect())
+    }
+
+    /// The interquartile mean over rounds of `over / under` as a fraction of the same ratio of
+    /// their floors, in the same round: 1 when the client adds to the inbox no more than to
+    /// bare.
+    fn of_floor(&self, [over, under]: [Scenario; 2], [floor_over, floor_under]: [Floor; 2]) -> f64 {
+        let client = self.rounds(over).iter().zip(self.rounds(under));
+        let floor = self
+            .rounds(Scenario::Floor(floor_over))
+            .iter()
+            .zip(self.rounds(Scenario::Floor(floor_under)));
+        middle_mean(
+            client
+                .zip(floor)
+                .map(|((o, u), (fo, fu))| (o / u) / (fo / fu))
+                .collect(),
+        )
     }
 
     fn concurrent(&self, scenario: Scenario) -> &Concurrency {
@@ -965,6 +1063,19 @@ impl Figures {
         let latencies = &self.concurrent(scenario).latencies;
         [0, 1].map(|k| median(latencies.iter().map(|l| l[k]).collect()))
     }
+}
+
+/// The interquartile mean: the mean of the middle half of `values`, a quarter dropped at each
+/// end (none of fewer than four).
+#[allow(clippy::cast_precision_loss)] // a handful of rounds
+fn middle_mean(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let quarter = values.len() / 4;
+    let middle = &values[quarter..values.len() - quarter];
+    middle.iter().sum::<f64>() / middle.len() as f64
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -984,6 +1095,14 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
     let db = C::database();
     let mut conn = db.connect();
     conn.batch_execute(C::SETUP).unwrap();
+    let floors = if let Some(procedure) = C::FLOOR {
+        diesel::sql_query(procedure).execute(&mut conn).unwrap();
+        [Floor::Bare, Floor::Minimal, Floor::Inbox]
+            .map(Scenario::Floor)
+            .to_vec()
+    } else {
+        Vec::new()
+    };
     // The minimal inbox is correct: a duplicate does not credit again.
     assert!(conn.minimal("minimal-check", 1).unwrap());
     assert!(!conn.minimal("minimal-check", 1).unwrap());
@@ -1013,6 +1132,7 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
     ]);
     small.extend(BATCH_SIZES.map(Scenario::Batch));
     small.extend(BATCH_SIZES.map(Scenario::Bulk));
+    small.extend(floors);
     let mut rates = rounds(&mut conn, &small, options, &mut feed);
     let per_round = (options.events / options.rounds).max(1);
     let single = asynch::single::<C::Async>(db.url(), per_round, options.rounds);
@@ -1104,18 +1224,18 @@ fn main() -> Result<(), String> {
         options.events, options.rounds, options.prefill
     );
     let names: Vec<String> = columns.iter().map(|c| c.name.to_owned()).collect();
-    print_row("events/s (median round)", &names);
+    print_row("events/s (middle half of rounds)", &names);
     print_rule(columns.len());
     for (scenario, _) in &columns[0].rates {
         let cells: Vec<_> = columns
             .iter()
-            .map(|c| format!("{:.0}", c.rate(*scenario)))
+            .map(|c| figure(c.rate(*scenario), 0))
             .collect();
         print_row(&scenario.label(), &cells);
     }
 
     println!(
-        "\n{} deliveries per concurrent scenario in {} interleaved rounds, a pooled connection per thread; medians of rounds, ratio = inbox/s over bare/s; the inbox's retries over all rounds\n",
+        "\n{} deliveries per concurrent scenario in {} interleaved rounds, a pooled connection per thread; rates and ratios over the middle half of rounds, latencies their medians, ratio = inbox/s over bare/s; the inbox's retries over all rounds\n",
         options.concurrency_events.unwrap_or(options.events),
         options.rounds
     );
@@ -1131,7 +1251,7 @@ fn main() -> Result<(), String> {
 /// The ratio table: the rows readers compare between runs, by name.
 fn print_ratios(columns: &[Figures]) {
     let names: Vec<String> = columns.iter().map(|c| c.name.to_owned()).collect();
-    print_row("ratio (median of rounds)", &names);
+    print_row("ratio (middle half of rounds)", &names);
     print_rule(columns.len());
     let (v4, v7) = (Scenario::Inbox { v7: false }, Scenario::Inbox { v7: true });
     let mut ratios = cursor_ratios();
@@ -1190,10 +1310,11 @@ fn print_ratios(columns: &[Figures]) {
     for (name, over, under) in ratios {
         let cells: Vec<_> = columns
             .iter()
-            .map(|c| format!("{:.2}", c.ratio(over, under)))
+            .map(|c| figure(c.ratio(over, under), 2))
             .collect();
         print_row(&name, &cells);
     }
+    print_floor_ratios(columns);
     // Each side over the bare rate of its own phase, so drift between the phases cancels.
     for v7 in [false, true] {
         let label = if v7 {
@@ -1226,6 +1347,55 @@ fn print_ratios(columns: &[Figures]) {
     print_async_ratios(columns);
 }
 
+/// The floor's ratios, and the client's as a fraction of them; a dash where there is no floor
+/// (SQLite, in process).
+fn print_floor_ratios(columns: &[Figures]) {
+    let v4 = Scenario::Inbox { v7: false };
+    for (label, over, under) in [
+        ("floor: inbox / bare", Floor::Inbox, Floor::Bare),
+        ("floor: minimal / bare", Floor::Minimal, Floor::Bare),
+        ("floor: inbox / minimal", Floor::Inbox, Floor::Minimal),
+    ] {
+        let cells: Vec<_> = columns
+            .iter()
+            .map(|c| figure(c.ratio(Scenario::Floor(over), Scenario::Floor(under)), 2))
+            .collect();
+        print_row(label, &cells);
+    }
+    for (label, client, floor) in [
+        (
+            "inbox / bare, of the floor's",
+            [v4, Scenario::Bare],
+            [Floor::Inbox, Floor::Bare],
+        ),
+        (
+            "minimal / bare, of the floor's",
+            [Scenario::Minimal, Scenario::Bare],
+            [Floor::Minimal, Floor::Bare],
+        ),
+        (
+            "inbox / minimal, of the floor's",
+            [v4, Scenario::Minimal],
+            [Floor::Inbox, Floor::Minimal],
+        ),
+    ] {
+        let cells: Vec<_> = columns
+            .iter()
+            .map(|c| figure(c.of_floor(client, floor), 2))
+            .collect();
+        print_row(label, &cells);
+    }
+}
+
+/// `value` with `decimals` decimals, or a dash where it was not measured.
+fn figure(value: f64, decimals: usize) -> String {
+    if value.is_nan() {
+        "—".to_owned()
+    } else {
+        format!("{value:.decimals$}")
+    }
+}
+
 /// The cursor's and the chain cursor's ratios: a label, the scenario over, the one under.
 fn cursor_ratios() -> Vec<(String, Scenario, Scenario)> {
     let mut ratios = vec![("cursor / bare".to_owned(), Scenario::Cursor, Scenario::Bare)];
@@ -1242,7 +1412,7 @@ fn cursor_ratios() -> Vec<(String, Scenario, Scenario)> {
 }
 
 /// The async phase's 16 tasks on one thread: over its own bare, and over the sync phase's 16
-/// threads (medians of each phase's rounds, so drift between the phases stays in).
+/// threads (each phase over its own rounds, so drift between the phases stays in).
 fn print_async_ratios(columns: &[Figures]) {
     let tasks = *CONNS.iter().max().unwrap();
     let [bare, inbox] = [false, true].map(|inbox| Scenario::Async { inbox, tasks });
