@@ -17,20 +17,15 @@ macro_rules! cursor_statement {
         ) -> QueryResult<bool> {
             use $crate::sql::Run;
             use $schema::diesel_inbox_cursors::dsl as c;
-            let row = c::diesel_inbox_cursors
-                .find(($codec::key(key.0), $codec::key(key.1)))
-                .filter(c::high.eq(sequence - 1))
-                .filter(c::watermark.eq(sequence - 1))
-                .filter(c::epoch.eq(epoch));
-            diesel::update(row)
-                .set((
-                    c::watermark.eq(sequence),
-                    c::high.eq(sequence),
-                    c::updated_at.eq($codec::time(now)),
-                ))
-                .execute_on(conn)
-                .await
-                .map(|changed| changed == 1)
+            $crate::backend::cursor::AdvanceCursor::<
+                <c::consumer as diesel::Expression>::SqlType,
+                <c::updated_at as diesel::Expression>::SqlType,
+                _,
+                _,
+            >::new($codec::key(key.0), $codec::key(key.1), sequence, epoch, $codec::time(now))
+            .execute_on(conn)
+            .await
+            .map(|changed| changed == 1)
         }
     };
     // `lock`: `for_update` where the backend has row locks; SQLite's immediate transaction
@@ -381,3 +376,75 @@ macro_rules! cursor_statement {
         }
     };
 }
+
+/// The in-order advance, written out: Diesel prepares every `UPDATE` anew (its SQL can vary
+/// with the values), a round trip more each time, and keeps this one prepared, by its type.
+/// `K` and `T` are the backend's SQL types of keys and times.
+pub(crate) struct AdvanceCursor<K, T, Key, Time> {
+    consumer: Key,
+    stream: Key,
+    sequence: i64,
+    /// The sequence before it, where the row must stand.
+    previous: i64,
+    epoch: i64,
+    now: Time,
+    types: std::marker::PhantomData<fn() -> (K, T)>,
+}
+
+impl<K, T, Key, Time> AdvanceCursor<K, T, Key, Time> {
+    pub(crate) fn new(consumer: Key, stream: Key, sequence: i64, epoch: i64, now: Time) -> Self {
+        Self {
+            consumer,
+            stream,
+            sequence,
+            previous: sequence - 1,
+            epoch,
+            now,
+            types: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<DB, K, T, Key, Time> diesel::query_builder::QueryFragment<DB>
+    for AdvanceCursor<K, T, Key, Time>
+where
+    DB: diesel::backend::Backend
+        + diesel::sql_types::HasSqlType<K>
+        + diesel::sql_types::HasSqlType<T>
+        + diesel::sql_types::HasSqlType<diesel::sql_types::BigInt>,
+    Key: diesel::serialize::ToSql<K, DB>,
+    Time: diesel::serialize::ToSql<T, DB>,
+    i64: diesel::serialize::ToSql<diesel::sql_types::BigInt, DB>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> diesel::QueryResult<()> {
+        use diesel::sql_types::BigInt;
+        out.push_sql("UPDATE diesel_inbox_cursors SET watermark = ");
+        out.push_bind_param::<BigInt, _>(&self.sequence)?;
+        out.push_sql(", high = ");
+        out.push_bind_param::<BigInt, _>(&self.sequence)?;
+        out.push_sql(", updated_at = ");
+        out.push_bind_param::<T, _>(&self.now)?;
+        out.push_sql(" WHERE consumer = ");
+        out.push_bind_param::<K, _>(&self.consumer)?;
+        out.push_sql(" AND stream = ");
+        out.push_bind_param::<K, _>(&self.stream)?;
+        // The row moves only from the sequence before: settled up to it, no gap open.
+        out.push_sql(" AND high = ");
+        out.push_bind_param::<BigInt, _>(&self.previous)?;
+        out.push_sql(" AND watermark = high AND epoch = ");
+        out.push_bind_param::<BigInt, _>(&self.epoch)
+    }
+}
+
+/// One statement per backend, so the type names it in the connection's statement cache.
+impl<K: 'static, T: 'static, Key, Time> diesel::query_builder::QueryId
+    for AdvanceCursor<K, T, Key, Time>
+{
+    type QueryId = AdvanceCursor<K, T, (), ()>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<K, T, Key, Time, Conn> diesel::RunQueryDsl<Conn> for AdvanceCursor<K, T, Key, Time> {}

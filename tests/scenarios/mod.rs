@@ -864,11 +864,21 @@ pub async fn each_delivery_path_sends_only_the_statements_it_needs<F: Flavour>()
     let again = F::with_inbox(&mut conn, "evt-1", writes("evt-1")).await;
     assert!(again.unwrap().is_duplicate());
     let duplicate = log.take();
+    // A cursor's in-order path: its second sequence finds the cursor row and advances it.
+    let cursor = Inbox::default().cursor("pinned").unwrap();
+    let mut in_order = Vec::new();
+    for sequence in 1..=2_u64 {
+        let label = format!("seq-{sequence}");
+        let apply = async |tx: &mut F::Conn| tx.write_effect(&label).await.map_err(Error::from);
+        let outcome = F::advance(&cursor, &mut conn, sequence, apply).await;
+        assert!(outcome.unwrap().is_processed());
+        in_order = log.take();
+    }
     let kept = log.take_kept();
 
     // Every prepared statement (Diesel's log shows its binds) stays prepared: Diesel prepares
     // an `UPDATE` or an upsert anew each time unless told it may keep it, a round trip more.
-    for statement in processed.iter().chain(&duplicate) {
+    for statement in processed.iter().chain(&duplicate).chain(&in_order) {
         if let Some((sql, _binds)) = statement.split_once(" -- binds: ") {
             assert!(
                 kept.iter().any(|k| k == sql),
