@@ -31,6 +31,7 @@ pub enum FailedStatement {
     MayEndTransaction,
     /// As `MayEndTransaction`, and the error that does it is a deadlock (MySQL, MariaDB):
     /// a transaction found ended was ended by contention, and running it again cures it.
+    /// MariaDB's commit checks first, as PostgreSQL's does; Oracle MySQL cannot tell.
     DeadlockEndsTransaction,
 }
 

@@ -121,11 +121,11 @@ pub(crate) enum Then {
 /// Whether the transaction must be checked right after user code that returned `ok` or not:
 /// where one failed statement can end the transaction, so that nothing runs on in autocommit
 /// mode after it; and after a handler error where a deadlock ends the transaction, to tell
-/// contention (retried, not counted) from the handler's own failure. Where a failed statement
-/// aborts the transaction instead (PostgreSQL), only user code that ended the transaction
-/// itself needs it, and only where the connection does not see that end (`sees_end`) and
-/// statements of the inbox's own follow (`then`) before the commit, whose check would
-/// refuse it.
+/// contention (retried, not counted) from the handler's own failure. Where the commit checks
+/// (PostgreSQL, MariaDB), a successful user code needs it only if statements of the inbox's
+/// own follow (`then`) before the commit; on PostgreSQL, whose failed statements abort the
+/// transaction rather than end it, only for user code that ended the transaction itself, and
+/// only where the connection does not see that end (`sees_end`).
 pub(crate) fn must_check_after_user_code(
     ok: bool,
     failed_statement: FailedStatement,
@@ -135,7 +135,7 @@ pub(crate) fn must_check_after_user_code(
     match failed_statement {
         FailedStatement::AbortsTransaction => ok && !sees_end && then == Then::Statements,
         FailedStatement::MayEndTransaction => ok,
-        FailedStatement::DeadlockEndsTransaction => true,
+        FailedStatement::DeadlockEndsTransaction => !ok || then == Then::Statements,
     }
 }
 
@@ -389,8 +389,7 @@ mod tests {
     }
 
     #[test]
-    fn postgres_is_checked_after_user_code_only_where_an_unseen_end_would_let_statements_autocommit(
-    ) {
+    fn the_transaction_is_checked_after_user_code_only_where_an_end_would_go_unnoticed() {
         use FailedStatement::{AbortsTransaction, DeadlockEndsTransaction, MayEndTransaction};
         use Then::{Commit, Statements};
         // PostgreSQL: only an ok result, an end the connection cannot see, and statements to
@@ -419,6 +418,22 @@ mod tests {
             false,
             Statements
         ));
+        // MySQL/MariaDB: always after an error (a deadlock may have ended the transaction under
+        // the handler); after success only where statements follow, since the commit checks.
+        for sees_end in [true, false] {
+            assert!(must_check_after_user_code(
+                true,
+                DeadlockEndsTransaction,
+                sees_end,
+                Statements
+            ));
+            assert!(!must_check_after_user_code(
+                true,
+                DeadlockEndsTransaction,
+                sees_end,
+                Commit
+            ));
+        }
         // The others do not depend on what the connection sees or what follows.
         for (sees_end, then) in [(true, Commit), (false, Statements)] {
             assert!(must_check_after_user_code(

@@ -58,8 +58,9 @@ pub enum Error {
         source: diesel::result::Error,
     },
     /// The connection was lost while the transaction was committing, so whether it committed
-    /// is unknown: the effect may have taken effect. On PostgreSQL the inbox's last check
-    /// travels with the `COMMIT`, so a connection lost after user code returned is this too.
+    /// is unknown: the effect may have taken effect. On PostgreSQL and MariaDB the inbox's last
+    /// check travels with the `COMMIT`, so a connection lost after user code returned is this
+    /// too.
     /// Redelivering is safe: if the commit applied, the inbox answers
     /// [`Outcome::Duplicate`](crate::Outcome::Duplicate) and the effect does not run again.
     #[error("the database connection was lost during COMMIT, so whether the event took effect is unknown; redeliver it: if the commit applied, the inbox answers Duplicate and the effect does not run again: {source}")]

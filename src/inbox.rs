@@ -16,7 +16,7 @@ use crate::names::Consumer;
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::Recorded;
-use crate::sql::{Blocking, Db, InboxSql, Sql};
+use crate::sql::{Blocking, Db, InboxSql, Sql, TransactionSql};
 use crate::state::Counter;
 use crate::{
     Delivery, Error, HandlerError, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome,
@@ -318,6 +318,7 @@ impl Inbox {
                 effect: &mut effect,
                 encode: &encode,
                 scope,
+                recorded: None,
             };
             let delivered = engine::run(conn, scope, &self.retry, subject, body).await;
             // What an error will be labelled: a payload conflict, the handler's failure
@@ -364,6 +365,7 @@ impl Inbox {
         effect: &mut H,
         encode: &impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
         scope: Scope,
+        recorded: Option<Recorded>,
     ) -> Result<Delivered<T>, Failure<E>>
     where
         C: Db<F, Backend: Sql>,
@@ -371,10 +373,17 @@ impl Inbox {
     {
         let key = self.key(delivery);
         let fingerprint = delivery.payload.as_ref().map(crate::Payload::fingerprint);
-        let hash = fingerprint.as_ref().map(|f| &f[..]);
-        let recorded = C::Backend::record_delivery(conn, key, Utc::now(), hash)
+        let recorded = match recorded {
+            Some(recorded) => recorded,
+            None => C::Backend::record_delivery(
+                conn,
+                key,
+                Utc::now(),
+                fingerprint_bytes(fingerprint.as_ref()),
+            )
             .await
-            .map_err(|error| Failure::reading_events(error, key))?;
+            .map_err(|error| Failure::reading_events(error, key))?,
+        };
         match recorded {
             // A stored result's update may follow: after user code that ended the transaction
             // itself it changes no row (a rollback took the row with it) or the row that
@@ -483,6 +492,13 @@ struct Deliver<'a, H, Enc> {
     effect: &'a mut H,
     encode: &'a Enc,
     scope: Scope,
+    /// The delivery's record, where it travelled with the attempt's `BEGIN`.
+    recorded: Option<Recorded>,
+}
+
+/// A payload's fingerprint as the statements bind it.
+fn fingerprint_bytes(fingerprint: Option<&[u8; 32]>) -> Option<&[u8]> {
+    fingerprint.map(|f| &f[..])
 }
 
 impl<F, C, T, E, H, Enc> Body<F, C> for Deliver<'_, H, Enc>
@@ -494,6 +510,32 @@ where
     type Output = Delivered<T>;
     type Error = E;
 
+    async fn begin(
+        &mut self,
+        conn: &mut C,
+        idle_timeout: Option<Duration>,
+    ) -> Result<(), Failure<E>> {
+        let key = self.inbox.key(self.delivery);
+        let fingerprint = self
+            .delivery
+            .payload
+            .as_ref()
+            .map(crate::Payload::fingerprint);
+        let hash = fingerprint_bytes(fingerprint.as_ref());
+        let began =
+            C::Backend::begin_and_record_delivery(conn, idle_timeout, key, Utc::now(), hash).await;
+        match began {
+            Some(recorded) => {
+                self.recorded =
+                    Some(recorded.map_err(|error| Failure::reading_events(error, key))?);
+                Ok(())
+            }
+            None => C::Backend::begin_top(conn, idle_timeout)
+                .await
+                .map_err(Failure::Database),
+        }
+    }
+
     async fn attempt(&mut self, conn: &mut C) -> Result<Delivered<T>, Failure<E>> {
         let Self {
             inbox,
@@ -501,9 +543,17 @@ where
             effect,
             encode,
             scope,
+            recorded,
         } = self;
         inbox
-            .deliver(conn, delivery, &mut **effect, *encode, *scope)
+            .deliver(
+                conn,
+                delivery,
+                &mut **effect,
+                *encode,
+                *scope,
+                recorded.take(),
+            )
             .await
     }
 }

@@ -141,6 +141,38 @@ impl QueryFragment<Mysql> for RecordDelivery<'_> {
     }
 }
 
+impl<'a> RecordDelivery<'a> {
+    fn new(key: Key<'a>, now: DateTime<Utc>, payload_hash: Option<&'a [u8]>) -> Self {
+        Self {
+            consumer: codec::key(key.0),
+            event_id: codec::key(key.1),
+            now: codec::time(now),
+            payload_hash,
+        }
+    }
+}
+
+/// What `RecordDelivery` did, from the rows it changed: inserted the row (the event is new),
+/// or counted a delivery on the existing one, which the transaction now holds locked and
+/// reads, for want of `RETURNING`.
+async fn recorded<F, C: Db<F, Backend = Mysql>>(
+    conn: &mut C,
+    key: Key<'_>,
+    affected: usize,
+) -> QueryResult<Recorded> {
+    use schema::diesel_inbox_events::dsl as t;
+    if affected == INSERTED {
+        return Ok(Recorded::New);
+    }
+    let row = t::diesel_inbox_events
+        .find((codec::key(key.0), codec::key(key.1)))
+        .select(rows::existing_columns())
+        .limit(1)
+        .get_result_on::<rows::ExistingColumns>(conn)
+        .await?;
+    Ok(super::recorded(super::known(rows::existing(row))?))
+}
+
 impl QueryId for RecordDelivery<'_> {
     type QueryId = RecordDelivery<'static>;
     const HAS_STATIC_QUERY_ID: bool = true;
@@ -218,28 +250,34 @@ impl InboxSql for Mysql {
         now: DateTime<Utc>,
         payload_hash: Option<&[u8]>,
     ) -> QueryResult<Recorded> {
-        use crate::sql::Run;
-        use schema::diesel_inbox_events::dsl as t;
-        let now = codec::time(now);
-        let affected = RecordDelivery {
-            consumer: codec::key(key.0),
-            event_id: codec::key(key.1),
-            now,
-            payload_hash,
-        }
-        .execute_on(conn)
-        .await?;
-        if affected == INSERTED {
-            return Ok(Recorded::New);
-        }
-        // No RETURNING on MySQL: read the row this transaction now holds locked.
-        let row = t::diesel_inbox_events
-            .find((codec::key(key.0), codec::key(key.1)))
-            .select(rows::existing_columns())
-            .limit(1)
-            .get_result_on::<rows::ExistingColumns>(conn)
+        let affected = RecordDelivery::new(key, now, payload_hash)
+            .execute_on(conn)
             .await?;
-        Ok(super::recorded(super::known(rows::existing(row))?))
+        recorded(conn, key, affected).await
+    }
+
+    async fn begin_and_record_delivery<F, C: crate::sql::Db<F, Backend = Self>>(
+        conn: &mut C,
+        idle_timeout: Option<Duration>,
+        key: Key<'_>,
+        now: DateTime<Utc>,
+        payload_hash: Option<&[u8]>,
+    ) -> Option<QueryResult<Recorded>> {
+        // No variable lasts one transaction here: the idle bound is the server's (`begin_top`).
+        let _ = idle_timeout;
+        let statement = crate::sql::BeginThen(RecordDelivery::new(key, now, payload_hash));
+        let affected = match crate::sql::compound(conn, statement).await? {
+            Ok(affected) => affected,
+            Err(error) => return Some(Err(error)),
+        };
+        let recorded = recorded(conn, key, affected).await;
+        if recorded.is_err() {
+            // The transaction is open, and the caller will not know of it.
+            if let Err(error) = conn.batch_execute("ROLLBACK").await {
+                tracing::warn!(%error, "rolling back the inbox transaction failed");
+            }
+        }
+        Some(recorded)
     }
 
     async fn record_deliveries<F, C: crate::sql::Db<F, Backend = Self>>(
@@ -402,6 +440,33 @@ impl RetentionSql for Mysql {
 
 impl CursorSql for Mysql {
     cursor_statement!(advance_cursor, schema, codec);
+
+    async fn begin_and_advance_cursor<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        idle_timeout: Option<Duration>,
+        key: crate::backend::StreamKey<'_>,
+        sequence: i64,
+        epoch: i64,
+        now: DateTime<Utc>,
+    ) -> Option<QueryResult<bool>> {
+        use schema::diesel_inbox_cursors::dsl as c;
+        // No variable lasts one transaction here: the idle bound is the server's (`begin_top`).
+        let _ = idle_timeout;
+        let advance = crate::backend::cursor::AdvanceCursor::<
+            <c::consumer as diesel::Expression>::SqlType,
+            <c::updated_at as diesel::Expression>::SqlType,
+            _,
+            _,
+        >::new(
+            codec::key(key.0),
+            codec::key(key.1),
+            sequence,
+            epoch,
+            codec::time(now),
+        );
+        let changed = crate::sql::compound(conn, crate::sql::BeginThen(advance)).await?;
+        Some(changed.map(|changed| changed == 1))
+    }
     cursor_statement!(cursor, schema, codec, rows, lock = for_update);
     cursor_statement!(cursors, schema, codec, rows);
     cursor_statement!(insert_cursor, schema, codec, insert_or_ignore_into);

@@ -2,6 +2,7 @@
 //! ledger and fencing. The arithmetic is in [`crate::watermark`]; this module does the I/O.
 
 use std::marker::PhantomData;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tracing::{info, warn, Instrument};
@@ -15,7 +16,7 @@ use crate::names::{InvalidStreamName, StreamName};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
-use crate::sql::{Blocking, CursorSql, Db, InboxSql, RetentionSql, Sql};
+use crate::sql::{Blocking, CursorSql, Db, InboxSql, RetentionSql, Sql, TransactionSql};
 use crate::state::GapState;
 use crate::watermark::{Change, Refusal, Stream, Verdict};
 use crate::{
@@ -495,10 +496,13 @@ impl Cursor {
         let body = Advance {
             cursor: self,
             delivery,
-            sequence,
-            first_available,
+            at: Place {
+                sequence,
+                first_available,
+            },
             effect,
             scope,
+            advanced: None,
         };
         let advanced = engine::run(conn, scope, self.inbox.retry_policy(), subject, body).await?;
         self.report(&advanced.gaps);
@@ -518,20 +522,33 @@ impl Cursor {
         &self,
         conn: &mut C,
         delivery: &Sequenced,
-        sequence: i64,
-        first_available: Option<i64>,
+        at: Place,
         effect: &mut impl Effect<C, Output = T, Error = E>,
         scope: Scope,
+        advanced: Option<bool>,
     ) -> Result<Advanced<T>, Failure<E>>
     where
         C: Db<F, Backend: Sql>,
     {
         let now = now();
-        // The next sequence of a stream with no gap, from the owner: one update. A first
-        // available sequence at or below it evicts nothing, since the watermark is just below.
-        let fast = first_available.is_none_or(|first| first <= sequence)
-            && C::Backend::advance_cursor(conn, self.key(), sequence, self.stored_epoch(), now)
-                .await?;
+        let Place {
+            sequence,
+            first_available,
+        } = at;
+        let fast = match advanced {
+            Some(advanced) => advanced,
+            None => {
+                at.may_advance_in_order()
+                    && C::Backend::advance_cursor(
+                        conn,
+                        self.key(),
+                        sequence,
+                        self.stored_epoch(),
+                        now,
+                    )
+                    .await?
+            }
+        };
         let (delivered, gaps) = if fast {
             let delivered = self
                 .settle(conn, delivery, sequence, effect, Vec::new(), now)
@@ -580,7 +597,8 @@ impl Cursor {
         C: Db<F, Backend: Sql>,
     {
         let value = match &delivery.event {
-            None => engine::call_user(conn, effect, Then::Statements).await?,
+            // Nothing of the inbox's own follows a processed sequence without an event id.
+            None => engine::call_user(conn, effect, Then::Commit).await?,
             Some(event) => {
                 let key = self.inbox.key(event);
                 let fingerprint = event.payload.as_ref().map(crate::Payload::fingerprint);
@@ -870,10 +888,30 @@ fn scope_or_savepoint<F, C: Db<F>>(conn: &mut C) -> Scope {
 struct Advance<'a, H> {
     cursor: &'a Cursor,
     delivery: &'a Sequenced,
-    sequence: i64,
-    first_available: Option<i64>,
+    at: Place,
     effect: &'a mut H,
     scope: Scope,
+    /// Whether the in-order advance that travelled with the attempt's `BEGIN` moved the
+    /// cursor; `None` where none did.
+    advanced: Option<bool>,
+}
+
+/// Where a delivery stands in its stream, as stored.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    sequence: i64,
+    /// The stream's first available sequence, where the delivery says it.
+    first_available: Option<i64>,
+}
+
+impl Place {
+    /// Whether the sequence may be the next one of a stream with no gap, so that one update
+    /// moves the cursor: a first available sequence at or below it evicts nothing, since the
+    /// watermark is just below.
+    fn may_advance_in_order(self) -> bool {
+        self.first_available
+            .is_none_or(|first| first <= self.sequence)
+    }
 }
 
 impl<F, C, T, E, H> Body<F, C> for Advance<'_, H>
@@ -884,24 +922,44 @@ where
     type Output = Advanced<T>;
     type Error = E;
 
+    async fn begin(
+        &mut self,
+        conn: &mut C,
+        idle_timeout: Option<Duration>,
+    ) -> Result<(), Failure<E>> {
+        let (cursor, sequence) = (self.cursor, self.at.sequence);
+        if self.at.may_advance_in_order() {
+            let (key, epoch) = (cursor.key(), cursor.stored_epoch());
+            let began = C::Backend::begin_and_advance_cursor(
+                conn,
+                idle_timeout,
+                key,
+                sequence,
+                epoch,
+                now(),
+            )
+            .await;
+            if let Some(advanced) = began {
+                self.advanced = Some(advanced?);
+                return Ok(());
+            }
+        }
+        C::Backend::begin_top(conn, idle_timeout)
+            .await
+            .map_err(Failure::Database)
+    }
+
     async fn attempt(&mut self, conn: &mut C) -> Result<Advanced<T>, Failure<E>> {
         let Self {
             cursor,
             delivery,
-            sequence,
-            first_available,
+            at,
             effect,
             scope,
+            advanced,
         } = self;
         cursor
-            .advance(
-                conn,
-                delivery,
-                *sequence,
-                *first_available,
-                &mut **effect,
-                *scope,
-            )
+            .advance(conn, delivery, *at, &mut **effect, *scope, advanced.take())
             .await
     }
 }

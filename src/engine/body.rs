@@ -8,8 +8,10 @@
 //! passing async closures, which implement both.
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::decide::Failure;
+use crate::sql::{Db, TransactionSql};
 
 /// What runs between `BEGIN` and `COMMIT`, once per attempt.
 pub(crate) trait Body<F, C> {
@@ -17,6 +19,24 @@ pub(crate) trait Body<F, C> {
     type Output;
     /// The user code's error.
     type Error;
+
+    /// Opens the attempt's top-level transaction. A body whose first statement can travel
+    /// with the `BEGIN` sends both here and keeps what the statement returned for
+    /// [`attempt`](Self::attempt). Either way, a failure leaves no transaction open.
+    fn begin(
+        &mut self,
+        conn: &mut C,
+        idle_timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<(), Failure<Self::Error>>>
+    where
+        C: Db<F, Backend: TransactionSql>,
+    {
+        async move {
+            C::Backend::begin_top(conn, idle_timeout)
+                .await
+                .map_err(Failure::Database)
+        }
+    }
 
     /// One attempt, inside the open transaction.
     fn attempt(

@@ -156,7 +156,7 @@ where
         let before = conn.depth()?;
         match scope {
             Scope::TopLevel => {
-                C::Backend::begin_top(conn, idle_timeout).await?;
+                body.begin(conn, idle_timeout).await?;
                 conn.count_level(TransactionDepthChange::IncreaseDepth)?;
             }
             // Inside the caller's transaction: a savepoint, counted like any other level.
@@ -166,7 +166,7 @@ where
     };
     let before = match opened.await {
         Ok(before) => before,
-        Err(error) => return Attempted::Finished(Err(Failure::Database(error))),
+        Err(failure) => return Attempted::Finished(Err(failure)),
     };
     // A panic the body did not catch itself (a `Serialize` impl, say) must not leave the
     // connection inside the transaction either.

@@ -5,6 +5,7 @@
 //! are `backend/cursor.rs`.
 
 use std::future::Future;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
@@ -24,6 +25,23 @@ pub trait CursorSql: TransactionSql {
         epoch: i64,
         now: DateTime<Utc>,
     ) -> impl Future<Output = QueryResult<bool>> + Send;
+
+    /// Opens the top-level transaction and tries the in-order advance in it, as
+    /// [`begin_top`](TransactionSql::begin_top) and then
+    /// [`advance_cursor`](Self::advance_cursor) would, in one round trip: `None`, having sent
+    /// nothing, where the backend cannot send both as one. A failure leaves no transaction
+    /// open.
+    fn begin_and_advance_cursor<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        idle_timeout: Option<Duration>,
+        key: StreamKey<'_>,
+        sequence: i64,
+        epoch: i64,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Option<QueryResult<bool>>> + Send {
+        let _ = (conn, idle_timeout, key, sequence, epoch, now);
+        std::future::ready(None)
+    }
 
     /// The cursor row, locked for the rest of the transaction where the backend has row
     /// locks (SQLite's immediate transaction holds the whole database instead).

@@ -5,6 +5,7 @@
 //! are `backend/inbox.rs`, and MySQL's own (no `RETURNING`) are in `backend/mysql.rs`.
 
 use std::future::Future;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
@@ -23,6 +24,22 @@ pub trait InboxSql: TransactionSql {
         now: DateTime<Utc>,
         payload_hash: Option<&[u8]>,
     ) -> impl Future<Output = QueryResult<Recorded>> + Send;
+
+    /// Opens the top-level transaction and records the delivery in it, as
+    /// [`begin_top`](TransactionSql::begin_top) and then
+    /// [`record_delivery`](Self::record_delivery) would, in one round trip: `None`, having
+    /// sent nothing, where the backend cannot send both as one. A failure leaves no
+    /// transaction open.
+    fn begin_and_record_delivery<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        idle_timeout: Option<Duration>,
+        key: Key<'_>,
+        now: DateTime<Utc>,
+        payload_hash: Option<&[u8]>,
+    ) -> impl Future<Output = Option<QueryResult<Recorded>>> + Send {
+        let _ = (conn, idle_timeout, key, now, payload_hash);
+        std::future::ready(None)
+    }
 
     /// [`record_delivery`](Self::record_delivery) for many distinct event ids of one
     /// consumer, in as few statements as the backend allows; results in the order given.

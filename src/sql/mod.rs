@@ -47,6 +47,8 @@ pub(crate) use migrations::{MigrationLock, MigrationsSql};
 pub(crate) use outbox::OutboxSql;
 pub(crate) use replay::ReplaySql;
 pub(crate) use retention::RetentionSql;
+#[cfg(feature = "mysql")]
+pub(crate) use transaction::mysql::{compound, BeginThen};
 pub(crate) use transaction::TransactionSql;
 
 /// Every area's statements for one database: what a connection's backend must implement for

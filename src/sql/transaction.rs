@@ -205,10 +205,18 @@ impl TransactionSql for diesel::mysql::Mysql {
         mysql::prepared_or_text(conn, "BEGIN")
     }
 
-    fn commit_top<F, C: Db<F, Backend = Self>>(
-        conn: &mut C,
-    ) -> impl Future<Output = QueryResult<()>> + Send {
-        mysql::prepared_or_text(conn, "COMMIT")
+    async fn commit_top<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<()> {
+        // A deadlock rolls back the whole transaction; later statements then autocommit one by
+        // one and a plain COMMIT succeeds on nothing. MariaDB's commit checks first, in the
+        // same round trip, as PostgreSQL's does: one compound statement refuses to commit
+        // outside a transaction, as a deadlock (1213), which is what ended it. A server without
+        // compound statements outside stored programs (Oracle MySQL) gets the check on its own
+        // and then COMMIT.
+        match mysql::compound(conn, mysql::Fixed(mysql::COMMIT_IF_OPEN)).await {
+            Some(committed) => committed.map(drop),
+            None if !Self::transaction_is_alive(conn).await? => Err(mysql::ended_before_commit()),
+            None => mysql::prepared_or_text(conn, "COMMIT").await,
+        }
     }
 
     fn next_transaction_read_committed<F, C: Db<F, Backend = Self>>(
@@ -294,9 +302,10 @@ impl TransactionSql for diesel::sqlite::Sqlite {
     }
 }
 
-/// MySQL's `BEGIN` and `COMMIT` as prepared statements.
+/// MySQL's `BEGIN` and `COMMIT` as prepared statements, and MariaDB's compound statements,
+/// which send several statements as one.
 #[cfg(feature = "mysql")]
-mod mysql {
+pub(crate) mod mysql {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use diesel::mysql::Mysql;
@@ -311,11 +320,85 @@ mod mysql {
     /// server, at two round trips more each.
     static TEXT_BEGIN_AND_COMMIT: AtomicBool = AtomicBool::new(false);
 
+    /// Set once a server refused a compound statement (`BEGIN NOT ATOMIC .. END`): Oracle
+    /// MySQL has them only inside stored programs. From then on this process sends their
+    /// parts one by one.
+    static NO_COMPOUND_STATEMENTS: AtomicBool = AtomicBool::new(false);
+
+    /// What a commit that found the transaction ended says, as a literal for `concat!`.
+    macro_rules! ended_before_commit {
+        () => {
+            "Deadlock found: the transaction had ended before COMMIT"
+        };
+    }
+
+    /// The top-level COMMIT that first checks the transaction is still open, and refuses as a
+    /// deadlock (1213, SQLSTATE 40001) where one ended it.
+    pub(super) const COMMIT_IF_OPEN: &str = concat!(
+        "BEGIN NOT ATOMIC IF @@in_transaction = 0 THEN ",
+        "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = '",
+        ended_before_commit!(),
+        "'; END IF; COMMIT; END"
+    );
+
+    /// The error [`COMMIT_IF_OPEN`] raises, where the check runs on its own.
+    pub(super) fn ended_before_commit() -> diesel::result::Error {
+        diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::SerializationFailure,
+            Box::new(ended_before_commit!().to_owned()),
+        )
+    }
+
+    /// `BEGIN` and then the statement `Q`, as one compound statement: an error in `Q` rolls
+    /// the transaction back before it is raised, so that a failure never leaves a transaction
+    /// open that the caller does not know of. It reports the rows `Q` changed.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct BeginThen<Q>(pub(crate) Q);
+
+    impl<Q: QueryFragment<Mysql>> QueryFragment<Mysql> for BeginThen<Q> {
+        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+            out.push_sql(
+                "BEGIN NOT ATOMIC \
+                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; \
+                 START TRANSACTION; ",
+            );
+            self.0.walk_ast(out.reborrow())?;
+            out.push_sql("; END");
+            Ok(())
+        }
+    }
+
+    impl<Q: QueryId> QueryId for BeginThen<Q> {
+        type QueryId = BeginThen<Q::QueryId>;
+        const HAS_STATIC_QUERY_ID: bool = Q::HAS_STATIC_QUERY_ID;
+    }
+
+    /// Runs `statement`, a compound statement, as a prepared statement Diesel keeps: `None`
+    /// where the server has no compound statements, so that nothing ran and the caller sends
+    /// the parts one by one.
+    pub(crate) async fn compound<F, C, Q>(conn: &mut C, statement: Q) -> Option<QueryResult<usize>>
+    where
+        C: Db<F, Backend = Mysql>,
+        Q: QueryFragment<Mysql> + QueryId + Send,
+    {
+        if NO_COMPOUND_STATEMENTS.load(Ordering::Relaxed) {
+            return None;
+        }
+        match statement.execute_on(conn).await {
+            Err(error) if message_contains(&error, &["near 'NOT ATOMIC"]) => {
+                NO_COMPOUND_STATEMENTS.store(true, Ordering::Relaxed);
+                tracing::warn!(%error, "this server has no compound statements (Oracle MySQL): the inbox sends their parts one by one, a round trip more each, and cannot tell when a deadlock a handler swallowed ended its transaction");
+                None
+            }
+            result => Some(result),
+        }
+    }
+
     /// A statement of fixed text without binds, which Diesel prepares once per connection and
     /// keeps (by its text: every `Fixed` has the same type). `sql_query` it prepares anew each
     /// time.
     #[derive(Debug, Clone, Copy)]
-    struct Fixed(&'static str);
+    pub(super) struct Fixed(pub(super) &'static str);
 
     impl QueryFragment<Mysql> for Fixed {
         fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {

@@ -889,6 +889,7 @@ pub async fn each_delivery_path_sends_only_the_statements_it_needs<F: Flavour>()
     for (path, sent, expected) in [
         ("processed", processed, F::Backend::PROCESSED_PATH),
         ("duplicate", duplicate, F::Backend::DUPLICATE_PATH),
+        ("cursor, in order", in_order, F::Backend::CURSOR_PATH),
     ] {
         let sent: Vec<String> = sent.iter().map(|s| s.replace(['"', '`'], "")).collect();
         assert_eq!(sent.len(), expected.len(), "{path}: {sent:#?}");

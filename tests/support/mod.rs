@@ -82,6 +82,10 @@ pub(crate) trait Backend {
     /// What a duplicate delivery sends, as [`PROCESSED_PATH`](Self::PROCESSED_PATH).
     const DUPLICATE_PATH: &'static [&'static str];
 
+    /// What a cursor's sequence in order, without event id, sends, as
+    /// [`PROCESSED_PATH`](Self::PROCESSED_PATH).
+    const CURSOR_PATH: &'static [&'static str];
+
     /// Does the inbox take a transaction that ended under the handler for a deadlock, which
     /// is contention, rather than for an aborted transaction? MySQL/MariaDB: a deadlock is
     /// what ends a transaction there while the session goes on.
@@ -336,6 +340,12 @@ impl Backend for Postgres {
         "INSERT INTO diesel_inbox_counters",
         "SAVEPOINT diesel_inbox_commit; COMMIT",
     ];
+    const CURSOR_PATH: &'static [&'static str] = &[
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 60000",
+        "UPDATE diesel_inbox_cursors",
+        "INSERT INTO effects",
+        "SAVEPOINT diesel_inbox_commit; COMMIT",
+    ];
     const DEADLOCK_ENDS_TRANSACTION: bool = false;
     const LOCK_WAIT: Duration = Duration::from_millis(20);
 
@@ -484,6 +494,14 @@ impl ServerBackend for Mysql {
 }
 
 #[cfg(feature = "mysql")]
+/// MariaDB's first statement of a delivery: `BEGIN` and the inbox row's upsert, as one
+/// compound statement.
+const MYSQL_BEGIN_THEN_RECORD: &str = "BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; START TRANSACTION; INSERT INTO diesel_inbox_events";
+
+/// MariaDB's commit, which checks that the transaction is still open, in one compound
+/// statement.
+const MYSQL_COMMIT_IF_OPEN: &str = "BEGIN NOT ATOMIC IF @@in_transaction = 0 THEN SIGNAL";
+
 impl Backend for Mysql {
     type Conn = MysqlConnection;
     #[cfg(feature = "deadpool")]
@@ -498,18 +516,20 @@ impl Backend for Mysql {
     // sends no result metadata when preparing `INSERT .. RETURNING`), a duplicate reads its
     // row with a second statement.
     const PROCESSED_PATH: &'static [&'static str] = &[
-        "BEGIN -- binds: []",
-        "INSERT INTO diesel_inbox_events",
+        MYSQL_BEGIN_THEN_RECORD,
         "INSERT INTO effects",
-        "SELECT @@in_transaction -- binds: []",
-        "COMMIT -- binds: []",
+        MYSQL_COMMIT_IF_OPEN,
     ];
     const DUPLICATE_PATH: &'static [&'static str] = &[
-        "BEGIN -- binds: []",
-        "INSERT INTO diesel_inbox_events",
+        MYSQL_BEGIN_THEN_RECORD,
         "SELECT diesel_inbox_events.processed_at",
         "INSERT INTO diesel_inbox_counters",
-        "COMMIT -- binds: []",
+        MYSQL_COMMIT_IF_OPEN,
+    ];
+    const CURSOR_PATH: &'static [&'static str] = &[
+        "BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; START TRANSACTION; UPDATE diesel_inbox_cursors",
+        "INSERT INTO effects",
+        MYSQL_COMMIT_IF_OPEN,
     ];
     const DEADLOCK_ENDS_TRANSACTION: bool = true;
     const LOCK_WAIT: Duration = Duration::from_secs(1);
@@ -594,6 +614,13 @@ impl Backend for Sqlite {
         "BEGIN IMMEDIATE",
         "INSERT INTO diesel_inbox_events",
         "INSERT INTO diesel_inbox_counters",
+        "COMMIT",
+    ];
+    const CURSOR_PATH: &'static [&'static str] = &[
+        "BEGIN IMMEDIATE",
+        "UPDATE diesel_inbox_cursors",
+        "INSERT INTO effects",
+        "BEGIN",
         "COMMIT",
     ];
     const DEADLOCK_ENDS_TRANSACTION: bool = false;
