@@ -16,7 +16,7 @@ use crate::names::Consumer;
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::Recorded;
-use crate::sql::{Blocking, Db, InboxSql, Sql, TransactionSql};
+use crate::sql::{Began, Blocking, Db, InboxSql, Sql, TransactionSql};
 use crate::state::Counter;
 use crate::{
     Delivery, Error, HandlerError, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome,
@@ -318,7 +318,7 @@ impl Inbox {
                 effect: &mut effect,
                 encode: &encode,
                 scope,
-                recorded: None,
+                began: None,
             };
             let delivered = engine::run(conn, scope, &self.retry, subject, body).await;
             // What an error will be labelled: a payload conflict, the handler's failure
@@ -365,7 +365,7 @@ impl Inbox {
         effect: &mut H,
         encode: &impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
         scope: Scope,
-        recorded: Option<Recorded>,
+        began: Option<Began>,
     ) -> Result<Delivered<T>, Failure<E>>
     where
         C: Db<F, Backend: Sql>,
@@ -373,8 +373,8 @@ impl Inbox {
     {
         let key = self.key(delivery);
         let fingerprint = delivery.payload.as_ref().map(crate::Payload::fingerprint);
-        let recorded = match recorded {
-            Some(recorded) => recorded,
+        let began = match began {
+            Some(began) => began,
             None => C::Backend::record_delivery(
                 conn,
                 key,
@@ -382,8 +382,13 @@ impl Inbox {
                 fingerprint_bytes(fingerprint.as_ref()),
             )
             .await
+            .map(Began::recorded)
             .map_err(|error| Failure::reading_events(error, key))?,
         };
+        let Began {
+            recorded,
+            without_waiting_for_disk,
+        } = began;
         match recorded {
             // A stored result's update may follow: after user code that ended the transaction
             // itself it changes no row (a rollback took the row with it) or the row that
@@ -396,7 +401,9 @@ impl Inbox {
                 // Inside a caller's transaction, the caller's writes decide durability.
                 let delivered = seen(conn, key, fingerprint.as_ref(), existing).await?;
                 if scope == Scope::TopLevel {
-                    C::Backend::commit_without_waiting_for_disk(conn).await?;
+                    if !without_waiting_for_disk {
+                        C::Backend::commit_without_waiting_for_disk(conn).await?;
+                    }
                     Tally::of(&delivered).count(conn, key).await?;
                 }
                 Ok(delivered)
@@ -493,7 +500,7 @@ struct Deliver<'a, H, Enc> {
     encode: &'a Enc,
     scope: Scope,
     /// The delivery's record, where it travelled with the attempt's `BEGIN`.
-    recorded: Option<Recorded>,
+    began: Option<Began>,
 }
 
 /// A payload's fingerprint as the statements bind it.
@@ -525,9 +532,8 @@ where
         let began =
             C::Backend::begin_and_record_delivery(conn, idle_timeout, key, Utc::now(), hash).await;
         match began {
-            Some(recorded) => {
-                self.recorded =
-                    Some(recorded.map_err(|error| Failure::reading_events(error, key))?);
+            Some(began) => {
+                self.began = Some(began.map_err(|error| Failure::reading_events(error, key))?);
                 Ok(())
             }
             None => C::Backend::begin_top(conn, idle_timeout)
@@ -543,17 +549,10 @@ where
             effect,
             encode,
             scope,
-            recorded,
+            began,
         } = self;
         inbox
-            .deliver(
-                conn,
-                delivery,
-                &mut **effect,
-                *encode,
-                *scope,
-                recorded.take(),
-            )
+            .deliver(conn, delivery, &mut **effect, *encode, *scope, began.take())
             .await
     }
 }

@@ -134,6 +134,17 @@ pub(crate) fn in_order(
 
 /// A column this version cannot read, as the error Diesel gives when a typed column does not
 /// read: what a statement of one row returns, and [`crate::state::unreadable`] names.
+/// Rolls back a transaction that one of the inbox's statements opened before the engine
+/// counted its level: the statement that followed failed, and the caller must not be left
+/// inside a transaction it does not know of. A failure is logged: the connection is then
+/// lost, and the transaction with it.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) async fn roll_back_uncounted<F, C: crate::sql::Db<F>>(conn: &mut C) {
+    if let Err(error) = conn.batch_execute("ROLLBACK").await {
+        tracing::warn!(%error, "rolling back the inbox transaction failed");
+    }
+}
+
 pub(crate) fn known<T>(value: Result<T, UnknownState>) -> QueryResult<T> {
     value.map_err(|unknown| diesel::result::Error::DeserializationError(Box::new(unknown)))
 }

@@ -17,7 +17,7 @@ use crate::dialect::Dialect;
 use crate::rows::{ClaimRow, NewClaim, Recorded};
 use crate::schema::mysql as schema;
 use crate::sql::{
-    ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
+    Began, ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
     MigrationsSql, OutboxSql, ReplaySql, RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
@@ -262,7 +262,7 @@ impl InboxSql for Mysql {
         key: Key<'_>,
         now: DateTime<Utc>,
         payload_hash: Option<&[u8]>,
-    ) -> Option<QueryResult<Recorded>> {
+    ) -> Option<QueryResult<Began>> {
         // No variable lasts one transaction here: the idle bound is the server's (`begin_top`).
         let _ = idle_timeout;
         let statement = crate::sql::BeginThen(RecordDelivery::new(key, now, payload_hash));
@@ -272,12 +272,9 @@ impl InboxSql for Mysql {
         };
         let recorded = recorded(conn, key, affected).await;
         if recorded.is_err() {
-            // The transaction is open, and the caller will not know of it.
-            if let Err(error) = conn.batch_execute("ROLLBACK").await {
-                tracing::warn!(%error, "rolling back the inbox transaction failed");
-            }
+            super::roll_back_uncounted(conn).await;
         }
-        Some(recorded)
+        Some(recorded.map(Began::recorded))
     }
 
     async fn record_deliveries<F, C: crate::sql::Db<F, Backend = Self>>(

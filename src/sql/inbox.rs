@@ -14,6 +14,27 @@ use super::{Db, TransactionSql};
 use crate::rows::{InboxRow, Key, Listed, Recorded};
 use crate::state::{Counter, InboxState};
 
+/// What [`InboxSql::begin_and_record_delivery`] did.
+#[derive(Debug)]
+pub struct Began {
+    /// What recording the delivery found.
+    pub recorded: Recorded,
+    /// Whether the transaction already commits without waiting for the disk, as
+    /// [`InboxSql::commit_without_waiting_for_disk`] would have it: a duplicate's, which
+    /// records bookkeeping alone.
+    pub without_waiting_for_disk: bool,
+}
+
+impl Began {
+    /// A transaction that recorded the delivery and commits as any other.
+    pub(crate) fn recorded(recorded: Recorded) -> Self {
+        Self {
+            recorded,
+            without_waiting_for_disk: false,
+        }
+    }
+}
+
 /// The inbox area's statements for one database, on a connection of either flavour. Sealed.
 pub trait InboxSql: TransactionSql {
     /// Inserts the inbox row, or counts one more delivery on the existing one. The database's
@@ -27,16 +48,16 @@ pub trait InboxSql: TransactionSql {
 
     /// Opens the top-level transaction and records the delivery in it, as
     /// [`begin_top`](TransactionSql::begin_top) and then
-    /// [`record_delivery`](Self::record_delivery) would, in one round trip: `None`, having
-    /// sent nothing, where the backend cannot send both as one. A failure leaves no
-    /// transaction open.
+    /// [`record_delivery`](Self::record_delivery) would, with the record in the `BEGIN`'s
+    /// round trip: `None`, having sent nothing, where the backend cannot send both as one. A
+    /// failure leaves no transaction open.
     fn begin_and_record_delivery<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
         idle_timeout: Option<Duration>,
         key: Key<'_>,
         now: DateTime<Utc>,
         payload_hash: Option<&[u8]>,
-    ) -> impl Future<Output = Option<QueryResult<Recorded>>> + Send {
+    ) -> impl Future<Output = Option<QueryResult<Began>>> + Send {
         let _ = (conn, idle_timeout, key, now, payload_hash);
         std::future::ready(None)
     }

@@ -42,13 +42,15 @@ pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use doctor::DoctorSql;
 pub(crate) use failures::FailureSql;
-pub(crate) use inbox::InboxSql;
+pub(crate) use inbox::{Began, InboxSql};
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
 pub(crate) use outbox::OutboxSql;
 pub(crate) use replay::ReplaySql;
 pub(crate) use retention::RetentionSql;
 #[cfg(feature = "mysql")]
 pub(crate) use transaction::mysql::{compound, BeginThen};
+#[cfg(feature = "postgres")]
+pub(crate) use transaction::postgres_begin;
 pub(crate) use transaction::TransactionSql;
 
 /// Every area's statements for one database: what a connection's backend must implement for

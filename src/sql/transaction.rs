@@ -109,6 +109,20 @@ const LOST_MYSQL: &[&str] = &[
     "WSREP has not yet prepared node",
 ];
 
+/// PostgreSQL's top-level `BEGIN`, as text for a simple-protocol message, with the bound on how
+/// long the transaction may sit idle in the same message: no round trip of its own. Past the
+/// timeout the server ends the session (25P03) and the client reads a lost connection.
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres_begin(idle_timeout: Option<Duration>) -> String {
+    match idle_timeout {
+        None => "BEGIN".to_owned(),
+        Some(timeout) => {
+            let millis = timeout.as_millis().clamp(1, 2_147_483_647);
+            format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {millis}")
+        }
+    }
+}
+
 #[cfg(feature = "postgres")]
 impl TransactionSql for diesel::pg::Pg {
     const FAILED_STATEMENT: FailedStatement = FailedStatement::AbortsTransaction;
@@ -142,18 +156,7 @@ impl TransactionSql for diesel::pg::Pg {
         conn: &mut C,
         idle_timeout: Option<Duration>,
     ) -> QueryResult<()> {
-        // In the BEGIN's own simple-protocol message: no round trip of its own. Past the
-        // timeout the server ends the session (25P03) and the client reads a lost connection.
-        match idle_timeout {
-            None => conn.batch_execute("BEGIN").await,
-            Some(timeout) => {
-                let millis = timeout.as_millis().clamp(1, 2_147_483_647);
-                conn.batch_execute(&format!(
-                    "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {millis}"
-                ))
-                .await
-            }
-        }
+        conn.batch_execute(&postgres_begin(idle_timeout)).await
     }
 
     fn commit_top<F, C: Db<F, Backend = Self>>(

@@ -65,6 +65,7 @@ macro_rules! flavour_tests {
             nested_in_a_committed_transaction_the_event_stays_processed,
             invalid_ids_are_rejected_before_any_sql,
             ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct,
+            ids_holding_quotes_backslashes_or_sql_are_stored_as_they_are,
             a_swallowed_statement_error_is_reported_as_processed_only_if_the_transaction_survives,
             a_transaction_ended_behind_the_inbox_is_not_reported_as_processed,
             contention_that_clears_is_retried_and_never_reaches_the_caller,
@@ -601,6 +602,37 @@ pub async fn ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct<F
         assert!(again.is_duplicate(), "{id:?}");
     }
     assert_eq!(check.effect_count(), ids.len());
+    assert_eq!(check.inbox_rows(), ids.len());
+}
+
+/// PostgreSQL's insert travels with the `BEGIN` as text: no id, whatever it holds, changes
+/// the statement, and each is stored byte for byte.
+pub async fn ids_holding_quotes_backslashes_or_sql_are_stored_as_they_are<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let ids = [
+        "o'k",
+        "''",
+        "\\'",
+        "x'); DROP TABLE diesel_inbox_events; --",
+        "$$; COMMIT; $$",
+        "\"double\"",
+        "tab\tnew\nline",
+        "rocket 🚀",
+    ];
+
+    for (n, id) in ids.into_iter().enumerate() {
+        // The effect's own row is named apart: the async flavour's test effect writes it as text.
+        let effect = format!("odd-{n}");
+        let outcome = F::with_inbox(&mut conn, id, writes(&effect)).await.unwrap();
+        assert!(outcome.is_processed(), "{id:?}");
+        let again = F::with_inbox(&mut conn, id, writes(&effect)).await.unwrap();
+        assert!(again.is_duplicate(), "{id:?}");
+        assert!(
+            check.has_inbox_row(diesel_inbox::DEFAULT_CONSUMER, id),
+            "{id:?}"
+        );
+    }
+    assert_eq!(check.effect_rows().len(), ids.len());
     assert_eq!(check.inbox_rows(), ids.len());
 }
 

@@ -327,16 +327,17 @@ impl Backend for Postgres {
     const FAILED_STATEMENT_ABORTS_TRANSACTION: bool = true;
     // The idle bound travels with the BEGIN, the check that the transaction is not aborted
     // with the COMMIT.
+    // The insert travels with the BEGIN; the unique key refuses a duplicate's, and a second
+    // transaction records the delivery on the row.
     const PROCESSED_PATH: &'static [&'static str] = &[
-        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 60000",
-        "INSERT INTO diesel_inbox_events",
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 60000; INSERT INTO diesel_inbox_events",
         "INSERT INTO effects",
         "SAVEPOINT diesel_inbox_commit; COMMIT",
     ];
     const DUPLICATE_PATH: &'static [&'static str] = &[
-        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 60000",
+        "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 60000; INSERT INTO diesel_inbox_events",
+        "ROLLBACK; BEGIN; SET LOCAL idle_in_transaction_session_timeout = 60000; SET LOCAL synchronous_commit = off",
         "INSERT INTO diesel_inbox_events",
-        "SET LOCAL synchronous_commit = off",
         "INSERT INTO diesel_inbox_counters",
         "SAVEPOINT diesel_inbox_commit; COMMIT",
     ];
