@@ -92,6 +92,8 @@ pub struct Inbox {
     max_attempts: Option<NonZeroU32>,
     /// How late a redelivery may come; see [`Inbox::redelivery_window`].
     pub(crate) redelivery_window: Duration,
+    /// See [`Inbox::expect_duplicates`].
+    expect_duplicates: bool,
 }
 
 impl Default for Inbox {
@@ -103,6 +105,7 @@ impl Default for Inbox {
             retry: RetryPolicy::default(),
             max_attempts: None,
             redelivery_window: DEFAULT_REDELIVERY_WINDOW,
+            expect_duplicates: false,
         }
     }
 }
@@ -143,6 +146,18 @@ impl Inbox {
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts =
             Some(NonZeroU32::new(attempts).expect("max_attempts must be at least 1"));
+        self
+    }
+
+    /// Tells the inbox that many of this consumer's deliveries are duplicates: a source that
+    /// replays, a hot set of ids redelivered together. On PostgreSQL each delivery then
+    /// begins with the upsert that records it, one message more for a new event, rather than
+    /// with the insert in the `BEGIN`'s message, which the unique key refuses for a duplicate:
+    /// a refused insert costs a duplicate a rolled-back transaction, a wait on a row another
+    /// delivery of the same id holds, and a line in the server's log. Other backends send the
+    /// same either way. Defaults to `false`.
+    pub fn expect_duplicates(mut self, expect: bool) -> Self {
+        self.expect_duplicates = expect;
         self
     }
 
@@ -529,8 +544,14 @@ where
             .as_ref()
             .map(crate::Payload::fingerprint);
         let hash = fingerprint_bytes(fingerprint.as_ref());
-        let began =
-            C::Backend::begin_and_record_delivery(conn, idle_timeout, key, Utc::now(), hash).await;
+        // A consumer expecting duplicates sends none an insert the key would refuse.
+        let began = if self.inbox.expect_duplicates
+            && C::Backend::RECORD_WITH_BEGIN_REFUSES_DUPLICATES
+        {
+            None
+        } else {
+            C::Backend::begin_and_record_delivery(conn, idle_timeout, key, Utc::now(), hash).await
+        };
         match began {
             Some(began) => {
                 self.began = Some(began.map_err(|error| Failure::reading_events(error, key))?);

@@ -1,4 +1,6 @@
-//! PostgreSQL: `INSERT .. ON CONFLICT DO UPDATE .. RETURNING`, one round trip per delivery.
+//! PostgreSQL: a delivery's plain `INSERT` of the inbox row travels with the `BEGIN`, and the
+//! unique key refuses a duplicate's, whose delivery `INSERT .. ON CONFLICT DO UPDATE ..
+//! RETURNING` then records on the row.
 
 use std::future::Future;
 use std::time::Duration;
@@ -206,6 +208,8 @@ async fn seen_after_conflict<F, C: Db<F, Backend = Pg>>(
 }
 
 impl InboxSql for Pg {
+    const RECORD_WITH_BEGIN_REFUSES_DUPLICATES: bool = true;
+
     inbox_statement!(record_delivery, schema, codec, rows, upsert_returning);
     inbox_statement!(record_deliveries, schema, codec, rows, upsert_returning);
 

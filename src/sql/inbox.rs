@@ -37,6 +37,11 @@ impl Began {
 
 /// The inbox area's statements for one database, on a connection of either flavour. Sealed.
 pub trait InboxSql: TransactionSql {
+    /// Whether [`begin_and_record_delivery`](Self::begin_and_record_delivery) records a
+    /// duplicate by way of an insert the unique key refuses, which
+    /// [`Inbox::expect_duplicates`](crate::Inbox::expect_duplicates) avoids.
+    const RECORD_WITH_BEGIN_REFUSES_DUPLICATES: bool = false;
+
     /// Inserts the inbox row, or counts one more delivery on the existing one. The database's
     /// unique key decides which, in one statement where the backend allows.
     fn record_delivery<F, C: Db<F, Backend = Self>>(

@@ -66,6 +66,7 @@ macro_rules! flavour_tests {
             invalid_ids_are_rejected_before_any_sql,
             ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct,
             ids_holding_quotes_backslashes_or_sql_are_stored_as_they_are,
+            a_consumer_expecting_duplicates_sends_no_insert_the_key_refuses,
             a_swallowed_statement_error_is_reported_as_processed_only_if_the_transaction_survives,
             a_transaction_ended_behind_the_inbox_is_not_reported_as_processed,
             contention_that_clears_is_retried_and_never_reaches_the_caller,
@@ -603,6 +604,34 @@ pub async fn ids_differing_by_case_accents_spaces_or_normal_form_stay_distinct<F
     }
     assert_eq!(check.effect_count(), ids.len());
     assert_eq!(check.inbox_rows(), ids.len());
+}
+
+/// A consumer that expects duplicates sends none an insert the unique key refuses (on
+/// PostgreSQL a duplicate's first transaction is otherwise rolled back), and its deliveries
+/// still take effect once.
+pub async fn a_consumer_expecting_duplicates_sends_no_insert_the_key_refuses<F: Flavour>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let inbox = Inbox::default().expect_duplicates(true);
+    let log = F::log(&mut conn);
+
+    let first = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    assert!(first.unwrap().is_processed());
+    let processed = log.take();
+    let again = F::process(&inbox, &mut conn, "evt-1", writes("evt-1")).await;
+    assert!(again.unwrap().is_duplicate());
+    let duplicate = log.take();
+
+    assert!(
+        !duplicate.iter().any(|sent| sent.starts_with("ROLLBACK")),
+        "{duplicate:#?}"
+    );
+    // At most the one message more that a new event's upsert costs on PostgreSQL.
+    assert!(
+        processed.len() <= F::Backend::PROCESSED_PATH.len() + 1,
+        "{processed:#?}"
+    );
+    assert_eq!(check.effect_count(), 1);
+    assert_eq!(check.inbox_rows(), 1);
 }
 
 /// PostgreSQL's insert travels with the `BEGIN` as text: no id, whatever it holds, changes
