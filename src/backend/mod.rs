@@ -132,8 +132,6 @@ pub(crate) fn in_order(
         .collect()
 }
 
-/// A column this version cannot read, as the error Diesel gives when a typed column does not
-/// read: what a statement of one row returns, and [`crate::state::unreadable`] names.
 /// Rolls back a transaction that one of the inbox's statements opened before the engine
 /// counted its level: the statement that followed failed, and the caller must not be left
 /// inside a transaction it does not know of. A failure is logged: the connection is then
@@ -145,6 +143,8 @@ pub(crate) async fn roll_back_uncounted<F, C: crate::sql::Db<F>>(conn: &mut C) {
     }
 }
 
+/// A column this version cannot read, as the error Diesel gives when a typed column does not
+/// read: what a statement of one row returns, and [`crate::state::unreadable`] names.
 pub(crate) fn known<T>(value: Result<T, UnknownState>) -> QueryResult<T> {
     value.map_err(|unknown| diesel::result::Error::DeserializationError(Box::new(unknown)))
 }
