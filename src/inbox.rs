@@ -16,7 +16,7 @@ use crate::names::Consumer;
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::Recorded;
-use crate::sql::{Began, Blocking, Db, InboxSql, Sql, TransactionSql};
+use crate::sql::{Began, Blocking, Db, InboxSql, Sql};
 use crate::state::Counter;
 use crate::{
     Delivery, Error, HandlerError, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome,
@@ -329,7 +329,7 @@ impl Inbox {
             let subject = self.subject(Some(delivery.id.as_str()));
             let body = Deliver {
                 inbox: self,
-                delivery: &delivery,
+                delivery: Fingerprinted::of(&delivery),
                 effect: &mut effect,
                 encode: &encode,
                 scope,
@@ -376,7 +376,7 @@ impl Inbox {
     async fn deliver<F, C, T, E, H>(
         &self,
         conn: &mut C,
-        delivery: &Delivery,
+        delivery: &Fingerprinted<'_>,
         effect: &mut H,
         encode: &impl Fn(&T) -> Result<Option<String>, serde_json::Error>,
         scope: Scope,
@@ -386,19 +386,14 @@ impl Inbox {
         C: Db<F, Backend: Sql>,
         H: Effect<C, Output = T, Error = E>,
     {
-        let key = self.key(delivery);
-        let fingerprint = delivery.payload.as_ref().map(crate::Payload::fingerprint);
+        let key = self.key(delivery.delivery);
+        let fingerprint = delivery.fingerprint.as_ref();
         let began = match began {
             Some(began) => began,
-            None => C::Backend::record_delivery(
-                conn,
-                key,
-                Utc::now(),
-                fingerprint_bytes(fingerprint.as_ref()),
-            )
-            .await
-            .map(Began::recorded)
-            .map_err(|error| Failure::reading_events(error, key))?,
+            None => C::Backend::record_delivery(conn, key, Utc::now(), delivery.hash())
+                .await
+                .map(Began::recorded)
+                .map_err(|error| Failure::reading_events(error, key))?,
         };
         let Began {
             recorded,
@@ -414,7 +409,7 @@ impl Inbox {
             Recorded::Seen(existing) => {
                 // The effect will not run: what commits now is the delivery count alone.
                 // Inside a caller's transaction, the caller's writes decide durability.
-                let delivered = seen(conn, key, fingerprint.as_ref(), existing).await?;
+                let delivered = seen(conn, key, fingerprint, existing).await?;
                 if scope == Scope::TopLevel {
                     if !without_waiting_for_disk {
                         C::Backend::commit_without_waiting_for_disk(conn).await?;
@@ -510,7 +505,7 @@ impl Inbox {
 /// The inbox transaction's body: [`Inbox::deliver`], once per attempt.
 struct Deliver<'a, H, Enc> {
     inbox: &'a Inbox,
-    delivery: &'a Delivery,
+    delivery: Fingerprinted<'a>,
     effect: &'a mut H,
     encode: &'a Enc,
     scope: Scope,
@@ -518,9 +513,24 @@ struct Deliver<'a, H, Enc> {
     began: Option<Began>,
 }
 
-/// A payload's fingerprint as the statements bind it.
-fn fingerprint_bytes(fingerprint: Option<&[u8; 32]>) -> Option<&[u8]> {
-    fingerprint.map(|f| &f[..])
+/// A delivery and its payload's fingerprint, taken once for all its attempts and statements.
+struct Fingerprinted<'a> {
+    delivery: &'a Delivery,
+    fingerprint: Option<[u8; 32]>,
+}
+
+impl<'a> Fingerprinted<'a> {
+    fn of(delivery: &'a Delivery) -> Self {
+        Self {
+            delivery,
+            fingerprint: delivery.payload.as_ref().map(crate::Payload::fingerprint),
+        }
+    }
+
+    /// The fingerprint as the statements bind it.
+    fn hash(&self) -> Option<&[u8]> {
+        self.fingerprint.as_ref().map(|f| &f[..])
+    }
 }
 
 impl<F, C, T, E, H, Enc> Body<F, C> for Deliver<'_, H, Enc>
@@ -537,13 +547,8 @@ where
         conn: &mut C,
         idle_timeout: Option<Duration>,
     ) -> Result<(), Failure<E>> {
-        let key = self.inbox.key(self.delivery);
-        let fingerprint = self
-            .delivery
-            .payload
-            .as_ref()
-            .map(crate::Payload::fingerprint);
-        let hash = fingerprint_bytes(fingerprint.as_ref());
+        let key = self.inbox.key(self.delivery.delivery);
+        let hash = self.delivery.hash();
         // A consumer expecting duplicates sends none an insert the key would refuse.
         let began = if self.inbox.expect_duplicates
             && C::Backend::RECORD_WITH_BEGIN_REFUSES_DUPLICATES
@@ -557,9 +562,7 @@ where
                 self.began = Some(began.map_err(|error| Failure::reading_events(error, key))?);
                 Ok(())
             }
-            None => C::Backend::begin_top(conn, idle_timeout)
-                .await
-                .map_err(Failure::Database),
+            None => engine::begin_top(conn, idle_timeout).await,
         }
     }
 

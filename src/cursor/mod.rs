@@ -16,7 +16,7 @@ use crate::names::{InvalidStreamName, StreamName};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
-use crate::sql::{Blocking, CursorSql, Db, InboxSql, RetentionSql, Sql, TransactionSql};
+use crate::sql::{Blocking, CursorSql, Db, InboxSql, RetentionSql, Sql};
 use crate::state::GapState;
 use crate::watermark::{Change, Refusal, Stream, Verdict};
 use crate::{
@@ -944,9 +944,7 @@ where
                 return Ok(());
             }
         }
-        C::Backend::begin_top(conn, idle_timeout)
-            .await
-            .map_err(Failure::Database)
+        engine::begin_top(conn, idle_timeout).await
     }
 
     async fn attempt(&mut self, conn: &mut C) -> Result<Advanced<T>, Failure<E>> {

@@ -31,11 +31,7 @@ pub(crate) trait Body<F, C> {
     where
         C: Db<F, Backend: TransactionSql>,
     {
-        async move {
-            C::Backend::begin_top(conn, idle_timeout)
-                .await
-                .map_err(Failure::Database)
-        }
+        begin_top(conn, idle_timeout)
     }
 
     /// One attempt, inside the open transaction.
@@ -55,6 +51,19 @@ where
     fn attempt(&mut self, conn: &mut C) -> impl Future<Output = Result<R, Failure<E>>> {
         self(conn)
     }
+}
+
+/// The top-level `BEGIN` alone: what [`Body::begin`] sends where nothing travels with it.
+pub(crate) async fn begin_top<F, C, E>(
+    conn: &mut C,
+    idle_timeout: Option<Duration>,
+) -> Result<(), Failure<E>>
+where
+    C: Db<F, Backend: TransactionSql>,
+{
+    C::Backend::begin_top(conn, idle_timeout)
+        .await
+        .map_err(Failure::Database)
 }
 
 /// User code that runs inside an inbox transaction: a handler, once per attempt.

@@ -32,7 +32,7 @@ use std::time::Duration;
 use diesel::connection::TransactionDepthChange;
 use tracing::{debug, warn};
 
-pub(crate) use self::body::{Body, Effect};
+pub(crate) use self::body::{begin_top, Body, Effect};
 pub(crate) use self::guard::Open;
 pub(crate) use self::ready::run_ready;
 pub(crate) use self::unwind::catch_unwind;
