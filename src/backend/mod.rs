@@ -137,8 +137,12 @@ pub(crate) fn in_order(
 /// inside a transaction it does not know of. A failure is logged: the connection is then
 /// lost, and the transaction with it.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) async fn roll_back_uncounted<F, C: crate::sql::Db<F>>(conn: &mut C) {
-    if let Err(error) = conn.batch_execute("ROLLBACK").await {
+pub(crate) async fn roll_back_uncounted<F, C>(conn: &mut C)
+where
+    C: crate::sql::Db<F, Backend: crate::sql::TransactionSql>,
+{
+    use crate::sql::TransactionSql;
+    if let Err(error) = C::Backend::rollback_uncounted(conn).await {
         tracing::warn!(%error, "rolling back the inbox transaction failed");
     }
 }

@@ -253,19 +253,33 @@ where
 }
 
 /// Rolls back every transaction level above `depth_to_keep`, so a failure anywhere inside
-/// leaves the connection as the inbox found it. A level that fails to roll back (a savepoint
-/// the server already dropped with the whole transaction) is logged and the next level is
-/// tried: Diesel counts it as gone, and the outer `ROLLBACK` ends whatever is left. When the
-/// connection is lost, Diesel marks its transaction manager broken and the loop stops; a pool
-/// then discards the connection. Rollback errors are not returned: the reason the attempt
-/// failed matters more to the caller.
-pub(crate) async fn rollback_to<F, C: Db<F>>(conn: &mut C, depth_to_keep: u32) {
+/// leaves the connection as the inbox found it: the top level through the backend's own
+/// rollback, which undoes what its `BEGIN` set on the session. A level that fails to roll
+/// back (a savepoint the server already dropped with the whole transaction) is logged and the
+/// next level is tried: Diesel counts it as gone, and the outer `ROLLBACK` ends whatever is
+/// left. When the connection is lost, the transaction manager is marked broken and the loop
+/// stops; a pool then discards the connection. Rollback errors are not returned: the reason
+/// the attempt failed matters more to the caller.
+pub(crate) async fn rollback_to<F, C>(conn: &mut C, depth_to_keep: u32)
+where
+    C: Db<F, Backend: TransactionSql>,
+{
     while let Ok(before) = conn.depth() {
         if before <= depth_to_keep {
             return;
         }
-        if let Err(error) = conn.rollback_level().await {
+        let rolled_back = if before == 1 {
+            C::Backend::rollback_top(conn).await
+        } else {
+            conn.rollback_level().await
+        };
+        if let Err(error) = rolled_back {
             warn!(%error, "rolling back the inbox transaction failed");
+            if before == 1 && conn.depth() == Ok(before) {
+                // Diesel's own rollback marks the manager broken when the top level fails to
+                // roll back; the backend's must leave the connection no better off.
+                conn.poison();
+            }
         }
         if conn.depth().map_or(true, |after| after >= before) {
             return;

@@ -46,6 +46,23 @@ pub trait TransactionSql: Backend + Sized + 'static {
         conn.batch_execute("COMMIT")
     }
 
+    /// Rolls back the top-level transaction the inbox opened, and counts the level closed in
+    /// the transaction manager, as [`Db::rollback_level`] does: undoing with it whatever
+    /// [`begin_top`](Self::begin_top) set on the session for the transaction.
+    fn rollback_top<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        conn.rollback_level()
+    }
+
+    /// [`rollback_top`](Self::rollback_top) for a transaction whose level the engine has not
+    /// counted yet: its first statement, sent with the `BEGIN`, failed after it.
+    fn rollback_uncounted<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<()>> + Send {
+        conn.batch_execute("ROLLBACK")
+    }
+
     /// `Ok(true)` while the transaction opened by the inbox can still commit what it did.
     /// `Ok(false)` means the database already aborted or rolled it back; an error, that the
     /// check itself failed (a lost connection, say).
@@ -198,27 +215,45 @@ impl TransactionSql for diesel::mysql::Mysql {
         )
     }
 
-    fn begin_top<F, C: Db<F, Backend = Self>>(
+    async fn begin_top<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
         idle_timeout: Option<Duration>,
-    ) -> impl Future<Output = QueryResult<()>> + Send {
+    ) -> QueryResult<()> {
         // No variable lasts one transaction here, and a session variable set per transaction
         // would cost a round trip each: the server's idle_transaction_timeout is the bound.
         let _ = idle_timeout;
-        mysql::prepared_or_text(conn, "BEGIN")
+        // MariaDB: the fenced transaction (see `mysql::BEGIN_FENCED`). A server without
+        // compound statements outside stored programs (Oracle MySQL) gets a plain BEGIN.
+        match mysql::compound(conn, mysql::Fixed(mysql::BEGIN_FENCED)).await {
+            Some(begun) => begun.map(drop),
+            None => mysql::prepared_or_text(conn, "BEGIN").await,
+        }
     }
 
     async fn commit_top<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<()> {
-        // A deadlock rolls back the whole transaction; later statements then autocommit one by
-        // one and a plain COMMIT succeeds on nothing. MariaDB's commit checks first, in the
-        // same round trip, as PostgreSQL's does: one compound statement refuses to commit
-        // outside a transaction, as a deadlock (1213), which is what ended it. A server without
-        // compound statements outside stored programs (Oracle MySQL) gets the check on its own
-        // and then COMMIT.
-        match mysql::compound(conn, mysql::Fixed(mysql::COMMIT_IF_OPEN)).await {
+        // A deadlock (or a Galera node's brute-force abort) rolls back the whole transaction,
+        // and the statements after it would autocommit one by one. On MariaDB the fence keeps
+        // them in a transaction of their own, which this commit refuses, in the same round
+        // trip, as a deadlock (1213), which is what ended it (`mysql::COMMIT_FENCED`). A server
+        // without compound statements outside stored programs (Oracle MySQL) gets the check on
+        // its own and then COMMIT.
+        match mysql::compound(conn, mysql::Fixed(mysql::COMMIT_FENCED)).await {
             Some(committed) => committed.map(drop),
             None if !Self::transaction_is_alive(conn).await? => Err(mysql::ended_before_commit()),
             None => mysql::prepared_or_text(conn, "COMMIT").await,
+        }
+    }
+
+    async fn rollback_top<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<()> {
+        Self::rollback_uncounted(conn).await?;
+        conn.count_level(diesel::connection::TransactionDepthChange::DecreaseDepth)
+    }
+
+    async fn rollback_uncounted<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<()> {
+        // The fenced transaction's way out: autocommit back on.
+        match mysql::compound(conn, mysql::Fixed(mysql::ROLLBACK_FENCED)).await {
+            Some(rolled_back) => rolled_back.map(drop),
+            None => mysql::prepared_or_text(conn, "ROLLBACK").await,
         }
     }
 
@@ -335,14 +370,40 @@ pub(crate) mod mysql {
         };
     }
 
-    /// The top-level COMMIT that first checks the transaction is still open, and refuses as a
-    /// deadlock (1213, SQLSTATE 40001) where one ended it.
-    pub(super) const COMMIT_IF_OPEN: &str = concat!(
-        "BEGIN NOT ATOMIC IF @@in_transaction = 0 THEN ",
+    /// The start of every top-level transaction the inbox opens on MariaDB, as a literal for
+    /// `concat!`: the fence. A deadlock, or a Galera node's brute-force abort, ends a
+    /// transaction under the statements that follow, which then autocommit one by one: an
+    /// effect would take place outside the inbox's transaction, and its redelivery would run
+    /// it again. So the transaction runs with autocommit off, and those statements open a
+    /// transaction of their own instead, which lacks the savepoint `diesel_inbox_open`: the
+    /// commit refuses it ([`COMMIT_FENCED`]). Any error rolls back and restores autocommit
+    /// before it is raised; so do the commit and [`ROLLBACK_FENCED`], the only ways out.
+    macro_rules! begin_fenced {
+        () => {
+            "BEGIN NOT ATOMIC \
+             DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET autocommit = 1; RESIGNAL; END; \
+             SET autocommit = 0; START TRANSACTION; SAVEPOINT diesel_inbox_open; "
+        };
+    }
+
+    /// The top-level `BEGIN`: see `begin_fenced!`.
+    pub(super) const BEGIN_FENCED: &str = concat!(begin_fenced!(), "END");
+
+    /// The top-level COMMIT: refused as a deadlock (1213, SQLSTATE 40001) and rolled back
+    /// where the transaction that set the fence's savepoint has ended (1305, no such
+    /// savepoint); autocommit restored either way.
+    pub(super) const COMMIT_FENCED: &str = concat!(
+        "BEGIN NOT ATOMIC ",
+        "DECLARE EXIT HANDLER FOR 1305 BEGIN ROLLBACK; SET autocommit = 1; ",
         "SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = '",
         ended_before_commit!(),
-        "'; END IF; COMMIT; END"
+        "'; END; ",
+        "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET autocommit = 1; RESIGNAL; END; ",
+        "RELEASE SAVEPOINT diesel_inbox_open; COMMIT; SET autocommit = 1; END"
     );
+
+    /// The top-level ROLLBACK, which restores autocommit.
+    pub(super) const ROLLBACK_FENCED: &str = "BEGIN NOT ATOMIC ROLLBACK; SET autocommit = 1; END";
 
     /// The error [`COMMIT_IF_OPEN`] raises, where the check runs on its own.
     pub(super) fn ended_before_commit() -> diesel::result::Error {
@@ -352,19 +413,16 @@ pub(crate) mod mysql {
         )
     }
 
-    /// `BEGIN` and then the statement `Q`, as one compound statement: an error in `Q` rolls
-    /// the transaction back before it is raised, so that a failure never leaves a transaction
-    /// open that the caller does not know of. It reports the rows `Q` changed.
+    /// The fenced `BEGIN` (`begin_fenced!`) and then the statement `Q`, as one compound
+    /// statement: an error in `Q` rolls the transaction back before it is raised, so that a
+    /// failure never leaves a transaction open that the caller does not know of. It reports
+    /// the rows `Q` changed.
     #[derive(Debug, Clone, Copy)]
     pub(crate) struct BeginThen<Q>(pub(crate) Q);
 
     impl<Q: QueryFragment<Mysql>> QueryFragment<Mysql> for BeginThen<Q> {
         fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-            out.push_sql(
-                "BEGIN NOT ATOMIC \
-                 DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; \
-                 START TRANSACTION; ",
-            );
+            out.push_sql(begin_fenced!());
             self.0.walk_ast(out.reborrow())?;
             out.push_sql("; END");
             Ok(())

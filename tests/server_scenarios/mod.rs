@@ -2,8 +2,10 @@
 //! `server_backend_tests!`: an embedded SQLite has no session to kill, and no isolation level
 //! to raise.
 
+mod ended_transaction;
 mod lost_connection;
 mod placement;
+pub(crate) use ended_transaction::*;
 pub(crate) use lost_connection::*;
 pub(crate) use placement::*;
 
@@ -50,6 +52,7 @@ macro_rules! server_backend_tests {
             a_given_database_keeps_its_own_tables_and_loses_only_the_inbox_tables_it_got,
             the_prefix_variable_names_the_suites_databases,
             concurrent_deliveries_at_serializable_isolation_take_effect_once_per_id,
+            a_handler_that_swallows_a_deadlock_and_goes_on_takes_effect_once,
             a_handler_whose_session_dies_gets_its_own_error_back,
             a_handler_returning_the_dead_sessions_diesel_error_gets_that_error_back,
             a_session_killed_before_commit_commits_nothing_and_asks_for_redelivery,

@@ -494,14 +494,25 @@ impl ServerBackend for Mysql {
     }
 }
 
-#[cfg(feature = "mysql")]
-/// MariaDB's first statement of a delivery: `BEGIN` and the inbox row's upsert, as one
-/// compound statement.
-const MYSQL_BEGIN_THEN_RECORD: &str = "BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; START TRANSACTION; INSERT INTO diesel_inbox_events";
+/// How every top-level transaction of the inbox's begins on MariaDB: the fence (autocommit
+/// off, the savepoint its commit checks for), in one compound statement with what follows.
+macro_rules! mysql_fenced_begin {
+    () => {
+        "BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; SET autocommit = 1; RESIGNAL; END; SET autocommit = 0; START TRANSACTION; SAVEPOINT diesel_inbox_open; "
+    };
+}
 
-/// MariaDB's commit, which checks that the transaction is still open, in one compound
-/// statement.
-const MYSQL_COMMIT_IF_OPEN: &str = "BEGIN NOT ATOMIC IF @@in_transaction = 0 THEN SIGNAL";
+/// MariaDB's top-level `BEGIN`, where nothing travels with it.
+pub(crate) const MYSQL_BEGIN: &str = concat!(mysql_fenced_begin!(), "END");
+
+/// MariaDB's first statement of a delivery: the fenced `BEGIN` and the inbox row's upsert, as
+/// one compound statement.
+const MYSQL_BEGIN_THEN_RECORD: &str =
+    concat!(mysql_fenced_begin!(), "INSERT INTO diesel_inbox_events");
+
+/// MariaDB's commit, which refuses a transaction that lacks the fence's savepoint, in one
+/// compound statement.
+const MYSQL_COMMIT: &str = "BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR 1305";
 
 impl Backend for Mysql {
     type Conn = MysqlConnection;
@@ -516,21 +527,18 @@ impl Backend for Mysql {
     // its `BEGIN` and `COMMIT` among them, as three. Without RETURNING through Diesel (MariaDB
     // sends no result metadata when preparing `INSERT .. RETURNING`), a duplicate reads its
     // row with a second statement.
-    const PROCESSED_PATH: &'static [&'static str] = &[
-        MYSQL_BEGIN_THEN_RECORD,
-        "INSERT INTO effects",
-        MYSQL_COMMIT_IF_OPEN,
-    ];
+    const PROCESSED_PATH: &'static [&'static str] =
+        &[MYSQL_BEGIN_THEN_RECORD, "INSERT INTO effects", MYSQL_COMMIT];
     const DUPLICATE_PATH: &'static [&'static str] = &[
         MYSQL_BEGIN_THEN_RECORD,
         "SELECT diesel_inbox_events.processed_at",
         "INSERT INTO diesel_inbox_counters",
-        MYSQL_COMMIT_IF_OPEN,
+        MYSQL_COMMIT,
     ];
     const CURSOR_PATH: &'static [&'static str] = &[
-        "BEGIN NOT ATOMIC DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END; START TRANSACTION; UPDATE diesel_inbox_cursors",
+        concat!(mysql_fenced_begin!(), "UPDATE diesel_inbox_cursors"),
         "INSERT INTO effects",
-        MYSQL_COMMIT_IF_OPEN,
+        MYSQL_COMMIT,
     ];
     const DEADLOCK_ENDS_TRANSACTION: bool = true;
     const LOCK_WAIT: Duration = Duration::from_secs(1);
