@@ -166,6 +166,7 @@ macro_rules! flavour_tests {
             the_ranges_end_holds_while_new_events_keep_arriving,
             a_schema_version_outside_the_plans_interpretation_is_skipped_and_named,
             a_failing_event_is_counted_and_named_and_the_replay_goes_on,
+            an_enqueue_and_a_later_claim_suppressed_for_each_event_merge_into_its_one_note_in_one_run,
             random_chains_with_reorgs_settle_to_one_effect_per_canonical_event,
         );
     };
