@@ -312,6 +312,7 @@ macro_rules! migrations_sql {
             migration_sql!($dialect, "000008", "diesel_inbox_chains"),
             migration_sql!($dialect, "000009", "diesel_inbox_replays"),
             migration_sql!($dialect, "000010", "diesel_inbox_leases"),
+            migration_sql!($dialect, "000011", "diesel_inbox_reverted_events"),
         ]
     };
 }

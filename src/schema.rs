@@ -437,6 +437,19 @@ macro_rules! inbox_tables {
             }
         }
 
+        diesel::table! {
+            /// Which reorg reverted each event still reverted, from the revert to the event's
+            /// re-application: the reorg whose `events_reapplied` it counts in.
+            diesel_inbox_reverted_events (consumer, event_id) {
+                /// The consumer name.
+                consumer -> $key,
+                /// The event id.
+                event_id -> $key,
+                /// The reorg that reverted it.
+                reorg_id -> BigInt,
+            }
+        }
+
         diesel::allow_tables_to_appear_in_same_query!(
             diesel_inbox_events,
             diesel_inbox_failures,
@@ -455,6 +468,7 @@ macro_rules! inbox_tables {
             diesel_inbox_replay_transitions,
             diesel_inbox_replay_notes,
             diesel_inbox_leases,
+            diesel_inbox_reverted_events,
         );
     };
 }

@@ -8,6 +8,10 @@
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) const BLOCK_EVENTS_PER_STATEMENT: usize = 1000;
 
+/// Event ids per statement that reads or deletes events by id: far below every backend's
+/// bind limit.
+pub(crate) const EVENT_IDS_PER_STATEMENT: usize = 1000;
+
 macro_rules! chain_statements {
     // `block_events`: `batch` inserts a block's events in multi-row statements; `per_row`
     // (SQLite, where Diesel's generic multi-row insert does not build) one statement each,
@@ -196,23 +200,64 @@ macro_rules! chain_statements {
             chain_statements!(@$reorg_id insert, r, conn)
         }
 
+        async fn set_reverted_by<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            key: $crate::rows::Key<'_>,
+            reorg: i64,
+        ) -> QueryResult<()> {
+            use $crate::sql::Run;
+            use $schema::diesel_inbox_reverted_events::dsl as v;
+            // A record left by an earlier revert whose event was never re-applied (its inbox
+            // row deleted meanwhile) gives way to this one.
+            diesel::delete(v::diesel_inbox_reverted_events.find(($codec::key(key.0), $codec::key(key.1))))
+                .execute_on(conn)
+                .await?;
+            diesel::insert_into(v::diesel_inbox_reverted_events)
+                .values((
+                    v::consumer.eq($codec::key(key.0)),
+                    v::event_id.eq($codec::key(key.1)),
+                    v::reorg_id.eq(reorg),
+                ))
+                .execute_on(conn)
+                .await
+                .map(drop)
+        }
+
+        async fn take_reverted_by<F, C: $crate::sql::Db<F, Backend = Self>>(
+            conn: &mut C,
+            consumer: &str,
+            event_ids: &[&str],
+        ) -> QueryResult<Vec<i64>> {
+            use $crate::sql::Run;
+            use $schema::diesel_inbox_reverted_events::dsl as v;
+            let mut reorgs = Vec::with_capacity(event_ids.len());
+            for chunk in event_ids.chunks($crate::backend::chain::EVENT_IDS_PER_STATEMENT) {
+                let ids: Vec<_> = chunk.iter().map(|id| $codec::key(id)).collect();
+                let of_events = v::consumer
+                    .eq($codec::key(consumer))
+                    .and(v::event_id.eq_any(ids));
+                reorgs.extend(
+                    v::diesel_inbox_reverted_events
+                        .filter(of_events.clone())
+                        .select(v::reorg_id)
+                        .load_on::<i64>(conn)
+                        .await?,
+                );
+                diesel::delete(v::diesel_inbox_reverted_events.filter(of_events))
+                    .execute_on(conn)
+                    .await?;
+            }
+            Ok(reorgs)
+        }
+
         async fn count_reapplied<F, C: $crate::sql::Db<F, Backend = Self>>(
             conn: &mut C,
-            key: $crate::backend::StreamKey<'_>,
+            reorg: i64,
             by: i64,
         ) -> QueryResult<()> {
             use $crate::sql::Run;
             use $schema::diesel_inbox_reorgs::dsl as r;
-            let latest = r::diesel_inbox_reorgs
-                .filter(r::consumer.eq($codec::key(key.0)))
-                .filter(r::stream.eq($codec::key(key.1)))
-                .select(diesel::dsl::max(r::id))
-                .get_result_on::<Option<i64>>(conn)
-                .await?;
-            let Some(id) = latest else {
-                return Ok(());
-            };
-            diesel::update(r::diesel_inbox_reorgs.find(id))
+            diesel::update(r::diesel_inbox_reorgs.find(reorg))
                 .set(r::events_reapplied.eq(r::events_reapplied + by))
                 .execute_on(conn)
                 .await

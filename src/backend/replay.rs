@@ -218,13 +218,26 @@ macro_rules! replay_statements {
                 })
         }
 
-        async fn insert_replay_note<F, C: $crate::sql::Db<F, Backend = Self>>(
+        async fn merge_replay_note<F, C: $crate::sql::Db<F, Backend = Self>>(
             conn: &mut C,
             id: i64,
             note: &$crate::rows::NoteRow,
         ) -> QueryResult<()> {
             use $crate::sql::Run;
             use $schema::diesel_inbox_replay_notes::dsl as n;
+            // The replay's fence, raised in this transaction before its notes are written,
+            // keeps every other runner out: nothing inserts the note between the two.
+            let merged = diesel::update(n::diesel_inbox_replay_notes.find((
+                id,
+                note.position,
+                &note.kind,
+            )))
+            .set(n::detail.eq(n::detail.concat("; ").concat(&note.detail)))
+            .execute_on(conn)
+            .await?;
+            if merged > 0 {
+                return Ok(());
+            }
             diesel::insert_into(n::diesel_inbox_replay_notes)
                 .values((
                     n::replay_id.eq(id),

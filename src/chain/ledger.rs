@@ -27,8 +27,11 @@ pub struct Reorg {
     pub new_head: BlockId,
     /// Events whose effect the reorg reverted.
     pub events_reverted: u64,
-    /// Of those, how many took effect again on the new branch so far (0 in the outcome of the
-    /// block that found the reorg, when it re-included none).
+    /// Of those, how many took effect again so far, on whatever branch later blocks came:
+    /// a re-applied event counts in the reorg that reverted it, whichever reorgs came between
+    /// (and in none, if that revert predates the migration `diesel_inbox_reverted_events`).
+    /// In the outcome of the block that found the reorg: those of them that block included
+    /// again.
     pub events_reapplied: u64,
     /// When it happened.
     pub happened_at: DateTime<Utc>,

@@ -17,7 +17,7 @@ mod block;
 mod fork;
 mod ledger;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
@@ -471,7 +471,7 @@ impl Chain {
                     .await?,
             ),
         };
-        let reorg = match ancestor {
+        let mut reorg = match ancestor {
             Some(_) if self.final_only => {
                 return Err(self.refused(Refusal::BeyondFinality, block, finalized));
             }
@@ -488,7 +488,9 @@ impl Chain {
                 });
             }
         }
-        let (applied, duplicates) = self.apply(conn, block, height, handler, now).await?;
+        let (applied, duplicates) = self
+            .apply(conn, block, height, handler, reorg.as_mut(), now)
+            .await?;
         let finalized = fork::finalized_after(
             finalized,
             height,
@@ -545,8 +547,9 @@ impl Chain {
         }
     }
 
-    /// Reverts every event of the blocks above `ancestor`, last applied first, marks them
-    /// reverted, lists the side effects they orphan, drops the blocks and records the reorg.
+    /// Records the reorg, then reverts every event of the blocks above `ancestor`, last
+    /// applied first, marks them reverted by the reorg, lists the side effects they orphan,
+    /// and drops the blocks.
     async fn revert<F, C, H>(
         &self,
         conn: &mut C,
@@ -562,7 +565,23 @@ impl Chain {
         let key = self.key();
         let orphaned = C::Backend::blocks_above(conn, key, ancestor).await?;
         let events = C::Backend::block_events_above(conn, key, ancestor).await?;
-        let mut side_effects = Vec::new();
+        let old_head = orphaned.first().ok_or(diesel::result::Error::NotFound)?;
+        let new_head = (stored_or_max(block.id().height()), block.id().hash());
+        let events_reverted = events.len() as u64;
+        // First, so that each event it reverts names it: a later block that includes the
+        // event again credits this reorg, whatever reorgs came in between.
+        let reorg_id = C::Backend::insert_reorg(
+            conn,
+            key,
+            &NewReorg {
+                ancestor_height: ancestor,
+                old_head: (old_head.height, &old_head.hash),
+                new_head,
+                events_reverted: i64::try_from(events_reverted).unwrap_or(i64::MAX),
+                at: now,
+            },
+        )
+        .await?;
         for event in &events {
             let hash = orphaned
                 .iter()
@@ -586,46 +605,29 @@ impl Chain {
                 InboxState::Reverted,
             )
             .await?;
+            C::Backend::set_reverted_by(conn, event_key, reorg_id).await?;
             if let Some(claim) = C::Backend::claim(conn, event_key, false).await? {
                 let state = crate::claim::state_at(&claim, now);
                 if matches!(
                     state,
                     ClaimState::Completed | ClaimState::InProgress | ClaimState::InDoubt
                 ) {
-                    side_effects.push(OrphanedRow {
-                        reorg_id: 0,
-                        event_id: id.as_str().to_owned(),
+                    let side_effect = OrphanedRow {
+                        reorg_id,
+                        event_id: event_key.1.to_owned(),
                         stream: self.stream().to_owned(),
                         height: event.height,
                         block_hash: block_id.hash().to_owned(),
                         claim_state: state,
                         found_at: now,
-                    });
+                    };
+                    C::Backend::insert_orphaned(conn, self.consumer(), &side_effect).await?;
                 }
             }
         }
-        let old_head = orphaned.first().ok_or(diesel::result::Error::NotFound)?;
         C::Backend::delete_blocks_above(conn, key, ancestor).await?;
-        let new_head = (stored_or_max(block.id().height()), block.id().hash());
-        let events_reverted = events.len() as u64;
-        let id = C::Backend::insert_reorg(
-            conn,
-            key,
-            &NewReorg {
-                ancestor_height: ancestor,
-                old_head: (old_head.height, &old_head.hash),
-                new_head,
-                events_reverted: i64::try_from(events_reverted).unwrap_or(i64::MAX),
-                at: now,
-            },
-        )
-        .await?;
-        for mut side_effect in side_effects {
-            side_effect.reorg_id = id;
-            C::Backend::insert_orphaned(conn, self.consumer(), &side_effect).await?;
-        }
         Ok(Reorg {
-            id,
+            id: reorg_id,
             stream: self.stream().to_owned(),
             ancestor: ancestor.unsigned_abs(),
             old_head: BlockId::new(old_head.height.unsigned_abs(), old_head.hash.clone()),
@@ -637,14 +639,16 @@ impl Chain {
     }
 
     /// Records the block's events through the inbox, runs the new ones (and the reverted ones
-    /// the new branch includes again), and records the block; returns how many ran and how
-    /// many were duplicates.
+    /// the new branch includes again, each credited in the ledger to the reorg that reverted
+    /// it, `found` too where the block found it), and records the block; returns how many
+    /// ran and how many were duplicates.
     async fn apply<F, C, H>(
         &self,
         conn: &mut C,
         block: &Block<H::Event>,
         height: i64,
         handler: &mut H,
+        found: Option<&mut Reorg>,
         now: DateTime<Utc>,
     ) -> Result<(usize, usize), Failure<H::Error>>
     where
@@ -667,7 +671,7 @@ impl Chain {
             C::Backend::record_deliveries(conn, self.consumer(), &items, now).await?
         };
         let mut applied = Vec::with_capacity(firsts.len());
-        let mut reapplied = 0_i64;
+        let mut reapplied = Vec::new();
         for (&i, recorded) in firsts.iter().zip(recorded) {
             let (id, event) = &block.events()[i];
             let event_key = (self.consumer(), id.as_str());
@@ -688,7 +692,7 @@ impl Chain {
                         InboxState::Processed,
                     )
                     .await?;
-                    reapplied += 1;
+                    reapplied.push(id.as_str());
                 }
                 Recorded::Seen(_) => continue,
             }
@@ -715,8 +719,19 @@ impl Chain {
         if !applied.is_empty() {
             C::Backend::insert_block_events(conn, key, height, &applied).await?;
         }
-        if reapplied > 0 {
-            C::Backend::count_reapplied(conn, key, reapplied).await?;
+        if !reapplied.is_empty() {
+            // Each credited to the reorg that reverted it, not to the stream's latest.
+            let mut by_reorg = BTreeMap::<i64, i64>::new();
+            for reorg in C::Backend::take_reverted_by(conn, self.consumer(), &reapplied).await? {
+                *by_reorg.entry(reorg).or_default() += 1;
+            }
+            if let Some(found) = found {
+                let by = by_reorg.get(&found.id).copied().unwrap_or_default();
+                found.events_reapplied = by.unsigned_abs();
+            }
+            for (reorg, by) in by_reorg {
+                C::Backend::count_reapplied(conn, reorg, by).await?;
+            }
         }
         let ran = applied.len();
         Ok((ran, block.events().len() - ran))

@@ -297,6 +297,11 @@ pub(crate) const TABLES: &[Table] = &[
         "diesel_inbox_leases",
         ["name", "holder", "held_until"]
     ),
+    table!(
+        "diesel_inbox_reverted_events",
+        "diesel_inbox_reverted_events",
+        ["consumer", "event_id", "reorg_id"]
+    ),
 ];
 
 /// The named indexes (primary keys are part of their tables), in the order the migrations

@@ -43,7 +43,9 @@ pub trait ReplayHandler<C> {
 
     /// Runs after the event's transaction committed, outside any transaction, for an event
     /// whose effect ran: where a live handler would run its claims. Nothing by default.
-    /// At most once per event: a crash between the commit and this loses it.
+    /// At most once per event: a crash between the commit and this loses it. What it
+    /// suppresses is counted and noted with the event, in the one suppressed note the event
+    /// has ([`Replays::notes`]), beside what `apply` suppressed.
     ///
     /// # Errors
     ///
@@ -531,7 +533,8 @@ impl Replays {
     }
 
     /// Commits side effects an [`after`](ReplayHandler::after) suppressed, with the event's
-    /// progress as it stands.
+    /// progress as it stands: each counted, and merged into the event's suppressed note
+    /// where its [`apply`](ReplayHandler::apply) suppressed some too.
     async fn save_late<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
@@ -725,7 +728,7 @@ async fn write_progress<F, C: Db<F, Backend: Sql>>(
         return Ok(false);
     }
     for note in notes {
-        C::Backend::insert_replay_note(conn, id, note).await?;
+        C::Backend::merge_replay_note(conn, id, note).await?;
     }
     Ok(true)
 }

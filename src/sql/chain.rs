@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
 use super::{Db, TransactionSql};
-use crate::rows::{BlockEventRow, BlockRow, NewReorg, OrphanedRow, ReorgRow, StreamKey};
+use crate::rows::{BlockEventRow, BlockRow, Key, NewReorg, OrphanedRow, ReorgRow, StreamKey};
 
 /// The chain area's statements for one database, on a connection of either flavour. Sealed.
 pub trait ChainSql: TransactionSql {
@@ -74,10 +74,27 @@ pub trait ChainSql: TransactionSql {
         reorg: &NewReorg<'_>,
     ) -> impl Future<Output = QueryResult<i64>> + Send;
 
-    /// Adds `by` to the re-applied events of the stream's latest reorg.
+    /// Records that the reorg `reorg` reverted the event `key`, in place of any earlier record
+    /// of the event's.
+    fn set_reverted_by<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        key: Key<'_>,
+        reorg: i64,
+    ) -> impl Future<Output = QueryResult<()>> + Send;
+
+    /// The reorgs that reverted the consumer's events `event_ids`, one per event recorded as
+    /// reverted (an event reverted before the record existed has none), and the events'
+    /// records deleted: they take effect again.
+    fn take_reverted_by<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+        consumer: &str,
+        event_ids: &[&str],
+    ) -> impl Future<Output = QueryResult<Vec<i64>>> + Send;
+
+    /// Adds `by` to the re-applied events of the reorg `reorg`.
     fn count_reapplied<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
-        key: StreamKey<'_>,
+        reorg: i64,
         by: i64,
     ) -> impl Future<Output = QueryResult<()>> + Send;
 

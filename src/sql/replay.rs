@@ -85,8 +85,10 @@ pub trait ReplaySql: TransactionSql {
         id: i64,
     ) -> impl Future<Output = QueryResult<Vec<TransitionRow>>> + Send;
 
-    /// Adds a note about one event of the replay.
-    fn insert_replay_note<F, C: Db<F, Backend = Self>>(
+    /// Adds a note about one event of the replay, or, where the event has a note of that kind
+    /// already, merges it into that note: its detail goes after the note's, `; ` between.
+    /// One note per event and kind, however many times the event is noted.
+    fn merge_replay_note<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
         id: i64,
         note: &NoteRow,

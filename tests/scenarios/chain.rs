@@ -138,6 +138,115 @@ pub async fn a_reward_in_an_orphaned_block_re_included_by_its_replacement_is_cre
     assert_eq!(position.head, BlockId::clone(b.id()));
 }
 
+/// Every row of the chain's fork ledger, in id order: `(old head, new head, events reverted,
+/// events re-applied)`.
+async fn ledger_rows<F: Flavour>(
+    chain: &Chain,
+    conn: &mut F::Conn,
+) -> Vec<(String, String, u64, u64)> {
+    F::reorgs(chain, conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|reorg| {
+            (
+                reorg.old_head.hash().to_owned(),
+                reorg.new_head.hash().to_owned(),
+                reorg.events_reverted,
+                reorg.events_reapplied,
+            )
+        })
+        .collect()
+}
+
+/// Reorg A reverts t1, t2 and t3; t3 comes back; reorg B reverts t3 again, and x. The block
+/// that found B includes t2 (A's) and t3 (B's); a later block includes t1 (A's) and x (B's).
+pub async fn each_re_applied_event_is_credited_to_the_reorg_that_reverted_it_however_late<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let chain = rewards(64);
+    let mut ledger = ChainLedger::default();
+    let row = |old: &str, new: &str, reverted, reapplied| {
+        (old.to_owned(), new.to_owned(), reverted, reapplied)
+    };
+    deliver_all::<F>(
+        &chain,
+        &mut conn,
+        &[
+            block(99, "99a", "98a", &[]),
+            block(100, "100a", "99a", &["t1", "t2"]),
+            block(101, "101a", "100a", &["t3"]),
+        ],
+    )
+    .await;
+
+    let found_a = F::process_block(
+        &chain,
+        &mut conn,
+        &block(100, "100b", "99a", &[]),
+        &mut ledger,
+    )
+    .await
+    .unwrap();
+    let a = found_a.reorg().expect("100b replaced 100a").clone();
+    assert_eq!((a.events_reverted, a.events_reapplied), (3, 0));
+    deliver_all::<F>(
+        &chain,
+        &mut conn,
+        &[block(101, "101b", "100b", &["t3", "x"])],
+    )
+    .await;
+    assert_eq!(
+        ledger_rows::<F>(&chain, &mut conn).await,
+        [row("101a", "100b", 3, 1)],
+        "t3 back, on A"
+    );
+
+    let found_b = F::process_block(
+        &chain,
+        &mut conn,
+        &block(101, "101c", "100b", &["t2", "t3"]),
+        &mut ledger,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ledger_rows::<F>(&chain, &mut conn).await,
+        [row("101a", "100b", 3, 2), row("101b", "101c", 2, 1)],
+        "t2 back, on A; t3 back, on B"
+    );
+    let b = found_b.reorg().expect("101c replaced 101b").clone();
+    assert_eq!(
+        (b.events_reverted, b.events_reapplied),
+        (2, 1),
+        "B reverted t3 and x; its block brought back t3, and t2, which is A's"
+    );
+
+    // The late re-inclusion: t1 was reverted by A, two reorgs ago; x by B.
+    deliver_all::<F>(
+        &chain,
+        &mut conn,
+        &[block(102, "102c", "101c", &["t1", "x"])],
+    )
+    .await;
+    assert_eq!(
+        ledger_rows::<F>(&chain, &mut conn).await,
+        [row("101a", "100b", 3, 3), row("101b", "101c", 2, 2)],
+        "every event each reorg reverted took effect again, each counted once, in its own reorg"
+    );
+    let ids: Vec<i64> = F::reorgs(&chain, &mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|reorg| reorg.id)
+        .collect();
+    assert_eq!(ids, [a.id, b.id]);
+    for id in ["t1", "t2", "t3", "x"] {
+        assert_eq!(net(&mut check, id), 1, "{id} in effect once");
+    }
+}
+
 pub async fn a_fork_reaching_the_finalized_height_is_refused_and_commits_nothing<F: Flavour>() {
     let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     // Depth 2: with the head at 5, height 3 is final.

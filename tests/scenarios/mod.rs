@@ -157,6 +157,7 @@ macro_rules! flavour_tests {
             random_schedules_with_failures_take_effect_once_per_distinct_event,
             run_schedule_catches_an_effect_that_outlives_a_failed_delivery,
             a_reward_in_an_orphaned_block_re_included_by_its_replacement_is_credited_once,
+            each_re_applied_event_is_credited_to_the_reorg_that_reverted_it_however_late,
             a_fork_reaching_the_finalized_height_is_refused_and_commits_nothing,
             a_block_forking_below_its_parent_rewinds_to_the_ancestor_its_branch_names,
             final_blocks_only_waits_for_finality_and_refuses_every_fork,
@@ -166,6 +167,7 @@ macro_rules! flavour_tests {
             the_ranges_end_holds_while_new_events_keep_arriving,
             a_schema_version_outside_the_plans_interpretation_is_skipped_and_named,
             a_failing_event_is_counted_and_named_and_the_replay_goes_on,
+            an_enqueue_and_a_later_claim_suppressed_for_each_event_merge_into_its_one_note_in_one_run,
             random_chains_with_reorgs_settle_to_one_effect_per_canonical_event,
         );
     };

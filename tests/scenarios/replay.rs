@@ -18,7 +18,7 @@ use diesel_inbox::{
 use super::helpers::outbox_positions;
 use crate::support::{
     call, setup, setup_flavour, Backend, ChildTest, FakeService, Flavour, Keys, ReplayLedger,
-    TestConn, SHADOW,
+    TestConn, FOLLOW_UP, SHADOW,
 };
 
 /// The live consumer the replays rebuild or probe.
@@ -373,6 +373,50 @@ pub async fn a_schema_version_outside_the_plans_interpretation_is_skipped_and_na
     );
 }
 
+pub async fn an_enqueue_and_a_later_claim_suppressed_for_each_event_merge_into_its_one_note_in_one_run<
+    F: Flavour,
+>() {
+    let (_db, mut check, mut conn) = setup_flavour::<F>().await;
+    let ids = enqueue(&mut check, 1, 30);
+    let replays = Replays::new();
+    let planned = rebuild(&mut check, &replays);
+    let mut ledger = ReplayLedger {
+        side_effects: true,
+        ..ReplayLedger::default()
+    };
+
+    let run = F::run_replay(&replays, &mut conn, planned.id, &mut ledger)
+        .await
+        .unwrap();
+
+    assert!(run.finished, "one run settles every event: {run:?}");
+    assert_eq!(
+        (run.read_now, run.counts.processed, run.counts.suppressed),
+        (30, 30, 60),
+        "each event's enqueue and claim, each counted once"
+    );
+    let notes: Vec<_> = replays
+        .notes(&mut check, planned.id, 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let events: Vec<&str> = notes.iter().map(|note| note.event_id.as_str()).collect();
+    assert_eq!(events, ids, "one note per event");
+    for note in &notes {
+        assert_eq!(note.kind, NoteKind::Suppressed, "{note:?}");
+        let id = &note.event_id;
+        assert_eq!(
+            note.detail,
+            format!(
+                "enqueue to {FOLLOW_UP}: dropped; \
+                 claim points-rebuild/{id}: would have run its side effect; not called"
+            ),
+            "the enqueue apply suppressed, then the claim after suppressed"
+        );
+    }
+}
+
 pub async fn a_failing_event_is_counted_and_named_and_the_replay_goes_on<F: Flavour>() {
     let (_db, mut check, mut conn) = setup_flavour::<F>().await;
     enqueue(&mut check, 1, 4);
@@ -380,6 +424,7 @@ pub async fn a_failing_event_is_counted_and_named_and_the_replay_goes_on<F: Flav
     let planned = rebuild(&mut check, &replays);
     let mut ledger = ReplayLedger {
         failing: HashSet::from(["evt-2".to_owned()]),
+        ..ReplayLedger::default()
     };
 
     let run = F::run_replay(&replays, &mut conn, planned.id, &mut ledger)

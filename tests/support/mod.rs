@@ -927,10 +927,10 @@ pub(crate) fn setup<B: Backend>() -> (TestDatabase<B::Conn>, B::Conn) {
 
 /// The inbox's migrations per backend: the inbox table, failures and dead letters, then the
 /// indexes and counters that retention and stats use.
-pub(crate) const MIGRATIONS: usize = 10;
+pub(crate) const MIGRATIONS: usize = 11;
 
 /// The inbox's tables, and the table where `run_pending_migrations` records its versions.
-pub(crate) const INBOX_TABLES: [&str; 18] = [
+pub(crate) const INBOX_TABLES: [&str; 19] = [
     "diesel_inbox_block_events",
     "diesel_inbox_blocks",
     "diesel_inbox_claims",
@@ -949,6 +949,7 @@ pub(crate) const INBOX_TABLES: [&str; 18] = [
     "diesel_inbox_replay_notes",
     "diesel_inbox_replay_transitions",
     "diesel_inbox_replays",
+    "diesel_inbox_reverted_events",
 ];
 pub(crate) const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 

@@ -211,9 +211,10 @@ enum Command {
     /// Lists the reorgs, oldest first: ledger id, chain stream, the ancestor's height (the
     /// last block both branches share), the orphaned branch's head and the block that revealed
     /// the fork (height and hash, cut; whole in JSON), depth (blocks orphaned), events whose
-    /// effect was reverted and, of those, how many took effect again on the new branch, and
-    /// when. --limit at a time (default 100); when the page is full it says where the next
-    /// one starts: rerun with --after <last id>. Then every side effect a reorg orphaned: a
+    /// effect was reverted and, of those, how many took effect again since (each counted in
+    /// the reorg that reverted it), and when. --limit at a time (default 100); when the page
+    /// is full it says where the next one starts: rerun with --after <last id>. Then every
+    /// side effect a reorg orphaned: a
     /// claim (an email, a payout) made for an event only the orphaned branch had, which the
     /// inbox cannot undo; look at it with `claims show`. As JSON, an object with consumer,
     /// reorgs, more_after (the id to pass to --after, or null) and orphaned_effects. Exits 0

@@ -40,7 +40,7 @@ mod replay;
 pub(crate) use blocking::{block_on, Blocking};
 pub(crate) use chain::{ChainLedger, REVERTED};
 pub(crate) use handlers::*;
-pub(crate) use replay::{ReplayLedger, SHADOW};
+pub(crate) use replay::{ReplayLedger, FOLLOW_UP, SHADOW};
 
 /// What a scenario's handler does inside the delivery's transaction.
 pub(crate) trait Tx: Send {

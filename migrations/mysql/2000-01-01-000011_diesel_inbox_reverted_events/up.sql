@@ -1,0 +1,10 @@
+-- Which reorg reverted each event still reverted: when a new branch includes the event again,
+-- the fork ledger credits that reorg (events_reapplied), not the stream's latest one. A row
+-- lives from the revert to the re-application. Events reverted before this migration have
+-- none, and their re-application is credited to no reorg.
+CREATE TABLE IF NOT EXISTS diesel_inbox_reverted_events (
+    consumer VARBINARY(128) NOT NULL,
+    event_id VARBINARY(255) NOT NULL,
+    reorg_id BIGINT NOT NULL,
+    PRIMARY KEY (consumer, event_id)
+) ENGINE = InnoDB;

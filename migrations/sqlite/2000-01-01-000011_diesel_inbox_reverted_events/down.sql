@@ -1,0 +1,2 @@
+-- Drops which reorg reverted each event still reverted.
+DROP TABLE IF EXISTS diesel_inbox_reverted_events;
