@@ -87,13 +87,16 @@ const DEFAULT_REDELIVERY_WINDOW: Duration = Duration::from_secs(7 * 24 * 60 * 60
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct Inbox {
-    consumer: Consumer,
-    retry: RetryPolicy,
-    max_attempts: Option<NonZeroU32>,
+    // Every field but the consumer is a setting, and each setting has a builder on the async
+    // inbox too: `asynch`'s parity test names every field, so a new one fails to compile
+    // there until the async inbox forwards its builder.
+    pub(crate) consumer: Consumer,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) max_attempts: Option<NonZeroU32>,
     /// How late a redelivery may come; see [`Inbox::redelivery_window`].
     pub(crate) redelivery_window: Duration,
     /// See [`Inbox::expect_duplicates`].
-    expect_duplicates: bool,
+    pub(crate) expect_duplicates: bool,
 }
 
 impl Default for Inbox {

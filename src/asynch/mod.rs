@@ -23,6 +23,11 @@
 //! - [`run_pending_migrations`]: the schema, fleet-safe; [`doctor::check`]: its health;
 //!   [`stats::all`]: every consumer's stats.
 //!
+//! Settings are the sync type's: each async builder forwards to it, and a configured sync
+//! value converts with `From` ([`Relay`] has only that). A unit test names every field of
+//! the sync [`crate::Inbox`] and [`crate::replay::Replays`] and sets each through the async
+//! builder, so a setting added on the sync side fails to compile there until it is forwarded.
+//!
 //! A future dropped while its connection holds a transaction or a session-level lock (a
 //! prune's, the migrations') marks the connection broken: it refuses the next transaction,
 //! and diesel-async's pools discard it, which ends both on the server.
@@ -237,6 +242,17 @@ impl Inbox {
         Self(self.0.max_attempts(attempts))
     }
 
+    /// [`crate::Inbox::expect_duplicates`].
+    pub fn expect_duplicates(self, expect: bool) -> Self {
+        Self(self.0.expect_duplicates(expect))
+    }
+
+    /// [`crate::Inbox::redelivery_window`]: [`prune`](Self::prune) refuses to remove rows
+    /// younger than it.
+    pub fn redelivery_window(self, window: Duration) -> Self {
+        Self(self.0.redelivery_window(window))
+    }
+
     /// The consumer name.
     pub fn consumer(&self) -> &str {
         self.0.consumer()
@@ -393,4 +409,64 @@ where
 /// Calls `handler` for the future it names.
 fn call<A, R, H: AsyncHandler<A, R>>(handler: &mut H, arg: A) -> H::Fut {
     handler(arg)
+}
+
+/// Parity with the sync builders. Each test names every field of a sync configuration
+/// without `..`: a setting added to the sync type fails to compile here, and each field is
+/// set through the async builder to something other than its default, so a setting the
+/// async type does not forward fails the test.
+#[cfg(test)]
+mod parity {
+    use std::time::Duration;
+
+    use crate::replay;
+    use crate::RetryPolicy;
+
+    fn other_policy() -> RetryPolicy {
+        RetryPolicy::default().max_retries(3)
+    }
+
+    #[test]
+    fn every_setting_of_the_sync_inbox_is_set_through_the_async_one() {
+        let inbox = super::Inbox::new("billing")
+            .unwrap()
+            .retry(other_policy())
+            .max_attempts(3)
+            .expect_duplicates(true)
+            .redelivery_window(Duration::from_secs(60));
+
+        let crate::Inbox {
+            consumer,
+            retry,
+            max_attempts,
+            redelivery_window,
+            expect_duplicates,
+        } = inbox.0;
+        let default = crate::Inbox::default();
+        assert_eq!(consumer.as_str(), "billing");
+        assert_eq!(retry, other_policy());
+        assert_eq!(max_attempts.map(std::num::NonZeroU32::get), Some(3));
+        assert_ne!(redelivery_window, default.redelivery_window);
+        assert_ne!(expect_duplicates, default.expect_duplicates);
+    }
+
+    #[test]
+    fn every_setting_of_the_sync_replays_is_set_through_the_async_one() {
+        let replays = super::Replays::new()
+            .runner("nightly")
+            .batch_size(7)
+            .lease(Duration::from_secs(11))
+            .retry(other_policy());
+
+        let replay::Replays {
+            runner,
+            batch_size,
+            lease,
+            retry,
+        } = replays.into_sync();
+        assert_eq!(runner, "nightly");
+        assert_eq!(batch_size, 7);
+        assert_eq!(lease, Duration::from_secs(11));
+        assert_eq!(retry, other_policy());
+    }
 }

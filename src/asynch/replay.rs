@@ -10,7 +10,7 @@ use crate::replay::{
     Report, RunReport, SourceEvent, Transition,
 };
 use crate::sql::Async;
-use crate::{AdminError, Audit, CorruptRow, Envelope, Error, HandlerError};
+use crate::{AdminError, Audit, CorruptRow, Envelope, Error, HandlerError, RetryPolicy};
 
 use super::{AsyncInboxConnection, Handler};
 
@@ -149,6 +149,17 @@ impl Replays {
     /// When `lease` is zero.
     pub fn lease(self, lease: Duration) -> Self {
         Self(self.0.lease(lease))
+    }
+
+    /// [`crate::replay::Replays::retry`].
+    pub fn retry(self, policy: RetryPolicy) -> Self {
+        Self(self.0.retry(policy))
+    }
+
+    /// The sync configuration this one wraps, for the parity test.
+    #[cfg(test)]
+    pub(super) fn into_sync(self) -> replay::Replays {
+        self.0
     }
 
     /// [`crate::replay::Replays::plan`], awaited.

@@ -120,10 +120,12 @@ const IDS_PER_CHECK: usize = 500;
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct Replays {
-    runner: String,
-    batch_size: usize,
-    lease: Duration,
-    retry: RetryPolicy,
+    // Each field is a setting with a builder on the async `Replays` too: `asynch`'s parity
+    // test names every field, so a new one fails to compile there until it is forwarded.
+    pub(crate) runner: String,
+    pub(crate) batch_size: usize,
+    pub(crate) lease: Duration,
+    pub(crate) retry: RetryPolicy,
 }
 
 impl Default for Replays {
