@@ -6,7 +6,8 @@
 //!    transaction each: orders 1 to 5 at schema version 2, and order 6 at version 3.
 //! 2. One relay task publishes the outbox to JetStream (`<run>.orders.placed`), sleeping a
 //!    little whenever a pass finds nothing to do.
-//! 3. The "billing" consumer pulls each order and runs its async inbox handler: it writes
+//! 3. The "billing" consumer pulls each order and runs its async inbox handler, up to four
+//!    at a time, each on a task of its own (see `bill_orders`): it writes
 //!    the invoice and enqueues `invoice.issued` in the same transaction, and acks
 //!    the message only after that commit. Its consumer "crashes" after committing order 3 and
 //!    before acking it: JetStream redelivers it after `ack_wait`, and the inbox skips the
@@ -24,6 +25,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull, PullConsumer};
@@ -40,6 +42,7 @@ use diesel_inbox::{Ack, Envelope, Outcome, SchemaVersions, SqliteSetup};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::{sleep, timeout};
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -52,6 +55,8 @@ const ORDERS: u32 = 5;
 const PUBLISHED: usize = ORDERS as usize + 1;
 /// The order whose consumer dies between its commit and its ack.
 const CRASHED_ORDER: &str = "3";
+/// How many deliveries billing runs at once.
+const AT_ONCE: usize = 4;
 /// The whole flow's bound.
 const DEADLINE: Duration = Duration::from_secs(60);
 /// One network step's bound (connecting, making and deleting streams).
@@ -154,7 +159,7 @@ async fn flow(js: &Context, names: &Names) -> Result {
         invoices_topic: names.subject("invoices.issued"),
     };
     let orders = consumer(js, &names.orders_stream(), "billing").await?;
-    let billed = bill_orders(&billing, orders).await?;
+    let billed = bill_orders(billing, orders).await?;
 
     // Every invoice.issued event has reached its stream once the outbox has nothing pending.
     while outbox_stats(&pool).await?.pending > 0 {
@@ -323,28 +328,50 @@ struct Billed {
     settled: usize,
 }
 
-/// Billing's loop: one message at a time, until every order is settled and the stream has
-/// been quiet for a while.
-async fn bill_orders(billing: &Billing, consumer: PullConsumer) -> Result<Billed> {
+/// Billing's loop: up to `AT_ONCE` deliveries at a time, until every order is settled and the
+/// stream has been quiet for a while. Each delivery runs on a task of its own, which takes
+/// its own pooled connection: one that is given up on (a timeout, a shutdown) runs on to its
+/// end there. Dropped half-way on `SyncConnectionWrapper`, a delivery would block the task
+/// that dropped it until its statement returned, and every delivery sharing that task with
+/// it: one waiting for SQLite's write lock that a sibling holds, for the whole busy timeout.
+async fn bill_orders(billing: Billing, consumer: PullConsumer) -> Result<Billed> {
+    let billing = Arc::new(billing);
     let mut messages = consumer.messages().await?;
+    let mut running = JoinSet::new();
     let mut billed = Billed::default();
     loop {
+        while running.len() >= AT_ONCE {
+            billed.count(running.join_next().await)?;
+        }
         match timeout(QUIET, messages.next()).await {
-            Ok(Some(message)) => consume_one(billing, &message?, &mut billed).await?,
+            Ok(Some(message)) => {
+                let (billing, message) = (billing.clone(), message?);
+                running.spawn(async move { consume_one(&billing, &message).await });
+            }
             Ok(None) => return Err("the billing consumer's messages ended".into()),
-            Err(_quiet) if billed.settled >= PUBLISHED => return Ok(billed),
-            Err(_quiet) => {}
+            Err(_quiet) if running.is_empty() && billed.settled >= PUBLISHED => return Ok(billed),
+            Err(_quiet) => {
+                while let Some(done) = running.try_join_next() {
+                    billed.count(Some(done))?;
+                }
+            }
         }
     }
 }
 
-/// One delivery: decode, process, then ack as `Ack::of` says.
-async fn consume_one(
-    billing: &Billing,
-    message: &jetstream::Message,
-    billed: &mut Billed,
-) -> Result {
-    billed.deliveries += 1;
+impl Billed {
+    /// Counts a finished delivery: whether its message was settled.
+    fn count(&mut self, done: Option<std::result::Result<Result<bool>, JoinError>>) -> Result {
+        let settled = done.ok_or("no delivery was running")???;
+        self.deliveries += 1;
+        self.settled += usize::from(settled);
+        Ok(())
+    }
+}
+
+/// One delivery: decode, process, then ack as `Ack::of` says. Whether the message is settled
+/// (acked or terminated), so that JetStream will not deliver it again.
+async fn consume_one(billing: &Billing, message: &jetstream::Message) -> Result<bool> {
     let envelope = match envelope_of(message) {
         Ok(envelope) => envelope,
         Err(error) => {
@@ -353,8 +380,7 @@ async fn consume_one(
                 message.subject
             );
             message.ack_with(AckKind::Term).await?;
-            billed.settled += 1;
-            return Ok(());
+            return Ok(true);
         }
     };
     let first_delivery = message.info()?.delivered == 1;
@@ -373,7 +399,7 @@ async fn consume_one(
     }
     if order == CRASHED_ORDER && first_delivery && matches!(result, Ok(Outcome::Processed(()))) {
         println!("billing: crashed after committing order {order}, before its ack");
-        return Ok(());
+        return Ok(false);
     }
     match Ack::of(&result) {
         Ack::Ack => message.ack().await?,
@@ -381,13 +407,12 @@ async fn consume_one(
             // Later, not at once: a database that is down stays down for a while.
             let later = Some(std::time::Duration::from_millis(500));
             message.ack_with(AckKind::Nak(later)).await?;
-            return Ok(());
+            return Ok(false);
         }
         // Reject, and any answer a later version adds: JetStream's own dead-letter path.
         _ => message.ack_with(AckKind::Term).await?,
     }
-    billed.settled += 1;
-    Ok(())
+    Ok(true)
 }
 
 /// The invoices stream's consumer: counts `invoice.issued` events until told to stop and

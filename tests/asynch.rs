@@ -353,6 +353,92 @@ async fn cancelled_deliveries_over_a_pool_take_effect_exactly_once<B: AsyncBacke
     }
 }
 
+/// The one-task consumer's events, how many it runs at once, and its whole run's bound: it
+/// takes about a second, and a cut that held up the task until a sibling's SQLite write lock
+/// timed out would cost the busy timeout (5 s) each.
+const ONE_TASK_EVENTS: usize = 40;
+const AT_ONCE: usize = 4;
+const ONE_TASK_BOUND: Duration = Duration::from_secs(60);
+
+/// A consumer's one task runs `AT_ONCE` deliveries at a time and gives up on many of them at
+/// random (a timeout), as the crate says to: each delivery on a task of its own, which takes
+/// its own pooled connection, so that a delivery given up on runs on to its end. (Dropped
+/// half-way on `SyncConnectionWrapper`, a delivery blocks the task that drops it until its
+/// statement returns: with a sibling in the same task holding SQLite's write lock, for the
+/// whole busy timeout.) Every event is redelivered until it is answered; the run ends in
+/// bounded time, and each event takes effect once.
+async fn deliveries_given_up_on_by_one_consumer_task_never_stall_it<B: AsyncBackend>() {
+    use futures_util::StreamExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let (db, mut check) = setup::<B>();
+    let pool = B::pool(db.url(), AT_ONCE);
+    let rng = Mutex::new(fastrand::Rng::with_seed(46));
+    let (given_up, deliveries) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let still_running = Mutex::new(Vec::new());
+    let deliver = |event: usize| {
+        let (pool, rng, given_up, deliveries) = (&pool, &rng, &given_up, &deliveries);
+        let still_running = &still_running;
+        async move {
+            let id = format!("evt-{event}");
+            for _ in 0..MAX_DELIVERIES {
+                deliveries.fetch_add(1, Ordering::Relaxed);
+                let (pool, id) = (pool.clone(), id.clone());
+                let mut delivery = tokio::spawn(async move {
+                    let mut conn = B::get(&pool).await;
+                    // Holds the write lock across an await, as a handler that calls out does.
+                    let handler = async |tx: &mut B::Async| {
+                        tx.write_effect(&id).await?;
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        tx.write_effect(&id).await
+                    };
+                    asynch::with_inbox(&mut **conn, id.as_str(), handler).await
+                });
+                let wait = {
+                    let mut rng = rng.lock().unwrap();
+                    if rng.bool() {
+                        Duration::from_micros(rng.u64(0..3_000))
+                    } else {
+                        ONE_TASK_BOUND
+                    }
+                };
+                match tokio::time::timeout(wait, &mut delivery).await {
+                    Ok(Ok(Ok(Outcome::Processed(()) | Outcome::Duplicate(_)))) => return,
+                    Ok(Ok(Ok(other))) => panic!("evt-{event}: {other:?}"),
+                    Ok(Ok(Err(_contention))) => {}
+                    Ok(Err(panicked)) => panic!("evt-{event}: {panicked}"),
+                    Err(_gave_up) => {
+                        given_up.fetch_add(1, Ordering::Relaxed);
+                        still_running.lock().unwrap().push(delivery);
+                    }
+                }
+            }
+            panic!("evt-{event} never got through");
+        }
+    };
+    let all = futures_util::stream::iter(0..ONE_TASK_EVENTS).for_each_concurrent(AT_ONCE, deliver);
+
+    let ran = tokio::time::timeout(ONE_TASK_BOUND, all).await;
+    let (given_up, deliveries) = (given_up.into_inner(), deliveries.into_inner());
+    println!(
+        "{ONE_TASK_EVENTS} events in one task: {deliveries} deliveries, {given_up} given up on"
+    );
+    assert!(
+        ran.is_ok(),
+        "the consumer's task stalled: not done within {ONE_TASK_BOUND:?}"
+    );
+    assert!(given_up > 0, "the scenario gave up on no delivery");
+    // The deliveries given up on ran on to their end: each answered, or met contention.
+    for delivery in still_running.into_inner().unwrap() {
+        let answer = tokio::time::timeout(ONE_TASK_BOUND, delivery).await;
+        assert!(matches!(answer, Ok(Ok(_))), "{answer:?}");
+    }
+    assert_eq!(check.inbox_rows(), ONE_TASK_EVENTS);
+    for event in 0..ONE_TASK_EVENTS {
+        assert_eq!(check.effects_of(&format!("evt-{event}")), 2, "evt-{event}");
+    }
+}
+
 /// A test of the async flavour, on tokio's multi-thread runtime (a cancelled delivery on
 /// `SyncConnectionWrapper` needs it).
 macro_rules! async_test {
@@ -380,7 +466,8 @@ macro_rules! async_backend_tests {
                 a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection,
                 a_delivery_dropped_mid_handler_commits_nothing_and_breaks_its_connection,
                 over_bb8_a_cancelled_deliverys_connection_is_discarded_on_return,
-                cancelled_deliveries_over_a_pool_take_effect_exactly_once
+                cancelled_deliveries_over_a_pool_take_effect_exactly_once,
+                deliveries_given_up_on_by_one_consumer_task_never_stall_it
             );
         }
     )*};

@@ -88,7 +88,12 @@
 //!   lock. bb8 checks when it takes the connection back and closes it at once.
 //! - **`SyncConnectionWrapper`** (SQLite) waits for a statement still running on tokio's
 //!   blocking pool when its future is dropped, with `block_in_place`: cancelling a delivery
-//!   on it needs tokio's multi-thread runtime.
+//!   on it needs tokio's multi-thread runtime, and holds up the task that drops it until the
+//!   statement returns. A sibling delivery in the same task cannot go on meanwhile; if it
+//!   holds SQLite's write lock that the dropped one waits for, the task stalls for the busy
+//!   timeout. Give each delivery a task of its own that takes its own pooled connection
+//!   (`tokio::spawn`, a `JoinSet`), as `examples/async_service.rs` does: a timeout then stops
+//!   waiting for the delivery, which runs on to its end.
 
 mod batch;
 mod chain;
