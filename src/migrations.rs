@@ -33,11 +33,11 @@
 //!
 //! // Embedded: at start-up, on every start.
 //! let mut conn = SqliteConnection::establish(":memory:")?;
-//! assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 10);
+//! assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 11);
 //!
 //! // Installed: once, into the application's migrations folder (a temporary one here).
 //! let app_migrations = tempfile::tempdir()?;
-//! assert_eq!(install(app_migrations.path(), Dialect::Sqlite)?.len(), 10);
+//! assert_eq!(install(app_migrations.path(), Dialect::Sqlite)?.len(), 11);
 //! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -92,7 +92,7 @@ pub const POSTGRES: EmbeddedMigrations =
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// let applied = conn.run_pending_migrations(diesel_inbox::migrations::SQLITE)?;
-/// assert_eq!(applied.len(), 10); // now in __diesel_schema_migrations
+/// assert_eq!(applied.len(), 11); // now in __diesel_schema_migrations
 /// let noop = |_tx: &mut SqliteConnection| Ok::<_, diesel_inbox::Error>(());
 /// assert!(diesel_inbox::with_inbox(&mut conn, "evt-1", noop)?.is_processed());
 /// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
@@ -135,7 +135,7 @@ pub const MYSQL: EmbeddedMigrations = diesel_migrations::embed_migrations!("migr
 /// use diesel::prelude::*;
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
-/// assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 10);
+/// assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 11);
 /// assert_eq!(diesel_inbox::run_pending_migrations(&mut conn)?, 0);
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -169,7 +169,7 @@ pub fn run_pending_migrations<C: InboxConnection>(conn: &mut C) -> Result<usize,
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// let options = MigrationOptions::default().lock_timeout(Duration::from_secs(5));
-/// assert_eq!(diesel_inbox::run_pending_migrations_with(&mut conn, options)?, 10);
+/// assert_eq!(diesel_inbox::run_pending_migrations_with(&mut conn, options)?, 11);
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -382,7 +382,7 @@ pub(crate) fn version_of_migration(name: &str) -> Option<String> {
 ///
 /// let app_migrations = tempfile::tempdir()?; // your project's `migrations/`
 /// let written = install(app_migrations.path(), Dialect::Postgres)?;
-/// assert_eq!(written.len(), 10);
+/// assert_eq!(written.len(), 11);
 /// assert!(written[0].to_string_lossy().ends_with("_diesel_inbox_create"));
 /// assert!(written[1].join("down.sql").is_file());
 /// assert!(install(app_migrations.path(), Dialect::Postgres)?.is_empty());

@@ -1165,8 +1165,8 @@ fn prints_and_installs_migrations(url: &str) {
     ));
     assert_eq!(
         written.as_array().unwrap().len(),
-        10,
-        "since the leases (000010): {written}"
+        11,
+        "since the reverted events (000011): {written}"
     );
     for path in written.as_array().unwrap() {
         assert!(Path::new(path.as_str().unwrap()).join("up.sql").is_file());

@@ -20,7 +20,7 @@ use super::AsyncInboxConnection;
 ///
 /// # tokio::runtime::Runtime::new()?.block_on(async {
 /// let mut conn = SyncConnectionWrapper::<SqliteConnection>::establish(":memory:").await?;
-/// assert_eq!(diesel_inbox::asynch::run_pending_migrations(&mut conn).await?, 10);
+/// assert_eq!(diesel_inbox::asynch::run_pending_migrations(&mut conn).await?, 11);
 /// assert_eq!(diesel_inbox::asynch::run_pending_migrations(&mut conn).await?, 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
@@ -53,7 +53,7 @@ pub async fn run_pending_migrations<C: AsyncInboxConnection>(
 /// use std::time::Duration;
 ///
 /// let options = MigrationOptions::default().lock_timeout(Duration::from_secs(5));
-/// assert_eq!(asynch::run_pending_migrations_with(&mut conn, options).await?, 10);
+/// assert_eq!(asynch::run_pending_migrations_with(&mut conn, options).await?, 11);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
 /// # }
