@@ -193,3 +193,79 @@ async fn schema<F, C: Db<F, Backend: Sql>>(conn: &mut C) -> diesel::QueryResult<
         ),
     })
 }
+
+/// Whether the PostgreSQL URL `url` reaches PgBouncer rather than the server itself, as the
+/// check `pooler`, and what follows. Opens a second connection, to the same host and port and
+/// user, asking for PgBouncer's own database `pgbouncer`: PgBouncer's console answers there (it
+/// refuses the prepared `SET` Diesel sends on connecting, `extended query protocol not
+/// supported by admin console`, or a user that is not its admin with `not allowed`), where
+/// PostgreSQL has no such database.
+/// Anything else is taken for PostgreSQL itself.
+///
+/// Behind PgBouncer in transaction pooling mode, each transaction may run on another server
+/// connection. The inbox takes no lock of a session there (its locks are transaction-scoped or
+/// lease rows) and sets nothing on a session (`SET LOCAL` only); the application must disable
+/// Diesel's prepared statement cache on every connection
+/// (`set_prepared_statement_cache_size(CacheSize::Disabled)`), unless PgBouncer is 1.21 or
+/// later with `max_prepared_statements` set. The check warns with that.
+#[cfg(feature = "postgres")]
+pub fn pooler(url: &str) -> Check {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+
+    let console = match diesel::PgConnection::establish(&with_database(url, "pgbouncer")) {
+        Ok(mut conn) => SimpleConnection::batch_execute(&mut conn, "SHOW VERSION")
+            .is_ok()
+            .then_some("its console answers"),
+        // Diesel sets the time zone when it connects, in a prepared statement, which the
+        // console refuses (`extended query protocol not supported by admin console`); a user
+        // that is not the console's is not allowed there.
+        Err(error) => {
+            let error = error.to_string();
+            if error.contains("admin console") || error.contains("use SHOW HELP") {
+                Some("its console answers")
+            } else if error.contains("not allowed") {
+                Some("its console refuses this user: not allowed")
+            } else {
+                None
+            }
+        }
+    };
+    match console {
+        Some(how) => Check {
+            name: "pooler",
+            status: CheckStatus::Warn,
+            detail: format!(
+                "PgBouncer, not PostgreSQL, answers at this URL ({how}). In transaction pooling \
+                 mode each transaction may run on another server connection: disable Diesel's \
+                 statement cache on every connection (set_prepared_statement_cache_size(\
+                 CacheSize::Disabled)), unless PgBouncer is 1.21 or later with \
+                 max_prepared_statements; the inbox itself takes no session locks and sets \
+                 nothing on the session"
+            ),
+            remedy: None,
+        },
+        None => Check {
+            name: "pooler",
+            status: CheckStatus::Ok,
+            detail: "no PgBouncer answers at this URL".to_owned(),
+            remedy: None,
+        },
+    }
+}
+
+/// `url` with its database (the path after the host) replaced by `name`; its query kept.
+#[cfg(feature = "postgres")]
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let path = base[authority..]
+        .find('/')
+        .map_or(base.len(), |i| authority + i);
+    match query {
+        Some(query) => format!("{}/{name}?{query}", &base[..path]),
+        None => format!("{}/{name}", &base[..path]),
+    }
+}

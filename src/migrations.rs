@@ -119,8 +119,9 @@ pub const MYSQL: EmbeddedMigrations = diesel_migrations::embed_migrations!("migr
 /// `IF NOT EXISTS`, so a schema applied by hand is not an error either. Applied versions are
 /// recorded in the table `diesel_inbox_migrations` (created if missing), never in Diesel's
 /// `__diesel_schema_migrations`, so the Diesel CLI can run and revert the application's own
-/// migrations as if the inbox were not there. Each migration runs in a transaction of its own
-/// (MySQL commits DDL at once, so there a failed migration may leave part of its work).
+/// migrations as if the inbox were not there. On PostgreSQL and SQLite they all run in one
+/// transaction, which holds the migration lock; on MySQL/MariaDB each runs in a transaction of
+/// its own (MySQL commits DDL at once, so there a failed migration may leave part of its work).
 ///
 /// A database that diesel-inbox 0.1 migrated (its events table named `diesel_inbox`, its
 /// versions in `__diesel_schema_migrations`) is taken over on the first call: the table is
@@ -143,15 +144,18 @@ pub const MYSQL: EmbeddedMigrations = diesel_migrations::embed_migrations!("migr
 ///
 /// Safe in a fleet: any number of processes (replicas starting together) may call it at once.
 /// One at a time applies what is missing, under a lock on the database (PostgreSQL: the
-/// session advisory lock `7597117890791827314`; MySQL/MariaDB: `GET_LOCK` on
+/// transaction-scoped advisory lock `7597117890791827314`, taken before anything is created
+/// and held by the transaction that applies them, so it holds behind a pooler in transaction
+/// mode such as PgBouncer's, and never outlives it; MySQL/MariaDB: `GET_LOCK` on
 /// `diesel_inbox.migrations:<database>`; SQLite: an immediate transaction around them all);
 /// the others wait for it, then find nothing left to apply. A wait is bounded, by 60 seconds
 /// here; see [`run_pending_migrations_with`] to choose the bound.
 ///
 /// # Errors
 ///
-/// [`AdminError::Migration`] when a migration fails; what it applied before stays applied (on
-/// SQLite, where all of them run in one transaction, nothing does).
+/// [`AdminError::Migration`] when a migration fails; what it applied before stays applied on
+/// MySQL/MariaDB (on PostgreSQL and SQLite, where all of them run in one transaction, nothing
+/// does).
 /// [`AdminError::MigrationLocked`] when another process held the lock for longer than the bound:
 /// nothing was applied by this call; retry.
 pub fn run_pending_migrations<C: InboxConnection>(conn: &mut C) -> Result<usize, AdminError> {
@@ -185,7 +189,8 @@ pub fn run_pending_migrations_with<C: InboxConnection>(
 }
 
 /// [`run_pending_migrations_with`] in either flavour: the migrations not applied yet, in
-/// order, each in a transaction of its own, under the backend's migration lock.
+/// order, each in a transaction of its own (a savepoint where the lock holds a transaction),
+/// under the backend's migration lock.
 pub(crate) async fn migrate<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
     options: MigrationOptions,

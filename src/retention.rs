@@ -76,18 +76,19 @@ pub const PRUNE_LEASE_TERM: Duration = Duration::from_secs(60);
 /// redelivery-after-the-window case above. [`Pruned::longest_batch`] says how long locks were
 /// held at most; lower [`Retention::batch_size`] if that is too long for your latency.
 ///
-/// One prune runs at a time: on PostgreSQL it holds the session-level advisory lock
-/// `7597117890842752366` of its database (`pg_try_advisory_lock`), on MySQL/MariaDB the named
-/// lock `diesel_inbox.prune:` followed by the database name, cut at 64 characters
-/// (`GET_LOCK`); a second one gets [`AdminError::PruneRunning`] at once. Both
-/// are released when the prune ends, by error too, and by the server when the session ends.
-/// SQLite needs no lock of its own: its writer lock serialises the batches, so two prunes
-/// there interleave harmlessly. On a Galera node (`wsrep_on`), where `GET_LOCK` holds on that
-/// node only, a prune also holds the lease row `prune` of `diesel_inbox_leases`, which every
-/// node sees: taken in a transaction of its own, renewed by each batch, deleted at the end,
-/// and free again [`PRUNE_LEASE_TERM`] after a prune that died. Two nodes writing it at once
-/// conflict at certification, and the loser finds the winner's lease: one prune runs in the
-/// whole cluster.
+/// One prune runs at a time; a second one gets [`AdminError::PruneRunning`] at once. On
+/// PostgreSQL a prune holds the lease row `prune` of `diesel_inbox_leases`: taken in a
+/// transaction of its own, renewed by each batch, deleted at the end, and free again
+/// [`PRUNE_LEASE_TERM`] after a prune that died or was dropped. It takes no lock of a session,
+/// so it holds behind a pooler in transaction mode (PgBouncer), where a session's lock would
+/// be taken on one server connection and released on another. On MySQL/MariaDB a prune holds
+/// the named lock `diesel_inbox.prune:` followed by the database name, cut at 64 characters
+/// (`GET_LOCK`), released when the prune ends, by error too, and by the server when the
+/// session ends; on a Galera node (`wsrep_on`), where `GET_LOCK` holds on that node only, it
+/// also holds the lease row, which every node sees. Two nodes writing it at once conflict at
+/// certification, and the loser finds the winner's lease: one prune runs in the whole
+/// cluster. SQLite needs no lock of its own: its writer lock serialises the batches, so two
+/// prunes there interleave harmlessly.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -329,15 +330,16 @@ impl Inbox {
         pruned
     }
 
-    /// Under the prune lock: where that lock holds on one node only (Galera), takes the prune
-    /// lease as well, which the whole cluster sees, and ends it after the batches.
+    /// Under the prune lock: where that lock holds on one node only (Galera), or there is none
+    /// (PostgreSQL), takes the prune lease, which every session sees, and ends it after the
+    /// batches.
     async fn prune_leased<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,
         cutoff: DateTime<Utc>,
         batch_size: NonZeroU32,
     ) -> Result<Pruned, AdminError> {
-        if !C::Backend::prune_lock_is_node_local(conn)
+        if !C::Backend::prune_needs_lease(conn)
             .await
             .map_err(Error::from)?
         {

@@ -150,7 +150,9 @@ async fn a_prune_cut_short_anywhere_never_leaves_its_lock_on_a_usable_connection
     let (mut broken, mut usable) = (0, 0);
 
     // SQLite has no prune lock of its own (its writer lock serialises the batches): a prune
-    // cut short there is a transaction cut short, as a delivery's is.
+    // cut short there is a transaction cut short, as a delivery's is. PostgreSQL's is the
+    // lease row, no lock of a session: nothing stays on the connection, and a prune cut short
+    // leaves the lease until it expires (`PRUNE_LEASE_TERM`).
     let rounds = if B::PRUNE_LOCK.is_some() {
         CUT_PRUNES
     } else {

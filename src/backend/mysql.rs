@@ -415,7 +415,7 @@ impl RetentionSql for Mysql {
     retention_statement!(delete_counters_before, schema, codec);
     retention_statement!(delete_settled_claims, schema, codec);
     retention_statement!(count_prunable, schema, codec);
-    retention_statement!(leases, schema, codec);
+    retention_statement!(leases, schema, codec, insert = plain);
 
     async fn try_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
         // A named lock of the session, so it outlives the batches' transactions; a timeout
@@ -427,9 +427,7 @@ impl RetentionSql for Mysql {
         release_named_lock(conn, PRUNE_LOCK_NAME).await
     }
 
-    async fn prune_lock_is_node_local<F, C: Db<F, Backend = Self>>(
-        conn: &mut C,
-    ) -> QueryResult<bool> {
+    async fn prune_needs_lease<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
         // `GET_LOCK` is local to a Galera node, and the other nodes write the same tables.
         is_galera_node(conn).await
     }
@@ -588,7 +586,10 @@ impl MigrationsSql for Mysql {
                 waited: started.elapsed(),
             });
         }
-        Ok(MigrationLock { sqlite: None })
+        Ok(MigrationLock {
+            sqlite: None,
+            postgres: None,
+        })
     }
 
     async fn unlock_migrations<F, C: Db<F, Backend = Self>>(

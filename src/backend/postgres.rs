@@ -55,27 +55,25 @@ mod codec {
 
 row_mappings!(schema = schema, codec = codec);
 
-/// The advisory lock key that lets one prune run at a time: the bytes of `inbxprun`.
-const PRUNE_LOCK_KEY: i64 = 0x696e_6278_7072_756e;
-
 /// The first key of the two-key advisory locks that order an aggregate's enqueues (the bytes
 /// of `obux`); the second is a hash of the aggregate. Two-key locks never meet one-key ones
-/// such as [`PRUNE_LOCK_KEY`].
+/// such as [`MIGRATION_LOCK_KEY`].
 const OUTBOX_ORDER_LOCK_CLASS: i32 = 0x6f62_7578;
 
 /// The advisory lock key that lets one process at a time apply the inbox migrations: the
 /// bytes of `inbxmigr`.
 const MIGRATION_LOCK_KEY: i64 = 0x696e_6278_6d69_6772;
 
-/// `pg_try_advisory_lock(key)` or `pg_advisory_unlock(key)`, by `function`'s name: session
-/// locks, so they outlive the transactions taken while they are held.
-async fn advisory<F, C: Db<F, Backend = Pg>>(
+/// `pg_try_advisory_xact_lock(key)`: held until the transaction it is taken in ends, and so by
+/// the server connection that does the work, whichever one a pooler in transaction mode gives.
+/// No lock of the crate's is a session's: behind such a pooler the session is not the
+/// client's, and a session lock would be unlocked elsewhere and outlive its holder.
+async fn try_transaction_lock<F, C: Db<F, Backend = Pg>>(
     conn: &mut C,
-    function: &str,
     key: i64,
 ) -> QueryResult<bool> {
     diesel::select(
-        diesel::dsl::sql::<Bool>(&format!("{function}("))
+        diesel::dsl::sql::<Bool>("pg_try_advisory_xact_lock(")
             .bind::<BigInt, _>(key)
             .sql(")"),
     )
@@ -298,18 +296,15 @@ impl RetentionSql for Pg {
     retention_statement!(delete_counters_before, schema, codec);
     retention_statement!(delete_settled_claims, schema, codec);
     retention_statement!(count_prunable, schema, codec);
-    retention_statement!(leases, schema, codec);
+    retention_statement!(leases, schema, codec, insert = do_nothing);
 
-    async fn try_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
-        // Session-level, so it outlives the batches' transactions; `try`, so a second runner
-        // is told at once instead of queueing.
-        advisory(conn, "pg_try_advisory_lock", PRUNE_LOCK_KEY).await
-    }
-
-    async fn release_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<()> {
-        advisory(conn, "pg_advisory_unlock", PRUNE_LOCK_KEY)
-            .await
-            .map(drop)
+    fn prune_needs_lease<F, C: Db<F, Backend = Self>>(
+        conn: &mut C,
+    ) -> impl Future<Output = QueryResult<bool>> + Send {
+        // A prune spans many transactions, and no lock of a session holds behind a pooler in
+        // transaction mode: the lease row is the prune's lock here.
+        let _ = conn;
+        std::future::ready(Ok(true))
     }
 }
 
@@ -398,6 +393,15 @@ impl OutboxSql for Pg {
     outbox_statement!(outbox_totals, schema, codec);
 }
 
+/// Rolls back every level above `depth`, as far as the connection lets it.
+async fn roll_back_to<F, C: Db<F, Backend = Pg>>(conn: &mut C, depth: u32) {
+    while conn.depth().is_ok_and(|now| now > depth) {
+        if conn.rollback_level().await.is_err() {
+            break;
+        }
+    }
+}
+
 impl MigrationsSql for Pg {
     const DIALECT: Dialect = Dialect::Postgres;
 
@@ -405,24 +409,57 @@ impl MigrationsSql for Pg {
         conn: &mut C,
         timeout: Duration,
     ) -> Result<MigrationLock, crate::AdminError> {
-        // Without the lock, two sessions' `CREATE TABLE IF NOT EXISTS` race on the catalog
-        // (pg_type's unique index) and the tracking table's key. Polled, so the wait has a
-        // bound without touching the session's lock_timeout.
-        let wait = super::lock::Wait::start(timeout);
-        while !advisory(conn, "pg_try_advisory_lock", MIGRATION_LOCK_KEY).await? {
-            C::sleep(wait.next()?).await;
+        // One transaction around them all (PostgreSQL's DDL is transactional), holding a
+        // transaction-scoped lock taken before anything is created: two sessions' `CREATE
+        // TABLE IF NOT EXISTS` would race on the catalog (pg_type's unique index) and the
+        // tracking table's key. Read committed, so that each statement after the wait sees
+        // what the previous holder committed. Polled, so the wait has a bound without touching
+        // the session's lock_timeout. Inside a caller's transaction, a savepoint of it.
+        let depth = conn.depth()?;
+        conn.begin_level().await?;
+        let locked = async {
+            if depth == 0 {
+                conn.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .await?;
+            }
+            let wait = super::lock::Wait::start(timeout);
+            while !try_transaction_lock(conn, MIGRATION_LOCK_KEY).await? {
+                C::sleep(wait.next()?).await;
+            }
+            Ok::<(), crate::AdminError>(())
         }
-        Ok(MigrationLock { sqlite: None })
+        .await;
+        match locked {
+            Ok(()) => Ok(MigrationLock {
+                sqlite: None,
+                postgres: Some(depth),
+            }),
+            Err(error) => {
+                roll_back_to(conn, depth).await;
+                Err(error)
+            }
+        }
     }
 
     async fn unlock_migrations<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
-        _: MigrationLock,
-        _: bool,
+        lock: MigrationLock,
+        applied: bool,
     ) -> QueryResult<()> {
-        advisory(conn, "pg_advisory_unlock", MIGRATION_LOCK_KEY)
-            .await
-            .map(drop)
+        // Ending the transaction releases the lock: committed with what was applied, or
+        // rolled back with all of it.
+        let Some(depth) = lock.postgres else {
+            return Ok(());
+        };
+        let committed = if applied {
+            conn.commit_level().await
+        } else {
+            Ok(())
+        };
+        if !applied || committed.is_err() {
+            roll_back_to(conn, depth).await;
+        }
+        committed
     }
 
     tracking_statements!();

@@ -387,8 +387,11 @@ macro_rules! retention_statement {
             })
         }
     };
-    // The lease rows: `take_lease`, `renew_lease` and `release_lease` at once.
-    (leases, $schema:ident, $codec:ident) => {
+    // The lease rows: `take_lease`, `renew_lease` and `release_lease` at once. The first
+    // holder makes the row; `insert = do_nothing` where the database waits for a concurrent
+    // insert of the key and then skips it (PostgreSQL), `insert = plain` where the loser of two
+    // at once conflicts, to retry, as on a Galera cluster at certification.
+    (leases, $schema:ident, $codec:ident, insert = $insert:ident) => {
         async fn take_lease<F, C: $crate::sql::Db<F, Backend = Self>>(
             conn: &mut C,
             name: &str,
@@ -414,16 +417,13 @@ macro_rules! retention_statement {
             if held > 0 {
                 return Ok(false);
             }
-            // Never taken: the first holder makes the row. Two at once conflict on its key.
-            diesel::insert_into(h::diesel_inbox_leases)
-                .values((
-                    h::name.eq(name),
-                    h::holder.eq(holder),
-                    h::held_until.eq($codec::time(until)),
-                ))
-                .execute_on(conn)
-                .await
-                .map(|_| true)
+            // Never taken: the first holder makes the row.
+            let insert = diesel::insert_into(h::diesel_inbox_leases).values((
+                h::name.eq(name),
+                h::holder.eq(holder),
+                h::held_until.eq($codec::time(until)),
+            ));
+            retention_statement!(@insert_lease $insert, insert, conn)
         }
 
         async fn renew_lease<F, C: $crate::sql::Db<F, Backend = Self>>(
@@ -453,5 +453,16 @@ macro_rules! retention_statement {
                 .await
                 .map(drop)
         }
+    };
+    // Inserts the first lease row: whether this holder made it.
+    (@insert_lease do_nothing, $insert:expr, $conn:expr) => {
+        $insert
+            .on_conflict_do_nothing()
+            .execute_on($conn)
+            .await
+            .map(|inserted| inserted == 1)
+    };
+    (@insert_lease plain, $insert:expr, $conn:expr) => {
+        $insert.execute_on($conn).await.map(|_| true)
     };
 }

@@ -118,7 +118,7 @@ impl RetentionSql for Sqlite {
     retention_statement!(delete_counters_before, schema, codec);
     retention_statement!(delete_settled_claims, schema, codec);
     retention_statement!(count_prunable, schema, codec);
-    retention_statement!(leases, schema, codec);
+    retention_statement!(leases, schema, codec, insert = plain);
 }
 
 impl CursorSql for Sqlite {
@@ -225,7 +225,10 @@ impl MigrationsSql for Sqlite {
         };
         let Err(error) = began else {
             let sqlite = Some((depth, own_timeout));
-            return Ok(MigrationLock { sqlite });
+            return Ok(MigrationLock {
+                sqlite,
+                postgres: None,
+            });
         };
         conn.batch_execute(&format!("PRAGMA busy_timeout = {own_timeout}"))
             .await?;

@@ -31,6 +31,9 @@ pub struct MigrationLock {
     /// busy timeout, to put back.
     #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) sqlite: Option<(u32, i64)>,
+    /// PostgreSQL: the transaction depth before the lock's transaction, which holds the lock.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) postgres: Option<u32>,
 }
 
 /// The migrations area's statements for one database, on a connection of either flavour.
@@ -40,9 +43,10 @@ pub trait MigrationsSql: TransactionSql {
     const DIALECT: Dialect;
 
     /// Takes the lock that lets one process at a time apply the inbox migrations, waiting
-    /// for it at most `timeout`. PostgreSQL: a session advisory lock, polled; MySQL/MariaDB:
-    /// `GET_LOCK`, named after the database; SQLite: an immediate transaction around them
-    /// all, waited for on a busy timeout of the bound.
+    /// for it at most `timeout`. PostgreSQL: a transaction around them all, holding a
+    /// transaction-scoped advisory lock, polled; MySQL/MariaDB: `GET_LOCK`, named after the
+    /// database; SQLite: an immediate transaction around them all, waited for on a busy
+    /// timeout of the bound.
     ///
     /// Errors: [`AdminError::MigrationLocked`] when the bound passed first; [`AdminError::Inbox`].
     fn lock_migrations<F, C: Db<F, Backend = Self>>(
@@ -50,8 +54,8 @@ pub trait MigrationsSql: TransactionSql {
         timeout: Duration,
     ) -> impl Future<Output = Result<MigrationLock, AdminError>> + Send;
 
-    /// Releases the lock; SQLite commits what was applied, or rolls it back when `applied`
-    /// is false.
+    /// Releases the lock; PostgreSQL and SQLite commit what was applied, or roll it back when
+    /// `applied` is false.
     fn unlock_migrations<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
         lock: MigrationLock,

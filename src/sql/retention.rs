@@ -118,8 +118,8 @@ pub trait RetentionSql: TransactionSql {
     ) -> impl Future<Output = QueryResult<PruneCounts>> + Send;
 
     /// Takes the session-level lock that lets one prune run at a time, without waiting:
-    /// `false` when another session holds it. SQLite has none: its writer lock already
-    /// serialises the batches.
+    /// `false` when another session holds it. MySQL/MariaDB only: SQLite's writer lock already
+    /// serialises the batches, and PostgreSQL's prune holds a lease row instead.
     fn try_prune_lock<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
     ) -> impl Future<Output = QueryResult<bool>> + Send {
@@ -135,10 +135,12 @@ pub trait RetentionSql: TransactionSql {
         std::future::ready(Ok(()))
     }
 
-    /// Whether [`try_prune_lock`](Self::try_prune_lock) holds on this node only while other
-    /// nodes write the same tables: a Galera node (`wsrep_on`). A prune there holds a lease
-    /// as well.
-    fn prune_lock_is_node_local<F, C: Db<F, Backend = Self>>(
+    /// Whether a prune holds the lease row `prune` of `diesel_inbox_leases`: where
+    /// [`try_prune_lock`](Self::try_prune_lock) holds on this node only while other nodes
+    /// write the same tables (a Galera node, `wsrep_on`), and on PostgreSQL, which has no
+    /// session lock (a pooler in transaction mode may stand between client and session), and
+    /// where the lease is the prune's only lock.
+    fn prune_needs_lease<F, C: Db<F, Backend = Self>>(
         conn: &mut C,
     ) -> impl Future<Output = QueryResult<bool>> + Send {
         let _ = conn;

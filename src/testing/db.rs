@@ -74,7 +74,8 @@ pub enum Placement<'a> {
     /// PostgreSQL only: a schema of its own, `<prefix>_<pid>_<n>_<random>`, created in the
     /// URL's database and dropped (`CASCADE`) when the test passes; its connections find the
     /// inbox's tables there through `search_path`, which the URL carries (`options`). Needs
-    /// `CREATE` on that database only.
+    /// `CREATE` on that database only. Not behind a pooler that drops `options` (PgBouncer in
+    /// transaction mode): use [`Placement::Database`] there.
     Schema {
         /// As for [`Placement::Database`].
         prefix: &'a str,
@@ -93,6 +94,26 @@ pub const MAX_PREFIX_BYTES: usize = 36;
 /// The environment variable that sets the prefix of [`TestDatabase::postgres`] and
 /// [`TestDatabase::mysql`] databases (the crate's own suite's too); `diesel_inbox_test` without it.
 pub const PREFIX_VARIABLE: &str = "DIESEL_INBOX_TEST_PREFIX";
+
+/// The environment variable that says the test server is reached through a pooler in
+/// transaction mode (PgBouncer): set to `1`, every connection a [`TestDatabase`] opens has
+/// Diesel's prepared statement cache disabled, as such a pooler needs (see [`behind_pooler`]).
+pub const POOLER_VARIABLE: &str = "DIESEL_INBOX_POOLER";
+
+/// Whether [`POOLER_VARIABLE`] is set to `1`: the tests' connections then disable Diesel's
+/// prepared statement cache ([`without_statement_cache`]), since a pooler in transaction mode
+/// may run a statement on another server connection than the one that prepared it.
+pub fn behind_pooler() -> bool {
+    std::env::var(POOLER_VARIABLE).is_ok_and(|value| value == "1")
+}
+
+/// `conn` with Diesel's prepared statement cache disabled when [`behind_pooler`], as it is.
+pub fn without_statement_cache<C: Connection>(mut conn: C) -> C {
+    if behind_pooler() {
+        conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled);
+    }
+    conn
+}
 
 /// What a server-side test database removes when its test passes: `what`, by `run`.
 struct Cleanup {
@@ -124,7 +145,7 @@ where
     /// When the database cannot be reached.
     #[track_caller]
     pub fn connect(&self) -> C {
-        let mut conn = C::establish(&self.url).unwrap_or_else(|e| {
+        let conn = C::establish(&self.url).unwrap_or_else(|e| {
             panic!(
                 "{}",
                 crate::redact(&format!(
@@ -133,6 +154,7 @@ where
                 ))
             )
         });
+        let mut conn = without_statement_cache(conn);
         (self.setup)(&mut conn).unwrap_or_else(|e| {
             panic!(
                 "{}",
@@ -204,6 +226,9 @@ impl<C> fmt::Debug for Setup<C> {
 
 impl<C: Connection + 'static> CustomizeConnection<C, diesel::r2d2::Error> for Setup<C> {
     fn on_acquire(&self, conn: &mut C) -> Result<(), diesel::r2d2::Error> {
+        if behind_pooler() {
+            conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled);
+        }
         (self.0)(conn).map_err(diesel::r2d2::Error::QueryError)
     }
 }
@@ -485,11 +510,13 @@ fn with_search_path(url: &str, schema: &str) -> String {
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 fn admin<C: Connection>(admin_url: &str) -> QueryResult<C> {
-    C::establish(admin_url).map_err(|e| {
-        diesel::result::Error::QueryBuilderError(
-            crate::redact(&format!("cannot connect to {admin_url}: {e}")).into(),
-        )
-    })
+    C::establish(admin_url)
+        .map(without_statement_cache)
+        .map_err(|e| {
+            diesel::result::Error::QueryBuilderError(
+                crate::redact(&format!("cannot connect to {admin_url}: {e}")).into(),
+            )
+        })
 }
 
 #[cfg(all(test, any(feature = "postgres", feature = "mysql")))]

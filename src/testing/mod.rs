@@ -65,7 +65,10 @@ mod schedule;
 pub use assert::{
     assert_dead_lettered, assert_deliveries, assert_not_processed, assert_processed_once,
 };
-pub use db::{Placement, TestDatabase, MAX_PREFIX_BYTES, PREFIX_VARIABLE};
+pub use db::{
+    behind_pooler, without_statement_cache, Placement, TestDatabase, MAX_PREFIX_BYTES,
+    POOLER_VARIABLE, PREFIX_VARIABLE,
+};
 pub use faults::{Fault, Faults, InjectedFault};
 pub use fixtures::{check_schema_fixtures, write_schema_fixture, FixtureError, FixtureProblem};
 pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};

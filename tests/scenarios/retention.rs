@@ -376,6 +376,19 @@ pub fn a_second_concurrent_prune_is_told_another_is_running<B: Backend>() {
         assert_eq!(pruned.events, OLD as u64);
         holder.batch_execute(lock).unwrap();
         holder.batch_execute(unlock).unwrap();
+    } else if B::PRUNE_HOLDS_LEASE {
+        // PostgreSQL: the lease row is the lock (refused while held: the lease scenario).
+        // Two prunes at once: one runs, the other runs after it or is told one is running,
+        // and between them they delete every row once and leave no lease behind.
+        let results =
+            crate::support::concurrently(&db, 2, |_, conn| match inbox.prune(conn, &retention) {
+                Ok(pruned) => pruned.events,
+                Err(AdminError::PruneRunning) => 0,
+                Err(error) => panic!("{error:?}"),
+            });
+        assert_eq!(results.iter().sum::<u64>(), OLD as u64, "{results:?}");
+        assert_eq!(conn.inbox_rows(), 0);
+        assert_eq!(B::prune_lease_holder(&mut conn), None, "ended");
     } else {
         // SQLite: no lock of its own; two prunes at once interleave their batches under the
         // writer lock, and between them delete every row once.
@@ -387,7 +400,7 @@ pub fn a_second_concurrent_prune_is_told_another_is_running<B: Backend>() {
     }
 }
 
-pub fn a_prune_lease_held_elsewhere_stops_a_prune_only_on_a_galera_node<B: Backend>() {
+pub fn a_prune_lease_held_elsewhere_stops_a_prune_on_postgres_and_galera_only<B: Backend>() {
     const OLD: usize = 100;
     let (_db, mut conn) = setup::<B>();
     prefill::<B>(&mut conn, OLD, 0);
@@ -398,8 +411,9 @@ pub fn a_prune_lease_held_elsewhere_stops_a_prune_only_on_a_galera_node<B: Backe
 
     let pruned = inbox.prune(&mut conn, &retention);
 
-    if B::is_galera_node(&mut conn) {
-        // The prune lock is the node's own: the lease is what the other nodes' prunes hold.
+    if B::prune_holds_lease(&mut conn) {
+        // PostgreSQL: the lease is the prune's lock. Galera: the prune lock is the node's own,
+        // and the lease is what the other nodes' prunes hold.
         assert!(
             matches!(pruned, Err(AdminError::PruneRunning)),
             "{pruned:?}"

@@ -51,7 +51,9 @@ pub(crate) trait Backend {
     /// A connection to the database at `url`, set up as [`TestDatabase::connect`] sets one up:
     /// for a process that did not create the database, such as a test's child process.
     fn connect_to(url: &str) -> Self::Conn {
-        Self::Conn::establish(url).unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"))
+        let conn =
+            Self::Conn::establish(url).unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+        diesel_inbox::testing::without_statement_cache(conn)
     }
 
     /// A deadpool-diesel pool of this backend's connections.
@@ -120,7 +122,8 @@ pub(crate) trait Backend {
     }
 
     /// SQL that takes and that releases the prune lock on a session, as `Inbox::prune` does;
-    /// `None` where the backend has no such lock (SQLite).
+    /// `None` where the backend has no such lock (SQLite, and PostgreSQL, whose prune holds a
+    /// lease row instead).
     const PRUNE_LOCK: Option<(&'static str, &'static str)>;
 
     /// Sets `processed_at` and `last_seen_at` of the consumer's rows of `event_ids`.
@@ -151,6 +154,14 @@ pub(crate) trait Backend {
     fn is_galera_node(conn: &mut Self::Conn) -> bool {
         let _ = conn;
         false
+    }
+
+    /// Does every prune hold the lease row, as its lock (PostgreSQL)?
+    const PRUNE_HOLDS_LEASE: bool = false;
+
+    /// Whether a prune on `conn` holds the lease row: on PostgreSQL, and on a Galera node.
+    fn prune_holds_lease(conn: &mut Self::Conn) -> bool {
+        Self::PRUNE_HOLDS_LEASE || Self::is_galera_node(conn)
     }
 
     /// One statement that inserts `rows` processed rows of the consumer, ids `{prefix}1` to
@@ -355,8 +366,10 @@ impl Backend for Postgres {
     }
 
     fn hold_migration_lock(conn: &mut PgConnection) {
-        // The bytes of `inbxmigr`, as the crate's key.
-        conn.batch_execute("SELECT pg_advisory_lock(7597117890791827314)")
+        // The bytes of `inbxmigr`, as the crate's key; in a transaction left open, as a process
+        // applying the migrations holds it, and as a pooler in transaction mode keeps it on
+        // one server connection.
+        conn.batch_execute("BEGIN; SELECT pg_advisory_xact_lock(7597117890791827314)")
             .unwrap();
     }
 
@@ -380,10 +393,9 @@ impl Backend for Postgres {
         Some(diesel::select(setting).get_result(conn).unwrap())
     }
 
-    const PRUNE_LOCK: Option<(&'static str, &'static str)> = Some((
-        "SELECT pg_advisory_lock(7597117890842752366)",
-        "SELECT pg_advisory_unlock(7597117890842752366)",
-    ));
+    // The prune's lock is its lease row.
+    const PRUNE_LOCK: Option<(&'static str, &'static str)> = None;
+    const PRUNE_HOLDS_LEASE: bool = true;
 
     retention_helpers!(postgres, same_key, same_time);
 

@@ -9,8 +9,12 @@ use crate::{Failure, Format, Global, Outcome};
 
 /// Runs the checks, prints them (a failure's detail ends with the SQL that fixes it, also
 /// `remedy` in JSON), and fails (exit 3) when one failed.
-pub(crate) fn run<C: InboxConnection>(conn: &mut C, global: &Global) -> Outcome {
-    let checks = doctor::check(conn)?;
+/// On PostgreSQL, `url` is the one dialled: whether it reaches PgBouncer is checked too.
+pub(crate) fn run<C: InboxConnection>(conn: &mut C, url: Option<&str>, global: &Global) -> Outcome {
+    let mut checks = doctor::check(conn)?;
+    if let Some(url) = url {
+        checks.push(doctor::pooler(url));
+    }
     match global.format {
         Format::Json => output::print_json(&json!(checks
             .iter()

@@ -520,7 +520,15 @@ fn run(cli: Cli, consumer_given: bool) -> Outcome {
         }
         Command::Doctor => {
             let mut db = Database::connect(url.as_deref())?;
-            with_connection!(db, |conn| doctor::run(conn, &global))
+            let postgres_url = match &db {
+                Database::Postgres(_) => url.as_deref().map(driver_url),
+                _ => None,
+            };
+            with_connection!(db, |conn| doctor::run(
+                conn,
+                postgres_url.as_deref(),
+                &global
+            ))
         }
     }
 }
@@ -539,7 +547,13 @@ impl Database {
         let url = driver_url(url);
         let failed = |e: diesel::ConnectionError| Failure::Error(format!("cannot connect: {e}"));
         Ok(match dialect {
-            Dialect::Postgres => Self::Postgres(PgConnection::establish(&url).map_err(failed)?),
+            Dialect::Postgres => {
+                // An ops command sends few statements: without Diesel's statement cache it
+                // works behind a pooler in transaction mode (PgBouncer) too.
+                let mut conn = PgConnection::establish(&url).map_err(failed)?;
+                conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled);
+                Self::Postgres(conn)
+            }
             Dialect::Mysql => Self::Mysql(MysqlConnection::establish(&url).map_err(failed)?),
             _ => {
                 let (path, uri) = sqlite_open(&url);
