@@ -28,6 +28,8 @@
 //!   handler runs them, in one bare transaction;
 //! - inbox: the same through `with_inbox`, every id new, random (`UUIDv4`) or time-ordered
 //!   (`UUIDv7`);
+//! - inbox, statement cache off: the inbox with Diesel's prepared statement cache disabled,
+//!   as it must be behind a pooler in transaction mode: each statement prepared anew;
 //! - duplicates: every delivery a duplicate of one processed before;
 //! - naive: the hand-written check, `SELECT` the id then `INSERT` it, in the same transaction;
 //! - minimal: the smallest correct hand-written inbox: in one transaction, an insert of the id
@@ -94,6 +96,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::Instant;
 
+use diesel::connection::CacheSize;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
@@ -447,6 +450,9 @@ enum Scenario {
     Inbox {
         v7: bool,
     },
+    /// The inbox scenario, UUIDv4 ids, with Diesel's prepared statement cache off, as behind
+    /// a pooler in transaction mode (`CacheSize::Disabled`).
+    InboxUncached,
     /// Redeliveries of the ids the inbox scenario before processed, by an inbox that
     /// expects duplicates or not (`Inbox::expect_duplicates`).
     Duplicates {
@@ -548,6 +554,7 @@ impl Scenario {
             Self::BareBlock(size) => format!("bare, {size} per transaction"),
             Self::Inbox { v7: false } => "inbox, UUIDv4 ids".into(),
             Self::Inbox { v7: true } => "inbox, UUIDv7 ids".into(),
+            Self::InboxUncached => "inbox, statement cache off".into(),
             Self::Duplicates { expected: false } => "duplicates".into(),
             Self::Duplicates { expected: true } => "duplicates, expected".into(),
             Self::Enqueue { order_lock: true } => "enqueue".into(),
@@ -710,6 +717,14 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
                 assert!(outcome.is_processed());
             }
             feed.processed = ids.to_vec();
+        }
+        Scenario::InboxUncached => {
+            conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+            for (i, id) in ids.iter().enumerate() {
+                let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
+                assert!(outcome.is_processed());
+            }
+            conn.set_prepared_statement_cache_size(CacheSize::Unbounded);
         }
         Scenario::Duplicates { expected } => {
             let inbox = Inbox::default().expect_duplicates(expected);
@@ -1127,6 +1142,7 @@ fn bench<C: BenchConn>(options: &Options) -> Figures {
     small.extend(bare_peered_blocks().map(Scenario::BareBlock));
     small.extend([
         Scenario::Inbox { v7: true },
+        Scenario::InboxUncached,
         Scenario::Inbox { v7: false },
         Scenario::Duplicates { expected: false },
         Scenario::Duplicates { expected: true },
@@ -1263,6 +1279,11 @@ fn print_ratios(columns: &[Figures]) {
     ratios.extend([
         ("inbox / bare, UUIDv4".to_owned(), v4, Scenario::Bare),
         ("inbox / bare, UUIDv7".to_owned(), v7, Scenario::Bare),
+        (
+            "inbox, statement cache off / inbox".to_owned(),
+            Scenario::InboxUncached,
+            v4,
+        ),
         (
             "duplicates / bare".to_owned(),
             Scenario::Duplicates { expected: false },
