@@ -255,8 +255,9 @@ pub fn pooler(url: &str) -> Check {
 }
 
 /// `url` with its database (the path after the host) replaced by `name`; its query kept.
-#[cfg(feature = "postgres")]
-fn with_database(url: &str, name: &str) -> String {
+/// (Also what the test kit's throwaway databases are named in.)
+#[cfg(any(feature = "postgres", all(feature = "testing", feature = "mysql")))]
+pub(crate) fn with_database(url: &str, name: &str) -> String {
     let (base, query) = url
         .split_once('?')
         .map_or((url, None), |(b, q)| (b, Some(q)));
@@ -267,5 +268,26 @@ fn with_database(url: &str, name: &str) -> String {
     match query {
         Some(query) => format!("{}/{name}?{query}", &base[..path]),
         None => format!("{}/{name}", &base[..path]),
+    }
+}
+
+#[cfg(all(
+    test,
+    any(feature = "postgres", all(feature = "testing", feature = "mysql"))
+))]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn with_database_replaces_only_the_path() {
+        assert_eq!(
+            with_database("postgres://root@127.0.0.1:5432/test", "t1"),
+            "postgres://root@127.0.0.1:5432/t1"
+        );
+        assert_eq!(
+            with_database("mysql://root@localhost:3306/test?ssl_mode=disabled", "t1"),
+            "mysql://root@localhost:3306/t1?ssl_mode=disabled"
+        );
+        assert_eq!(with_database("postgres://host", "t1"), "postgres://host/t1");
     }
 }

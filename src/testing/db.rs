@@ -270,22 +270,7 @@ fn unique_name(prefix: &str) -> String {
 }
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-/// `url` with its database (the path after the host) replaced by `name`; query kept.
-fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    let mut out = format!("{}/{name}", &base[..path_start]);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
-}
+use crate::doctor::with_database;
 
 #[cfg(feature = "sqlite")]
 impl TestDatabase<diesel::SqliteConnection> {
@@ -522,19 +507,6 @@ fn admin<C: Connection>(admin_url: &str) -> QueryResult<C> {
 #[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn with_database_replaces_only_the_path() {
-        assert_eq!(
-            with_database("postgres://root@127.0.0.1:5432/test", "t1"),
-            "postgres://root@127.0.0.1:5432/t1"
-        );
-        assert_eq!(
-            with_database("mysql://root@localhost:3306/test?ssl_mode=disabled", "t1"),
-            "mysql://root@localhost:3306/t1?ssl_mode=disabled"
-        );
-        assert_eq!(with_database("postgres://host", "t1"), "postgres://host/t1");
-    }
 
     #[test]
     fn unique_names_differ_start_with_the_prefix_and_are_plain_identifiers() {
