@@ -450,7 +450,7 @@ enum Scenario {
     Inbox {
         v7: bool,
     },
-    /// The inbox scenario, UUIDv4 ids, with Diesel's prepared statement cache off, as behind
+    /// The inbox scenario, `UUIDv4` ids, with Diesel's prepared statement cache off, as behind
     /// a pooler in transaction mode (`CacheSize::Disabled`).
     InboxUncached,
     /// Redeliveries of the ids the inbox scenario before processed, by an inbox that
@@ -680,6 +680,22 @@ impl<C: BenchConn> ChainHandler<C> for Credit {
 }
 
 /// Runs one scenario over `ids`; returns the seconds it took.
+/// Delivers `ids`, every one new, through `with_inbox`, crediting `account(i)` for the `i`-th.
+fn deliver_new<C: BenchConn>(conn: &mut C, ids: &[String]) {
+    for (i, id) in ids.iter().enumerate() {
+        let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
+        assert!(outcome.is_processed());
+    }
+}
+
+/// [`deliver_new`] with Diesel's prepared statement cache off, as behind a pooler in
+/// transaction mode; on again afterwards.
+fn deliver_new_uncached<C: BenchConn>(conn: &mut C, ids: &[String]) {
+    conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+    deliver_new(conn, ids);
+    conn.set_prepared_statement_cache_size(CacheSize::Unbounded);
+}
+
 fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mut Feed) -> f64 {
     let cursor = Inbox::default().cursor("bench").unwrap();
     // The bulk effect's lookup of each new delivery's account, and the chain's blocks, made
@@ -712,20 +728,10 @@ fn run<C: BenchConn>(conn: &mut C, scenario: Scenario, ids: &[String], feed: &mu
         Scenario::Chain(_) => process_blocks(conn, &blocks),
         Scenario::BareBlock(size) => credit_in_blocks(conn, ids.len(), size),
         Scenario::Inbox { .. } | Scenario::Large { .. } => {
-            for (i, id) in ids.iter().enumerate() {
-                let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
-                assert!(outcome.is_processed());
-            }
+            deliver_new(conn, ids);
             feed.processed = ids.to_vec();
         }
-        Scenario::InboxUncached => {
-            conn.set_prepared_statement_cache_size(CacheSize::Disabled);
-            for (i, id) in ids.iter().enumerate() {
-                let outcome = with_inbox(conn, id, |tx| tx.credit(account(i))).unwrap();
-                assert!(outcome.is_processed());
-            }
-            conn.set_prepared_statement_cache_size(CacheSize::Unbounded);
-        }
+        Scenario::InboxUncached => deliver_new_uncached(conn, ids),
         Scenario::Duplicates { expected } => {
             let inbox = Inbox::default().expect_duplicates(expected);
             for (i, id) in feed.processed.iter().enumerate() {
@@ -1270,6 +1276,9 @@ fn main() -> Result<(), String> {
 }
 
 /// The ratio table: the rows readers compare between runs, by name.
+/// The ratio that says what the statement cache off costs the inbox.
+const UNCACHED_RATIO: &str = "inbox, statement cache off / inbox";
+
 fn print_ratios(columns: &[Figures]) {
     let names: Vec<String> = columns.iter().map(|c| c.name.to_owned()).collect();
     print_row("ratio (middle half of rounds)", &names);
@@ -1279,11 +1288,7 @@ fn print_ratios(columns: &[Figures]) {
     ratios.extend([
         ("inbox / bare, UUIDv4".to_owned(), v4, Scenario::Bare),
         ("inbox / bare, UUIDv7".to_owned(), v7, Scenario::Bare),
-        (
-            "inbox, statement cache off / inbox".to_owned(),
-            Scenario::InboxUncached,
-            v4,
-        ),
+        (UNCACHED_RATIO.to_owned(), Scenario::InboxUncached, v4),
         (
             "duplicates / bare".to_owned(),
             Scenario::Duplicates { expected: false },

@@ -515,6 +515,7 @@ macro_rules! mysql_fenced_begin {
 }
 
 /// MariaDB's top-level `BEGIN`, where nothing travels with it.
+#[allow(dead_code, reason = "only the server backends' test binaries use it")]
 pub(crate) const MYSQL_BEGIN: &str = concat!(mysql_fenced_begin!(), "END");
 
 /// MariaDB's first statement of a delivery: the fenced `BEGIN` and the inbox row's upsert, as
