@@ -405,7 +405,7 @@ pub(crate) mod mysql {
     /// The top-level ROLLBACK, which restores autocommit.
     pub(super) const ROLLBACK_FENCED: &str = "BEGIN NOT ATOMIC ROLLBACK; SET autocommit = 1; END";
 
-    /// The error [`COMMIT_IF_OPEN`] raises, where the check runs on its own.
+    /// The error [`COMMIT_FENCED`] raises, where the check runs on its own (Oracle MySQL).
     pub(super) fn ended_before_commit() -> diesel::result::Error {
         diesel::result::Error::DatabaseError(
             diesel::result::DatabaseErrorKind::SerializationFailure,
