@@ -9,8 +9,10 @@
 //! reconnects (to the next node, or through the multi-host URL) and delivers again, as a
 //! consumer whose message was not acked would.
 
+mod beds;
+
+use beds::bed;
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
@@ -32,19 +34,6 @@ const ATTEMPTS: u32 = 200;
 
 /// A delivery that takes longer than this was stuck, until a server timeout ended it.
 const HANG: Duration = Duration::from_secs(10);
-
-/// Runs one of the project's test-bed scripts with `args`, and fails the test if it fails.
-fn bed(script: &str, args: &[&str]) -> String {
-    let path = format!("{}/scripts/{script}", env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new("bash").arg(&path).args(args).output().unwrap();
-    let printed = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "scripts/{script} {args:?} failed: {printed}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    printed
-}
 
 /// What the workers saw.
 #[derive(Debug, Default)]

@@ -7,6 +7,9 @@
 //! prune through the pooler, and exit. Then no advisory lock is left on the server, and prunes
 //! and migrations run one after another, none told another is running.
 
+mod beds;
+
+use beds::bed;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,18 +32,6 @@ const ROUNDS: usize = 3;
 const MIGRATIONS: usize = 11;
 /// A bound well above a migration's few hundred milliseconds: a lock that leaked hits it.
 const LOCK_BOUND: Duration = Duration::from_secs(10);
-
-/// Runs `scripts/pgbouncer` with `args`, and fails the test if it fails.
-fn bed(args: &[&str]) -> String {
-    let path = format!("{}/scripts/pgbouncer", env!("CARGO_MANIFEST_DIR"));
-    let output = Command::new("bash").arg(&path).args(args).output().unwrap();
-    assert!(
-        output.status.success(),
-        "scripts/pgbouncer {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
 
 /// `url` with its database replaced by `name`.
 fn with_database(url: &str, name: &str) -> String {
@@ -126,7 +117,11 @@ fn a_fleet_behind_pgbouncer_migrates_once_and_leaves_no_lock_behind() {
         replica(&url, Path::new(&std::env::var(REPLICA_GO).unwrap()));
         return;
     }
-    let pooler = bed(&["urls"]).lines().next().unwrap().to_owned();
+    let pooler = bed("pgbouncer", &["urls"])
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
     let server_url = std::env::var("DIESEL_INBOX_POSTGRES_DIRECT_URL")
         .unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".to_owned());
     let mut server = PgConnection::establish(&server_url).unwrap();

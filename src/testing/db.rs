@@ -109,10 +109,15 @@ pub fn behind_pooler() -> bool {
 
 /// `conn` with Diesel's prepared statement cache disabled when [`behind_pooler`], as it is.
 pub fn without_statement_cache<C: Connection>(mut conn: C) -> C {
+    disable_statement_cache_behind_pooler(&mut conn);
+    conn
+}
+
+/// Disables `conn`'s prepared statement cache when [`behind_pooler`].
+fn disable_statement_cache_behind_pooler<C: Connection>(conn: &mut C) {
     if behind_pooler() {
         conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled);
     }
-    conn
 }
 
 /// What a server-side test database removes when its test passes: `what`, by `run`.
@@ -226,9 +231,7 @@ impl<C> fmt::Debug for Setup<C> {
 
 impl<C: Connection + 'static> CustomizeConnection<C, diesel::r2d2::Error> for Setup<C> {
     fn on_acquire(&self, conn: &mut C) -> Result<(), diesel::r2d2::Error> {
-        if behind_pooler() {
-            conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled);
-        }
+        disable_statement_cache_behind_pooler(conn);
         (self.0)(conn).map_err(diesel::r2d2::Error::QueryError)
     }
 }
