@@ -29,12 +29,9 @@
 pub use crate::check::{Check, CheckStatus};
 use crate::engine::run_ready;
 use crate::migrations::objects::{Index, Table, INDEXES, TABLES};
-use crate::migrations::{created_table, version_of_migration};
+use crate::migrations::{created_table, version_of_migration, TRACKING_TABLE};
 use crate::sql::{Blocking, Db, DoctorSql, MigrationsSql, Sql};
 use crate::{Error, InboxConnection};
-
-/// Where `run_pending_migrations` records the inbox's versions.
-const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 
 /// Checks `conn`'s database: every inbox migration applied; every table, column and index
 /// the migrations create present (a missing one's check says which statement recreates it);
@@ -255,8 +252,7 @@ pub fn pooler(url: &str) -> Check {
 }
 
 /// `url` with its database (the path after the host) replaced by `name`; its query kept.
-/// (Also what the test kit's throwaway databases are named in.)
-#[cfg(any(feature = "postgres", all(feature = "testing", feature = "mysql")))]
+#[cfg(feature = "postgres")]
 pub(crate) fn with_database(url: &str, name: &str) -> String {
     let (base, query) = url
         .split_once('?')
@@ -271,10 +267,7 @@ pub(crate) fn with_database(url: &str, name: &str) -> String {
     }
 }
 
-#[cfg(all(
-    test,
-    any(feature = "postgres", all(feature = "testing", feature = "mysql"))
-))]
+#[cfg(all(test, feature = "postgres"))]
 mod tests {
     use super::with_database;
 

@@ -19,8 +19,8 @@ use crate::rows::Recorded;
 use crate::sql::{Began, Blocking, Db, InboxSql, Sql};
 use crate::state::Counter;
 use crate::{
-    Delivery, Error, HandlerError, InboxConnection, IntoDelivery, InvalidConsumerName, Outcome,
-    RetryPolicy,
+    Delivery, Error, HandlerError, InboxConnection, InboxRecord, IntoDelivery, IntoEventId,
+    InvalidConsumerName, Outcome, RetryPolicy,
 };
 use diesel::QueryResult;
 
@@ -289,6 +289,54 @@ impl Inbox {
         self.run(conn, delivery, effect, |value| {
             serde_json::to_string(value).map(Some)
         })
+    }
+
+    /// What the inbox table records of `event_id` for this consumer, or `None` when the
+    /// event was never settled (a delivery whose handler failed leaves no row).
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_inbox::{with_inbox, Inbox};
+    ///
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_inbox::run_pending_migrations(&mut conn)?;
+    /// let inbox = Inbox::default();
+    /// assert_eq!(inbox.record(&mut conn, "evt-1")?, None);
+    /// for _ in 0..3 {
+    ///     let _ = with_inbox(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
+    /// }
+    /// let record = inbox.record(&mut conn, "evt-1")?.expect("processed");
+    /// assert!(record.is_processed());
+    /// assert_eq!(record.deliveries(), 3);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidEventId`] for an id the inbox would reject, [`Error::Database`] when the
+    /// table cannot be read.
+    pub fn record<C: InboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+    ) -> Result<Option<InboxRecord>, Error> {
+        let event_id = event_id.into_event_id()?;
+        run_ready(self.record_in::<Blocking, _>(conn, &event_id))
+    }
+
+    /// Up to `limit` rows of the inbox table, every consumer's, in key order: what a test
+    /// shows when an event has no row (recorded under another consumer, perhaps).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Database`] when the table cannot be read.
+    pub fn records<C: InboxConnection>(
+        conn: &mut C,
+        limit: usize,
+    ) -> Result<Vec<InboxRecord>, Error> {
+        run_ready(Self::records_in::<Blocking, _>(conn, limit))
     }
 
     /// [`process`](Self::process), with `encode` deciding what result to store on the row.

@@ -77,9 +77,9 @@
 //! an [`AsyncPublisher`], in order per aggregate, and marks them; several relays share the
 //! work, a failing publish is retried with backoff, and a poison row is failed with its reason
 //! while the rows after it go on. The relay publishes at least once; the broker's dedup window
-//! (JetStream's `Nats-Msg-Id`, the `nats` feature's [`nats::JetStreamPublisher`]) and the
-//! consumers' inbox absorb repeats. Consumers read an envelope back
-//! ([`Envelope::from_message`], [`nats::envelope_of`]), hand it to the inbox as the delivery,
+//! (JetStream's `Nats-Msg-Id`, set by the `diesel-inbox-nats` package's `JetStreamPublisher`)
+//! and the consumers' inbox absorb repeats. Consumers read an envelope back
+//! ([`Envelope::from_message`]), hand it to the inbox as the delivery,
 //! and check its version against the [`SchemaVersions`] they accept: an unknown version is
 //! dead-lettered, never a crash loop.
 //!
@@ -117,10 +117,15 @@
 //! pooled connections of them. On SQLite, set up each connection with [`SqliteSetup`]. The
 //! `async` feature adds the async flavour on diesel-async, `asynch`: the same inbox on
 //! `AsyncPgConnection`, `AsyncMysqlConnection` and `SyncConnectionWrapper<SqliteConnection>`,
-//! with async closures for handlers. The
-//! `testing` feature adds [`testing`], helpers that prove a handler idempotent in a unit test:
-//! throwaway databases, inbox assertions, a delivery harness, fault injection and randomized
-//! delivery schedules.
+//! with async closures for handlers.
+//!
+//! # Packages
+//!
+//! Beside this crate, the workspace ships what an app adds only when it needs it:
+//! `diesel-inbox-test`, a dev-dependency with helpers that prove a handler idempotent in a
+//! unit test (throwaway databases, inbox assertions, a delivery harness, fault injection and
+//! randomized delivery schedules); `diesel-inbox-nats`, JetStream for the outbox relay and
+//! replays; and `diesel-inbox-cli`, the ops tool.
 //!
 //! # Operating it
 //!
@@ -135,8 +140,8 @@
 //!   installs (`describe_metrics` lists them).
 //! - **Health**: [`doctor::check`] says whether the schema is applied and current and the
 //!   backend set up as the inbox needs.
-//! - **The ops CLI**: the `cli` feature builds `diesel-inbox`: stats, dead letters (list,
-//!   show, export, discard, release), gaps (list, resolve), claims (list, show, resolve),
+//! - **The ops CLI**: `cargo install diesel-inbox-cli` installs `diesel-inbox`: stats, dead
+//!   letters (list, show, export, discard, release), gaps (list, resolve), claims (list, show, resolve),
 //!   the outbox (list, show, retry, prune), reorgs, replays (plan, run, reconcile, accept
 //!   and the rest), prune, doctor and the migrations
 //!   (`diesel-inbox --help`).
@@ -178,7 +183,7 @@
 // Without a backend feature the crate compiles (for docs and checks) but has nothing to run.
 #![cfg_attr(
     not(any(feature = "postgres", feature = "sqlite", feature = "mysql")),
-    allow(dead_code, unused_macros)
+    allow(dead_code, unused_imports, unused_macros)
 )]
 
 mod ack;
@@ -211,13 +216,12 @@ mod inbox;
 pub mod migrations;
 pub mod multi;
 mod names;
-#[cfg(feature = "nats")]
-pub mod nats;
 mod observe;
 mod outbox;
 mod outcome;
 #[cfg(feature = "tokio")]
 pub mod pool;
+mod record;
 mod redact;
 pub mod replay;
 mod retention;
@@ -227,8 +231,6 @@ pub mod schema;
 mod sql;
 mod state;
 mod stats;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod watermark;
 
 pub use ack::{Ack, AckOutcome};
@@ -264,6 +266,7 @@ pub use outbox::{
     Relay, RelayPass, MAX_TOPIC_BYTES,
 };
 pub use outcome::{DeadLettered, Duplicate, Outcome};
+pub use record::InboxRecord;
 pub use redact::{redact, redact_url_secrets};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;

@@ -55,7 +55,7 @@ use diesel_migrations::EmbeddedMigrations;
 
 pub use crate::dialect::{Dialect, UnknownDatabaseUrl, UnknownDialect};
 use crate::engine::{run_ready, Open};
-use crate::sql::{Blocking, Db, MigrationsSql, Sql};
+use crate::sql::{Blocking, Db, DoctorSql, MigrationsSql, Sql};
 use crate::{AdminError, InboxConnection};
 
 // Only PostgreSQL polls for its migration lock: MySQL's GET_LOCK waits by itself.
@@ -187,6 +187,43 @@ pub fn run_pending_migrations_with<C: InboxConnection>(
 ) -> Result<usize, AdminError> {
     run_ready(migrate::<Blocking, _>(conn, options))
 }
+
+/// Whether this database holds the inbox's record of applied migrations (the table
+/// `diesel_inbox_migrations`): whether [`run_pending_migrations`] ever ran on it.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+///
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// assert!(!diesel_inbox::migrations::is_installed(&mut conn)?);
+/// diesel_inbox::run_pending_migrations(&mut conn)?;
+/// assert!(diesel_inbox::migrations::is_installed(&mut conn)?);
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+///
+/// [`AdminError::Inbox`] when the catalog cannot be read.
+pub fn is_installed<C: InboxConnection>(conn: &mut C) -> Result<bool, AdminError> {
+    let tracked = run_ready(C::Backend::table_exists(conn, TRACKING_TABLE));
+    tracked.map_err(|error| AdminError::Inbox(error.into()))
+}
+
+/// The tables the inbox migrations create, in the order they create them (drop them in
+/// reverse, then `diesel_inbox_migrations`, their record).
+///
+/// ```
+/// let tables: Vec<_> = diesel_inbox::migrations::tables().collect();
+/// assert_eq!(tables[0], "diesel_inbox_events");
+/// ```
+pub fn tables() -> impl DoubleEndedIterator<Item = &'static str> {
+    objects::TABLES.iter().map(|table| table.name)
+}
+
+/// The table that records which inbox migrations are applied.
+pub(crate) const TRACKING_TABLE: &str = "diesel_inbox_migrations";
 
 /// [`run_pending_migrations_with`] in either flavour: the migrations not applied yet, in
 /// order, each in a transaction of its own (a savepoint where the lock holds a transaction),
@@ -427,7 +464,7 @@ fn install_at(
     }
     let missing: Vec<&MigrationSql> = sql(dialect)
         .iter()
-        .filter(|m| !is_installed(&existing, m.name))
+        .filter(|m| !in_folders(&existing, m.name))
         .collect();
     let taken: HashSet<String> = existing.iter().map(|name| version_of(name)).collect();
     let first = first_free_second(now, &taken, missing.len());
@@ -468,7 +505,7 @@ fn write_migration(
 }
 
 /// Whether one of the folder names in `existing` is the inbox migration `name`, at any version.
-fn is_installed(existing: &[String], name: &str) -> bool {
+fn in_folders(existing: &[String], name: &str) -> bool {
     existing
         .iter()
         .any(|folder| folder.split_once('_').is_some_and(|(_, rest)| rest == name))
@@ -701,8 +738,8 @@ mod tests {
             "2025-03-09-070503_diesel_inbox_create".to_owned(),
             "2025-03-09-070504_diesel_inbox_failures_v2".to_owned(),
         ];
-        assert!(is_installed(&existing, "diesel_inbox_create"));
-        assert!(!is_installed(&existing, "diesel_inbox_failures"));
+        assert!(in_folders(&existing, "diesel_inbox_create"));
+        assert!(!in_folders(&existing, "diesel_inbox_failures"));
     }
 
     #[test]

@@ -14,7 +14,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
-use diesel_inbox::testing;
 use diesel_inbox::{Audit, ClaimState, Claimed, Error, Outcome, Pruned, Resolution, Retention};
 
 use support::{depth_of, setup, AsyncBackend, Pooled, TestConn, Tx};
@@ -46,7 +45,7 @@ async fn one_event_delivered_by_many_futures_at_once_takes_effect_once<B: AsyncB
     let pool = B::pool(db.url(), 4);
     let check = Mutex::new(check);
 
-    let report = testing::asynch::assert_idempotent_concurrently(
+    let report = diesel_inbox_test::asynch::assert_idempotent_concurrently(
         async || Checkout(B::get(&pool).await),
         8,
         async |conn: &mut B::Async| {
@@ -59,7 +58,13 @@ async fn one_event_delivered_by_many_futures_at_once_takes_effect_once<B: AsyncB
 
     assert_eq!((report.processed(), report.duplicates()), (1, 7));
     let mut conn = B::get(&pool).await;
-    testing::asynch::assert_deliveries(&mut **conn, &asynch::Inbox::default(), "evt-1", 8).await;
+    diesel_inbox_test::asynch::assert_deliveries(
+        &mut **conn,
+        &asynch::Inbox::default(),
+        "evt-1",
+        8,
+    )
+    .await;
 }
 
 async fn a_claim_in_doubt_is_listed_and_resolved_by_ops<B: AsyncBackend>() {

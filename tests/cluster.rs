@@ -23,11 +23,11 @@ use diesel::mysql::MysqlConnection;
 use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
-use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
     with_inbox, Ack, AdminError, Envelope, Error, Inbox, InboxConnection, Outbox, OutboxMessage,
     PublishError, Publisher, Relay, Retention,
 };
+use diesel_inbox_test::TestDatabase;
 
 /// How many times one delivery is tried before the test gives up on it: reconnects included.
 const ATTEMPTS: u32 = 200;

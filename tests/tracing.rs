@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{Inbox, RetryPolicy};
+use diesel_inbox_test::TestDatabase;
 
 /// Collects what the subscriber writes, for the test to read back.
 #[derive(Clone, Default)]

@@ -1,4 +1,4 @@
-//! How to prove your own handler idempotent with `diesel_inbox::testing`: copy this file and
+//! How to prove your own handler idempotent with `diesel_inbox_test`: copy this file and
 //! swap in your handler and schema.
 //!
 //! The handler credits a wallet when a payment event arrives. The tests deliver payments the way
@@ -18,11 +18,11 @@
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_inbox::testing::{
+use diesel_inbox::{HandlerError, Inbox, Outcome};
+use diesel_inbox_test::{
     assert_deliveries, assert_idempotent, assert_idempotent_concurrently, assert_not_processed,
     assert_processed_once, run_schedule, Faults, InjectedFault, ScheduleOptions, TestDatabase,
 };
-use diesel_inbox::{HandlerError, Inbox, Outcome};
 use proptest::prelude::*;
 
 // The application: schema, event, handler. In your crate these live in `src/`.
@@ -309,12 +309,9 @@ fn decode_payment(
 
 #[test]
 fn every_accepted_schema_version_has_a_fixture_the_consumer_decodes() {
-    let checked = diesel_inbox::testing::check_schema_fixtures(
-        FIXTURES,
-        &accepted_versions(),
-        decode_payment,
-    )
-    .unwrap_or_else(|error| panic!("{error}"));
+    let checked =
+        diesel_inbox_test::check_schema_fixtures(FIXTURES, &accepted_versions(), decode_payment)
+            .unwrap_or_else(|error| panic!("{error}"));
     assert_eq!(checked, 2);
 }
 
@@ -334,16 +331,15 @@ fn a_consumer_that_stops_reading_version_1_fails_its_fixture_check_before_releas
         }
         envelope.decode_json::<V2>()
     };
-    let error =
-        diesel_inbox::testing::check_schema_fixtures(FIXTURES, &accepted_versions(), v2_only)
-            .expect_err("version 1's fixture no longer decodes");
+    let error = diesel_inbox_test::check_schema_fixtures(FIXTURES, &accepted_versions(), v2_only)
+        .expect_err("version 1's fixture no longer decodes");
     let report = error.to_string();
     assert!(report.contains("payment.received/v1.json"), "{report}");
     assert!(!report.contains("v2.json"), "{report}");
     // And a version accepted without a fixture is a failure too.
     let without_fixture = accepted_versions().accept("payment.received", [3]);
     let error =
-        diesel_inbox::testing::check_schema_fixtures(FIXTURES, &without_fixture, decode_payment)
+        diesel_inbox_test::check_schema_fixtures(FIXTURES, &without_fixture, decode_payment)
             .expect_err("no fixture of version 3");
     assert!(error.to_string().contains("v3.json"), "{error}");
 }

@@ -116,8 +116,8 @@ use serde::Serialize;
 use crate::engine::Effect;
 use crate::sql::{Async, Sql};
 use crate::{
-    AdminError, Error, HandlerError, IntoDelivery, InvalidConsumerName, Outcome, Pruned, Retention,
-    RetryPolicy, Stats,
+    AdminError, Error, HandlerError, InboxRecord, IntoDelivery, IntoEventId, InvalidConsumerName,
+    Outcome, Pruned, Retention, RetryPolicy, Stats,
 };
 
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
@@ -366,10 +366,32 @@ impl Inbox {
         self.0.prune_in::<Async, _>(conn, retention).await
     }
 
-    /// The sync inbox this one wraps: the same consumer and policy.
-    #[cfg(feature = "testing")]
-    pub(crate) fn sync(&self) -> &crate::Inbox {
-        &self.0
+    /// What the inbox table records of `event_id` for this consumer:
+    /// [`crate::Inbox::record`], awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Inbox::record`].
+    pub async fn record<C: AsyncInboxConnection>(
+        &self,
+        conn: &mut C,
+        event_id: impl IntoEventId,
+    ) -> Result<Option<InboxRecord>, Error> {
+        let event_id = event_id.into_event_id()?;
+        self.0.record_in::<Async, _>(conn, &event_id).await
+    }
+
+    /// Up to `limit` rows of the inbox table, every consumer's: [`crate::Inbox::records`],
+    /// awaited.
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Inbox::records`].
+    pub async fn records<C: AsyncInboxConnection>(
+        conn: &mut C,
+        limit: usize,
+    ) -> Result<Vec<InboxRecord>, Error> {
+        crate::Inbox::records_in::<Async, _>(conn, limit).await
     }
 
     /// A delivery through the one inbox body, with `encode` deciding what result to store.

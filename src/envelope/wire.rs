@@ -71,6 +71,12 @@ pub struct Message {
 }
 
 impl Message {
+    /// A message as a broker delivered it: its headers, in the order it gave them, and its
+    /// body. [`Envelope::from_message`] reads an envelope back from it.
+    pub fn new(headers: Vec<(String, String)>, body: Vec<u8>) -> Self {
+        Self { headers, body }
+    }
+
     /// The value of the header `name`, in any case.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers

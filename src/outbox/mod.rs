@@ -86,9 +86,9 @@ impl Outbox {
 
     /// This outbox with enqueues that take no order lock, so that concurrent producers of one
     /// aggregate may publish out of enqueue order. For measuring what the lock costs (the
-    /// benchmark's `enqueue, no order lock` row) and for showing that order needs it; never
-    /// for a service.
-    #[cfg(feature = "testing")]
+    /// benchmark's `enqueue, no order lock` row) and for showing that order needs it; a service
+    /// that needs per-aggregate order keeps the lock.
+    #[doc(hidden)]
     #[must_use]
     pub fn without_order_lock(mut self) -> Self {
         self.order_lock = false;

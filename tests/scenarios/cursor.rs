@@ -9,11 +9,11 @@ use std::ops::RangeInclusive;
 use std::thread;
 use std::time::Duration;
 
-use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
     Ack, Audit, Cursor, Delivery, Duplicate, Error, Gap, GapCause, GapState, Inbox, Outcome,
     Resume, Sequenced,
 };
+use diesel_inbox_test::TestDatabase;
 use proptest::test_runner::{Config, TestRunner};
 
 use super::HandlerError;

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use diesel::prelude::*;
-use diesel_inbox::testing::{
+use diesel_inbox::{with_inbox, EventId, Inbox, Outbox};
+use diesel_inbox_test::{
     assert_deliveries, assert_idempotent_concurrently, run_schedule, Fault, Faults, Schedule,
     ScheduleOptions, Step,
 };
-use diesel_inbox::{with_inbox, EventId, Inbox, Outbox};
 use proptest::test_runner::{Config, TestRunner};
 
 use futures_util::FutureExt;

@@ -29,7 +29,6 @@ mod helpers;
 mod migrations;
 mod operations;
 mod outbox;
-#[cfg(feature = "nats")]
 mod relay_crash;
 mod replay;
 mod retention;
@@ -46,7 +45,6 @@ pub use helpers::*;
 pub use migrations::*;
 pub use operations::*;
 pub use outbox::*;
-#[cfg(feature = "nats")]
 pub use relay_crash::*;
 pub use replay::*;
 pub use retention::*;
@@ -252,7 +250,6 @@ macro_rules! backend_tests {
             an_eyre_handler_meeting_a_deadlock_under_context_is_retried_and_never_counted,
         );
         // Against the JetStream server too.
-        #[cfg(feature = "nats")]
         backend_tests!(@in scenarios, $backend;
             a_relay_killed_at_random_points_loses_no_event_and_keeps_order_per_aggregate,
         );
@@ -942,7 +939,7 @@ pub async fn each_delivery_path_sends_only_the_statements_it_needs<F: Flavour>()
     // Every prepared statement (Diesel's log shows its binds) stays prepared: Diesel prepares
     // an `UPDATE` or an upsert anew each time unless told it may keep it, a round trip more.
     // Behind a pooler the test support turns Diesel's cache off: nothing stays prepared.
-    let cached = !diesel_inbox::testing::behind_pooler();
+    let cached = !diesel_inbox_test::behind_pooler();
     for statement in processed.iter().chain(&duplicate).chain(&in_order) {
         if let Some((sql, _binds)) = statement.split_once(" -- binds: ").filter(|_| cached) {
             assert!(

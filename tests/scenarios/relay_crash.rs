@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use diesel::r2d2::{ConnectionManager, Pool};
-use diesel_inbox::nats::{envelope_of, JetStreamPublisher};
 use diesel_inbox::{AsyncPublisher, Envelope, Inbox, Outbox, OutboxMessage, PublishError, Relay};
+use diesel_inbox_nats::{envelope_of, JetStreamPublisher};
 use futures_util::StreamExt;
 
 use crate::support::{runtime, setup, Backend, ChildTest, TestConn};

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_inbox::testing::{Placement, PREFIX_VARIABLE};
 use diesel_inbox::with_inbox;
+use diesel_inbox_test::{Placement, PREFIX_VARIABLE};
 
 use crate::scenarios::effect;
 use crate::support::{ChildTest, ServerBackend, TestConn};
@@ -60,7 +60,7 @@ pub(crate) fn a_schema_per_test_keeps_tests_apart_and_is_dropped_when_its_test_p
         assert!(message.contains("use Placement::Database"), "{message:?}");
         return;
     }
-    if diesel_inbox::testing::behind_pooler() {
+    if diesel_inbox_test::behind_pooler() {
         println!(
             "skipped: a pooler in transaction mode drops the URL's options, search_path among them"
         );

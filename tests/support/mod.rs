@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use diesel::connection::{InstrumentationEvent, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
 use diesel::r2d2::{ManageConnection, PooledConnection, R2D2Connection};
-use diesel_inbox::testing::{Placement, TestDatabase};
 use diesel_inbox::InboxConnection;
+use diesel_inbox_test::{Placement, TestDatabase};
 
 mod fake_service;
 mod flavour;
@@ -53,7 +53,7 @@ pub(crate) trait Backend {
     fn connect_to(url: &str) -> Self::Conn {
         let conn =
             Self::Conn::establish(url).unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-        diesel_inbox::testing::without_statement_cache(conn)
+        diesel_inbox_test::without_statement_cache(conn)
     }
 
     /// A deadpool-diesel pool of this backend's connections.

@@ -581,7 +581,7 @@ impl<B: AsyncBackend + 'static> Flavour for Async<B> {
         event_id: &str,
     ) -> InboxRecord {
         let inbox = asynch::Inbox::from(inbox.clone());
-        testing::asynch::assert_processed_once(conn, &inbox, event_id).await
+        diesel_inbox_test::asynch::assert_processed_once(conn, &inbox, event_id).await
     }
 
     async fn assert_deliveries(
@@ -591,12 +591,12 @@ impl<B: AsyncBackend + 'static> Flavour for Async<B> {
         expected: u64,
     ) -> InboxRecord {
         let inbox = asynch::Inbox::from(inbox.clone());
-        testing::asynch::assert_deliveries(conn, &inbox, event_id, expected).await
+        diesel_inbox_test::asynch::assert_deliveries(conn, &inbox, event_id, expected).await
     }
 
     async fn assert_not_processed(conn: &mut B::Async, inbox: &Inbox, event_id: &str) {
         let inbox = asynch::Inbox::from(inbox.clone());
-        testing::asynch::assert_not_processed(conn, &inbox, event_id).await;
+        diesel_inbox_test::asynch::assert_not_processed(conn, &inbox, event_id).await;
     }
 
     async fn assert_dead_lettered(
@@ -605,7 +605,7 @@ impl<B: AsyncBackend + 'static> Flavour for Async<B> {
         event_id: &str,
     ) -> DeadLetter {
         let inbox = asynch::Inbox::from(inbox.clone());
-        testing::asynch::assert_dead_lettered(conn, &inbox, event_id).await
+        diesel_inbox_test::asynch::assert_dead_lettered(conn, &inbox, event_id).await
     }
 
     async fn assert_idempotent<T, E, H, O>(
@@ -621,7 +621,7 @@ impl<B: AsyncBackend + 'static> Flavour for Async<B> {
         E: HandlerError + Debug + Send,
     {
         let (deliver, effects) = (deliver.into_async(), effects.into_async());
-        testing::asynch::assert_idempotent(conn, times, deliver, effects).await
+        diesel_inbox_test::asynch::assert_idempotent(conn, times, deliver, effects).await
     }
 
     async fn run_schedule<T, E, G, O>(
@@ -639,7 +639,7 @@ impl<B: AsyncBackend + 'static> Flavour for Async<B> {
     {
         let inbox = asynch::Inbox::from(inbox.clone());
         let (effect, effects) = (effect.into_async(), effects.into_async());
-        testing::asynch::run_schedule(conn, &inbox, schedule, effect, effects).await
+        diesel_inbox_test::asynch::run_schedule(conn, &inbox, schedule, effect, effects).await
     }
 
     async fn prune(

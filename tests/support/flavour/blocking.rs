@@ -395,7 +395,7 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         inbox: &Inbox,
         event_id: &str,
     ) -> InboxRecord {
-        testing::assert_processed_once(conn, inbox, event_id)
+        diesel_inbox_test::assert_processed_once(conn, inbox, event_id)
     }
 
     async fn assert_deliveries(
@@ -404,15 +404,15 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         event_id: &str,
         expected: u64,
     ) -> InboxRecord {
-        testing::assert_deliveries(conn, inbox, event_id, expected)
+        diesel_inbox_test::assert_deliveries(conn, inbox, event_id, expected)
     }
 
     async fn assert_not_processed(conn: &mut B::Conn, inbox: &Inbox, event_id: &str) {
-        testing::assert_not_processed(conn, inbox, event_id);
+        diesel_inbox_test::assert_not_processed(conn, inbox, event_id);
     }
 
     async fn assert_dead_lettered(conn: &mut B::Conn, inbox: &Inbox, event_id: &str) -> DeadLetter {
-        testing::assert_dead_lettered(conn, inbox, event_id)
+        diesel_inbox_test::assert_dead_lettered(conn, inbox, event_id)
     }
 
     async fn assert_idempotent<T, E, H, O>(
@@ -428,7 +428,7 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         E: HandlerError + Debug + Send,
     {
         let deliver = |conn: &mut B::Conn| now(deliver.call(conn));
-        testing::assert_idempotent(conn, times, deliver, |conn| now(effects.call(conn)))
+        diesel_inbox_test::assert_idempotent(conn, times, deliver, |conn| now(effects.call(conn)))
     }
 
     async fn run_schedule<T, E, G, O>(
@@ -445,13 +445,9 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
         E: HandlerError + Debug + Send,
     {
         let effect = |tx: &mut B::Conn, id: &EventId| now(effect.call(tx, id));
-        testing::run_schedule(
-            conn,
-            inbox,
-            schedule,
-            effect,
-            |conn| now(effects.call(conn)),
-        )
+        diesel_inbox_test::run_schedule(conn, inbox, schedule, effect, |conn| {
+            now(effects.call(conn))
+        })
     }
 
     async fn prune(

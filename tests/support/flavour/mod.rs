@@ -19,13 +19,14 @@ use diesel_inbox::chain::{Block, BlockOutcome, Chain, ChainPosition, Reorg};
 use diesel_inbox::doctor::Check;
 use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::replay::{Evidence, OutboxSource, Replays, Report, RunReport};
-use diesel_inbox::testing::{self, DeliveryReport, InboxRecord, Schedule, TestDatabase};
+use diesel_inbox::InboxRecord;
 use diesel_inbox::{
     AdminError, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims,
     CorruptRow, Cursor, DeadLetter, Delivery, Envelope, Error, EventId, Gap, Gaps, HandlerError,
     Inbox, IntoDelivery, Lease, Outbox, OutboxRecord, OutboxState, OutboxStats, Outcome, Payload,
     Position, Pruned, Publisher, Relay, RelayPass, Resolution, Resume, Retention, Sequenced, Stats,
 };
+use diesel_inbox_test::{DeliveryReport, Schedule, TestDatabase};
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -439,14 +440,14 @@ pub(crate) trait Flavour: 'static {
         publisher: &mut P,
     ) -> Result<RelayPass, AdminError>;
 
-    /// [`testing::assert_processed_once`].
+    /// [`diesel_inbox_test::assert_processed_once`].
     async fn assert_processed_once(
         conn: &mut Self::Conn,
         inbox: &Inbox,
         event_id: &str,
     ) -> InboxRecord;
 
-    /// [`testing::assert_deliveries`].
+    /// [`diesel_inbox_test::assert_deliveries`].
     async fn assert_deliveries(
         conn: &mut Self::Conn,
         inbox: &Inbox,
@@ -454,17 +455,17 @@ pub(crate) trait Flavour: 'static {
         expected: u64,
     ) -> InboxRecord;
 
-    /// [`testing::assert_not_processed`].
+    /// [`diesel_inbox_test::assert_not_processed`].
     async fn assert_not_processed(conn: &mut Self::Conn, inbox: &Inbox, event_id: &str);
 
-    /// [`testing::assert_dead_lettered`].
+    /// [`diesel_inbox_test::assert_dead_lettered`].
     async fn assert_dead_lettered(
         conn: &mut Self::Conn,
         inbox: &Inbox,
         event_id: &str,
     ) -> DeadLetter;
 
-    /// [`testing::assert_idempotent`], with the delivery and the effect counter as async
+    /// [`diesel_inbox_test::assert_idempotent`], with the delivery and the effect counter as async
     /// closures over the connection.
     async fn assert_idempotent<T, E, H, O>(
         conn: &mut Self::Conn,
@@ -478,7 +479,7 @@ pub(crate) trait Flavour: 'static {
         T: Send,
         E: HandlerError + Debug + Send;
 
-    /// [`testing::run_schedule`], with the effect and the effect counter as async closures.
+    /// [`diesel_inbox_test::run_schedule`], with the effect and the effect counter as async closures.
     async fn run_schedule<T, E, G, O>(
         conn: &mut Self::Conn,
         inbox: &Inbox,

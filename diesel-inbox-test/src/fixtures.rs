@@ -5,7 +5,7 @@ use std::fmt::{self, Display};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::{Envelope, SchemaVersions};
+use diesel_inbox::{Envelope, SchemaVersions};
 
 /// Checks that a fixture of every accepted schema version decodes.
 ///
@@ -20,7 +20,7 @@ use crate::{Envelope, SchemaVersions};
 /// the events in production.
 ///
 /// ```
-/// use diesel_inbox::testing::{check_schema_fixtures, write_schema_fixture};
+/// use diesel_inbox_test::{check_schema_fixtures, write_schema_fixture};
 /// use diesel_inbox::{Envelope, SchemaVersions};
 ///
 /// #[derive(serde::Deserialize)]
@@ -125,7 +125,7 @@ fn check_one<T, E: Display>(
 /// folders, replacing the file if there is one. Returns its path.
 ///
 /// ```
-/// use diesel_inbox::testing::write_schema_fixture;
+/// use diesel_inbox_test::write_schema_fixture;
 /// use diesel_inbox::Envelope;
 ///
 /// let fixtures = tempfile::tempdir()?;
@@ -299,7 +299,7 @@ mod tests {
         total: u64,
     }
 
-    fn decode(envelope: &Envelope) -> Result<Placed, crate::Error> {
+    fn decode(envelope: &Envelope) -> Result<Placed, diesel_inbox::Error> {
         envelope.decode_json()
     }
 

@@ -8,7 +8,7 @@ use std::thread;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel::QueryResult;
 
-use crate::Outcome;
+use diesel_inbox::Outcome;
 
 /// What a run of deliveries came to, returned once the harness's checks have passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Delivered {
 /// took effect exactly once.
 ///
 /// `handler` is your whole delivery handler, the code that calls
-/// [`with_inbox`](crate::with_inbox) or [`Inbox::process`](crate::Inbox::process) with the
+/// [`with_inbox`](diesel_inbox::with_inbox) or [`Inbox::process`](diesel_inbox::Inbox::process) with the
 /// event's id, so the test covers how it derives the id and which consumer it uses.
 /// `effects` counts the effect as it stands in the database: the rows of a ledger with one
 /// row per event, a balance divided by the amount, a counter. It is read before the first and
@@ -88,7 +88,7 @@ impl Delivered {
 /// use diesel::dsl::sql;
 /// use diesel::prelude::*;
 /// use diesel::sql_types::BigInt;
-/// use diesel_inbox::testing::{assert_idempotent, TestDatabase};
+/// use diesel_inbox_test::{assert_idempotent, TestDatabase};
 /// use diesel_inbox::{with_inbox, Outcome};
 ///
 /// fn handle(conn: &mut SqliteConnection, event_id: &str) -> QueryResult<Outcome<usize>> {
@@ -149,7 +149,7 @@ where
 /// use diesel::dsl::sql;
 /// use diesel::prelude::*;
 /// use diesel::sql_types::BigInt;
-/// use diesel_inbox::testing::{assert_idempotent_concurrently, TestDatabase};
+/// use diesel_inbox_test::{assert_idempotent_concurrently, TestDatabase};
 /// use diesel_inbox::with_inbox;
 ///
 /// let db = TestDatabase::sqlite();

@@ -20,7 +20,7 @@ pub enum Fault {
 /// [`diesel::result::Error::QueryBuilderError`](https://docs.rs/diesel/2/diesel/result/enum.Error.html#variant.QueryBuilderError), which `downcast_ref` recovers; give your own
 /// error type a `From<InjectedFault>` (in tests only, if you like).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("fault injected on attempt {attempt} by diesel_inbox::testing")]
+#[error("fault injected on attempt {attempt} by diesel_inbox_test")]
 pub struct InjectedFault {
     attempt: u32,
 }
@@ -42,7 +42,7 @@ impl From<InjectedFault> for diesel::result::Error {
 /// A plan of failures for a handler: which of its attempts fail, and how.
 ///
 /// [`wrap`](Self::wrap) a handler (typically the effect you pass to
-/// [`with_inbox`](crate::with_inbox)) to count its calls and fail the planned ones: the
+/// [`with_inbox`](diesel_inbox::with_inbox)) to count its calls and fail the planned ones: the
 /// handler runs first, so its writes are in the transaction when the fault strikes, and the
 /// test sees them rolled back. Then drive your retry path (redelivery, a retry loop, a
 /// broker's nack) and check that the event still took effect once.
@@ -53,7 +53,7 @@ impl From<InjectedFault> for diesel::result::Error {
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::testing::{assert_deliveries, Faults, TestDatabase};
+/// use diesel_inbox_test::{assert_deliveries, Faults, TestDatabase};
 /// use diesel_inbox::{with_inbox, Inbox};
 ///
 /// let db = TestDatabase::sqlite();
@@ -102,7 +102,7 @@ impl Faults {
     /// a seed fails the same attempts on every run.
     ///
     /// ```
-    /// use diesel_inbox::testing::Faults;
+    /// use diesel_inbox_test::Faults;
     ///
     /// let (a, b) = (Faults::random(7, 0.5), Faults::random(7, 0.5));
     /// assert!((1..=100).all(|n| a.fails(n) == b.fails(n)));
@@ -174,7 +174,7 @@ impl Faults {
     /// [`wrap`](Self::wrap) does not take.
     ///
     /// ```
-    /// use diesel_inbox::testing::{Faults, InjectedFault};
+    /// use diesel_inbox_test::{Faults, InjectedFault};
     ///
     /// let faults = Faults::on_attempts([2]);
     /// let handler = async || -> Result<(), InjectedFault> {

@@ -1,22 +1,22 @@
 //! Delivery schedules: what a broker does to a consumer (duplicates, reorderings, failed
 //! deliveries), run through the inbox and checked against one effect per distinct event.
 
-use std::cell::Cell;
+use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Debug};
-use std::future::Future;
-use std::panic;
+use std::future::{poll_fn, Future};
+use std::panic::{self, AssertUnwindSafe};
+use std::pin::pin;
+use std::sync::{Mutex, PoisonError};
+use std::task::Poll;
 
 use diesel::QueryResult;
+use diesel_inbox::{Error, EventId, Inbox, InboxConnection, InboxRecord, Outcome};
 use proptest::strategy::{Just, Strategy};
 
-use crate::engine::{catch_unwind, run_ready, Effect};
-use crate::sql::{Blocking, Db, Sql};
-use crate::{Error, EventId, Inbox, InboxConnection};
-
-use super::faults::Fault;
-use super::harness::{observe, DeliveryReport};
-use super::inspect::{inbox_record_in, InboxRecord};
+use crate::faults::Fault;
+use crate::harness::{observe, DeliveryReport};
+use crate::reach::{now, Reach};
 
 /// One delivery in a [`Schedule`]: the event, and the fault that fails it, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ impl Step {
 /// [`run_schedule`].
 ///
 /// ```
-/// use diesel_inbox::testing::Schedule;
+/// use diesel_inbox_test::Schedule;
 ///
 /// let schedule = Schedule::random(42);
 /// assert_eq!(schedule, Schedule::random(42), "a seed gives the same schedule");
@@ -229,7 +229,7 @@ impl ScheduleOptions {
     /// case shrinks toward fewer events, fewer copies, fewer faults and less shuffling.
     ///
     /// ```
-    /// use diesel_inbox::testing::ScheduleOptions;
+    /// use diesel_inbox_test::ScheduleOptions;
     /// use proptest::prelude::*;
     ///
     /// proptest!(|(schedule in ScheduleOptions::default().events(3).strategy())| {
@@ -266,7 +266,7 @@ impl ScheduleOptions {
 }
 
 /// Why a delivery in a schedule failed.
-enum Failed<E> {
+pub(crate) enum Failed<E> {
     /// The fault the schedule injected: expected.
     Injected,
     /// The effect's own error: the test's failure.
@@ -292,7 +292,7 @@ impl<E> From<Error> for Failed<E> {
     }
 }
 
-impl<E: Debug> crate::HandlerError for Failed<E> {
+impl<E: Debug> diesel_inbox::HandlerError for Failed<E> {
     fn inbox_error(&self) -> Option<&Error> {
         match self {
             Self::Inbox(error) => Some(error),
@@ -318,80 +318,105 @@ pub(crate) struct Played<'s> {
     failed: usize,
 }
 
-/// The effect a schedule's deliveries run, `effect(tx, id)`: the test's closure, sync or
-/// async, so that one run serves both flavours.
-pub(crate) trait StepEffect<C> {
+/// One step's fault, and whether it struck: set by the handler, read after the delivery.
+pub(crate) struct Struck {
+    fault: Option<Fault>,
+    struck: Mutex<Option<Fault>>,
+}
+
+impl Struck {
+    /// The effect's value, failed by the step's fault, if any: the delivery's `n`th step.
+    pub(crate) fn strike<T, E>(&self, value: T, n: usize, id: &EventId) -> Result<T, Failed<E>> {
+        let Some(fault) = self.fault else {
+            return Ok(value);
+        };
+        *self.struck.lock().unwrap_or_else(PoisonError::into_inner) = Some(fault);
+        match fault {
+            Fault::Panic => panic!("fault injected in delivery {n} ({id}) by run_schedule"),
+            Fault::Error => Err(Failed::Injected),
+        }
+    }
+
+    fn panicked(&self) -> bool {
+        *self.struck.lock().unwrap_or_else(PoisonError::into_inner) == Some(Fault::Panic)
+    }
+}
+
+/// How a schedule's steps reach the inbox in one flavour: each step delivered with the
+/// test's effect, then struck by the step's fault.
+pub(crate) trait Deliver<C> {
+    /// The inbox, which reads the rows back.
+    type Inbox: Reach<C>;
     /// What the effect returns.
     type Output;
     /// Its error.
     type Error: Debug;
 
-    /// The effect of event `id`, inside its delivery's transaction.
-    fn apply(
+    /// Delivers step `n`, event `id`, through `inbox`.
+    fn deliver(
         &mut self,
-        tx: &mut C,
+        inbox: &Self::Inbox,
+        conn: &mut C,
+        n: usize,
         id: &EventId,
-    ) -> impl Future<Output = Result<Self::Output, Self::Error>>;
+        struck: &Struck,
+    ) -> impl Future<Output = Result<Outcome<Self::Output>, Failed<Self::Error>>>;
 }
 
-/// A sync closure as a [`StepEffect`].
-struct SyncEffect<G>(G);
+/// The sync flavour's steps: `effect(tx, id)` through [`Inbox::process`].
+struct SyncSteps<G>(G);
 
-impl<C, T, E: Debug, G: FnMut(&mut C, &EventId) -> Result<T, E>> StepEffect<C> for SyncEffect<G> {
+impl<C, T, E, G> Deliver<C> for SyncSteps<G>
+where
+    C: InboxConnection,
+    E: Debug,
+    G: FnMut(&mut C, &EventId) -> Result<T, E>,
+{
+    type Inbox = Inbox;
     type Output = T;
     type Error = E;
 
-    fn apply(&mut self, tx: &mut C, id: &EventId) -> impl Future<Output = Result<T, E>> {
-        std::future::ready((self.0)(tx, id))
-    }
-}
-
-/// One step's handler: the effect, then the step's fault, if any.
-struct FaultyStep<'a, G> {
-    effect: &'a mut G,
-    id: &'a EventId,
-    n: usize,
-    fault: Option<Fault>,
-    struck: &'a Cell<Option<Fault>>,
-}
-
-impl<C, G: StepEffect<C>> Effect<C> for FaultyStep<'_, G> {
-    type Output = G::Output;
-    type Error = Failed<G::Error>;
-
-    async fn call(&mut self, tx: &mut C) -> Result<G::Output, Failed<G::Error>> {
-        let value = self
-            .effect
-            .apply(tx, self.id)
-            .await
-            .map_err(Failed::Effect)?;
-        let Some(fault) = self.fault else {
-            return Ok(value);
-        };
-        self.struck.set(Some(fault));
-        match fault {
-            Fault::Panic => panic!(
-                "fault injected in delivery {} ({}) by run_schedule",
-                self.n, self.id
-            ),
-            Fault::Error => Err(Failed::Injected),
+    fn deliver(
+        &mut self,
+        inbox: &Inbox,
+        conn: &mut C,
+        n: usize,
+        id: &EventId,
+        struck: &Struck,
+    ) -> impl Future<Output = Result<Outcome<T>, Failed<E>>> {
+        // Lazy, so that a panic in the effect is raised where the delivery is polled.
+        let effect = &mut self.0;
+        async move {
+            inbox.process(conn, id, |tx| {
+                let value = effect(tx, id).map_err(Failed::Effect)?;
+                struck.strike(value, n, id)
+            })
         }
     }
+}
+
+/// `future`'s output, or the panic it raised while polled.
+pub(crate) async fn caught<F: Future>(future: F) -> Result<F::Output, Box<dyn Any + Send>> {
+    let mut future = pin!(future);
+    poll_fn(
+        |cx| match panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(panic) => Poll::Ready(Err(panic)),
+        },
+    )
+    .await
 }
 
 /// Delivers each step of `schedule` through `inbox`, then reads each event's inbox row:
 /// [`run_schedule`]'s deliveries, in either flavour. Panics on a delivery the schedule did
 /// not fail that failed, as [`run_schedule`] documents.
-pub(crate) async fn play<'s, F, C, G>(
+pub(crate) async fn play<'s, C, D: Deliver<C>>(
     conn: &mut C,
-    inbox: &Inbox,
+    inbox: &D::Inbox,
     schedule: &'s Schedule,
-    effect: &mut G,
-) -> Played<'s>
-where
-    C: Db<F, Backend: Sql>,
-    G: StepEffect<C>,
-{
+    steps: &mut D,
+) -> Played<'s> {
     let mut played = Played {
         seen: BTreeMap::new(),
         duplicates: 0,
@@ -399,16 +424,11 @@ where
     };
     for (n, step) in (1..).zip(schedule.steps()) {
         let id = step.event_id();
-        let struck = Cell::new(None);
-        let handler = FaultyStep {
-            effect: &mut *effect,
-            id,
-            n,
+        let struck = Struck {
             fault: step.fault(),
-            struck: &struck,
+            struck: Mutex::new(None),
         };
-        let delivery = catch_unwind(inbox.run_in::<F, _, _, _>(conn, id, handler, |_| Ok(None)));
-        let delivery = delivery.await;
+        let delivery = caught(steps.deliver(inbox, conn, n, id, &struck)).await;
         let tally = played.seen.entry(id).or_default();
         match delivery {
             // Asked, not matched: later modes add outcomes, which fail the run below.
@@ -431,12 +451,13 @@ where
             Ok(Err(Failed::Inbox(e))) => {
                 panic!("the inbox failed in delivery {n} ({id}): {e}\nschedule: {schedule}")
             }
-            Err(_) if struck.get() == Some(Fault::Panic) => played.failed += 1,
+            Err(_) if struck.panicked() => played.failed += 1,
             Err(payload) => panic::resume_unwind(payload),
         }
     }
     for (id, seen) in &mut played.seen {
-        seen.record = inbox_record_in::<F, _>(conn, inbox, id)
+        seen.record = inbox
+            .record(conn, id)
             .await
             .unwrap_or_else(|e| panic!("cannot read the inbox table: {e}"));
     }
@@ -519,7 +540,7 @@ pub(crate) fn judge(
 /// use diesel::dsl::sql;
 /// use diesel::prelude::*;
 /// use diesel::sql_types::{BigInt, Text};
-/// use diesel_inbox::testing::{run_schedule, Schedule, TestDatabase};
+/// use diesel_inbox_test::{run_schedule, Schedule, TestDatabase};
 /// use diesel_inbox::Inbox;
 ///
 /// let db = TestDatabase::sqlite();
@@ -567,12 +588,7 @@ where
     O: FnMut(&mut C) -> QueryResult<i64>,
 {
     let before = observe(&mut effects, conn, "before the first delivery");
-    let played = run_ready(play::<Blocking, _, _>(
-        conn,
-        inbox,
-        schedule,
-        &mut SyncEffect(effect),
-    ));
+    let played = now(play(conn, inbox, schedule, &mut SyncSteps(effect)));
     let after = observe(&mut effects, conn, "after the last delivery");
     judge(schedule, played, before, after)
 }

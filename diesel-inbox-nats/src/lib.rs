@@ -1,12 +1,12 @@
 //! NATS JetStream: a publisher for the outbox relay, envelopes read back from JetStream
-//! messages, and a stream as a replay's source (feature `nats`).
+//! messages, and a stream as a replay's source.
 //!
 //! [`JetStreamPublisher`] publishes each outbox message to its topic as the subject, the
 //! envelope's fields as headers and its payload as the body, and sets `Nats-Msg-Id` to the
 //! event id. It returns only once the stream has acknowledged the message.
 //! [`envelope_of`] reads the envelope back on the consumer's side, for the inbox.
 //! `JetStreamSource` (with the feature `async` too) reads a range of a stream's sequences
-//! back for a governed replay ([`crate::replay`]), on the async flavour.
+//! back for a governed replay ([`diesel_inbox::replay`]), on the async flavour.
 //!
 //! # Two layers of deduplication
 //!
@@ -20,7 +20,7 @@
 //!   it as published. Consumers never see it.
 //! - **The consumer's inbox.** A retry after the window is stored again and delivered again;
 //!   the inbox on the consumer's side finds the event id already processed and answers
-//!   [`Outcome::Duplicate`](crate::Outcome::Duplicate), so the effect does not run twice.
+//!   [`Outcome::Duplicate`](diesel_inbox::Outcome::Duplicate), so the effect does not run twice.
 //!
 //! The window is an optimisation, the inbox the guarantee. Size the window to cover most
 //! retries: longer than the relay's backoff between attempts and its lease (after which
@@ -31,7 +31,7 @@
 //! use std::time::Duration;
 //!
 //! use async_nats::jetstream::{self, stream};
-//! use diesel_inbox::nats::JetStreamPublisher;
+//! use diesel_inbox_nats::JetStreamPublisher;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let client = async_nats::connect("127.0.0.1:4222").await?;
@@ -68,7 +68,7 @@ use async_nats::jetstream::context::{PublishError as NatsPublishError, PublishEr
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{Context, ErrorCode};
 
-use crate::{AsyncPublisher, Envelope, Error, OutboxMessage, PublishError};
+use diesel_inbox::{AsyncPublisher, Envelope, Error, OutboxMessage, PublishError};
 
 #[cfg(feature = "async")]
 mod replay;
@@ -179,7 +179,7 @@ impl AsyncPublisher for JetStreamPublisher {
 /// ```no_run
 /// use async_nats::jetstream::{self, consumer::pull, AckKind};
 /// use futures_util::StreamExt;
-/// use diesel_inbox::nats::envelope_of;
+/// use diesel_inbox_nats::envelope_of;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 /// let context = jetstream::new(async_nats::connect("127.0.0.1:4222").await?);

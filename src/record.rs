@@ -1,15 +1,14 @@
-//! Reading the inbox table back: the rows that tests assert on.
+//! What the inbox table records of an event: a settled event stays observable, its
+//! duplicates counted on it.
 
 use std::fmt;
 
 use chrono::{DateTime, Utc};
-use diesel::QueryResult;
 
-use crate::engine::run_ready;
 use crate::rows::InboxRow;
-use crate::sql::{Blocking, Db, InboxSql, Sql};
+use crate::sql::{Db, InboxSql, Sql};
 use crate::state::InboxState;
-use crate::{Error, EventId, Inbox, InboxConnection, IntoEventId};
+use crate::{Error, EventId, Inbox};
 
 /// What the inbox table records about one event of one consumer.
 ///
@@ -91,57 +90,25 @@ impl fmt::Display for InboxRecord {
     }
 }
 
-/// The row the inbox keeps for `event_id` under `inbox`'s consumer, or `None` when the event
-/// was never settled.
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// use diesel_inbox::testing::{inbox_record, TestDatabase};
-/// use diesel_inbox::{with_inbox, Inbox};
-///
-/// let db = TestDatabase::sqlite();
-/// let mut conn = db.connect();
-/// assert_eq!(inbox_record(&mut conn, &Inbox::default(), "evt-1")?, None);
-///
-/// for _ in 0..3 {
-///     let _ = with_inbox(&mut conn, "evt-1", |_tx| Ok::<_, diesel_inbox::Error>(()))?;
-/// }
-/// let record = inbox_record(&mut conn, &Inbox::default(), "evt-1")?.expect("processed");
-/// assert_eq!(record.deliveries(), 3);
-/// # }
-/// # Ok::<(), diesel_inbox::Error>(())
-/// ```
-///
-/// # Errors
-///
-/// [`Error::InvalidEventId`] for an id the inbox would reject, [`Error::Database`] when the
-/// table cannot be read.
-pub fn inbox_record<C: InboxConnection>(
-    conn: &mut C,
-    inbox: &Inbox,
-    event_id: impl IntoEventId,
-) -> Result<Option<InboxRecord>, Error> {
-    let event_id = event_id.into_event_id()?;
-    run_ready(inbox_record_in::<Blocking, _>(conn, inbox, &event_id))
-}
+impl Inbox {
+    /// [`Inbox::record`] and [`crate::asynch::Inbox::record`], in either flavour.
+    pub(crate) async fn record_in<F, C: Db<F, Backend: Sql>>(
+        &self,
+        conn: &mut C,
+        event_id: &EventId,
+    ) -> Result<Option<InboxRecord>, Error> {
+        let key = (self.consumer(), event_id.as_str());
+        let row = C::Backend::inbox_row(conn, key).await?;
+        Ok(row.map(InboxRecord::from))
+    }
 
-/// [`inbox_record`] in either flavour.
-pub(crate) async fn inbox_record_in<F, C: Db<F, Backend: Sql>>(
-    conn: &mut C,
-    inbox: &Inbox,
-    event_id: &EventId,
-) -> Result<Option<InboxRecord>, Error> {
-    let key = (inbox.consumer(), event_id.as_str());
-    let row = C::Backend::inbox_row(conn, key).await?;
-    Ok(row.map(InboxRecord::from))
-}
-
-/// Up to `limit` rows of the whole table in key order, for failure messages.
-pub(crate) async fn first_records<F, C: Db<F, Backend: Sql>>(
-    conn: &mut C,
-    limit: usize,
-) -> QueryResult<Vec<InboxRecord>> {
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = C::Backend::inbox_rows(conn, limit).await?;
-    Ok(rows.into_iter().map(InboxRecord::from).collect())
+    /// [`Inbox::records`] and [`crate::asynch::Inbox::records`], in either flavour.
+    pub(crate) async fn records_in<F, C: Db<F, Backend: Sql>>(
+        conn: &mut C,
+        limit: usize,
+    ) -> Result<Vec<InboxRecord>, Error> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = C::Backend::inbox_rows(conn, limit).await?;
+        Ok(rows.into_iter().map(InboxRecord::from).collect())
+    }
 }

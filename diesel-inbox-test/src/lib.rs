@@ -1,11 +1,13 @@
-//! Helpers for testing your handlers (cargo feature `testing`): prove in a unit test that a
-//! handler takes effect once however often its event is delivered.
+//! Helpers for testing diesel-inbox handlers: prove in a unit test that a handler takes
+//! effect once however often its event is delivered. Add it as a dev-dependency, with the
+//! features of the backends your tests use (`postgres`, `sqlite`, `mysql`) and `async` for
+//! diesel-async connections.
 //!
 //! - **Databases**: [`TestDatabase`] gives each test a database of its own with the inbox
 //!   schema applied, on SQLite, PostgreSQL or MySQL/MariaDB.
 //! - **Inbox assertions**: [`assert_processed_once`], [`assert_deliveries`],
 //!   [`assert_not_processed`] and [`assert_dead_lettered`] check what the inbox recorded, and
-//!   show the row when they fail; [`inbox_record`] reads it.
+//!   show the row when they fail; [`Inbox::record`](diesel_inbox::Inbox::record) reads it.
 //! - **Delivery harness**: [`assert_idempotent`] delivers one event several times through your
 //!   handler, [`assert_idempotent_concurrently`] does it from several threads over a pool, and
 //!   both assert exactly one effect, counted the way you say.
@@ -16,7 +18,7 @@
 //! - **Schedules**: [`run_schedule`] plays a [`Schedule`] of duplicates, reorderings and
 //!   injected failures and checks one effect per distinct event; [`ScheduleOptions`] makes
 //!   random ones from a seed, or a proptest strategy.
-//! - **Async**: [`asynch`] (feature `async`) has the inbox assertions, [`inbox_record`], the
+//! - **Async**: [`asynch`] (feature `async`) has the inbox assertions, the
 //!   delivery harnesses (one delivery after another, and many futures at once) and
 //!   [`run_schedule`] for diesel-async connections and async handlers; an async handler takes
 //!   faults from [`Faults::inject`].
@@ -27,7 +29,7 @@
 //! use diesel::dsl::sql;
 //! use diesel::prelude::*;
 //! use diesel::sql_types::BigInt;
-//! use diesel_inbox::testing::{assert_deliveries, assert_idempotent, TestDatabase};
+//! use diesel_inbox_test::{assert_deliveries, assert_idempotent, TestDatabase};
 //! use diesel_inbox::{with_inbox, Inbox, Outcome};
 //!
 //! /// The handler under test: credits a wallet once per payment event.
@@ -59,7 +61,7 @@ mod db;
 mod faults;
 mod fixtures;
 mod harness;
-mod inspect;
+mod reach;
 mod schedule;
 
 pub use assert::{
@@ -73,9 +75,4 @@ pub use faults::{Fault, Faults, InjectedFault};
 pub use fixtures::{check_schema_fixtures, write_schema_fixture, FixtureError, FixtureProblem};
 pub use harness::{assert_idempotent, assert_idempotent_concurrently, DeliveryReport};
 
-/// The testing helpers for async handlers on diesel-async connections (feature `async`).
-/// Throwaway databases ([`TestDatabase`]) serve both flavours: connect async with its
-/// [`url`](TestDatabase::url), and read what the handler left with the assertions of this
-/// module's parent on a sync [`connect`](TestDatabase::connect)ion.
-pub use inspect::{inbox_record, InboxRecord};
 pub use schedule::{run_schedule, Schedule, ScheduleOptions, Step};

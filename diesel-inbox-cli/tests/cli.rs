@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use diesel::r2d2::R2D2Connection;
 use diesel_inbox::chain::{Block, BlockId, ChainHandler};
-use diesel_inbox::testing::TestDatabase;
 use diesel_inbox::{
     AdminError, Audit, ClaimState, Claimed, Claims, Cursor, Delivery, Envelope, Error, EventId,
     GapState, Inbox, InboxConnection, Outbox, OutboxMessage, OutboxState, Payload, PublishError,
     Publisher, Relay, Resume, Sequenced,
 };
+use diesel_inbox_test::TestDatabase;
 use serde_json::Value;
 
 /// Runs the binary on `url` with `args`; `DATABASE_URL` and `USER` cleared, so only what the test

@@ -37,8 +37,8 @@ use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfi
 use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use diesel_inbox::asynch::{self, Inbox, Outbox, Relay};
-use diesel_inbox::nats::{envelope_of, JetStreamPublisher};
 use diesel_inbox::{Ack, Envelope, Outcome, SchemaVersions, SqliteSetup};
+use diesel_inbox_nats::{envelope_of, JetStreamPublisher};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;

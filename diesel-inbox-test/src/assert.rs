@@ -2,13 +2,12 @@
 
 use std::fmt::Write as _;
 
-use crate::engine::run_ready;
-use crate::sql::{Blocking, Db, Sql};
-use crate::{
-    AdminError, DeadLetter, DeadLetterState, EventId, Inbox, InboxConnection, IntoEventId,
+use diesel_inbox::{
+    AdminError, DeadLetter, DeadLetterState, EventId, Inbox, InboxConnection, InboxRecord,
+    IntoEventId,
 };
 
-use super::inspect::{first_records, inbox_record_in, InboxRecord};
+use crate::reach::{now, Reach};
 
 /// How many rows a failure message lists when the expected one is missing.
 const ROWS_SHOWN: usize = 10;
@@ -23,7 +22,7 @@ const ROWS_SHOWN: usize = 10;
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
-/// use diesel_inbox::testing::{assert_processed_once, TestDatabase};
+/// use diesel_inbox_test::{assert_processed_once, TestDatabase};
 /// use diesel_inbox::{with_inbox, Inbox};
 ///
 /// let db = TestDatabase::sqlite();
@@ -46,21 +45,21 @@ pub fn assert_processed_once<C: InboxConnection>(
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) -> InboxRecord {
-    let seen = run_ready(Seen::read::<Blocking, _>(conn, inbox, id(event_id), false));
-    processed_once(inbox, seen)
+    let seen = now(Seen::read(conn, inbox, id(event_id), false));
+    processed_once(inbox.consumer(), seen)
 }
 
 /// [`assert_processed_once`]'s judgement of what it read.
 #[track_caller]
-pub(super) fn processed_once(inbox: &Inbox, seen: Seen) -> InboxRecord {
+pub(super) fn processed_once(consumer: &str, seen: Seen) -> InboxRecord {
     match seen.record {
         Some(record) if record.is_processed() => record,
         Some(record) => panic!(
             "expected event {:?} of consumer {:?} to be processed once, but the inbox records it as given up on: {record}",
             seen.event_id.as_str(),
-            inbox.consumer(),
+            consumer,
         ),
-        None => panic!("{}", seen.missing(inbox, "to be processed once")),
+        None => panic!("{}", seen.missing(consumer, "to be processed once")),
     }
 }
 
@@ -70,7 +69,7 @@ pub(super) fn processed_once(inbox: &Inbox, seen: Seen) -> InboxRecord {
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
-/// use diesel_inbox::testing::{assert_deliveries, TestDatabase};
+/// use diesel_inbox_test::{assert_deliveries, TestDatabase};
 /// use diesel_inbox::{with_inbox, Inbox};
 ///
 /// let db = TestDatabase::sqlite();
@@ -96,23 +95,23 @@ pub fn assert_deliveries<C: InboxConnection>(
     event_id: impl IntoEventId,
     expected: u64,
 ) -> InboxRecord {
-    let seen = run_ready(Seen::read::<Blocking, _>(conn, inbox, id(event_id), false));
-    deliveries(inbox, seen, expected)
+    let seen = now(Seen::read(conn, inbox, id(event_id), false));
+    deliveries(inbox.consumer(), seen, expected)
 }
 
 /// [`assert_deliveries`]'s judgement of what it read.
 #[track_caller]
-pub(super) fn deliveries(inbox: &Inbox, seen: Seen, expected: u64) -> InboxRecord {
+pub(super) fn deliveries(consumer: &str, seen: Seen, expected: u64) -> InboxRecord {
     let expectation = format!("to have {expected} {}", plural(expected, "delivery"));
     match seen.record {
         Some(record) if record.deliveries() == expected => record,
         Some(record) => panic!(
             "expected event {:?} of consumer {:?} {expectation}, but the inbox counts {}: {record}",
             seen.event_id.as_str(),
-            inbox.consumer(),
+            consumer,
             record.deliveries(),
         ),
-        None => panic!("{}", seen.missing(inbox, &expectation)),
+        None => panic!("{}", seen.missing(consumer, &expectation)),
     }
 }
 
@@ -122,7 +121,7 @@ pub(super) fn deliveries(inbox: &Inbox, seen: Seen, expected: u64) -> InboxRecor
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
-/// use diesel_inbox::testing::{assert_not_processed, TestDatabase};
+/// use diesel_inbox_test::{assert_not_processed, TestDatabase};
 /// use diesel_inbox::{with_inbox, Inbox};
 ///
 /// let db = TestDatabase::sqlite();
@@ -145,18 +144,18 @@ pub fn assert_not_processed<C: InboxConnection>(
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) {
-    let seen = run_ready(Seen::read::<Blocking, _>(conn, inbox, id(event_id), false));
-    not_processed(inbox, seen);
+    let seen = now(Seen::read(conn, inbox, id(event_id), false));
+    not_processed(inbox.consumer(), seen);
 }
 
 /// [`assert_not_processed`]'s judgement of what it read.
 #[track_caller]
-pub(super) fn not_processed(inbox: &Inbox, seen: Seen) {
+pub(super) fn not_processed(consumer: &str, seen: Seen) {
     if let Some(record) = seen.record.filter(InboxRecord::is_processed) {
         panic!(
             "expected event {:?} of consumer {:?} not to be processed, but the inbox records it: {record}",
             seen.event_id.as_str(),
-            inbox.consumer(),
+            consumer,
         );
     }
 }
@@ -167,7 +166,7 @@ pub(super) fn not_processed(inbox: &Inbox, seen: Seen) {
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
-/// use diesel_inbox::testing::{assert_dead_lettered, TestDatabase};
+/// use diesel_inbox_test::{assert_dead_lettered, TestDatabase};
 /// use diesel_inbox::Inbox;
 ///
 /// let db = TestDatabase::sqlite();
@@ -193,13 +192,13 @@ pub fn assert_dead_lettered<C: InboxConnection>(
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) -> DeadLetter {
-    let seen = run_ready(Seen::read::<Blocking, _>(conn, inbox, id(event_id), true));
-    dead_lettered(inbox, seen)
+    let seen = now(Seen::read(conn, inbox, id(event_id), true));
+    dead_lettered(inbox.consumer(), seen)
 }
 
 /// [`assert_dead_lettered`]'s judgement of what it read.
 #[track_caller]
-pub(super) fn dead_lettered(inbox: &Inbox, seen: Seen) -> DeadLetter {
+pub(super) fn dead_lettered(consumer: &str, seen: Seen) -> DeadLetter {
     let letter = seen.letter.expect("read with the dead letter");
     match (seen.record, letter) {
         (Some(record), Ok(letter))
@@ -210,7 +209,7 @@ pub(super) fn dead_lettered(inbox: &Inbox, seen: Seen) -> DeadLetter {
         (record, letter) => panic!(
             "expected event {:?} of consumer {:?} to be dead-lettered, but the inbox row is {} and the failure record is {}",
             seen.event_id.as_str(),
-            inbox.consumer(),
+            consumer,
             record.map_or_else(|| "missing".to_owned(), |r| r.to_string()),
             letter.map_or_else(|e| e.to_string(), |l| format!("{} after {} attempt{} (last error: {})", l.state, l.attempts, if l.attempts == 1 { "" } else { "s" }, l.last_error)),
         ),
@@ -241,25 +240,27 @@ impl Seen {
     /// # Panics
     ///
     /// When the inbox table cannot be read.
-    pub(super) async fn read<F, C: Db<F, Backend: Sql>>(
+    pub(super) async fn read<C>(
         conn: &mut C,
-        inbox: &Inbox,
+        inbox: &impl Reach<C>,
         event_id: EventId,
         with_letter: bool,
     ) -> Self {
-        let record = inbox_record_in(conn, inbox, &event_id)
+        let record = inbox
+            .record(conn, &event_id)
             .await
             .unwrap_or_else(|e| panic!("cannot read the inbox table: {e}"));
         let others = match record {
             Some(_) => None,
             None => Some(
-                first_records(conn, ROWS_SHOWN + 1)
+                inbox
+                    .records(conn, ROWS_SHOWN + 1)
                     .await
                     .map_err(|e| e.to_string()),
             ),
         };
         let letter = if with_letter {
-            Some(inbox.dead_letters().show_in(conn, event_id.clone()).await)
+            Some(inbox.dead_letter(conn, &event_id).await)
         } else {
             None
         };
@@ -272,11 +273,11 @@ impl Seen {
     }
 
     /// The message for a missing row: what was expected and what the table holds instead.
-    fn missing(&self, inbox: &Inbox, expectation: &str) -> String {
+    fn missing(&self, consumer: &str, expectation: &str) -> String {
         let mut message = format!(
             "expected event {:?} of consumer {:?} {expectation}, but the inbox has no row for it",
             self.event_id.as_str(),
-            inbox.consumer()
+            consumer
         );
         match &self.others {
             Some(Ok(rows)) if rows.is_empty() => message.push_str("; the inbox table is empty"),

@@ -6,7 +6,7 @@
 //! use diesel::prelude::*;
 //! use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
 //! use diesel_inbox::asynch;
-//! use diesel_inbox::testing::asynch::{assert_deliveries, assert_processed_once};
+//! use diesel_inbox_test::asynch::{assert_deliveries, assert_processed_once};
 //!
 //! type Conn = SyncConnectionWrapper<SqliteConnection>;
 //!
@@ -31,60 +31,20 @@
 
 use std::fmt::Debug;
 use std::future::{poll_fn, Future};
+use std::marker::PhantomData;
 use std::ops::DerefMut;
 use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
 use std::task::Poll;
 
 use diesel::QueryResult;
 
-use crate::asynch::{AsyncInboxConnection, Inbox};
-use crate::sql::Async;
-use crate::{DeadLetter, Error, EventId, IntoEventId, Outcome};
+use diesel_inbox::asynch::{AsyncHandler2, AsyncInboxConnection, Inbox};
+use diesel_inbox::{DeadLetter, EventId, InboxRecord, IntoEventId, Outcome};
 
-use super::assert::{self, id, Seen};
-use super::harness::{check, counted, Delivered, DeliveryReport};
-use super::inspect::{inbox_record_in, InboxRecord};
-use super::schedule::{judge, play, Schedule, StepEffect};
-
-/// What the inbox table records about `event_id` for `inbox`'s consumer:
-/// [`super::inbox_record`], awaited.
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// use diesel::prelude::*;
-/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-/// use diesel_inbox::{asynch, testing};
-///
-/// type Conn = SyncConnectionWrapper<SqliteConnection>;
-///
-/// # tokio::runtime::Runtime::new()?.block_on(async {
-/// let mut setup = SqliteConnection::establish(":memory:")?;
-/// diesel_inbox::run_pending_migrations(&mut setup)?;
-/// let mut conn = Conn::new(setup);
-/// let inbox = asynch::Inbox::new("billing")?.max_attempts(1);
-/// let ok = async |_: &mut Conn| Ok::<_, diesel_inbox::Error>(());
-/// let _ = inbox.process(&mut conn, "evt-1", ok).await?;
-///
-/// let record = testing::asynch::inbox_record(&mut conn, &inbox, "evt-1").await?;
-/// assert_eq!(record.map(|r| r.deliveries()), Some(1));
-/// assert!(testing::asynch::inbox_record(&mut conn, &inbox, "evt-2").await?.is_none());
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// # })?;
-/// # }
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
-/// # Errors
-///
-/// As [`super::inbox_record`].
-pub async fn inbox_record<C: AsyncInboxConnection>(
-    conn: &mut C,
-    inbox: &Inbox,
-    event_id: impl IntoEventId,
-) -> Result<Option<InboxRecord>, Error> {
-    let event_id = event_id.into_event_id()?;
-    inbox_record_in::<Async, _>(conn, inbox.sync(), &event_id).await
-}
+use crate::assert::{self, id, Seen};
+use crate::harness::{check, counted, Delivered, DeliveryReport};
+use crate::schedule::{judge, play, Deliver, Failed, Schedule, Struck};
 
 /// [`super::assert_processed_once`], reading through an async connection.
 ///
@@ -96,8 +56,8 @@ pub async fn assert_processed_once<C: AsyncInboxConnection>(
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) -> InboxRecord {
-    let seen = Seen::read::<Async, _>(conn, inbox.sync(), id(event_id), false).await;
-    assert::processed_once(inbox.sync(), seen)
+    let seen = Seen::read(conn, inbox, id(event_id), false).await;
+    assert::processed_once(inbox.consumer(), seen)
 }
 
 /// [`super::assert_deliveries`], reading through an async connection.
@@ -111,8 +71,8 @@ pub async fn assert_deliveries<C: AsyncInboxConnection>(
     event_id: impl IntoEventId,
     expected: u64,
 ) -> InboxRecord {
-    let seen = Seen::read::<Async, _>(conn, inbox.sync(), id(event_id), false).await;
-    assert::deliveries(inbox.sync(), seen, expected)
+    let seen = Seen::read(conn, inbox, id(event_id), false).await;
+    assert::deliveries(inbox.consumer(), seen, expected)
 }
 
 /// [`super::assert_not_processed`], reading through an async connection.
@@ -121,7 +81,7 @@ pub async fn assert_deliveries<C: AsyncInboxConnection>(
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-/// use diesel_inbox::{asynch, testing};
+/// use diesel_inbox::asynch;
 ///
 /// type Conn = SyncConnectionWrapper<SqliteConnection>;
 ///
@@ -133,7 +93,7 @@ pub async fn assert_deliveries<C: AsyncInboxConnection>(
 /// let fails = async |_: &mut Conn| Err::<(), _>(diesel_inbox::Error::transient("down"));
 /// assert!(inbox.process(&mut conn, "evt-1", fails).await.is_err());
 ///
-/// testing::asynch::assert_not_processed(&mut conn, &inbox, "evt-1").await;
+/// diesel_inbox_test::asynch::assert_not_processed(&mut conn, &inbox, "evt-1").await;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
 /// # }
@@ -148,8 +108,8 @@ pub async fn assert_not_processed<C: AsyncInboxConnection>(
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) {
-    let seen = Seen::read::<Async, _>(conn, inbox.sync(), id(event_id), false).await;
-    assert::not_processed(inbox.sync(), seen);
+    let seen = Seen::read(conn, inbox, id(event_id), false).await;
+    assert::not_processed(inbox.consumer(), seen);
 }
 
 /// [`super::assert_dead_lettered`], reading through an async connection.
@@ -158,7 +118,7 @@ pub async fn assert_not_processed<C: AsyncInboxConnection>(
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-/// use diesel_inbox::{asynch, testing};
+/// use diesel_inbox::asynch;
 ///
 /// type Conn = SyncConnectionWrapper<SqliteConnection>;
 ///
@@ -170,7 +130,7 @@ pub async fn assert_not_processed<C: AsyncInboxConnection>(
 /// let fails = async |_: &mut Conn| Err::<(), _>(diesel_inbox::Error::permanent("bad payload"));
 /// let _ = inbox.process(&mut conn, "evt-1", fails).await;
 ///
-/// let dead = testing::asynch::assert_dead_lettered(&mut conn, &inbox, "evt-1").await;
+/// let dead = diesel_inbox_test::asynch::assert_dead_lettered(&mut conn, &inbox, "evt-1").await;
 /// assert_eq!(dead.attempts, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # })?;
@@ -186,8 +146,8 @@ pub async fn assert_dead_lettered<C: AsyncInboxConnection>(
     inbox: &Inbox,
     event_id: impl IntoEventId,
 ) -> DeadLetter {
-    let seen = Seen::read::<Async, _>(conn, inbox.sync(), id(event_id), true).await;
-    assert::dead_lettered(inbox.sync(), seen)
+    let seen = Seen::read(conn, inbox, id(event_id), true).await;
+    assert::dead_lettered(inbox.consumer(), seen)
 }
 
 /// [`super::assert_idempotent`] for an async handler on an async connection (feature `async`):
@@ -201,7 +161,7 @@ pub async fn assert_dead_lettered<C: AsyncInboxConnection>(
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
 /// use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 /// use diesel_inbox::asynch;
-/// use diesel_inbox::testing::{self, TestDatabase};
+/// use diesel_inbox_test::{self, TestDatabase};
 ///
 /// type Conn = SyncConnectionWrapper<SqliteConnection>;
 ///
@@ -211,7 +171,7 @@ pub async fn assert_dead_lettered<C: AsyncInboxConnection>(
 /// conn.batch_execute("CREATE TABLE wallet (cents BIGINT NOT NULL); INSERT INTO wallet VALUES (0);")
 ///     .await?;
 ///
-/// let report = testing::asynch::assert_idempotent(
+/// let report = diesel_inbox_test::asynch::assert_idempotent(
 ///     &mut conn,
 ///     5,
 ///     async |conn: &mut Conn| {
@@ -273,7 +233,7 @@ where
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
 /// use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection};
 /// use diesel_inbox::asynch;
-/// use diesel_inbox::testing::{self, TestDatabase};
+/// use diesel_inbox_test::{self, TestDatabase};
 ///
 /// type Conn = SyncConnectionWrapper<SqliteConnection>;
 ///
@@ -282,7 +242,7 @@ where
 /// let mut setup = Conn::new(db.connect());
 /// setup.batch_execute("CREATE TABLE sent (event_id TEXT NOT NULL)").await?;
 ///
-/// let report = testing::asynch::assert_idempotent_concurrently(
+/// let report = diesel_inbox_test::asynch::assert_idempotent_concurrently(
 ///     async || Box::new(Conn::new(db.connect())),
 ///     8,
 ///     async |conn: &mut Conn| {
@@ -379,7 +339,7 @@ async fn together<T>(futures: impl IntoIterator<Item = impl Future<Output = T>>)
 /// use diesel::sql_types::{BigInt, Text};
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
 /// use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
-/// use diesel_inbox::testing::{self, Schedule, TestDatabase};
+/// use diesel_inbox_test::{self, Schedule, TestDatabase};
 /// use diesel_inbox::{asynch, EventId};
 ///
 /// type Conn = SyncConnectionWrapper<SqliteConnection>;
@@ -390,7 +350,7 @@ async fn together<T>(futures: impl IntoIterator<Item = impl Future<Output = T>>)
 /// conn.batch_execute("CREATE TABLE ledger (event_id TEXT NOT NULL)").await?;
 ///
 /// let schedule = Schedule::random(3);
-/// let report = testing::asynch::run_schedule(
+/// let report = diesel_inbox_test::asynch::run_schedule(
 ///     &mut conn,
 ///     &asynch::Inbox::new("ledger")?,
 ///     &schedule,
@@ -426,28 +386,57 @@ pub async fn run_schedule<C, T, E, G, O>(
 ) -> DeliveryReport
 where
     C: AsyncInboxConnection,
-    G: AsyncFnMut(&mut C, &EventId) -> Result<T, E>,
-    E: Debug,
+    G: for<'c, 'i> AsyncHandler2<&'c mut C, &'i EventId, Result<T, E>, Fut: Send> + Send,
+    T: Send,
+    E: Debug + Send,
     O: AsyncFnMut(&mut C) -> QueryResult<i64>,
 {
     let before = counted(effects(conn).await, "before the first delivery");
-    let played = play::<Async, _, _>(conn, inbox.sync(), schedule, &mut AsyncEffect(effect)).await;
+    let played = play(conn, inbox, schedule, &mut AsyncSteps(effect, PhantomData)).await;
     let after = counted(effects(conn).await, "after the last delivery");
     judge(schedule, played, before, after)
 }
 
-/// An async closure as a schedule's effect.
-struct AsyncEffect<G>(G);
+/// The async flavour's steps: `effect(tx, id)` through [`Inbox::process`].
+struct AsyncSteps<G, T, E>(G, PhantomData<fn() -> (T, E)>);
 
-impl<C, T, E, G> StepEffect<C> for AsyncEffect<G>
+impl<C, T, E, G> Deliver<C> for AsyncSteps<G, T, E>
 where
-    G: AsyncFnMut(&mut C, &EventId) -> Result<T, E>,
-    E: Debug,
+    C: AsyncInboxConnection,
+    G: for<'c, 'i> AsyncHandler2<&'c mut C, &'i EventId, Result<T, E>, Fut: Send> + Send,
+    T: Send,
+    E: Debug + Send,
 {
+    type Inbox = Inbox;
     type Output = T;
     type Error = E;
 
-    fn apply(&mut self, tx: &mut C, id: &EventId) -> impl Future<Output = Result<T, E>> {
-        (self.0)(tx, id)
+    fn deliver(
+        &mut self,
+        inbox: &Inbox,
+        conn: &mut C,
+        n: usize,
+        id: &EventId,
+        struck: &Struck,
+    ) -> impl Future<Output = Result<Outcome<T>, Failed<E>>> {
+        // The effect behind a lock held only to call it: the future it returns borrows the
+        // transaction, not the closure, so the handler is one `asynch` takes.
+        let effect = Mutex::new(&mut self.0);
+        async move {
+            let handler = async |tx: &mut C| {
+                let future = {
+                    let mut effect = effect.lock().unwrap_or_else(PoisonError::into_inner);
+                    call(&mut **effect, tx, id)
+                };
+                let value = future.await.map_err(Failed::Effect)?;
+                struck.strike(value, n, id)
+            };
+            inbox.process(conn, id, handler).await
+        }
     }
+}
+
+/// `effect(a, b)`, as the future its [`AsyncHandler2`] bound names (which may promise `Send`).
+fn call<A, B, R, G: AsyncHandler2<A, B, R>>(effect: &mut G, a: A, b: B) -> G::Fut {
+    effect(a, b)
 }

@@ -10,11 +10,7 @@ use diesel::connection::SimpleConnection;
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, R2D2Connection};
 use diesel::{Connection, QueryResult};
 
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::engine::run_ready;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::sql::DoctorSql;
-use crate::InboxConnection;
+use diesel_inbox::InboxConnection;
 
 /// A database of its own for one test, with the inbox migrations applied.
 ///
@@ -30,7 +26,7 @@ use crate::InboxConnection;
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::testing::TestDatabase;
+/// use diesel_inbox_test::TestDatabase;
 ///
 /// let db = TestDatabase::sqlite();
 /// let mut conn: SqliteConnection = db.connect();
@@ -51,7 +47,7 @@ pub struct TestDatabase<C> {
 /// schema on a server, and so what they remove when the test passes: only what they created.
 ///
 /// ```
-/// use diesel_inbox::testing::Placement;
+/// use diesel_inbox_test::Placement;
 ///
 /// // A fresh database per test, named by the team's rule: `team_ci_<pid>_<n>_<random>`.
 /// let _ = Placement::Database { prefix: "team_ci" };
@@ -129,7 +125,7 @@ struct Cleanup {
 impl<C> fmt::Debug for TestDatabase<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TestDatabase")
-            .field("url", &crate::redact(&self.url))
+            .field("url", &diesel_inbox::redact(&self.url))
             .finish_non_exhaustive()
     }
 }
@@ -153,7 +149,7 @@ where
         let conn = C::establish(&self.url).unwrap_or_else(|e| {
             panic!(
                 "{}",
-                crate::redact(&format!(
+                diesel_inbox::redact(&format!(
                     "cannot connect to test database {}: {e}",
                     self.url
                 ))
@@ -163,7 +159,7 @@ where
         (self.setup)(&mut conn).unwrap_or_else(|e| {
             panic!(
                 "{}",
-                crate::redact(&format!("cannot set up {}: {e}", self.url))
+                diesel_inbox::redact(&format!("cannot set up {}: {e}", self.url))
             )
         });
         conn
@@ -183,7 +179,7 @@ where
             .unwrap_or_else(|e| {
                 panic!(
                     "{}",
-                    crate::redact(&format!("cannot build a pool for {}: {e}", self.url))
+                    diesel_inbox::redact(&format!("cannot build a pool for {}: {e}", self.url))
                 )
             })
     }
@@ -191,10 +187,10 @@ where
     #[track_caller]
     fn migrated(self) -> Self {
         let mut conn = self.connect();
-        crate::run_pending_migrations(&mut conn).unwrap_or_else(|e| {
+        diesel_inbox::run_pending_migrations(&mut conn).unwrap_or_else(|e| {
             panic!(
                 "{}",
-                crate::redact(&format!("cannot migrate {}: {e}", self.url))
+                diesel_inbox::redact(&format!("cannot migrate {}: {e}", self.url))
             )
         });
         self
@@ -209,7 +205,7 @@ impl<C> Drop for TestDatabase<C> {
             }
             eprintln!(
                 "test failed: keeping its database {} to inspect",
-                crate::redact(&self.url)
+                diesel_inbox::redact(&self.url)
             );
             return;
         }
@@ -272,13 +268,26 @@ fn unique_name(prefix: &str) -> String {
     )
 }
 
+/// `url` with its database (the path after the host) replaced by `name`; its query kept.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::doctor::with_database;
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let path = base[authority..]
+        .find('/')
+        .map_or(base.len(), |i| authority + i);
+    match query {
+        Some(query) => format!("{}/{name}?{query}", &base[..path]),
+        None => format!("{}/{name}", &base[..path]),
+    }
+}
 
 #[cfg(feature = "sqlite")]
 impl TestDatabase<diesel::SqliteConnection> {
     /// A new SQLite database in a temporary file, in WAL mode with a busy timeout
-    /// ([`SqliteSetup`](crate::SqliteSetup)), so several connections and threads can share it.
+    /// ([`SqliteSetup`](diesel_inbox::SqliteSetup)), so several connections and threads can share it.
     ///
     /// # Panics
     ///
@@ -291,7 +300,7 @@ impl TestDatabase<diesel::SqliteConnection> {
             .expect("cannot create a temporary directory for a SQLite test database");
         Self {
             url: dir.path().join("inbox.db").display().to_string(),
-            setup: |conn| crate::SqliteSetup::default().apply(conn),
+            setup: |conn| diesel_inbox::SqliteSetup::default().apply(conn),
             cleanup: None,
             dir: Some(dir),
             _connection: PhantomData,
@@ -324,7 +333,7 @@ impl TestDatabase<diesel::PgConnection> {
     /// A PostgreSQL test database placed as `placement` says, through `url`.
     ///
     /// ```no_run
-    /// use diesel_inbox::testing::{Placement, TestDatabase};
+    /// use diesel_inbox_test::{Placement, TestDatabase};
     ///
     /// // Only CREATE on the team's database: a schema per test, dropped when it passes.
     /// let db = TestDatabase::postgres_at(
@@ -428,7 +437,7 @@ where
         admin::<C>(url)
             .and_then(|mut conn| conn.batch_execute(&format!("CREATE {kind} {name}")))
             .unwrap_or_else(|e| {
-                panic!("{}", crate::redact(&format!("cannot create test {} {name} through {url}: {e}; is the server running, and may this user create one?", kind.to_lowercase())))
+                panic!("{}", diesel_inbox::redact(&format!("cannot create test {} {name} through {url}: {e}; is the server running, and may this user create one?", kind.to_lowercase())))
             });
         let admin_url = url.to_owned();
         Self {
@@ -456,11 +465,12 @@ where
             _connection: PhantomData,
         };
         let mut conn = db.connect();
-        let had_inbox = run_ready(<C::Backend as DoctorSql>::table_exists(
-            &mut conn,
-            "diesel_inbox_migrations",
-        ))
-        .unwrap_or_else(|e| panic!("{}", crate::redact(&format!("cannot read {url}: {e}"))));
+        let had_inbox = diesel_inbox::migrations::is_installed(&mut conn).unwrap_or_else(|e| {
+            panic!(
+                "{}",
+                diesel_inbox::redact(&format!("cannot read {url}: {e}"))
+            )
+        });
         drop(conn);
         db = db.migrated();
         if !had_inbox {
@@ -478,10 +488,8 @@ where
 /// Drops every table the inbox migrations create, and their record, at `url`.
 fn drop_inbox_tables<C: Connection>(url: &str) -> QueryResult<()> {
     let mut conn = admin::<C>(url)?;
-    let tables = crate::migrations::objects::TABLES
-        .iter()
+    let tables = diesel_inbox::migrations::tables()
         .rev()
-        .map(|table| table.name)
         .chain(["diesel_inbox_migrations"]);
     for table in tables {
         conn.batch_execute(&format!("DROP TABLE IF EXISTS {table}"))?;
@@ -502,7 +510,7 @@ fn admin<C: Connection>(admin_url: &str) -> QueryResult<C> {
         .map(without_statement_cache)
         .map_err(|e| {
             diesel::result::Error::QueryBuilderError(
-                crate::redact(&format!("cannot connect to {admin_url}: {e}")).into(),
+                diesel_inbox::redact(&format!("cannot connect to {admin_url}: {e}")).into(),
             )
         })
 }

@@ -8,14 +8,14 @@ use async_nats::jetstream::message::StreamMessage;
 use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
 use chrono::{DateTime, Utc};
 
-use crate::asynch::ReplaySource;
-use crate::replay::{Range, ReplayError, SourceEvent};
-use crate::{Error, Message};
+use diesel_inbox::asynch::ReplaySource;
+use diesel_inbox::replay::{Range, ReplayError, SourceEvent};
+use diesel_inbox::{Error, Message};
 
 use super::is_nats_header;
 
 /// A JetStream stream as a replay's source, on the async flavour
-/// ([`asynch::Replays`](crate::asynch::Replays)): a replay of [`Range::Positions`] reads
+/// ([`asynch::Replays`](diesel_inbox::asynch::Replays)): a replay of [`Range::Positions`] reads
 /// those stream sequences back, one message get each, from the stream's leader.
 ///
 /// Its [name](ReplaySource::name), which the replay records, is `jetstream:` and the stream's
@@ -37,7 +37,7 @@ use super::is_nats_header;
 ///   (`stream.info().await?.state.last_sequence`).
 /// - **Each message as the envelope's headers and body**, stamped with the time the stream
 ///   stored it. The headers in the `Nats-` namespace are the broker's (`Nats-Msg-Id` among
-///   them) and are left out, as [`Envelope::from_message`](crate::Envelope::from_message)
+///   them) and are left out, as [`Envelope::from_message`](diesel_inbox::Envelope::from_message)
 ///   leaves them out; the others come in name order. A message that is not an envelope is
 ///   returned all the same: the replay skips it, counts it and notes why.
 ///
@@ -48,7 +48,7 @@ use super::is_nats_header;
 /// ```no_run
 /// use async_nats::jetstream;
 /// use diesel_inbox::asynch::{self, AsyncInboxConnection, ReplayHandler};
-/// use diesel_inbox::nats::JetStreamSource;
+/// use diesel_inbox_nats::JetStreamSource;
 /// use diesel_inbox::replay::{Plan, Range, Replayed, Target};
 /// use diesel_inbox::{AdminError, Audit, Envelope};
 ///
@@ -179,7 +179,7 @@ fn event_of(message: &StreamMessage) -> SourceEvent {
     headers.sort_by(|(a, _), (b, _)| a.cmp(b));
     let at = DateTime::<Utc>::from(SystemTime::from(message.time));
     let body = message.payload.to_vec();
-    SourceEvent::new(message.sequence, Message { headers, body }).stamped(at)
+    SourceEvent::new(message.sequence, Message::new(headers, body)).stamped(at)
 }
 
 impl<C> ReplaySource<C> for JetStreamSource {

@@ -2,8 +2,8 @@
 //! one run on PostgreSQL, MariaDB and SQLite (a WAL file).
 //!
 //! ```sh
-//! cargo run --release --example bench --features async,postgres,sqlite,mysql,testing
-//! cargo run --release --example bench --features async,postgres,sqlite,mysql,testing -- \
+//! cargo run --release -p diesel-inbox-bench
+//! cargo run --release -p diesel-inbox-bench -- \
 //!     --events 5000 --concurrency-events 20000 --prefill 1000000 --backends postgres,sqlite
 //! ```
 //!
@@ -101,7 +101,7 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel_inbox::chain::{Block, BlockId, ChainHandler};
-use diesel_inbox::testing::TestDatabase;
+use diesel_inbox_test::TestDatabase;
 
 mod asynch;
 use diesel_inbox::{
