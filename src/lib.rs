@@ -275,8 +275,3 @@ pub use state::{
     UnknownState,
 };
 pub use stats::{Counts, Stats};
-
-/// The README's examples, compiled and run as doc-tests.
-#[cfg(all(doctest, feature = "postgres", feature = "sqlite", feature = "mysql"))]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;

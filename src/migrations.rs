@@ -189,7 +189,9 @@ pub fn run_pending_migrations_with<C: InboxConnection>(
 }
 
 /// Whether this database holds the inbox's record of applied migrations (the table
-/// `diesel_inbox_migrations`): whether [`run_pending_migrations`] ever ran on it.
+/// `diesel_inbox_migrations`): whether [`run_pending_migrations`] ever ran on it. Migrations
+/// [`install`]ed into the app's own folder and run by the Diesel CLI leave no such record: for
+/// them this answers `false`; [`crate::doctor::check`] tells what the schema holds.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {

@@ -1,5 +1,4 @@
-//! A JetStream stream as a governed replay's source: [`JetStreamSource`] (features `nats` and
-//! `async`).
+//! A JetStream stream as a governed replay's source: [`JetStreamSource`] (feature `async`).
 
 use std::future::Future;
 use std::time::SystemTime;

@@ -92,7 +92,7 @@
 //!   statement returns. A sibling delivery in the same task cannot go on meanwhile; if it
 //!   holds SQLite's write lock that the dropped one waits for, the task stalls for the busy
 //!   timeout. Give each delivery a task of its own that takes its own pooled connection
-//!   (`tokio::spawn`, a `JoinSet`), as `examples/async_service.rs` does: a timeout then stops
+//!   (`tokio::spawn`, a `JoinSet`), as the NATS package's `examples/async_service.rs` does: a timeout then stops
 //!   waiting for the delivery, which runs on to its end.
 
 mod batch;
@@ -368,6 +368,30 @@ impl Inbox {
 
     /// What the inbox table records of `event_id` for this consumer:
     /// [`crate::Inbox::record`], awaited.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+    /// use diesel_inbox::asynch;
+    ///
+    /// type Conn = SyncConnectionWrapper<SqliteConnection>;
+    ///
+    /// # tokio::runtime::Runtime::new()?.block_on(async {
+    /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+    /// asynch::run_pending_migrations(&mut conn).await?;
+    /// let inbox = asynch::Inbox::default();
+    /// assert_eq!(inbox.record(&mut conn, "evt-1").await?, None);
+    /// let ok = async |_: &mut Conn| Ok::<_, diesel_inbox::Error>(());
+    /// let _ = inbox.process(&mut conn, "evt-1", ok).await?;
+    /// let _ = inbox.process(&mut conn, "evt-1", ok).await?;
+    /// let record = inbox.record(&mut conn, "evt-1").await?.expect("processed");
+    /// assert_eq!(record.deliveries(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     ///

@@ -42,7 +42,7 @@ pub trait ReplayHandler<C>: Send {
 }
 
 /// Where a replay reads its events, on async connections: [`crate::replay::ReplaySource`],
-/// whose read is awaited. [`OutboxSource`] is one, and so is `nats::JetStreamSource`.
+/// whose read is awaited. [`OutboxSource`] is one, and so is `diesel_inbox_nats::JetStreamSource`.
 pub trait ReplaySource<C>: Send {
     /// [`crate::replay::ReplaySource::name`].
     fn name(&self) -> String;

@@ -54,7 +54,7 @@ impl SourceEvent {
 }
 
 /// Where a replay reads its events, for connections `C`: the outbox ([`OutboxSource`]), a
-/// JetStream stream (`nats::JetStreamSource`, on the async flavour), or an archive or a
+/// JetStream stream (`diesel_inbox_nats::JetStreamSource`, on the async flavour), or an archive or a
 /// Kafka topic in a screen of code:
 ///
 /// ```

@@ -1,4 +1,4 @@
-//! The `testing` helpers on every backend: they pass a correct handler, and they catch the
+//! The test kit's helpers (`diesel-inbox-test`) on every backend: they pass a correct handler, and they catch the
 //! mistakes they exist to catch, with messages that say what went wrong.
 
 use std::cell::Cell;

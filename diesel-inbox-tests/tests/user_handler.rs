@@ -5,14 +5,14 @@
 //! an at-least-once broker does (again, from several workers at once, after failures, in any
 //! order) and check that each payment is credited once.
 //!
-//! It runs on SQLite with no setup: `cargo test --features sqlite,testing --test user_handler`.
-//! The same tests run on PostgreSQL or MySQL/MariaDB with `TestDatabase::postgres(admin_url)` or
-//! `TestDatabase::mysql(admin_url)` and the connection type changed. In your own crate, enable
-//! the feature for tests only:
+//! It runs on SQLite with no setup: `cargo test -p diesel-inbox-tests --features sqlite --test
+//! user_handler`. The same tests run on PostgreSQL or MySQL/MariaDB with
+//! `TestDatabase::postgres(admin_url)` or `TestDatabase::mysql(admin_url)` and the connection
+//! type changed. In your own crate, add the test kit for tests only:
 //!
 //! ```toml
 //! [dev-dependencies]
-//! diesel-inbox = { version = "0.1", features = ["sqlite", "testing"] }
+//! diesel-inbox-test = { version = "0.1", features = ["sqlite"] }
 //! proptest = "1"
 //! ```
 

@@ -1,6 +1,6 @@
 //! Rows this version cannot read (a state edited by hand, or written by a newer version): named
 //! with their table, key and text, never hidden, and never redelivered in a loop, on every
-//! backend. The CLI's side (dead letters listed as unreadable, stats, export) is in tests/cli.rs.
+//! backend. The CLI's side (dead letters listed as unreadable, stats, export) is in the CLI package's tests/cli.rs.
 
 use diesel_inbox::AdminError;
 use std::time::Duration;

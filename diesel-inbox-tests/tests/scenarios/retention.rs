@@ -325,7 +325,7 @@ pub fn a_prune_racing_live_deliveries_and_redeliveries_doubles_and_loses_nothing
         "every new id took effect"
     );
     assert!(
-        duplicates >= YOUNG && duplicates % YOUNG == 0,
+        duplicates >= YOUNG && duplicates.is_multiple_of(YOUNG),
         "{duplicates}"
     );
     assert_eq!(
