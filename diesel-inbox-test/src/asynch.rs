@@ -428,8 +428,7 @@ where
                     let mut effect = effect.lock().unwrap_or_else(PoisonError::into_inner);
                     call(&mut **effect, tx, id)
                 };
-                let value = future.await.map_err(Failed::Effect)?;
-                struck.strike(value, n, id)
+                struck.strike(future.await, n, id)
             };
             inbox.process(conn, id, handler).await
         }

@@ -325,8 +325,15 @@ pub(crate) struct Struck {
 }
 
 impl Struck {
-    /// The effect's value, failed by the step's fault, if any: the delivery's `n`th step.
-    pub(crate) fn strike<T, E>(&self, value: T, n: usize, id: &EventId) -> Result<T, Failed<E>> {
+    /// What the `n`th step's handler returns: the effect's error as it is, or else its value
+    /// failed by the step's fault, if any.
+    pub(crate) fn strike<T, E>(
+        &self,
+        effect: Result<T, E>,
+        n: usize,
+        id: &EventId,
+    ) -> Result<T, Failed<E>> {
+        let value = effect.map_err(Failed::Effect)?;
         let Some(fault) = self.fault else {
             return Ok(value);
         };
@@ -386,12 +393,7 @@ where
     ) -> impl Future<Output = Result<Outcome<T>, Failed<E>>> {
         // Lazy, so that a panic in the effect is raised where the delivery is polled.
         let effect = &mut self.0;
-        async move {
-            inbox.process(conn, id, |tx| {
-                let value = effect(tx, id).map_err(Failed::Effect)?;
-                struck.strike(value, n, id)
-            })
-        }
+        async move { inbox.process(conn, id, |tx| struck.strike(effect(tx, id), n, id)) }
     }
 }
 
