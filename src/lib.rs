@@ -239,7 +239,7 @@ pub use backend::InboxConnection;
 #[cfg(feature = "sqlite")]
 pub use backend::SqliteSetup;
 pub use claim::{
-    Abandoned, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims, Completed, InDoubt,
+    Abandoned, Claim, ClaimOutcome, ClaimRecord, ClaimState, Claimed, Claims, Completed, InDoubt,
     InDoubtPolicy, InProgress, Resolution, Suppressed, DEFAULT_LEASE,
 };
 pub use cursor::{Cursor, Gaps, Lease, Position, Resume, Sequenced, DEFAULT_MAX_OPEN_GAPS};
@@ -271,7 +271,6 @@ pub use redact::{redact, redact_url_secrets};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;
 pub use state::{
-    ClaimState, CorruptRow, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState,
-    UnknownState,
+    CorruptRow, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState, UnknownState,
 };
 pub use stats::{Counts, Stats};

@@ -4,10 +4,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::audit::Audit;
-use crate::delivery::Payload;
 use crate::state::{
-    ClaimState, Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState, OutboxState,
+    Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState, OutboxState,
     UnknownState,
 };
 
@@ -148,51 +146,6 @@ pub struct Unreadable {
     pub unknown: UnknownState,
 }
 
-/// A row of `diesel_inbox_claims` (a listing's rows hold no payload, hash or kind).
-#[derive(Debug, Clone)]
-pub struct ClaimRow {
-    pub event_id: String,
-    pub state: ClaimState,
-    pub attempt: i64,
-    pub deliveries: i64,
-    pub lease_until: DateTime<Utc>,
-    pub claimed_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub completed_at: Option<DateTime<Utc>>,
-    pub payload_hash: Option<Vec<u8>>,
-    pub payload: Option<Vec<u8>>,
-    pub payload_kind: Option<String>,
-    pub result: Option<String>,
-    pub last_error: Option<String>,
-    pub resolved_by: Option<String>,
-    pub resolution: Option<String>,
-}
-
-/// A claim as its first delivery inserts it: in progress, attempt 1, one delivery.
-#[derive(Debug)]
-pub struct NewClaim<'a> {
-    pub lease_until: DateTime<Utc>,
-    pub now: DateTime<Utc>,
-    pub payload_hash: Option<&'a [u8]>,
-    pub payload: Option<&'a Payload>,
-}
-
-/// A change of a claim's state, by its holder or by ops. Fields left `None` (or `false`)
-/// keep the row's value.
-#[derive(Debug)]
-pub struct ClaimChange<'a> {
-    pub state: ClaimState,
-    /// Bump the attempt and clear the reason: a new holder acquires the claim.
-    pub acquire: bool,
-    pub lease_until: Option<DateTime<Utc>>,
-    /// The side effect's result (JSON); `completed_at` is set with it.
-    pub result: Option<&'a str>,
-    /// Why (kept as `last_error`).
-    pub note: Option<&'a str>,
-    pub audit: Option<&'a Audit>,
-    pub now: DateTime<Utc>,
-}
-
 /// An outbox row as [`enqueue`](crate::Outbox::enqueue) inserts it: pending, due now.
 #[derive(Debug)]
 pub struct NewOutboxRow<'a> {
@@ -314,7 +267,7 @@ pub struct OrphanedRow {
     pub stream: String,
     pub height: i64,
     pub block_hash: String,
-    pub claim_state: ClaimState,
+    pub claim_state: crate::claim::ClaimState,
     pub found_at: DateTime<Utc>,
 }
 

@@ -5,12 +5,9 @@
 //! ([`UnknownState`]), never a guess: it would come from a newer version of the crate.
 
 use std::fmt;
-use std::str::FromStr;
 
-use diesel::backend::Backend;
-use diesel::deserialize::{self, FromSql, FromSqlRow};
+use diesel::deserialize::FromSqlRow;
 use diesel::expression::AsExpression;
-use diesel::serialize::{self, Output, ToSql};
 use diesel::sql_types::Text;
 
 /// Implements the stored-text mapping of a state enum: `as_str`, `FromStr` and Diesel's
@@ -30,13 +27,13 @@ macro_rules! stored_as_text {
             }
         }
 
-        impl FromStr for $state {
-            type Err = UnknownState;
+        impl ::std::str::FromStr for $state {
+            type Err = $crate::state::UnknownState;
 
-            fn from_str(text: &str) -> Result<Self, UnknownState> {
+            fn from_str(text: &str) -> Result<Self, $crate::state::UnknownState> {
                 match text {
                     $($text => Ok(Self::$variant),)+
-                    _ => Err(UnknownState {
+                    _ => Err($crate::state::UnknownState {
                         column: $column,
                         text: text.to_owned(),
                         known: Self::TEXTS,
@@ -45,27 +42,28 @@ macro_rules! stored_as_text {
             }
         }
 
-        impl<DB> FromSql<Text, DB> for $state
+        impl<DB> diesel::deserialize::FromSql<diesel::sql_types::Text, DB> for $state
         where
-            DB: Backend,
-            String: FromSql<Text, DB>,
+            DB: diesel::backend::Backend,
+            String: diesel::deserialize::FromSql<diesel::sql_types::Text, DB>,
         {
-            fn from_sql(bytes: DB::RawValue<'_>) -> deserialize::Result<Self> {
-                Ok(String::from_sql(bytes)?.parse()?)
+            fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
+                Ok(<String as diesel::deserialize::FromSql<diesel::sql_types::Text, DB>>::from_sql(bytes)?.parse()?)
             }
         }
 
-        impl<DB> ToSql<Text, DB> for $state
+        impl<DB> diesel::serialize::ToSql<diesel::sql_types::Text, DB> for $state
         where
-            DB: Backend,
-            str: ToSql<Text, DB>,
+            DB: diesel::backend::Backend,
+            str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
         {
-            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, DB>) -> serialize::Result {
-                self.as_str().to_sql(out)
+            fn to_sql<'b>(&'b self, out: &mut diesel::serialize::Output<'b, '_, DB>) -> diesel::serialize::Result {
+                diesel::serialize::ToSql::<diesel::sql_types::Text, DB>::to_sql(self.as_str(), out)
             }
         }
     };
 }
+pub(crate) use stored_as_text;
 
 /// Where an event stands in the inbox table: settled one way or the other. A delivery whose
 /// handler failed leaves no row at all.
@@ -216,52 +214,6 @@ impl fmt::Display for GapState {
     }
 }
 
-/// Where a claim on a side effect stands ([`Claims`](crate::Claims)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
-#[diesel(sql_type = Text)]
-#[non_exhaustive]
-pub enum ClaimState {
-    /// A worker holds the claim and its lease is running: the side effect may be under way.
-    InProgress,
-    /// Whether the side effect happened is unknown: the worker's lease ran out before it
-    /// completed the claim (it crashed, hung or lost its connection), or the effect failed in
-    /// a way that does not say. Never re-run on its own (unless the claims opt into
-    /// [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy)); ops resolve it.
-    InDoubt,
-    /// The side effect happened, and its result is stored: deliveries get it back.
-    Completed,
-    /// The side effect did not happen, and may run again: the next delivery acquires the
-    /// claim. An effect that failed without taking effect, or ops' retry.
-    Released,
-    /// The side effect did not happen and never will: a permanent failure, or ops gave it up.
-    Abandoned,
-}
-
-impl ClaimState {
-    /// The states a claim never leaves on its own: retention may prune them.
-    pub(crate) const SETTLED: [Self; 2] = [Self::Completed, Self::Abandoned];
-}
-
-stored_as_text!(ClaimState, "diesel_inbox_claims.state" {
-    InProgress = "in_progress",
-    InDoubt = "in_doubt",
-    Completed = "completed",
-    Released = "released",
-    Abandoned = "abandoned",
-});
-
-impl fmt::Display for ClaimState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::InProgress => "in progress",
-            Self::InDoubt => "in doubt",
-            Self::Completed => "completed",
-            Self::Released => "released",
-            Self::Abandoned => "abandoned",
-        })
-    }
-}
-
 /// Where an outbox row stands ([`Outbox`](crate::Outbox)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
 #[diesel(sql_type = Text)]
@@ -404,9 +356,9 @@ stored_as_text!(Counter, "diesel_inbox_counters.counter" {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{column} holds {text:?}, which this version of diesel-inbox does not know: upgrade the crate, or repair the row")]
 pub struct UnknownState {
-    column: &'static str,
-    text: String,
-    known: &'static [&'static str],
+    pub(crate) column: &'static str,
+    pub(crate) text: String,
+    pub(crate) known: &'static [&'static str],
 }
 
 impl UnknownState {
@@ -613,15 +565,6 @@ mod tests {
             assert_eq!(cause.as_str().parse(), Ok(cause));
         }
         for state in [GapState::Open, GapState::Filled, GapState::Resolved] {
-            assert_eq!(state.as_str().parse(), Ok(state));
-        }
-        for state in [
-            ClaimState::InProgress,
-            ClaimState::InDoubt,
-            ClaimState::Completed,
-            ClaimState::Released,
-            ClaimState::Abandoned,
-        ] {
             assert_eq!(state.as_str().parse(), Ok(state));
         }
     }

@@ -232,7 +232,7 @@ where
 }
 
 /// Calls `handler` for the future it names.
-pub(super) fn call<A, B, R, H: AsyncHandler2<A, B, R>>(handler: &mut H, a: A, b: B) -> H::Fut {
+pub(crate) fn call<A, B, R, H: AsyncHandler2<A, B, R>>(handler: &mut H, a: A, b: B) -> H::Fut {
     handler(a, b)
 }
 

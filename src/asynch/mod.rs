@@ -95,9 +95,8 @@
 //!   (`tokio::spawn`, a `JoinSet`), as the NATS package's `examples/async_service.rs` does: a timeout then stops
 //!   waiting for the delivery, which runs on to its end.
 
-mod batch;
+pub(crate) mod batch;
 mod chain;
-mod claim;
 mod cursor;
 mod dead_letters;
 pub mod doctor;
@@ -120,9 +119,9 @@ use crate::{
     Outcome, Pruned, Retention, RetryPolicy, Stats,
 };
 
+pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use chain::{Chain, ChainHandler, Reorgs};
-pub use claim::{Claim, Claimed, Claims, Records};
 pub use cursor::{Cursor, Gaps};
 pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
@@ -214,7 +213,7 @@ where
 /// are awaited. Made with [`Inbox::new`] or from a [`crate::Inbox`] configured as usual.
 #[derive(Debug, Clone, Default)]
 #[must_use]
-pub struct Inbox(crate::Inbox);
+pub struct Inbox(pub(crate) crate::Inbox);
 
 impl From<crate::Inbox> for Inbox {
     fn from(inbox: crate::Inbox) -> Self {
@@ -440,7 +439,7 @@ impl Inbox {
 
 /// A handler as the engine calls it: through the future type it names, which is `Send`
 /// (an async closure called as `AsyncFnMut` is not provably so, rust-lang/rust#134997).
-struct Called<H, T, E>(H, PhantomData<fn() -> (T, E)>);
+pub(crate) struct Called<H, T, E>(pub(crate) H, pub(crate) PhantomData<fn() -> (T, E)>);
 
 impl<C, T, E, H> Effect<C> for Called<H, T, E>
 where
@@ -458,7 +457,7 @@ where
 }
 
 /// Calls `handler` for the future it names.
-fn call<A, R, H: AsyncHandler<A, R>>(handler: &mut H, arg: A) -> H::Fut {
+pub(crate) fn call<A, R, H: AsyncHandler<A, R>>(handler: &mut H, arg: A) -> H::Fut {
     handler(arg)
 }
 

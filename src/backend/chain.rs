@@ -375,7 +375,7 @@ macro_rules! chain_statements {
                     $codec::KeyOwned,
                     i64,
                     $codec::KeyOwned,
-                    $crate::state::ClaimState,
+                    $crate::claim::ClaimState,
                     $codec::Time,
                 )>(conn)
                 .await

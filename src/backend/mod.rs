@@ -35,8 +35,6 @@ mod retention;
 #[macro_use]
 mod cursor;
 #[macro_use]
-mod claims;
-#[macro_use]
 mod outbox;
 #[macro_use]
 pub(crate) mod chain;

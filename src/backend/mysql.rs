@@ -14,11 +14,11 @@ use super::sealed::HasInboxSql;
 use super::Key;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
-use crate::rows::{ClaimRow, NewClaim, Recorded};
+use crate::rows::Recorded;
 use crate::schema::mysql as schema;
 use crate::sql::{
-    Began, ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
-    MigrationsSql, OutboxSql, ReplaySql, RetentionSql, Run,
+    Began, ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
+    OutboxSql, ReplaySql, RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
 
@@ -478,36 +478,13 @@ impl CursorSql for Mysql {
     cursor_statement!(delete_sequenced_events, schema, codec);
 }
 
-impl ClaimSql for Mysql {
-    async fn record_claim<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        key: Key<'_>,
-        claim: &NewClaim<'_>,
-    ) -> QueryResult<Option<ClaimRow>> {
-        use crate::sql::Run;
-        use schema::diesel_inbox_claims::dsl as k;
-        // Counting the delivery always changes the row, so the affected rows tell an insert
-        // from an existing claim, as in `record_delivery`; the update locks the row.
-        let affected = diesel::insert_into(k::diesel_inbox_claims)
-            .values(new_claim_row!(schema, codec, key, claim))
-            .on_conflict(diesel::dsl::DuplicatedKeys)
-            .do_update()
-            .set((
-                k::deliveries.eq(k::deliveries + 1),
-                k::updated_at.eq(codec::time(claim.now)),
-            ))
-            .execute_on(conn)
-            .await?;
-        if affected == INSERTED {
-            return Ok(None);
-        }
-        Self::claim(conn, key, true).await
-    }
-
-    claim_statement!(claim, schema, codec, rows, lock = for_update);
-    claim_statement!(claims, schema, codec, rows);
-    claim_statement!(update_claim, schema, codec);
-}
+crate::claim::sql::claim_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    record_claim = update_then_read,
+    lock = for_update,
+);
 
 impl ChainSql for Mysql {
     chain_statements!(

@@ -1,6 +1,6 @@
 //! What the statements of every backend share, written once: the row mappings
 //! (`row_mappings!`, which expands to a backend's `mod rows`), the row builders the inserts
-//! take (`new_inbox_row!`, `new_gap_row!`, `new_claim_row!`), and the catalogue checks of
+//! take (`new_inbox_row!`, `new_gap_row!`), and the catalogue checks of
 //! `DoctorSql` (`catalogue_statement!`).
 //!
 //! Each takes what it needs as explicit arguments: `schema` is the backend's module of
@@ -16,11 +16,9 @@ macro_rules! row_mappings {
         mod rows {
             use super::{$codec, $schema};
             use $crate::rows::{
-                ClaimRow, CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow, Listed,
-                Unreadable,
+                CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow, Listed, Unreadable,
             };
             use $crate::state::{InboxState, UnknownState};
-            use $schema::diesel_inbox_claims as k;
             use $schema::diesel_inbox_cursors as c;
             use $schema::diesel_inbox_events as t;
             use $schema::diesel_inbox_failure_log as l;
@@ -293,111 +291,6 @@ macro_rules! row_mappings {
                 )
             }
 
-            /// A claim's columns but its payload and the payload's hash: what a listing
-            /// reads. The state is read as text, and parsed per row: see [`Listed`].
-            pub(super) type ClaimSummaryColumns = (
-                $codec::KeyOwned,
-                String,
-                i64,
-                i64,
-                $codec::Time,
-                $codec::Time,
-                $codec::Time,
-                Option<$codec::Time>,
-                Option<String>,
-                Option<String>,
-                Option<String>,
-                Option<String>,
-                Option<String>,
-            );
-
-            pub(super) type ClaimSummarySelect = (
-                k::event_id,
-                k::state,
-                k::attempt,
-                k::deliveries,
-                k::lease_until,
-                k::claimed_at,
-                k::updated_at,
-                k::completed_at,
-                k::payload_kind,
-                k::result,
-                k::last_error,
-                k::resolved_by,
-                k::resolution,
-            );
-
-            pub(super) fn claim_summary_columns() -> ClaimSummarySelect {
-                (
-                    k::event_id,
-                    k::state,
-                    k::attempt,
-                    k::deliveries,
-                    k::lease_until,
-                    k::claimed_at,
-                    k::updated_at,
-                    k::completed_at,
-                    k::payload_kind,
-                    k::result,
-                    k::last_error,
-                    k::resolved_by,
-                    k::resolution,
-                )
-            }
-
-            pub(super) fn claim_summary_row(row: ClaimSummaryColumns) -> Listed<ClaimRow> {
-                let (
-                    event_id,
-                    state,
-                    attempt,
-                    deliveries,
-                    lease_until,
-                    claimed_at,
-                    updated_at,
-                    completed_at,
-                    payload_kind,
-                    result,
-                    last_error,
-                    resolved_by,
-                    resolution,
-                ) = row;
-                let event_id = $codec::key_string(event_id);
-                Ok(ClaimRow {
-                    state: known(&event_id, state.parse())?,
-                    event_id,
-                    attempt,
-                    deliveries,
-                    lease_until: $codec::utc(lease_until),
-                    claimed_at: $codec::utc(claimed_at),
-                    updated_at: $codec::utc(updated_at),
-                    completed_at: completed_at.map($codec::utc),
-                    payload_hash: None,
-                    payload: None,
-                    payload_kind,
-                    result,
-                    last_error,
-                    resolved_by,
-                    resolution,
-                })
-            }
-
-            /// The whole claim: the summary, and the payload's hash and bytes.
-            pub(super) type ClaimColumns =
-                (ClaimSummaryColumns, (Option<Vec<u8>>, Option<Vec<u8>>));
-
-            pub(super) fn claim_columns() -> (ClaimSummarySelect, (k::payload_hash, k::payload)) {
-                (claim_summary_columns(), (k::payload_hash, k::payload))
-            }
-
-            pub(super) fn claim_row((summary, payload): ClaimColumns) -> Listed<ClaimRow> {
-                let (payload_hash, payload) = payload;
-                Ok(ClaimRow {
-                    payload_hash,
-                    payload,
-                    ..claim_summary_row(summary)?
-                })
-            }
-
             pub(super) fn gap_row(row: GapColumns) -> Listed<GapRow> {
                 let (id, stream, first, last, cause, state, detected, closed, by, why) = row;
                 Ok(GapRow {
@@ -445,29 +338,6 @@ macro_rules! new_gap_row {
             g::cause.eq($cause),
             g::state.eq($crate::state::GapState::Open),
             g::detected_at.eq($codec::time($detected_at)),
-        )
-    }};
-}
-
-/// The values of a new claim: in progress, attempt 1, one delivery, with the payload and its
-/// fingerprint if any.
-macro_rules! new_claim_row {
-    ($schema:ident, $codec:ident, $key:expr, $claim:expr) => {{
-        use $schema::diesel_inbox_claims as k;
-        let claim: &$crate::rows::NewClaim<'_> = $claim;
-        let now = $codec::time(claim.now);
-        (
-            k::consumer.eq($codec::key($key.0)),
-            k::event_id.eq($codec::key($key.1)),
-            k::state.eq($crate::state::ClaimState::InProgress),
-            k::attempt.eq(1_i64),
-            k::deliveries.eq(1_i64),
-            k::lease_until.eq($codec::time(claim.lease_until)),
-            k::claimed_at.eq(now),
-            k::updated_at.eq(now),
-            k::payload_hash.eq(claim.payload_hash),
-            k::payload.eq(claim.payload.map($crate::Payload::to_bytes)),
-            k::payload_kind.eq(claim.payload.map($crate::Payload::kind)),
         )
     }};
 }

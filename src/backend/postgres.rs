@@ -16,8 +16,8 @@ use crate::dialect::Dialect;
 use crate::rows::Recorded;
 use crate::schema::postgres as schema;
 use crate::sql::{
-    Began, ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
-    MigrationsSql, OutboxSql, ReplaySql, RetentionSql, Run,
+    Began, ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
+    OutboxSql, ReplaySql, RetentionSql, Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -332,12 +332,13 @@ impl CursorSql for Pg {
     cursor_statement!(delete_sequenced_events, schema, codec);
 }
 
-impl ClaimSql for Pg {
-    claim_statement!(record_claim, schema, codec, rows, upsert_returning);
-    claim_statement!(claim, schema, codec, rows, lock = for_update);
-    claim_statement!(claims, schema, codec, rows);
-    claim_statement!(update_claim, schema, codec);
-}
+crate::claim::sql::claim_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    record_claim = upsert_returning,
+    lock = for_update,
+);
 
 impl ChainSql for Pg {
     chain_statements!(schema, codec, reorg_id = returning, block_events = batch);

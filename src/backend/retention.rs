@@ -324,7 +324,7 @@ macro_rules! retention_statement {
             diesel::delete(
                 k::diesel_inbox_claims
                     .filter(k::consumer.eq($codec::key(consumer)))
-                    .filter(k::state.eq_any($crate::state::ClaimState::SETTLED))
+                    .filter(k::state.eq_any($crate::claim::ClaimState::SETTLED))
                     .filter(k::updated_at.lt($codec::time(cutoff))),
             )
             .execute_on(conn)
@@ -373,7 +373,7 @@ macro_rules! retention_statement {
                 .await?;
             let claims = k::diesel_inbox_claims
                 .filter(k::consumer.eq(who))
-                .filter(k::state.eq_any($crate::state::ClaimState::SETTLED))
+                .filter(k::state.eq_any($crate::claim::ClaimState::SETTLED))
                 .filter(k::updated_at.lt(cutoff))
                 .count()
                 .get_result_on::<i64>(conn)

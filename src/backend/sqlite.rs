@@ -16,8 +16,8 @@ use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
-    ChainSql, ClaimSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock,
-    MigrationsSql, OutboxSql, ReplaySql, RetentionSql, Run, TransactionSql,
+    ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
+    OutboxSql, ReplaySql, RetentionSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -145,12 +145,12 @@ impl CursorSql for Sqlite {
     cursor_statement!(delete_sequenced_events, schema, codec);
 }
 
-impl ClaimSql for Sqlite {
-    claim_statement!(record_claim, schema, codec, rows, upsert_returning);
-    claim_statement!(claim, schema, codec, rows);
-    claim_statement!(claims, schema, codec, rows);
-    claim_statement!(update_claim, schema, codec);
-}
+crate::claim::sql::claim_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    record_claim = upsert_returning,
+);
 
 impl ChainSql for Sqlite {
     chain_statements!(schema, codec, reorg_id = returning, block_events = per_row);

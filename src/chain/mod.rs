@@ -24,14 +24,16 @@ use chrono::{DateTime, Utc};
 use tracing::{error, warn, Instrument};
 
 use crate::backend::StreamKey;
+use crate::claim::sql::ClaimSql;
+use crate::claim::ClaimState;
 use crate::decide::{Failure, Then};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::names::{InvalidStreamName, StreamName};
 use crate::observe;
 use crate::rows::{BlockRow, NewReorg, OrphanedRow, Recorded};
-use crate::sql::{Blocking, ChainSql, ClaimSql, CursorSql, Db, InboxSql, Sql};
-use crate::state::{ClaimState, InboxState};
+use crate::sql::{Blocking, ChainSql, CursorSql, Db, InboxSql, Sql};
+use crate::state::InboxState;
 use crate::{AckOutcome, Error, EventId, HandlerError, Inbox, InboxConnection};
 
 pub use block::{Block, BlockId, InvalidBlockHash, MAX_BLOCK_HASH_BYTES};

@@ -9,14 +9,14 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
+use super::sql::{ClaimChange, ClaimSql};
 use super::verdict::{self, InDoubtPolicy};
+use super::ClaimState;
 use crate::backend::Key;
 use crate::decide::{Failure, HandlerFailure, Then};
 use crate::duration::{after, now};
 use crate::engine::{self, run_ready, Body, Effect};
-use crate::rows::ClaimChange;
-use crate::sql::{Blocking, ClaimSql, Db, Sql};
-use crate::state::ClaimState;
+use crate::sql::{Blocking, Db, Sql};
 use crate::{observe, Claims, Error, EventId, HandlerError, InboxConnection};
 
 /// A claim held by this worker: [`Claimed::Acquired`](crate::Claimed::Acquired).

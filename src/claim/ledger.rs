@@ -5,13 +5,15 @@ use tracing::info;
 
 use super::held::idempotency_key;
 use super::outcome::reason_in_doubt;
+use super::sql::{ClaimChange, ClaimRow, ClaimSql};
+use super::ClaimState;
 use super::{verdict, Claims};
 use crate::decide::Failure;
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body};
-use crate::rows::{ClaimChange, ClaimRow, ConsumerRows};
-use crate::sql::{Blocking, ClaimSql, Db, RetentionSql, Sql};
-use crate::state::{ClaimState, CorruptRow};
+use crate::rows::ConsumerRows;
+use crate::sql::{Blocking, Db, RetentionSql, Sql};
+use crate::state::CorruptRow;
 use crate::{observe, AdminError, Audit, Error, EventId, InboxConnection, IntoEventId, Payload};
 
 /// A claim as the table keeps it, for ops.

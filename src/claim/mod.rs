@@ -7,9 +7,13 @@
 //! [`verdict`], apart from the I/O here, in [`held`] (the holder's writes) and in [`ledger`]
 //! (listing and ops' resolutions).
 
+#[cfg(feature = "async")]
+pub(crate) mod asynch;
 mod held;
 mod ledger;
 mod outcome;
+pub(crate) mod sql;
+mod state;
 mod verdict;
 
 use std::future::Future;
@@ -25,14 +29,14 @@ use crate::decide;
 use crate::decide::{Failure, Scope};
 use crate::duration::{after, now};
 use crate::engine::{self, run_ready, Body, Effect};
-use crate::rows::{ClaimChange, ClaimRow, NewClaim};
-use crate::sql::{Blocking, ClaimSql, Db, Sql};
-use crate::state::ClaimState;
+use crate::sql::{Blocking, Db, Sql};
 use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery};
+use sql::{ClaimChange, ClaimRow, ClaimSql, NewClaim};
 
 pub use held::Claim;
 pub use ledger::{ClaimRecord, Resolution};
 pub use outcome::{Abandoned, ClaimOutcome, Claimed, Completed, InDoubt, InProgress, Suppressed};
+pub use state::ClaimState;
 pub(crate) use verdict::state_at;
 pub use verdict::InDoubtPolicy;
 

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 
-use crate::rows::ClaimRow;
+use super::sql::ClaimRow;
 use crate::{Claim, Error};
 
 /// What [`Claims::claim`](crate::Claims::claim) found: the claim to run the side effect
@@ -179,7 +179,7 @@ impl InDoubt {
 /// Why the claim `row`, in doubt, is: the reason stored with it, or, for a lapse no delivery
 /// has recorded yet, the one a delivery would record.
 pub(crate) fn reason_in_doubt(row: &ClaimRow) -> String {
-    if let (Some(reason), crate::ClaimState::InDoubt) = (&row.last_error, row.state) {
+    if let (Some(reason), super::ClaimState::InDoubt) = (&row.last_error, row.state) {
         return reason.clone();
     }
     let at = row.lease_until.format("%Y-%m-%d %H:%M:%S UTC");
@@ -212,14 +212,14 @@ impl Abandoned {
 #[non_exhaustive]
 pub struct Suppressed {
     /// The claim's state; `None` when the event was never claimed.
-    pub state: Option<crate::ClaimState>,
+    pub state: Option<super::ClaimState>,
 }
 
 impl Suppressed {
     /// `true` when a live delivery would have run the side effect: the event was never
     /// claimed, or its claim was released.
     pub fn would_run(&self) -> bool {
-        matches!(self.state, None | Some(crate::ClaimState::Released))
+        matches!(self.state, None | Some(super::ClaimState::Released))
     }
 
     /// What a live delivery would have done, in words.

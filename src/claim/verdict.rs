@@ -3,9 +3,9 @@
 
 use chrono::{DateTime, Utc};
 
+use super::sql::ClaimRow;
+use super::ClaimState;
 use crate::decide::HandlerFailure;
-use crate::rows::ClaimRow;
-use crate::state::ClaimState;
 
 /// What happens to a claim whose outcome is unknown once its lease has run out.
 ///

@@ -17,8 +17,10 @@ use crate::{
     HandlerError, InDoubtPolicy, IntoDelivery, IntoEventId, Resolution,
 };
 
-use super::batch::call as call2;
-use super::{call, AsyncHandler, AsyncHandler2, AsyncInboxConnection, Called, Handler, Inbox};
+use crate::asynch::batch::call as call2;
+use crate::asynch::{
+    call, AsyncHandler, AsyncHandler2, AsyncInboxConnection, Called, Handler, Inbox,
+};
 
 /// What [`Claims::claim`] found: [`crate::Claimed`], holding an async [`Claim`].
 pub type Claimed = crate::Claimed<Claim>;
