@@ -221,7 +221,6 @@ mod outbox;
 mod outcome;
 #[cfg(feature = "tokio")]
 pub mod pool;
-mod record;
 mod redact;
 pub mod replay;
 mod retention;
@@ -252,7 +251,7 @@ pub use error::{AdminError, Error};
 pub use gap::Gap;
 pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
-pub use inbox::{with_inbox, Inbox};
+pub use inbox::{with_inbox, Inbox, InboxRecord};
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use names::{
     InvalidConsumerName, InvalidStreamName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES, MAX_STREAM_BYTES,
@@ -266,7 +265,6 @@ pub use outbox::{
     Relay, RelayPass, MAX_TOPIC_BYTES,
 };
 pub use outcome::{DeadLettered, Duplicate, Outcome};
-pub use record::InboxRecord;
 pub use redact::{redact, redact_url_secrets};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;

@@ -48,7 +48,11 @@ macro_rules! stored_as_text {
             String: diesel::deserialize::FromSql<diesel::sql_types::Text, DB>,
         {
             fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
-                Ok(<String as diesel::deserialize::FromSql<diesel::sql_types::Text, DB>>::from_sql(bytes)?.parse()?)
+                let text =
+                    <String as diesel::deserialize::FromSql<diesel::sql_types::Text, DB>>::from_sql(
+                        bytes,
+                    )?;
+                Ok(text.parse()?)
             }
         }
 
@@ -57,7 +61,10 @@ macro_rules! stored_as_text {
             DB: diesel::backend::Backend,
             str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
         {
-            fn to_sql<'b>(&'b self, out: &mut diesel::serialize::Output<'b, '_, DB>) -> diesel::serialize::Result {
+            fn to_sql<'b>(
+                &'b self,
+                out: &mut diesel::serialize::Output<'b, '_, DB>,
+            ) -> diesel::serialize::Result {
                 diesel::serialize::ToSql::<diesel::sql_types::Text, DB>::to_sql(self.as_str(), out)
             }
         }

@@ -27,8 +27,6 @@ use crate::state::UnknownState;
 #[macro_use]
 mod portable;
 #[macro_use]
-mod inbox;
-#[macro_use]
 mod failures;
 #[macro_use]
 mod retention;
@@ -45,7 +43,7 @@ pub(crate) mod tracking;
 #[cfg(feature = "postgres")]
 mod lock;
 #[cfg(feature = "mysql")]
-mod mysql;
+pub(crate) mod mysql;
 mod pooled;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -7,51 +7,47 @@ use chrono::{DateTime, Utc};
 use diesel::mysql::{Mysql, MysqlConnection};
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::result::DatabaseErrorKind;
 use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
 
 use super::sealed::HasInboxSql;
-use super::Key;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
-use crate::rows::Recorded;
 use crate::schema::mysql as schema;
 use crate::sql::{
-    Began, ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run,
+    ChainSql, CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run,
 };
-use crate::state::{Counter, InboxState};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
 /// them) and times (UTC `DATETIME(6)`).
-mod codec {
+pub(crate) mod codec {
     use chrono::{DateTime, NaiveDateTime, Utc};
 
-    pub(super) type Time = NaiveDateTime;
-    pub(super) type KeyOwned = Vec<u8>;
+    pub(crate) type Time = NaiveDateTime;
+    pub(crate) type KeyOwned = Vec<u8>;
 
-    pub(super) fn key(part: &str) -> &[u8] {
+    pub(crate) fn key(part: &str) -> &[u8] {
         part.as_bytes()
     }
 
-    pub(super) fn key_string(key: KeyOwned) -> String {
+    pub(crate) fn key_string(key: KeyOwned) -> String {
         // Only ever written from validated `&str`s.
         String::from_utf8(key)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 
-    pub(super) fn time(time: DateTime<Utc>) -> Time {
+    pub(crate) fn time(time: DateTime<Utc>) -> Time {
         time.naive_utc()
     }
 
-    pub(super) fn utc(time: Time) -> DateTime<Utc> {
+    pub(crate) fn utc(time: Time) -> DateTime<Utc> {
         time.and_utc()
     }
 
     /// `SUM(expr)` of an integer expression, as a `BIGINT`: MySQL sums integers as `DECIMAL`,
     /// and casts to a 64-bit integer as `SIGNED`.
     /// `expr` is SQL text, always a literal of the inbox's own.
-    pub(super) fn sum_i64(
+    pub(crate) fn sum_i64(
         expr: &'static str,
     ) -> diesel::expression::SqlLiteral<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>
     {
@@ -106,112 +102,6 @@ async fn release_named_lock<F, C: Db<F, Backend = Mysql>>(
 
 impl HasInboxSql for MysqlConnection {}
 
-/// `INSERT .. ON DUPLICATE KEY UPDATE deliveries = deliveries + 1` reports 1 affected row for an
-/// insert and 2 for an update that changed the row (the update always changes `deliveries`),
-/// with or without the client's found-rows flag.
-const INSERTED: usize = 1;
-
-/// Inserts an inbox row, or counts one more delivery on the existing one: the statement
-/// Diesel's upsert builder makes, written out, since Diesel prepares a built upsert anew each
-/// time, a round trip more, and keeps this one.
-struct RecordDelivery<'a> {
-    consumer: &'a [u8],
-    event_id: &'a [u8],
-    now: codec::Time,
-    payload_hash: Option<&'a [u8]>,
-}
-
-impl QueryFragment<Mysql> for RecordDelivery<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-        out.push_sql(
-            "INSERT INTO diesel_inbox_events \
-             (consumer, event_id, processed_at, last_seen_at, deliveries, payload_hash) VALUES (",
-        );
-        out.push_bind_param::<Binary, _>(&self.consumer)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Binary, _>(&self.event_id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Datetime, _>(&self.now)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Datetime, _>(&self.now)?;
-        out.push_sql(", 1, ");
-        out.push_bind_param::<Nullable<Binary>, _>(&self.payload_hash)?;
-        out.push_sql(") ON DUPLICATE KEY UPDATE deliveries = deliveries + 1, last_seen_at = ");
-        out.push_bind_param::<Datetime, _>(&self.now)
-    }
-}
-
-impl<'a> RecordDelivery<'a> {
-    fn new(key: Key<'a>, now: DateTime<Utc>, payload_hash: Option<&'a [u8]>) -> Self {
-        Self {
-            consumer: codec::key(key.0),
-            event_id: codec::key(key.1),
-            now: codec::time(now),
-            payload_hash,
-        }
-    }
-}
-
-/// What `RecordDelivery` did, from the rows it changed: inserted the row (the event is new),
-/// or counted a delivery on the existing one, which the transaction now holds locked and
-/// reads, for want of `RETURNING`.
-async fn recorded<F, C: Db<F, Backend = Mysql>>(
-    conn: &mut C,
-    key: Key<'_>,
-    affected: usize,
-) -> QueryResult<Recorded> {
-    use schema::diesel_inbox_events::dsl as t;
-    if affected == INSERTED {
-        return Ok(Recorded::New);
-    }
-    let row = t::diesel_inbox_events
-        .find((codec::key(key.0), codec::key(key.1)))
-        .select(rows::existing_columns())
-        .limit(1)
-        .get_result_on::<rows::ExistingColumns>(conn)
-        .await?;
-    Ok(super::recorded(super::known(rows::existing(row))?))
-}
-
-impl QueryId for RecordDelivery<'_> {
-    type QueryId = RecordDelivery<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl<Conn> RunQueryDsl<Conn> for RecordDelivery<'_> {}
-
-/// Adds to a counter row, or inserts it: written out for the same reason as `RecordDelivery`.
-struct BumpCounter<'a> {
-    consumer: &'a [u8],
-    counter: Counter,
-    bucket: codec::Time,
-    by: i64,
-}
-
-impl QueryFragment<Mysql> for BumpCounter<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-        out.push_sql(
-            "INSERT INTO diesel_inbox_counters (consumer, counter, bucket, total) VALUES (",
-        );
-        out.push_bind_param::<Binary, _>(&self.consumer)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&self.counter)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Datetime, _>(&self.bucket)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&self.by)?;
-        out.push_sql(") ON DUPLICATE KEY UPDATE total = total + ");
-        out.push_bind_param::<BigInt, _>(&self.by)
-    }
-}
-
-impl QueryId for BumpCounter<'_> {
-    type QueryId = BumpCounter<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl<Conn> RunQueryDsl<Conn> for BumpCounter<'_> {}
-
 /// Upserts an aggregate's row in `diesel_inbox_outbox_aggregates`, which locks it until the
 /// transaction ends (see `lock_outbox_aggregate`): written out for the same reason as
 /// `RecordDelivery`.
@@ -243,148 +133,7 @@ impl QueryId for LockAggregate<'_> {
 
 impl<Conn> RunQueryDsl<Conn> for LockAggregate<'_> {}
 
-impl InboxSql for Mysql {
-    async fn record_delivery<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        key: Key<'_>,
-        now: DateTime<Utc>,
-        payload_hash: Option<&[u8]>,
-    ) -> QueryResult<Recorded> {
-        let affected = RecordDelivery::new(key, now, payload_hash)
-            .execute_on(conn)
-            .await?;
-        recorded(conn, key, affected).await
-    }
-
-    async fn begin_and_record_delivery<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        idle_timeout: Option<Duration>,
-        key: Key<'_>,
-        now: DateTime<Utc>,
-        payload_hash: Option<&[u8]>,
-    ) -> Option<QueryResult<Began>> {
-        // No variable lasts one transaction here: the idle bound is the server's (`begin_top`).
-        let _ = idle_timeout;
-        let statement = crate::sql::BeginThen(RecordDelivery::new(key, now, payload_hash));
-        let affected = match crate::sql::compound(conn, statement).await? {
-            Ok(affected) => affected,
-            Err(error) => return Some(Err(error)),
-        };
-        let recorded = recorded(conn, key, affected).await;
-        if recorded.is_err() {
-            super::roll_back_uncounted(conn).await;
-        }
-        Some(recorded.map(Began::recorded))
-    }
-
-    async fn record_deliveries<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        consumer: &str,
-        items: &[(&str, Option<&[u8]>)],
-        now: DateTime<Utc>,
-    ) -> QueryResult<Vec<crate::rows::Listed<Recorded>>> {
-        use crate::sql::Run;
-        use schema::diesel_inbox_events::dsl as t;
-        let when = codec::time(now);
-        let mut found = std::collections::HashMap::with_capacity(items.len());
-        for chunk in items.chunks(super::ROWS_PER_STATEMENT) {
-            let new_rows: Vec<_> = chunk
-                .iter()
-                .map(|&(event_id, hash)| {
-                    new_inbox_row!(schema, codec, consumer, event_id, when, hash)
-                })
-                .collect();
-            diesel::insert_into(t::diesel_inbox_events)
-                .values(new_rows)
-                .on_conflict(diesel::dsl::DuplicatedKeys)
-                .do_update()
-                .set((
-                    t::deliveries.eq(t::deliveries + 1),
-                    t::last_seen_at.eq(when),
-                ))
-                .execute_on(conn)
-                .await?;
-            // The affected-row total cannot say which rows are new, but the rows can: every
-            // one is locked by this transaction now, and only a fresh insert has 1 delivery.
-            let ids: Vec<&[u8]> = chunk
-                .iter()
-                .map(|&(event_id, _)| codec::key(event_id))
-                .collect();
-            let read = t::diesel_inbox_events
-                .filter(
-                    t::consumer
-                        .eq(codec::key(consumer))
-                        .and(t::event_id.eq_any(ids)),
-                )
-                .select((t::event_id, rows::existing_columns()))
-                .load_on::<(codec::KeyOwned, rows::ExistingColumns)>(conn)
-                .await?;
-            found.extend(
-                read.into_iter()
-                    .map(|(id, row)| (codec::key_string(id), rows::existing(row))),
-            );
-        }
-        super::in_order(items, found)
-    }
-
-    async fn insert_held_row<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        key: Key<'_>,
-        now: DateTime<Utc>,
-        state: InboxState,
-    ) -> QueryResult<bool> {
-        use crate::sql::Run;
-        use schema::diesel_inbox_events::dsl as t;
-        let now = codec::time(now);
-        // A plain insert, as `ON CONFLICT DO NOTHING` elsewhere: a duplicate key fails this
-        // statement alone (InnoDB keeps the transaction) and leaves the existing row as it is.
-        let inserted = diesel::insert_into(t::diesel_inbox_events)
-            .values((
-                t::consumer.eq(codec::key(key.0)),
-                t::event_id.eq(codec::key(key.1)),
-                t::state.eq(state),
-                t::processed_at.eq(now),
-                t::last_seen_at.eq(now),
-                t::deliveries.eq(1),
-            ))
-            .execute_on(conn)
-            .await;
-        match inserted {
-            Ok(_) => Ok(true),
-            Err(diesel::result::Error::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
-                Ok(false)
-            }
-            Err(error) => Err(error),
-        }
-    }
-
-    inbox_statement!(note_payload_conflict, schema, codec);
-    inbox_statement!(store_result, schema, codec);
-    inbox_statement!(set_inbox_state, schema, codec);
-    inbox_statement!(delete_inbox_row, schema, codec);
-    inbox_statement!(inbox_row, schema, codec, rows);
-    inbox_statement!(inbox_rows, schema, rows);
-
-    async fn bump_counter<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        (consumer, event_id): Key<'_>,
-        counter: Counter,
-        by: i64,
-        now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        use crate::sql::Run;
-        let bucket = super::counter_bucket(now) + super::counter_stripe(event_id);
-        BumpCounter {
-            consumer: codec::key(consumer),
-            counter,
-            bucket: codec::time(bucket),
-            by,
-        }
-        .execute_on(conn)
-        .await
-        .map(drop)
-    }
-}
+crate::inbox::sql::inbox_statements!(Mysql, schema = schema, codec = codec, dialect = mysql);
 
 impl FailureSql for Mysql {
     failure_statement!(

@@ -1,6 +1,6 @@
 //! What the statements of every backend share, written once: the row mappings
 //! (`row_mappings!`, which expands to a backend's `mod rows`), the row builders the inserts
-//! take (`new_inbox_row!`, `new_gap_row!`), and the catalogue checks of
+//! take (`new_gap_row!`), and the catalogue checks of
 //! `DoctorSql` (`catalogue_statement!`).
 //!
 //! Each takes what it needs as explicit arguments: `schema` is the backend's module of
@@ -15,85 +15,12 @@ macro_rules! row_mappings {
         /// The select lists of the inbox's tables and their conversion into rows.
         mod rows {
             use super::{$codec, $schema};
-            use $crate::rows::{
-                CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow, Listed, Unreadable,
-            };
-            use $crate::state::{InboxState, UnknownState};
+            use $crate::rows::{CursorRow, FailureRow, GapRow, HistoryRow, Listed, Unreadable};
+            use $crate::state::UnknownState;
             use $schema::diesel_inbox_cursors as c;
-            use $schema::diesel_inbox_events as t;
             use $schema::diesel_inbox_failure_log as l;
             use $schema::diesel_inbox_failures as f;
             use $schema::diesel_inbox_gaps as g;
-
-            /// The state is read as text, and parsed per row: see [`Listed`].
-            pub(super) type ExistingColumns =
-                ($codec::Time, i64, String, Option<Vec<u8>>, Option<String>);
-
-            pub(super) fn existing_columns() -> (
-                t::processed_at,
-                t::deliveries,
-                t::state,
-                t::payload_hash,
-                t::result,
-            ) {
-                (
-                    t::processed_at,
-                    t::deliveries,
-                    t::state,
-                    t::payload_hash,
-                    t::result,
-                )
-            }
-
-            pub(super) fn existing(row: ExistingColumns) -> Result<Existing, UnknownState> {
-                let (processed_at, deliveries, state, payload_hash, result) = row;
-                Ok(Existing {
-                    processed_at: $codec::utc(processed_at),
-                    deliveries,
-                    state: state.parse()?,
-                    payload_hash,
-                    result,
-                })
-            }
-
-            pub(super) type InboxColumns = (
-                $codec::KeyOwned,
-                $codec::KeyOwned,
-                InboxState,
-                $codec::Time,
-                $codec::Time,
-                i64,
-            );
-
-            pub(super) fn inbox_columns() -> (
-                t::consumer,
-                t::event_id,
-                t::state,
-                t::processed_at,
-                t::last_seen_at,
-                t::deliveries,
-            ) {
-                (
-                    t::consumer,
-                    t::event_id,
-                    t::state,
-                    t::processed_at,
-                    t::last_seen_at,
-                    t::deliveries,
-                )
-            }
-
-            pub(super) fn inbox_row(row: InboxColumns) -> InboxRow {
-                let (consumer, event_id, state, processed_at, last_seen_at, deliveries) = row;
-                InboxRow {
-                    consumer: $codec::key_string(consumer),
-                    event_id: $codec::key_string(event_id),
-                    state,
-                    processed_at: $codec::utc(processed_at),
-                    last_seen_at: $codec::utc(last_seen_at),
-                    deliveries,
-                }
-            }
 
             /// The failure row's columns but its payload: what a listing reads.
             pub(super) type FailureSummaryColumns = (
@@ -308,22 +235,6 @@ macro_rules! row_mappings {
             }
         }
     };
-}
-
-/// The values of a fresh inbox row, as every recording statement inserts it: one delivery,
-/// processed and last seen `now`, with the payload's fingerprint if any.
-macro_rules! new_inbox_row {
-    ($schema:ident, $codec:ident, $consumer:expr, $event_id:expr, $now:expr, $payload_hash:expr) => {{
-        use $schema::diesel_inbox_events as t;
-        (
-            t::consumer.eq($codec::key($consumer)),
-            t::event_id.eq($codec::key($event_id)),
-            t::processed_at.eq($now),
-            t::last_seen_at.eq($now),
-            t::deliveries.eq(1),
-            t::payload_hash.eq($payload_hash),
-        )
-    }};
 }
 
 /// The values of a new gap ledger row: open, as the cursor found it.

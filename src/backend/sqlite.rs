@@ -16,8 +16,8 @@ use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
-    ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run, TransactionSql,
+    ChainSql, CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -58,33 +58,7 @@ row_mappings!(schema = schema, codec = codec);
 
 impl HasInboxSql for SqliteConnection {}
 
-impl InboxSql for Sqlite {
-    inbox_statement!(record_delivery, schema, codec, rows, upsert_returning);
-    inbox_statement!(
-        record_deliveries,
-        schema,
-        codec,
-        rows,
-        upsert_returning_per_row
-    );
-    inbox_statement!(insert_held_row, schema, codec, on_conflict_do_nothing);
-    inbox_statement!(note_payload_conflict, schema, codec);
-    inbox_statement!(store_result, schema, codec);
-    inbox_statement!(set_inbox_state, schema, codec);
-    inbox_statement!(delete_inbox_row, schema, codec);
-    inbox_statement!(inbox_row, schema, codec, rows);
-    inbox_statement!(inbox_rows, schema, rows);
-    inbox_statement!(
-        bump_counter,
-        schema,
-        codec,
-        conflict = (
-            schema::diesel_inbox_counters::consumer,
-            schema::diesel_inbox_counters::counter,
-            schema::diesel_inbox_counters::bucket
-        )
-    );
-}
+crate::inbox::sql::inbox_statements!(Sqlite, schema = schema, codec = codec, dialect = sqlite);
 
 impl FailureSql for Sqlite {
     failure_statement!(

@@ -1,4 +1,15 @@
 //! The inbox transaction: record the delivery, run the effect once, commit both together.
+//!
+//! `sql.rs` holds the inbox table's statements for every backend (with PostgreSQL's and
+//! MySQL's own pieces in `postgres.rs` and `mysql.rs`), `record.rs` the row as an app reads
+//! it back.
+
+#[cfg(feature = "mysql")]
+pub(crate) mod mysql;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
+mod record;
+pub(crate) mod sql;
 
 use std::num::NonZeroU32;
 use std::panic;
@@ -19,10 +30,12 @@ use crate::rows::Recorded;
 use crate::sql::{Began, Blocking, Db, InboxSql, Sql};
 use crate::state::Counter;
 use crate::{
-    Delivery, Error, HandlerError, InboxConnection, InboxRecord, IntoDelivery, IntoEventId,
-    InvalidConsumerName, Outcome, RetryPolicy,
+    Delivery, Error, HandlerError, InboxConnection, IntoDelivery, IntoEventId, InvalidConsumerName,
+    Outcome, RetryPolicy,
 };
 use diesel::QueryResult;
+
+pub use record::InboxRecord;
 
 /// Runs `effect` once per event for the default consumer ([`DEFAULT_CONSUMER`](crate::DEFAULT_CONSUMER)).
 ///
