@@ -220,57 +220,6 @@ pub struct GapRow {
     pub resolution: Option<String>,
 }
 
-/// A row of `diesel_inbox_blocks`: a block a chain stream processed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockRow {
-    pub height: i64,
-    pub hash: String,
-    pub parent_hash: String,
-}
-
-/// A row of `diesel_inbox_block_events`: an event a block took effect for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlockEventRow {
-    pub height: i64,
-    pub position: i64,
-    pub event_id: String,
-}
-
-/// A reorg as the fork ledger records it.
-#[derive(Debug)]
-pub struct NewReorg<'a> {
-    pub ancestor_height: i64,
-    pub old_head: (i64, &'a str),
-    pub new_head: (i64, &'a str),
-    pub events_reverted: i64,
-    pub at: DateTime<Utc>,
-}
-
-/// A row of `diesel_inbox_reorgs`.
-#[derive(Debug)]
-pub struct ReorgRow {
-    pub id: i64,
-    pub stream: String,
-    pub ancestor_height: i64,
-    pub old_head: (i64, String),
-    pub new_head: (i64, String),
-    pub events_reverted: i64,
-    pub events_reapplied: i64,
-    pub happened_at: DateTime<Utc>,
-}
-
-/// A row of `diesel_inbox_orphaned_effects`.
-#[derive(Debug)]
-pub struct OrphanedRow {
-    pub reorg_id: i64,
-    pub event_id: String,
-    pub stream: String,
-    pub height: i64,
-    pub block_hash: String,
-    pub claim_state: crate::claim::ClaimState,
-    pub found_at: DateTime<Utc>,
-}
-
 /// A row of `diesel_inbox_replays`, its state, plan, counts and evidence as stored (read
 /// above the backend).
 #[derive(Debug)]

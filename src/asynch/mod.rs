@@ -96,7 +96,6 @@
 //!   waiting for the delivery, which runs on to its end.
 
 pub(crate) mod batch;
-mod chain;
 mod cursor;
 mod dead_letters;
 pub mod doctor;
@@ -119,9 +118,9 @@ use crate::{
     Outcome, Pruned, Retention, RetryPolicy, Stats,
 };
 
+pub use crate::chain::asynch::{Chain, ChainHandler, Reorgs};
 pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
-pub use chain::{Chain, ChainHandler, Reorgs};
 pub use cursor::{Cursor, Gaps};
 pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};

@@ -17,8 +17,8 @@ use crate::dialect::Dialect;
 use crate::rows::Recorded;
 use crate::schema::mysql as schema;
 use crate::sql::{
-    Began, ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run,
+    Began, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
 
@@ -486,14 +486,13 @@ crate::claim::sql::claim_statements!(
     lock = for_update,
 );
 
-impl ChainSql for Mysql {
-    chain_statements!(
-        schema,
-        codec,
-        reorg_id = last_insert_id,
-        block_events = batch
-    );
-}
+crate::chain::sql::chain_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    reorg_id = last_insert_id,
+    block_events = batch,
+);
 
 impl ReplaySql for Mysql {
     replay_statements!(schema, codec, replay_id = last_insert_id);

@@ -16,8 +16,8 @@ use crate::dialect::Dialect;
 use crate::rows::Recorded;
 use crate::schema::postgres as schema;
 use crate::sql::{
-    Began, ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run,
+    Began, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -340,9 +340,13 @@ crate::claim::sql::claim_statements!(
     lock = for_update,
 );
 
-impl ChainSql for Pg {
-    chain_statements!(schema, codec, reorg_id = returning, block_events = batch);
-}
+crate::chain::sql::chain_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    reorg_id = returning,
+    block_events = batch,
+);
 
 impl ReplaySql for Pg {
     replay_statements!(schema, codec, replay_id = returning);

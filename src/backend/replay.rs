@@ -30,7 +30,7 @@ macro_rules! replay_statements {
                     r::updated_at.eq(now),
                 ),
             ));
-            chain_statements!(@$replay_id insert, r, conn)
+            $crate::chain::sql::chain_statements!(@$replay_id insert, r, conn)
         }
 
         async fn replay<F, C: $crate::sql::Db<F, Backend = Self>>(
