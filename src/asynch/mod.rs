@@ -101,7 +101,6 @@ mod dead_letters;
 pub mod doctor;
 mod migrations;
 mod outbox;
-mod replay;
 pub mod stats;
 
 use std::future::Future;
@@ -120,12 +119,12 @@ use crate::{
 
 pub use crate::chain::asynch::{Chain, ChainHandler, Reorgs};
 pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
+pub use crate::replay::asynch::{ReplayHandler, ReplaySource, Replays};
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use cursor::{Cursor, Gaps};
 pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};
-pub use replay::{ReplayHandler, ReplaySource, Replays};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,
 /// MySQL/MariaDB or SQLite (through `SyncConnectionWrapper`), and the pooled connections of

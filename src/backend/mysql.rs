@@ -18,7 +18,7 @@ use crate::rows::Recorded;
 use crate::schema::mysql as schema;
 use crate::sql::{
     Began, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run,
+    RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
 
@@ -494,9 +494,12 @@ crate::chain::sql::chain_statements!(
     block_events = batch,
 );
 
-impl ReplaySql for Mysql {
-    replay_statements!(schema, codec, replay_id = last_insert_id);
-}
+crate::replay::sql::replay_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    replay_id = last_insert_id,
+);
 
 impl OutboxSql for Mysql {
     const OUTBOX_FOLLOWERS: bool = false;

@@ -17,7 +17,7 @@ use crate::rows::Recorded;
 use crate::schema::postgres as schema;
 use crate::sql::{
     Began, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run,
+    RetentionSql, Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -348,9 +348,7 @@ crate::chain::sql::chain_statements!(
     block_events = batch,
 );
 
-impl ReplaySql for Pg {
-    replay_statements!(schema, codec, replay_id = returning);
-}
+crate::replay::sql::replay_statements!(Pg, schema = schema, codec = codec, replay_id = returning,);
 
 impl OutboxSql for Pg {
     outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);

@@ -17,7 +17,7 @@ use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
     CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run, TransactionSql,
+    RetentionSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -160,9 +160,12 @@ crate::chain::sql::chain_statements!(
     block_events = per_row,
 );
 
-impl ReplaySql for Sqlite {
-    replay_statements!(schema, codec, replay_id = returning);
-}
+crate::replay::sql::replay_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    replay_id = returning,
+);
 
 impl OutboxSql for Sqlite {
     outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);

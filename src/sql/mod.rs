@@ -13,7 +13,7 @@
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
-//!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain/sql.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
+//!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain/sql.rs`), [`ReplaySql`] (`replay/sql.rs`), the migrations' lock and
 //!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
 //!   [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
 
@@ -27,12 +27,12 @@ mod failures;
 mod inbox;
 mod migrations;
 mod outbox;
-mod replay;
 mod retention;
 mod transaction;
 
 pub(crate) use crate::chain::sql::ChainSql;
 pub(crate) use crate::claim::sql::ClaimSql;
+pub(crate) use crate::replay::sql::ReplaySql;
 #[cfg(feature = "async")]
 pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
@@ -43,7 +43,6 @@ pub(crate) use failures::FailureSql;
 pub(crate) use inbox::{Began, InboxSql};
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
 pub(crate) use outbox::OutboxSql;
-pub(crate) use replay::ReplaySql;
 pub(crate) use retention::RetentionSql;
 #[cfg(feature = "mysql")]
 pub(crate) use transaction::mysql::{compound, BeginThen};
