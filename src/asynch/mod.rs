@@ -96,13 +96,11 @@
 //!   waiting for the delivery, which runs on to its end.
 
 pub(crate) mod batch;
-mod chain;
 mod cursor;
 mod dead_letters;
 pub mod doctor;
 mod migrations;
 mod outbox;
-mod replay;
 pub mod stats;
 
 use std::future::Future;
@@ -119,14 +117,14 @@ use crate::{
     Outcome, Pruned, Retention, RetryPolicy, Stats,
 };
 
+pub use crate::chain::asynch::{Chain, ChainHandler, Reorgs};
 pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
+pub use crate::replay::asynch::{ReplayHandler, ReplaySource, Replays};
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
-pub use chain::{Chain, ChainHandler, Reorgs};
 pub use cursor::{Cursor, Gaps};
 pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};
-pub use replay::{ReplayHandler, ReplaySource, Replays};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,
 /// MySQL/MariaDB or SQLite (through `SyncConnectionWrapper`), and the pooled connections of

@@ -35,10 +35,6 @@ mod cursor;
 #[macro_use]
 mod outbox;
 #[macro_use]
-pub(crate) mod chain;
-#[macro_use]
-mod replay;
-#[macro_use]
 pub(crate) mod tracking;
 #[cfg(feature = "postgres")]
 mod lock;

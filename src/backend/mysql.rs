@@ -14,8 +14,8 @@ use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
 use crate::schema::mysql as schema;
 use crate::sql::{
-    ChainSql, CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run,
+    CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql, RetentionSql,
+    Run,
 };
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
@@ -235,18 +235,20 @@ crate::claim::sql::claim_statements!(
     lock = for_update,
 );
 
-impl ChainSql for Mysql {
-    chain_statements!(
-        schema,
-        codec,
-        reorg_id = last_insert_id,
-        block_events = batch
-    );
-}
+crate::chain::sql::chain_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    reorg_id = last_insert_id,
+    block_events = batch,
+);
 
-impl ReplaySql for Mysql {
-    replay_statements!(schema, codec, replay_id = last_insert_id);
-}
+crate::replay::sql::replay_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    replay_id = last_insert_id,
+);
 
 impl OutboxSql for Mysql {
     const OUTBOX_FOLLOWERS: bool = false;

@@ -15,8 +15,8 @@ use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
 use crate::schema::postgres as schema;
 use crate::sql::{
-    ChainSql, CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run,
+    CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql, RetentionSql,
+    Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -160,13 +160,15 @@ crate::claim::sql::claim_statements!(
     lock = for_update,
 );
 
-impl ChainSql for Pg {
-    chain_statements!(schema, codec, reorg_id = returning, block_events = batch);
-}
+crate::chain::sql::chain_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    reorg_id = returning,
+    block_events = batch,
+);
 
-impl ReplaySql for Pg {
-    replay_statements!(schema, codec, replay_id = returning);
-}
+crate::replay::sql::replay_statements!(Pg, schema = schema, codec = codec, replay_id = returning,);
 
 impl OutboxSql for Pg {
     outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);

@@ -16,8 +16,8 @@ use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
-    ChainSql, CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run, TransactionSql,
+    CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql, RetentionSql,
+    Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -126,13 +126,20 @@ crate::claim::sql::claim_statements!(
     record_claim = upsert_returning,
 );
 
-impl ChainSql for Sqlite {
-    chain_statements!(schema, codec, reorg_id = returning, block_events = per_row);
-}
+crate::chain::sql::chain_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    reorg_id = returning,
+    block_events = per_row,
+);
 
-impl ReplaySql for Sqlite {
-    replay_statements!(schema, codec, replay_id = returning);
-}
+crate::replay::sql::replay_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    replay_id = returning,
+);
 
 impl OutboxSql for Sqlite {
     outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);

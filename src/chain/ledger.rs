@@ -3,11 +3,11 @@
 
 use chrono::{DateTime, Utc};
 
+use super::sql::{ChainSql, OrphanedRow, ReorgRow};
 use super::BlockId;
 use crate::engine::run_ready;
 use crate::names::StreamName;
-use crate::rows::{OrphanedRow, ReorgRow};
-use crate::sql::{Blocking, ChainSql, Db, Sql};
+use crate::sql::{Blocking, Db, Sql};
 use crate::{ClaimState, Error, InboxConnection, InvalidStreamName};
 
 /// One reorg of a chain stream: the branch above `ancestor` was orphaned, its events'

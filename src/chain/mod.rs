@@ -11,11 +11,14 @@
 //! never half of each. An event the new branch includes again takes effect again, once.
 //!
 //! The decisions (where a block goes, how far a fork may reach) are in `fork.rs`; the
-//! statements in `sql/chain.rs` (`ChainSql`); this module runs the transaction.
+//! statements in `sql.rs` (`ChainSql`); this module runs the transaction.
 
+#[cfg(feature = "async")]
+pub(crate) mod asynch;
 mod block;
 mod fork;
 mod ledger;
+pub(crate) mod sql;
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -31,14 +34,15 @@ use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::names::{InvalidStreamName, StreamName};
 use crate::observe;
-use crate::rows::{BlockRow, NewReorg, OrphanedRow, Recorded};
-use crate::sql::{Blocking, ChainSql, CursorSql, Db, InboxSql, Sql};
+use crate::rows::Recorded;
+use crate::sql::{Blocking, CursorSql, Db, InboxSql, Sql};
 use crate::state::InboxState;
 use crate::{AckOutcome, Error, EventId, HandlerError, Inbox, InboxConnection};
 
 pub use block::{Block, BlockId, InvalidBlockHash, MAX_BLOCK_HASH_BYTES};
 use fork::{Offered, Placement, Refusal, Step, Stored};
 pub use ledger::{OrphanedEffect, Reorg, Reorgs};
+use sql::{BlockRow, ChainSql, NewReorg, OrphanedRow};
 
 /// A consumer's exactly-once position on one chain: blocks checked by their parent hashes,
 /// reorgs undone, forks recorded. Made with [`Inbox::chain`].

@@ -9,8 +9,9 @@ use tracing::info;
 use super::Outbox;
 use crate::duration::{before, now};
 use crate::engine::run_ready;
+use crate::replay::sql::ReplaySql;
 use crate::rows::OutboxRow;
-use crate::sql::{Blocking, Db, OutboxSql, ReplaySql, Sql};
+use crate::sql::{Blocking, Db, OutboxSql, Sql};
 use crate::state::{CorruptRow, OutboxState};
 use crate::{observe, AdminError, Audit, Error, InboxConnection};
 

@@ -29,6 +29,8 @@
 //! - `evidence.rs`: the reconciliation's judgement. `source.rs`: sources.
 //! - `run.rs`: the runner. `error.rs`: what a replay refuses.
 
+#[cfg(feature = "async")]
+pub(crate) mod asynch;
 mod error;
 mod evidence;
 mod plan;
@@ -36,6 +38,8 @@ mod progress;
 mod record;
 mod run;
 mod source;
+pub(crate) mod sql;
+mod state;
 
 use std::time::Duration;
 
@@ -44,17 +48,17 @@ use tracing::{info, warn};
 use crate::decide::{Failure, Scope};
 use crate::duration::{before, now};
 use crate::engine::{self, run_ready, Body, Subject};
-use crate::rows::NewReplay;
-use crate::sql::{Blocking, Db, ReplaySql, Sql};
+use crate::sql::{Blocking, Db, Sql};
 use crate::{AdminError, Audit, CorruptRow, Error, InboxConnection, RetryPolicy};
 
-pub use crate::state::{NoteKind, ReplayState};
 pub use error::ReplayError;
 pub use evidence::{Evidence, Report};
 pub use plan::{Enqueues, Expectation, Interpretation, Plan, Range, Target};
 pub use record::{ReplayCounts, ReplayNote, ReplayRecord, Transition};
 pub use run::{Probe, ReplayHandler, Replayed, RunReport};
 pub use source::{OutboxSource, ReplaySource, SourceEvent};
+use sql::{NewReplay, ReplaySql};
+pub use state::{NoteKind, ReplayState};
 
 #[cfg(feature = "async")]
 pub(crate) use run::Handle;

@@ -5,9 +5,9 @@ use sha2::{Digest, Sha256};
 
 use super::plan::{Interpretation, Plan};
 use super::record::ReplayCounts;
+use super::sql::NoteRow;
+use super::NoteKind;
 use crate::envelope::to_hex;
-use crate::rows::NoteRow;
-use crate::state::NoteKind;
 use crate::{Envelope, Message};
 
 /// The digest before the first event.

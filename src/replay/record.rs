@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::plan::Plan;
-use crate::rows::{NoteRow, ReplayRow, TransitionRow};
-use crate::state::{NoteKind, ReplayState};
+use super::sql::{NoteRow, ReplayRow, TransitionRow};
+use super::{NoteKind, ReplayState};
 use crate::{CorruptRow, Error};
 
 /// What a replay did with the events it read. They add up: `read` is the sum of the

@@ -9,14 +9,13 @@ use super::plan::{Enqueues, Place, Plan, Target};
 use super::progress::{self, Progress, Read, Settled};
 use super::record::{ReplayCounts, ReplayRecord, Transition};
 use super::source::{Feed, SourceEvent};
-use super::{ReplayError, Replays};
+use super::sql::{NoteRow, ReplayProgressRow, ReplaySql};
+use super::{ReplayError, ReplayState, Replays};
 use crate::claim::Suppression;
 use crate::decide::{self, Failure, Scope};
 use crate::duration::{after, now};
 use crate::engine::{self, Body, Effect, Subject};
-use crate::rows::{NoteRow, ReplayProgressRow};
-use crate::sql::{Db, ReplaySql, Sql, TransactionSql};
-use crate::state::ReplayState;
+use crate::sql::{Db, Sql, TransactionSql};
 use crate::{observe, Claims, Delivery, Envelope, Error, HandlerError, Inbox, Outcome};
 
 /// What the app does with a replayed event, on connections `C`.
@@ -62,7 +61,7 @@ pub trait ReplayHandler<C> {
 }
 
 /// A handler that applies nothing: every event that would take effect in the target is
-/// rolled back, counted as failed and noted ([`NoteKind::Ran`](crate::state::NoteKind::Ran)),
+/// rolled back, counted as failed and noted ([`NoteKind::Ran`](crate::replay::NoteKind::Ran)),
 /// with no failure recorded for the target. A replay into the live consumer with it proves
 /// that nothing would run twice without running anything: what `diesel-inbox replays run`
 /// does. Its duplicates are deliveries of the live consumer all the same: they count on its
@@ -547,7 +546,7 @@ impl Replays {
         next.counts.suppressed += suppressed.len() as u64;
         let note = NoteRow {
             position: i64::try_from(position).unwrap_or(i64::MAX),
-            kind: crate::state::NoteKind::Suppressed.as_str().to_owned(),
+            kind: super::NoteKind::Suppressed.as_str().to_owned(),
             event_id: read.event_id.clone(),
             detail: suppressed.join("; "),
         };

@@ -13,37 +13,35 @@
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox/sql.rs`), [`FailureSql`] (`failures.rs`),
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
-//!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
+//!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain/sql.rs`), [`ReplaySql`] (`replay/sql.rs`), the migrations' lock and
 //!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
 //!   [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
 
 #[cfg(feature = "async")]
 mod asynch;
 mod blocking;
-mod chain;
 mod cursor;
 mod db;
 mod doctor;
 mod failures;
 mod migrations;
 mod outbox;
-mod replay;
 mod retention;
 mod transaction;
 
+pub(crate) use crate::chain::sql::ChainSql;
 pub(crate) use crate::claim::sql::ClaimSql;
 pub(crate) use crate::inbox::sql::{Began, InboxSql};
+pub(crate) use crate::replay::sql::ReplaySql;
 #[cfg(feature = "async")]
 pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
-pub(crate) use chain::ChainSql;
 pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use doctor::DoctorSql;
 pub(crate) use failures::FailureSql;
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
 pub(crate) use outbox::OutboxSql;
-pub(crate) use replay::ReplaySql;
 pub(crate) use retention::RetentionSql;
 #[cfg(feature = "mysql")]
 pub(crate) use transaction::mysql::{compound, BeginThen};

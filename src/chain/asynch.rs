@@ -10,7 +10,7 @@ use crate::chain::{
 use crate::sql::Async;
 use crate::{Error, EventId, HandlerError, InvalidStreamName};
 
-use super::{AsyncInboxConnection, Inbox};
+use crate::asynch::{AsyncInboxConnection, Inbox};
 
 impl Inbox {
     /// A chain cursor of this consumer: [`crate::Inbox::chain`].

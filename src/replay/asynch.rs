@@ -12,7 +12,7 @@ use crate::replay::{
 use crate::sql::Async;
 use crate::{AdminError, Audit, CorruptRow, Envelope, Error, HandlerError, RetryPolicy};
 
-use super::{AsyncInboxConnection, Handler};
+use crate::asynch::{AsyncInboxConnection, Handler};
 
 /// What the app does with a replayed event, on an async connection:
 /// [`crate::replay::ReplayHandler`], whose methods return `Send` futures (write them as
@@ -158,7 +158,7 @@ impl Replays {
 
     /// The sync configuration this one wraps, for the parity test.
     #[cfg(test)]
-    pub(super) fn into_sync(self) -> replay::Replays {
+    pub(crate) fn into_sync(self) -> replay::Replays {
         self.0
     }
 
