@@ -4,10 +4,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::state::{
-    Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState, OutboxState,
-    UnknownState,
-};
+use crate::dead_letter::DeadLetterState;
+use crate::state::{Counter, GapCause, GapState, InboxState, OutboxState, UnknownState};
 
 /// `(consumer, event_id)`: the inbox's key in every table.
 pub(crate) type Key<'a> = (&'a str, &'a str);
@@ -54,33 +52,6 @@ pub struct InboxRow {
     pub processed_at: DateTime<Utc>,
     pub last_seen_at: DateTime<Utc>,
     pub deliveries: i64,
-}
-
-/// A row of `diesel_inbox_failures`.
-#[derive(Debug)]
-pub struct FailureRow {
-    pub event_id: String,
-    /// Read as text and parsed per row, so that one row this version cannot read does
-    /// not fail a listing.
-    pub state: Result<DeadLetterState, UnknownState>,
-    pub attempts: i64,
-    pub last_error: String,
-    pub first_failed_at: DateTime<Utc>,
-    pub last_failed_at: DateTime<Utc>,
-    pub payload: Option<Vec<u8>>,
-    pub payload_kind: Option<String>,
-    pub updated_at: DateTime<Utc>,
-}
-
-/// A row of `diesel_inbox_failure_log`.
-#[derive(Debug)]
-pub struct HistoryRow {
-    pub kind: HistoryKind,
-    pub attempt: Option<i64>,
-    pub error: Option<String>,
-    pub actor: Option<String>,
-    pub reason: Option<String>,
-    pub at: DateTime<Utc>,
 }
 
 /// What the inbox table holds for one consumer in one state.

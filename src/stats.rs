@@ -6,10 +6,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::backend::counter_bucket;
+use crate::dead_letter::DeadLetterState;
 use crate::engine::run_ready;
 use crate::rows::ConsumerRows;
 use crate::sql::{Db, RetentionSql, Sql};
-use crate::state::{Counter, DeadLetterState, InboxState};
+use crate::state::{Counter, InboxState};
 use crate::{Error, Inbox, InboxConnection};
 
 /// One consumer's stats, as [`Inbox::stats`] and [`Stats::all`] read them.

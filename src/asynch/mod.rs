@@ -98,7 +98,6 @@
 pub(crate) mod batch;
 mod chain;
 mod cursor;
-mod dead_letters;
 pub mod doctor;
 mod migrations;
 mod outbox;
@@ -120,10 +119,10 @@ use crate::{
 };
 
 pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
+pub use crate::dead_letter::asynch::DeadLetters;
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use chain::{Chain, ChainHandler, Reorgs};
 pub use cursor::{Cursor, Gaps};
-pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};
 pub use replay::{ReplayHandler, ReplaySource, Replays};

@@ -3,7 +3,7 @@
 //! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) implements every area of
 //! [`crate::sql`] for its backend type (`impl InboxSql for Pg`), on a connection of either
 //! flavour, and says how it binds keys and times (`mod codec`). A statement that reads the
-//! same on every backend is written once, in its area's file here (`inbox.rs`, `failures.rs`,
+//! same on every backend is written once, in its area's file here (`inbox.rs`,
 //! `retention.rs`, `cursor.rs`, `claims.rs`, `outbox.rs`), and each backend's impl names every
 //! one it takes from there, with its codec and schema as explicit arguments; the row mappings
 //! and row builders they share are `portable.rs`. How a backend begins and commits a
@@ -28,8 +28,6 @@ use crate::state::UnknownState;
 mod portable;
 #[macro_use]
 mod inbox;
-#[macro_use]
-mod failures;
 #[macro_use]
 mod retention;
 #[macro_use]

@@ -17,8 +17,8 @@ use crate::dialect::Dialect;
 use crate::rows::Recorded;
 use crate::schema::mysql as schema;
 use crate::sql::{
-    Began, ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run,
+    Began, ChainSql, CursorSql, Db, DoctorSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
 
@@ -386,20 +386,13 @@ impl InboxSql for Mysql {
     }
 }
 
-impl FailureSql for Mysql {
-    failure_statement!(
-        record_failure,
-        schema,
-        codec,
-        conflict = diesel::dsl::DuplicatedKeys
-    );
-    failure_statement!(failure, schema, codec, rows, lock = for_update);
-    failure_statement!(failures, schema, codec, rows);
-    failure_statement!(set_failure_state, schema, codec);
-    failure_statement!(reset_attempts, schema, codec);
-    failure_statement!(append_history, schema, codec);
-    failure_statement!(history, schema, codec, rows);
-}
+crate::dead_letter::sql::failure_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    conflict = duplicated_keys,
+    lock = for_update,
+);
 
 impl RetentionSql for Mysql {
     retention_statement!(inbox_totals, schema, codec);

@@ -15,14 +15,10 @@ macro_rules! row_mappings {
         /// The select lists of the inbox's tables and their conversion into rows.
         mod rows {
             use super::{$codec, $schema};
-            use $crate::rows::{
-                CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow, Listed, Unreadable,
-            };
+            use $crate::rows::{CursorRow, Existing, GapRow, InboxRow, Listed, Unreadable};
             use $crate::state::{InboxState, UnknownState};
             use $schema::diesel_inbox_cursors as c;
             use $schema::diesel_inbox_events as t;
-            use $schema::diesel_inbox_failure_log as l;
-            use $schema::diesel_inbox_failures as f;
             use $schema::diesel_inbox_gaps as g;
 
             /// The state is read as text, and parsed per row: see [`Listed`].
@@ -93,114 +89,6 @@ macro_rules! row_mappings {
                     last_seen_at: $codec::utc(last_seen_at),
                     deliveries,
                 }
-            }
-
-            /// The failure row's columns but its payload: what a listing reads.
-            pub(super) type FailureSummaryColumns = (
-                $codec::KeyOwned,
-                String,
-                i64,
-                String,
-                $codec::Time,
-                $codec::Time,
-                Option<String>,
-                $codec::Time,
-            );
-
-            pub(super) type FailureSummarySelect = (
-                f::event_id,
-                f::state,
-                f::attempts,
-                f::last_error,
-                f::first_failed_at,
-                f::last_failed_at,
-                f::payload_kind,
-                f::updated_at,
-            );
-
-            pub(super) fn failure_summary_columns() -> FailureSummarySelect {
-                (
-                    f::event_id,
-                    f::state,
-                    f::attempts,
-                    f::last_error,
-                    f::first_failed_at,
-                    f::last_failed_at,
-                    f::payload_kind,
-                    f::updated_at,
-                )
-            }
-
-            pub(super) fn failure_summary_row(row: FailureSummaryColumns) -> FailureRow {
-                let (event_id, state, attempts, last_error, first, last, kind, updated) = row;
-                FailureRow {
-                    event_id: $codec::key_string(event_id),
-                    state: state.parse(),
-                    attempts,
-                    last_error,
-                    first_failed_at: $codec::utc(first),
-                    last_failed_at: $codec::utc(last),
-                    payload: None,
-                    payload_kind: kind,
-                    updated_at: $codec::utc(updated),
-                }
-            }
-
-            /// The whole failure row: the summary, and the payload.
-            pub(super) type FailureColumns = (FailureSummaryColumns, Option<Vec<u8>>);
-
-            pub(super) fn failure_columns() -> (FailureSummarySelect, f::payload) {
-                (failure_summary_columns(), f::payload)
-            }
-
-            pub(super) fn failure_row((summary, payload): FailureColumns) -> FailureRow {
-                FailureRow {
-                    payload,
-                    ..failure_summary_row(summary)
-                }
-            }
-
-            pub(super) type HistoryColumns = (
-                i64,
-                String,
-                Option<i64>,
-                Option<String>,
-                Option<String>,
-                Option<String>,
-                $codec::Time,
-            );
-
-            pub(super) fn history_columns() -> (
-                l::id,
-                l::entry,
-                l::attempt,
-                l::error,
-                l::actor,
-                l::reason,
-                l::at,
-            ) {
-                (
-                    l::id,
-                    l::entry,
-                    l::attempt,
-                    l::error,
-                    l::actor,
-                    l::reason,
-                    l::at,
-                )
-            }
-
-            /// A history line, or its id and the kind this version cannot read.
-            pub(super) fn history_row(row: HistoryColumns) -> Listed<HistoryRow> {
-                let (id, kind, attempt, error, actor, reason, at) = row;
-                Ok(HistoryRow {
-                    kind: known(id, kind.parse())?,
-                    attempt,
-                    error,
-                    actor,
-                    reason,
-                    at: $codec::utc(at),
-                })
             }
 
             /// A column's value, or the row's key and the text this version cannot read.

@@ -16,8 +16,8 @@ use crate::dialect::Dialect;
 use crate::rows::Recorded;
 use crate::schema::postgres as schema;
 use crate::sql::{
-    Began, ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run,
+    Began, ChainSql, CursorSql, Db, DoctorSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -264,23 +264,13 @@ impl InboxSql for Pg {
     );
 }
 
-impl FailureSql for Pg {
-    failure_statement!(
-        record_failure,
-        schema,
-        codec,
-        conflict = (
-            schema::diesel_inbox_failures::consumer,
-            schema::diesel_inbox_failures::event_id
-        )
-    );
-    failure_statement!(failure, schema, codec, rows, lock = for_update);
-    failure_statement!(failures, schema, codec, rows);
-    failure_statement!(set_failure_state, schema, codec);
-    failure_statement!(reset_attempts, schema, codec);
-    failure_statement!(append_history, schema, codec);
-    failure_statement!(history, schema, codec, rows);
-}
+crate::dead_letter::sql::failure_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    conflict = key_columns,
+    lock = for_update,
+);
 
 impl RetentionSql for Pg {
     retention_statement!(inbox_totals, schema, codec);

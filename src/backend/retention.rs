@@ -48,7 +48,7 @@ macro_rules! retention_statement {
             use $crate::sql::Run;
             use diesel::dsl::count_star;
             use $crate::rows::FailureTotals;
-            use $crate::state::DeadLetterState;
+            use $crate::dead_letter::DeadLetterState;
             use $schema::diesel_inbox_failures::dsl as f;
             f::diesel_inbox_failures
                 .filter(f::consumer.eq($codec::key(consumer)))
@@ -115,7 +115,8 @@ macro_rules! retention_statement {
         ) -> QueryResult<Option<DateTime<Utc>>> {
             use $crate::sql::Run;
             use diesel::dsl::{exists, min, not};
-            use $crate::state::{DeadLetterState, InboxState};
+            use $crate::dead_letter::DeadLetterState;
+            use $crate::state::InboxState;
             use $schema::diesel_inbox_events::dsl as t;
             use $schema::diesel_inbox_failures::dsl as f;
             // A retrying failure row stays as it is when a later delivery succeeds; the

@@ -16,8 +16,8 @@ use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
-    ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run, TransactionSql,
+    ChainSql, CursorSql, Db, DoctorSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -86,23 +86,12 @@ impl InboxSql for Sqlite {
     );
 }
 
-impl FailureSql for Sqlite {
-    failure_statement!(
-        record_failure,
-        schema,
-        codec,
-        conflict = (
-            schema::diesel_inbox_failures::consumer,
-            schema::diesel_inbox_failures::event_id
-        )
-    );
-    failure_statement!(failure, schema, codec, rows);
-    failure_statement!(failures, schema, codec, rows);
-    failure_statement!(set_failure_state, schema, codec);
-    failure_statement!(reset_attempts, schema, codec);
-    failure_statement!(append_history, schema, codec);
-    failure_statement!(history, schema, codec, rows);
-}
+crate::dead_letter::sql::failure_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    conflict = key_columns,
+);
 
 impl RetentionSql for Sqlite {
     retention_statement!(inbox_totals, schema, codec);

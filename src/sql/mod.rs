@@ -11,7 +11,7 @@
 //! - [`TransactionSql`] (`transaction.rs`): per backend, how a top-level transaction begins
 //!   and commits, how to tell it is still alive, and what an error means.
 //! - One trait per area for its statements, implemented on Diesel's backend types and
-//!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
+//!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`dead_letter/sql.rs`),
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
 //!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
 //!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
@@ -24,7 +24,6 @@ mod chain;
 mod cursor;
 mod db;
 mod doctor;
-mod failures;
 mod inbox;
 mod migrations;
 mod outbox;
@@ -33,6 +32,7 @@ mod retention;
 mod transaction;
 
 pub(crate) use crate::claim::sql::ClaimSql;
+pub(crate) use crate::dead_letter::sql::FailureSql;
 #[cfg(feature = "async")]
 pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
@@ -40,7 +40,6 @@ pub(crate) use chain::ChainSql;
 pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use doctor::DoctorSql;
-pub(crate) use failures::FailureSql;
 pub(crate) use inbox::{Began, InboxSql};
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
 pub(crate) use outbox::OutboxSql;
