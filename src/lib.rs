@@ -229,7 +229,6 @@ mod rows;
 pub mod schema;
 mod sql;
 mod state;
-mod stats;
 mod watermark;
 
 pub use ack::{Ack, AckOutcome};
@@ -267,7 +266,6 @@ pub use outbox::{
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use record::InboxRecord;
 pub use redact::{redact, redact_url_secrets};
-pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
+pub use retention::{Counts, Pruned, Retention, Stats, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;
 pub use state::{CorruptRow, GapCause, GapState, OutboxState, UnknownState};
-pub use stats::{Counts, Stats};

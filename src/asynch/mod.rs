@@ -102,7 +102,6 @@ pub mod doctor;
 mod migrations;
 mod outbox;
 mod replay;
-pub mod stats;
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -120,6 +119,7 @@ use crate::{
 
 pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
 pub use crate::dead_letter::asynch::DeadLetters;
+pub use crate::retention::asynch_stats as stats;
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use chain::{Chain, ChainHandler, Reorgs};
 pub use cursor::{Cursor, Gaps};
@@ -343,8 +343,8 @@ impl Inbox {
         conn: &mut C,
         recent: Duration,
     ) -> Result<Stats, Error> {
-        let since = crate::stats::since(recent);
-        crate::stats::read::<Async, _>(conn, self.consumer(), since).await
+        let since = crate::retention::stats::since(recent);
+        crate::retention::stats::read::<Async, _>(conn, self.consumer(), since).await
     }
 
     /// Prunes this consumer's rows settled before `retention`'s age:

@@ -4,7 +4,7 @@
 //! [`crate::sql`] for its backend type (`impl InboxSql for Pg`), on a connection of either
 //! flavour, and says how it binds keys and times (`mod codec`). A statement that reads the
 //! same on every backend is written once, in its area's file here (`inbox.rs`,
-//! `retention.rs`, `cursor.rs`, `claims.rs`, `outbox.rs`), and each backend's impl names every
+//! `cursor.rs`, `claims.rs`, `outbox.rs`), and each backend's impl names every
 //! one it takes from there, with its codec and schema as explicit arguments; the row mappings
 //! and row builders they share are `portable.rs`. How a backend begins and commits a
 //! transaction, checks that it is alive, and classifies its errors is
@@ -29,8 +29,6 @@ mod portable;
 #[macro_use]
 mod inbox;
 #[macro_use]
-mod retention;
-#[macro_use]
 mod cursor;
 #[macro_use]
 mod outbox;
@@ -43,7 +41,7 @@ pub(crate) mod tracking;
 #[cfg(feature = "postgres")]
 mod lock;
 #[cfg(feature = "mysql")]
-mod mysql;
+pub(crate) mod mysql;
 mod pooled;
 #[cfg(feature = "postgres")]
 mod postgres;

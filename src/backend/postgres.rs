@@ -17,7 +17,7 @@ use crate::rows::Recorded;
 use crate::schema::postgres as schema;
 use crate::sql::{
     Began, ChainSql, CursorSql, Db, DoctorSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run,
+    ReplaySql, Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -272,31 +272,14 @@ crate::dead_letter::sql::failure_statements!(
     lock = for_update,
 );
 
-impl RetentionSql for Pg {
-    retention_statement!(inbox_totals, schema, codec);
-    retention_statement!(failure_totals, schema, codec);
-    retention_statement!(processed_since, schema, codec);
-    retention_statement!(counters_since, schema, codec);
-    retention_statement!(oldest_unresolved_failure, schema, codec);
-    retention_statement!(consumers, schema, codec);
-    retention_statement!(prune_candidates, schema, codec, lock = for_update);
-    retention_statement!(delete_prunable_events, schema, codec);
-    retention_statement!(remaining_events, schema, codec);
-    retention_statement!(delete_failures_of, schema, codec);
-    retention_statement!(delete_counters_before, schema, codec);
-    retention_statement!(delete_settled_claims, schema, codec);
-    retention_statement!(count_prunable, schema, codec);
-    retention_statement!(leases, schema, codec, insert = do_nothing);
-
-    fn prune_needs_lease<F, C: Db<F, Backend = Self>>(
-        conn: &mut C,
-    ) -> impl Future<Output = QueryResult<bool>> + Send {
-        // A prune spans many transactions, and no lock of a session holds behind a pooler in
-        // transaction mode: the lease row is the prune's lock here.
-        let _ = conn;
-        std::future::ready(Ok(true))
-    }
-}
+crate::retention::sql::retention_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    lease_insert = do_nothing,
+    prune_lock = lease_row,
+    lock = for_update,
+);
 
 impl CursorSql for Pg {
     cursor_statement!(advance_cursor, schema, codec);

@@ -17,7 +17,7 @@ use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
     ChainSql, CursorSql, Db, DoctorSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run, TransactionSql,
+    ReplaySql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -93,22 +93,13 @@ crate::dead_letter::sql::failure_statements!(
     conflict = key_columns,
 );
 
-impl RetentionSql for Sqlite {
-    retention_statement!(inbox_totals, schema, codec);
-    retention_statement!(failure_totals, schema, codec);
-    retention_statement!(processed_since, schema, codec);
-    retention_statement!(counters_since, schema, codec);
-    retention_statement!(oldest_unresolved_failure, schema, codec);
-    retention_statement!(consumers, schema, codec);
-    retention_statement!(prune_candidates, schema, codec);
-    retention_statement!(delete_prunable_events, schema, codec);
-    retention_statement!(remaining_events, schema, codec);
-    retention_statement!(delete_failures_of, schema, codec);
-    retention_statement!(delete_counters_before, schema, codec);
-    retention_statement!(delete_settled_claims, schema, codec);
-    retention_statement!(count_prunable, schema, codec);
-    retention_statement!(leases, schema, codec, insert = plain);
-}
+crate::retention::sql::retention_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    lease_insert = plain,
+    prune_lock = writer_lock,
+);
 
 impl CursorSql for Sqlite {
     cursor_statement!(advance_cursor, schema, codec);

@@ -12,7 +12,7 @@
 //!   and commits, how to tell it is still alive, and what an error means.
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`dead_letter/sql.rs`),
-//!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
+//!   [`RetentionSql`] (`retention/sql.rs`), [`CursorSql`] (`cursor.rs`),
 //!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
 //!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
 //!   [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
@@ -28,11 +28,11 @@ mod inbox;
 mod migrations;
 mod outbox;
 mod replay;
-mod retention;
 mod transaction;
 
 pub(crate) use crate::claim::sql::ClaimSql;
 pub(crate) use crate::dead_letter::sql::FailureSql;
+pub(crate) use crate::retention::sql::RetentionSql;
 #[cfg(feature = "async")]
 pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
@@ -44,7 +44,6 @@ pub(crate) use inbox::{Began, InboxSql};
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
 pub(crate) use outbox::OutboxSql;
 pub(crate) use replay::ReplaySql;
-pub(crate) use retention::RetentionSql;
 #[cfg(feature = "mysql")]
 pub(crate) use transaction::mysql::{compound, BeginThen};
 #[cfg(feature = "postgres")]
