@@ -8,8 +8,9 @@ use std::panic;
 use std::time::Duration;
 
 use crate::class::{ErrorClass, FailedStatement};
+use crate::dead_letter::DeadLetterState;
 use crate::rows::Existing;
-use crate::state::{DeadLetterState, InboxState};
+use crate::state::InboxState;
 use crate::{AdminError, DeadLettered, Duplicate, Error, FailureKind, HandlerError, RetryPolicy};
 
 /// Where the inbox's transaction runs.

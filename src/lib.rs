@@ -208,7 +208,6 @@ mod duration;
 mod engine;
 mod envelope;
 mod error;
-mod failure;
 mod gap;
 mod handler_error;
 mod id;
@@ -229,7 +228,6 @@ mod rows;
 pub mod schema;
 mod sql;
 mod state;
-mod stats;
 mod watermark;
 
 pub use ack::{Ack, AckOutcome};
@@ -242,7 +240,7 @@ pub use claim::{
     InDoubtPolicy, InProgress, Resolution, Suppressed, DEFAULT_LEASE,
 };
 pub use cursor::{Cursor, Gaps, Lease, Position, Resume, Sequenced, DEFAULT_MAX_OPEN_GAPS};
-pub use dead_letter::{DeadLetter, DeadLetters, HistoryEntry};
+pub use dead_letter::{DeadLetter, DeadLetterState, DeadLetters, HistoryEntry, HistoryKind};
 pub use delivery::{Delivery, IntoDelivery, Payload};
 #[cfg(feature = "trace-context")]
 pub use envelope::TraceContextLayer;
@@ -266,9 +264,6 @@ pub use outbox::{
 };
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use redact::{redact, redact_url_secrets};
-pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
+pub use retention::{Counts, Pruned, Retention, Stats, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;
-pub use state::{
-    CorruptRow, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState, UnknownState,
-};
-pub use stats::{Counts, Stats};
+pub use state::{CorruptRow, GapCause, GapState, OutboxState, UnknownState};

@@ -4,10 +4,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::state::{
-    Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState, OutboxState,
-    UnknownState,
-};
+use crate::state::{GapCause, GapState, InboxState, OutboxState, UnknownState};
 
 /// `(consumer, event_id)`: the inbox's key in every table.
 pub(crate) type Key<'a> = (&'a str, &'a str);
@@ -54,71 +51,6 @@ pub struct InboxRow {
     pub processed_at: DateTime<Utc>,
     pub last_seen_at: DateTime<Utc>,
     pub deliveries: i64,
-}
-
-/// A row of `diesel_inbox_failures`.
-#[derive(Debug)]
-pub struct FailureRow {
-    pub event_id: String,
-    /// Read as text and parsed per row, so that one row this version cannot read does
-    /// not fail a listing.
-    pub state: Result<DeadLetterState, UnknownState>,
-    pub attempts: i64,
-    pub last_error: String,
-    pub first_failed_at: DateTime<Utc>,
-    pub last_failed_at: DateTime<Utc>,
-    pub payload: Option<Vec<u8>>,
-    pub payload_kind: Option<String>,
-    pub updated_at: DateTime<Utc>,
-}
-
-/// A row of `diesel_inbox_failure_log`.
-#[derive(Debug)]
-pub struct HistoryRow {
-    pub kind: HistoryKind,
-    pub attempt: Option<i64>,
-    pub error: Option<String>,
-    pub actor: Option<String>,
-    pub reason: Option<String>,
-    pub at: DateTime<Utc>,
-}
-
-/// What the inbox table holds for one consumer in one state.
-#[derive(Debug)]
-pub struct InboxTotals {
-    /// Parsed from the text, so that a state this version cannot read is counted.
-    pub state: Result<InboxState, UnknownState>,
-    pub rows: i64,
-    /// `SUM(deliveries - 1)`: the deliveries after the settling one.
-    pub repeats: i64,
-    pub payload_conflicts: i64,
-}
-
-/// What the failure table holds for one consumer in one state.
-#[derive(Debug)]
-pub struct FailureTotals {
-    /// Parsed from the text, so that a state this version cannot read is counted.
-    pub state: Result<DeadLetterState, UnknownState>,
-    pub rows: i64,
-    pub attempts: i64,
-}
-
-/// A position in a consumer's settled rows, in `(processed_at, event_id)` order: where a
-/// prune batch stopped, and so where the next one starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PruneCursor {
-    pub processed_at: DateTime<Utc>,
-    pub event_id: String,
-}
-
-/// What a prune would delete now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PruneCounts {
-    pub events: i64,
-    pub failures: i64,
-    pub history: i64,
-    pub counters: i64,
-    pub claims: i64,
 }
 
 /// A row of `diesel_inbox_cursors`.
@@ -179,10 +111,6 @@ pub struct OutboxRow {
     pub enqueued_at: DateTime<Utc>,
     pub published_at: Option<DateTime<Utc>>,
 }
-
-/// A counter and its total; the counter parsed from the text, so that one this version
-/// does not know is counted as unreadable rather than failing the stats.
-pub(crate) type CounterTotal = (Result<Counter, UnknownState>, i64);
 
 /// An outbox state, its rows, and the oldest one's enqueue time; the state parsed from
 /// the text, so that one this version cannot read is counted rather than failing.

@@ -95,81 +95,6 @@ stored_as_text!(InboxState, "diesel_inbox_events.state" {
     Reverted = "reverted",
 });
 
-/// Where a failed event stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
-#[diesel(sql_type = Text)]
-#[non_exhaustive]
-pub enum DeadLetterState {
-    /// It has failed, fewer times than the limit: redeliveries run it again.
-    Retrying,
-    /// It failed too often: redeliveries skip it until ops redrive or discard it.
-    DeadLettered,
-    /// Ops redrove it and it was processed.
-    Redriven,
-    /// Ops discarded it: kept for the record, never run again.
-    Discarded,
-    /// Ops released it to be published again: the next delivery runs the effect, once, with
-    /// the attempts counted afresh.
-    Released,
-}
-
-stored_as_text!(DeadLetterState, "diesel_inbox_failures.state" {
-    Retrying = "retrying",
-    DeadLettered = "dead_lettered",
-    Redriven = "redriven",
-    Discarded = "discarded",
-    Released = "released",
-});
-
-impl fmt::Display for DeadLetterState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Retrying => "retrying",
-            Self::DeadLettered => "dead-lettered",
-            Self::Redriven => "redriven",
-            Self::Discarded => "discarded",
-            Self::Released => "released",
-        })
-    }
-}
-
-/// What one line of a failed event's history records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
-#[diesel(sql_type = Text)]
-#[non_exhaustive]
-pub enum HistoryKind {
-    /// An attempt failed (the handler returned an error or panicked).
-    Failed,
-    /// The failure policy dead-lettered the event.
-    DeadLettered,
-    /// Ops redrove the dead letter and it was processed.
-    Redriven,
-    /// Ops discarded the dead letter.
-    Discarded,
-    /// Ops released the dead letter to be published again.
-    Released,
-}
-
-stored_as_text!(HistoryKind, "diesel_inbox_failure_log.entry" {
-    Failed = "failed",
-    DeadLettered = "dead_lettered",
-    Redriven = "redriven",
-    Discarded = "discarded",
-    Released = "released",
-});
-
-impl fmt::Display for HistoryKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Failed => "failed",
-            Self::DeadLettered => "dead-lettered",
-            Self::Redriven => "redriven",
-            Self::Discarded => "discarded",
-            Self::Released => "released",
-        })
-    }
-}
-
 /// Why a cursor skipped a range of sequences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
 #[diesel(sql_type = Text)]
@@ -448,6 +373,7 @@ fn unknown_in(error: &diesel::result::Error) -> Option<&UnknownState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dead_letter::DeadLetterState;
 
     #[test]
     fn every_state_reads_back_from_its_own_text() {
@@ -458,24 +384,6 @@ mod tests {
             InboxState::Reverted,
         ] {
             assert_eq!(state.as_str().parse(), Ok(state));
-        }
-        for state in [
-            DeadLetterState::Retrying,
-            DeadLetterState::DeadLettered,
-            DeadLetterState::Redriven,
-            DeadLetterState::Discarded,
-            DeadLetterState::Released,
-        ] {
-            assert_eq!(state.as_str().parse(), Ok(state));
-        }
-        for kind in [
-            HistoryKind::Failed,
-            HistoryKind::DeadLettered,
-            HistoryKind::Redriven,
-            HistoryKind::Discarded,
-            HistoryKind::Released,
-        ] {
-            assert_eq!(kind.as_str().parse(), Ok(kind));
         }
         for counter in [
             Counter::Duplicate,

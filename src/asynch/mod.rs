@@ -97,11 +97,9 @@
 
 pub(crate) mod batch;
 mod cursor;
-mod dead_letters;
 pub mod doctor;
 mod migrations;
 mod outbox;
-pub mod stats;
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -119,10 +117,11 @@ use crate::{
 
 pub use crate::chain::asynch::{Chain, ChainHandler, Reorgs};
 pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
+pub use crate::dead_letter::asynch::DeadLetters;
 pub use crate::replay::asynch::{ReplayHandler, ReplaySource, Replays};
+pub use crate::retention::asynch_stats as stats;
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use cursor::{Cursor, Gaps};
-pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};
 
@@ -342,8 +341,8 @@ impl Inbox {
         conn: &mut C,
         recent: Duration,
     ) -> Result<Stats, Error> {
-        let since = crate::stats::since(recent);
-        crate::stats::read::<Async, _>(conn, self.consumer(), since).await
+        let since = crate::retention::stats::since(recent);
+        crate::retention::stats::read::<Async, _>(conn, self.consumer(), since).await
     }
 
     /// Prunes this consumer's rows settled before `retention`'s age:

@@ -3,8 +3,8 @@
 //! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) implements every area of
 //! [`crate::sql`] for its backend type (`impl InboxSql for Pg`), on a connection of either
 //! flavour, and says how it binds keys and times (`mod codec`). A statement that reads the
-//! same on every backend is written once, in its area's file here (`inbox.rs`, `failures.rs`,
-//! `retention.rs`, `cursor.rs`, `claims.rs`, `outbox.rs`), and each backend's impl names every
+//! same on every backend is written once, in its area's file here (`inbox.rs`,
+//! `cursor.rs`, `claims.rs`, `outbox.rs`), and each backend's impl names every
 //! one it takes from there, with its codec and schema as explicit arguments; the row mappings
 //! and row builders they share are `portable.rs`. How a backend begins and commits a
 //! transaction, checks that it is alive, and classifies its errors is
@@ -26,10 +26,6 @@ use crate::state::UnknownState;
 
 #[macro_use]
 mod portable;
-#[macro_use]
-mod failures;
-#[macro_use]
-mod retention;
 #[macro_use]
 mod cursor;
 #[macro_use]

@@ -13,10 +13,7 @@ use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
 use crate::schema::mysql as schema;
-use crate::sql::{
-    CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql, RetentionSql,
-    Run,
-};
+use crate::sql::{CursorSql, Db, DoctorSql, MigrationLock, MigrationsSql, OutboxSql, Run};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
 /// them) and times (UTC `DATETIME(6)`).
@@ -57,9 +54,6 @@ pub(crate) mod codec {
 
 row_mappings!(schema = schema, codec = codec);
 
-/// The named lock that lets one prune run at a time (`GET_LOCK`), before the database name.
-const PRUNE_LOCK_NAME: &str = "diesel_inbox.prune";
-
 /// The named lock that lets one process at a time apply the inbox migrations, before the
 /// database name.
 const MIGRATION_LOCK_NAME: &str = "diesel_inbox.migrations";
@@ -68,7 +62,7 @@ const MIGRATION_LOCK_NAME: &str = "diesel_inbox.migrations";
 /// when another session held it all that time. Named after the database too, as
 /// PostgreSQL's advisory locks are per database, since `GET_LOCK`'s names are server-wide.
 /// 1: taken, 0: timed out, NULL: an error took it.
-async fn named_lock<F, C: Db<F, Backend = Mysql>>(
+pub(crate) async fn named_lock<F, C: Db<F, Backend = Mysql>>(
     conn: &mut C,
     name: &str,
     timeout: Duration,
@@ -86,7 +80,7 @@ async fn named_lock<F, C: Db<F, Backend = Mysql>>(
 }
 
 /// Releases the session's named lock `name` that [`named_lock`] took.
-async fn release_named_lock<F, C: Db<F, Backend = Mysql>>(
+pub(crate) async fn release_named_lock<F, C: Db<F, Backend = Mysql>>(
     conn: &mut C,
     name: &str,
 ) -> QueryResult<()> {
@@ -135,52 +129,22 @@ impl<Conn> RunQueryDsl<Conn> for LockAggregate<'_> {}
 
 crate::inbox::sql::inbox_statements!(Mysql, schema = schema, codec = codec, dialect = mysql);
 
-impl FailureSql for Mysql {
-    failure_statement!(
-        record_failure,
-        schema,
-        codec,
-        conflict = diesel::dsl::DuplicatedKeys
-    );
-    failure_statement!(failure, schema, codec, rows, lock = for_update);
-    failure_statement!(failures, schema, codec, rows);
-    failure_statement!(set_failure_state, schema, codec);
-    failure_statement!(reset_attempts, schema, codec);
-    failure_statement!(append_history, schema, codec);
-    failure_statement!(history, schema, codec, rows);
-}
+crate::dead_letter::sql::failure_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    conflict = duplicated_keys,
+    lock = for_update,
+);
 
-impl RetentionSql for Mysql {
-    retention_statement!(inbox_totals, schema, codec);
-    retention_statement!(failure_totals, schema, codec);
-    retention_statement!(processed_since, schema, codec);
-    retention_statement!(counters_since, schema, codec);
-    retention_statement!(oldest_unresolved_failure, schema, codec);
-    retention_statement!(consumers, schema, codec);
-    retention_statement!(prune_candidates, schema, codec, lock = for_update);
-    retention_statement!(delete_prunable_events, schema, codec);
-    retention_statement!(remaining_events, schema, codec);
-    retention_statement!(delete_failures_of, schema, codec);
-    retention_statement!(delete_counters_before, schema, codec);
-    retention_statement!(delete_settled_claims, schema, codec);
-    retention_statement!(count_prunable, schema, codec);
-    retention_statement!(leases, schema, codec, insert = plain);
-
-    async fn try_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
-        // A named lock of the session, so it outlives the batches' transactions; a timeout
-        // of 0, so a second runner is told at once.
-        named_lock(conn, PRUNE_LOCK_NAME, Duration::ZERO).await
-    }
-
-    async fn release_prune_lock<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<()> {
-        release_named_lock(conn, PRUNE_LOCK_NAME).await
-    }
-
-    async fn prune_needs_lease<F, C: Db<F, Backend = Self>>(conn: &mut C) -> QueryResult<bool> {
-        // `GET_LOCK` is local to a Galera node, and the other nodes write the same tables.
-        is_galera_node(conn).await
-    }
-}
+crate::retention::sql::retention_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    lease_insert = plain,
+    prune_lock = named_lock,
+    lock = for_update,
+);
 
 impl CursorSql for Mysql {
     cursor_statement!(advance_cursor, schema, codec);
@@ -403,7 +367,9 @@ async fn variable<F, C: Db<F, Backend = Mysql>>(
 }
 
 /// Whether this server is a Galera node with replication on (`wsrep_on`).
-async fn is_galera_node<F, C: Db<F, Backend = Mysql>>(conn: &mut C) -> QueryResult<bool> {
+pub(crate) async fn is_galera_node<F, C: Db<F, Backend = Mysql>>(
+    conn: &mut C,
+) -> QueryResult<bool> {
     let wsrep_on = variable(conn, "global.wsrep_on").await?;
     Ok(matches!(wsrep_on.as_deref(), Some("1" | "ON")))
 }

@@ -2,7 +2,6 @@
 //! unique key refuses a duplicate's, whose delivery `INSERT .. ON CONFLICT DO UPDATE ..
 //! RETURNING` then records on the row.
 
-use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -14,10 +13,7 @@ use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
 use crate::schema::postgres as schema;
-use crate::sql::{
-    CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql, RetentionSql,
-    Run,
-};
+use crate::sql::{CursorSql, Db, DoctorSql, MigrationLock, MigrationsSql, OutboxSql, Run};
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {
@@ -84,49 +80,22 @@ impl HasInboxSql for PgConnection {}
 
 crate::inbox::sql::inbox_statements!(Pg, schema = schema, codec = codec, dialect = postgres);
 
-impl FailureSql for Pg {
-    failure_statement!(
-        record_failure,
-        schema,
-        codec,
-        conflict = (
-            schema::diesel_inbox_failures::consumer,
-            schema::diesel_inbox_failures::event_id
-        )
-    );
-    failure_statement!(failure, schema, codec, rows, lock = for_update);
-    failure_statement!(failures, schema, codec, rows);
-    failure_statement!(set_failure_state, schema, codec);
-    failure_statement!(reset_attempts, schema, codec);
-    failure_statement!(append_history, schema, codec);
-    failure_statement!(history, schema, codec, rows);
-}
+crate::dead_letter::sql::failure_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    conflict = key_columns,
+    lock = for_update,
+);
 
-impl RetentionSql for Pg {
-    retention_statement!(inbox_totals, schema, codec);
-    retention_statement!(failure_totals, schema, codec);
-    retention_statement!(processed_since, schema, codec);
-    retention_statement!(counters_since, schema, codec);
-    retention_statement!(oldest_unresolved_failure, schema, codec);
-    retention_statement!(consumers, schema, codec);
-    retention_statement!(prune_candidates, schema, codec, lock = for_update);
-    retention_statement!(delete_prunable_events, schema, codec);
-    retention_statement!(remaining_events, schema, codec);
-    retention_statement!(delete_failures_of, schema, codec);
-    retention_statement!(delete_counters_before, schema, codec);
-    retention_statement!(delete_settled_claims, schema, codec);
-    retention_statement!(count_prunable, schema, codec);
-    retention_statement!(leases, schema, codec, insert = do_nothing);
-
-    fn prune_needs_lease<F, C: Db<F, Backend = Self>>(
-        conn: &mut C,
-    ) -> impl Future<Output = QueryResult<bool>> + Send {
-        // A prune spans many transactions, and no lock of a session holds behind a pooler in
-        // transaction mode: the lease row is the prune's lock here.
-        let _ = conn;
-        std::future::ready(Ok(true))
-    }
-}
+crate::retention::sql::retention_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    lease_insert = do_nothing,
+    prune_lock = lease_row,
+    lock = for_update,
+);
 
 impl CursorSql for Pg {
     cursor_statement!(advance_cursor, schema, codec);

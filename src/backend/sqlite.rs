@@ -16,8 +16,7 @@ use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
-    CursorSql, Db, DoctorSql, FailureSql, MigrationLock, MigrationsSql, OutboxSql, RetentionSql,
-    Run, TransactionSql,
+    CursorSql, Db, DoctorSql, MigrationLock, MigrationsSql, OutboxSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -60,40 +59,20 @@ impl HasInboxSql for SqliteConnection {}
 
 crate::inbox::sql::inbox_statements!(Sqlite, schema = schema, codec = codec, dialect = sqlite);
 
-impl FailureSql for Sqlite {
-    failure_statement!(
-        record_failure,
-        schema,
-        codec,
-        conflict = (
-            schema::diesel_inbox_failures::consumer,
-            schema::diesel_inbox_failures::event_id
-        )
-    );
-    failure_statement!(failure, schema, codec, rows);
-    failure_statement!(failures, schema, codec, rows);
-    failure_statement!(set_failure_state, schema, codec);
-    failure_statement!(reset_attempts, schema, codec);
-    failure_statement!(append_history, schema, codec);
-    failure_statement!(history, schema, codec, rows);
-}
+crate::dead_letter::sql::failure_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    conflict = key_columns,
+);
 
-impl RetentionSql for Sqlite {
-    retention_statement!(inbox_totals, schema, codec);
-    retention_statement!(failure_totals, schema, codec);
-    retention_statement!(processed_since, schema, codec);
-    retention_statement!(counters_since, schema, codec);
-    retention_statement!(oldest_unresolved_failure, schema, codec);
-    retention_statement!(consumers, schema, codec);
-    retention_statement!(prune_candidates, schema, codec);
-    retention_statement!(delete_prunable_events, schema, codec);
-    retention_statement!(remaining_events, schema, codec);
-    retention_statement!(delete_failures_of, schema, codec);
-    retention_statement!(delete_counters_before, schema, codec);
-    retention_statement!(delete_settled_claims, schema, codec);
-    retention_statement!(count_prunable, schema, codec);
-    retention_statement!(leases, schema, codec, insert = plain);
-}
+crate::retention::sql::retention_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    lease_insert = plain,
+    prune_lock = writer_lock,
+);
 
 impl CursorSql for Sqlite {
     cursor_statement!(advance_cursor, schema, codec);

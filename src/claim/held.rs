@@ -205,7 +205,7 @@ impl Claim {
                 Err(error)
             }
             Failure::Panicked(panic) => {
-                let message = crate::failure::panic_message(&*panic);
+                let message = crate::dead_letter::failure::panic_message(&*panic);
                 self.completion_failed(conn, Some(&json), &message).await;
                 panic::resume_unwind(panic)
             }

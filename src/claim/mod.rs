@@ -512,7 +512,7 @@ impl Claims {
         };
         let reason = match &value {
             Err(error) => error.to_string(),
-            Ok(panic) => crate::failure::panic_message(&**panic),
+            Ok(panic) => crate::dead_letter::failure::panic_message(&**panic),
         };
         let state = claim.failed(conn, failure, &reason).await;
         let since = now();

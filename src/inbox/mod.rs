@@ -20,9 +20,9 @@ use serde::Serialize;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::backend::Key;
+use crate::dead_letter::failure::{self, Policy};
 use crate::decide::{self, Failure, Scope, Seen, Then};
 use crate::engine::{self, run_ready, Body, Effect, Subject};
-use crate::failure::{self, Policy};
 use crate::names::Consumer;
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;

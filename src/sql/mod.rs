@@ -10,12 +10,13 @@
 //!   ones included.
 //! - [`TransactionSql`] (`transaction.rs`): per backend, how a top-level transaction begins
 //!   and commits, how to tell it is still alive, and what an error means.
-//! - One trait per area for its statements, implemented on Diesel's backend types and
-//!   generic over the connection: [`InboxSql`] (`inbox/sql.rs`), [`FailureSql`] (`failures.rs`),
-//!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
-//!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain/sql.rs`), [`ReplaySql`] (`replay/sql.rs`), the migrations' lock and
-//!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
-//!   [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
+//! - One trait per area for its statements, implemented on Diesel's backend types and generic
+//!   over the connection, in the area's folder (`sql.rs`, with the macro that implements it
+//!   for a backend): [`InboxSql`] (`inbox/`), [`FailureSql`] (`dead_letter/`),
+//!   [`RetentionSql`] (`retention/`), [`CursorSql`] (`cursor/`), [`ClaimSql`] (`claim/`),
+//!   [`OutboxSql`] (`outbox/`), [`ChainSql`] (`chain/`), [`ReplaySql`] (`replay/`); and here,
+//!   the migrations' lock and record, [`MigrationsSql`] (`migrations.rs`), and the doctor's
+//!   catalogue reads, [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
 
 #[cfg(feature = "async")]
 mod asynch;
@@ -23,26 +24,24 @@ mod blocking;
 mod cursor;
 mod db;
 mod doctor;
-mod failures;
 mod migrations;
 mod outbox;
-mod retention;
 mod transaction;
 
 pub(crate) use crate::chain::sql::ChainSql;
 pub(crate) use crate::claim::sql::ClaimSql;
+pub(crate) use crate::dead_letter::sql::FailureSql;
 pub(crate) use crate::inbox::sql::{Began, InboxSql};
 pub(crate) use crate::replay::sql::ReplaySql;
+pub(crate) use crate::retention::sql::RetentionSql;
 #[cfg(feature = "async")]
 pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
 pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use doctor::DoctorSql;
-pub(crate) use failures::FailureSql;
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
 pub(crate) use outbox::OutboxSql;
-pub(crate) use retention::RetentionSql;
 #[cfg(feature = "mysql")]
 pub(crate) use transaction::mysql::{compound, BeginThen};
 #[cfg(feature = "postgres")]

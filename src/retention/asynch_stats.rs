@@ -31,7 +31,7 @@ use std::time::Duration;
 use crate::sql::Async;
 use crate::{Error, Stats};
 
-use super::AsyncInboxConnection;
+use crate::asynch::AsyncInboxConnection;
 
 /// The [`Stats`] of every consumer, sorted by name: [`Stats::all`], awaited.
 ///
@@ -63,5 +63,5 @@ pub async fn all<C: AsyncInboxConnection>(
     conn: &mut C,
     recent: Duration,
 ) -> Result<Vec<Stats>, Error> {
-    crate::stats::all_in::<Async, _>(conn, recent).await
+    crate::retention::stats::all_in::<Async, _>(conn, recent).await
 }

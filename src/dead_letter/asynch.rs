@@ -11,8 +11,8 @@ use crate::{
     AdminError, Audit, CorruptRow, DeadLetter, Error, HandlerError, IntoEventId, Outcome, Payload,
 };
 
-use super::batch::call as call2;
-use super::{AsyncHandler2, AsyncInboxConnection, Inbox};
+use crate::asynch::batch::call as call2;
+use crate::asynch::{AsyncHandler2, AsyncInboxConnection, Inbox};
 
 impl Inbox {
     /// Operations on this consumer's dead letters: [`crate::Inbox::dead_letters`].

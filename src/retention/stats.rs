@@ -5,11 +5,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::sql::RetentionSql;
 use crate::backend::counter_bucket;
+use crate::dead_letter::DeadLetterState;
 use crate::engine::run_ready;
 use crate::rows::ConsumerRows;
-use crate::sql::{Db, RetentionSql, Sql};
-use crate::state::{Counter, DeadLetterState, InboxState};
+use crate::sql::{Db, Sql};
+use crate::state::{Counter, InboxState};
 use crate::{Error, Inbox, InboxConnection};
 
 /// One consumer's stats, as [`Inbox::stats`] and [`Stats::all`] read them.

@@ -1,5 +1,15 @@
 //! Dead letters: events the failure policy gave up on, and the audited transitions out of that
 //! state (redrive, discard, release).
+//!
+//! Recording a failed attempt, and dead-lettering its event, is `failure.rs`; the failures
+//! area's statements and rows for every backend are `sql.rs`, its stored states `state.rs`,
+//! and the async front `asynch.rs`.
+
+#[cfg(feature = "async")]
+pub(crate) mod asynch;
+pub(crate) mod failure;
+pub(crate) mod sql;
+mod state;
 
 use std::future::Future;
 
@@ -10,12 +20,15 @@ use crate::audit::Audit;
 use crate::backend::Key;
 use crate::decide::{Failure, Then};
 use crate::engine::{self, run_ready, Body, Effect};
-use crate::rows::{FailureRow, HistoryRow, Recorded};
-use crate::sql::{Blocking, Db, FailureSql, InboxSql, Sql};
-use crate::state::{CorruptRow, Counter, DeadLetterState, HistoryKind, InboxState};
+use crate::rows::Recorded;
+use crate::sql::{Blocking, Db, InboxSql, Sql};
+use crate::state::{CorruptRow, Counter, InboxState};
 use crate::{
     AdminError, Error, EventId, HandlerError, Inbox, InboxConnection, IntoEventId, Outcome, Payload,
 };
+use sql::{FailureRow, FailureSql, HistoryRow};
+
+pub use state::{DeadLetterState, HistoryKind};
 
 impl Inbox {
     /// Operations on this consumer's dead letters.

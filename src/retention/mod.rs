@@ -1,4 +1,13 @@
 //! Retention: pruning the inbox rows of events settled long ago (see [`Retention`]).
+//!
+//! The stats read what retention prunes, with the same area's statements: `stats.rs`, and on
+//! async connections `asynch_stats.rs` (public as `asynch::stats`). The area's statements and
+//! rows for every backend are `sql.rs`.
+
+#[cfg(feature = "async")]
+pub mod asynch_stats;
+pub(crate) mod sql;
+pub(crate) mod stats;
 
 use std::collections::HashSet;
 use std::num::NonZeroU32;
@@ -11,9 +20,11 @@ use crate::decide::{Failure, Scope};
 use crate::duration;
 use crate::engine::{self, run_ready, Body, Open};
 use crate::observe;
-use crate::rows::PruneCursor;
-use crate::sql::{Blocking, Db, RetentionSql, Sql, TransactionSql};
+use crate::sql::{Blocking, Db, Sql, TransactionSql};
 use crate::{AdminError, Error, Inbox, InboxConnection};
+use sql::{PruneCursor, RetentionSql};
+
+pub use stats::{Counts, Stats};
 
 /// Rows per batch unless [`Retention::batch_size`] says otherwise.
 const DEFAULT_BATCH_SIZE: NonZeroU32 = NonZeroU32::new(1000).expect("not zero");

@@ -7,12 +7,14 @@ use std::num::NonZeroU32;
 use chrono::{DateTime, Utc};
 use tracing::{error, warn};
 
+use super::sql::{FailureSql, HistoryRow};
+use super::{DeadLetterState, HistoryKind};
 use crate::decide::{self, HandlerFailure, Scope};
 use crate::engine::{self, Body, Subject};
 use crate::observe;
-use crate::rows::{HistoryRow, Key};
-use crate::sql::{Db, FailureSql, InboxSql, Sql};
-use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState};
+use crate::rows::Key;
+use crate::sql::{Db, InboxSql, Sql};
+use crate::state::{Counter, InboxState};
 use crate::{DeadLettered, Delivery, Error, RetryPolicy};
 
 /// The longest error text kept per failure, in bytes.
