@@ -209,7 +209,6 @@ mod engine;
 mod envelope;
 mod error;
 mod failure;
-mod gap;
 mod handler_error;
 mod id;
 mod inbox;
@@ -242,14 +241,16 @@ pub use claim::{
     Abandoned, Claim, ClaimOutcome, ClaimRecord, ClaimState, Claimed, Claims, Completed, InDoubt,
     InDoubtPolicy, InProgress, Resolution, Suppressed, DEFAULT_LEASE,
 };
-pub use cursor::{Cursor, Gaps, Lease, Position, Resume, Sequenced, DEFAULT_MAX_OPEN_GAPS};
+pub use cursor::{
+    Cursor, Gap, GapCause, GapState, Gaps, Lease, Position, Resume, Sequenced,
+    DEFAULT_MAX_OPEN_GAPS,
+};
 pub use dead_letter::{DeadLetter, DeadLetters, HistoryEntry};
 pub use delivery::{Delivery, IntoDelivery, Payload};
 #[cfg(feature = "trace-context")]
 pub use envelope::TraceContextLayer;
 pub use envelope::{Envelope, Message, SchemaVersions, UnsupportedSchemaVersion};
 pub use error::{AdminError, Error};
-pub use gap::Gap;
 pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox};
@@ -270,7 +271,5 @@ pub use record::InboxRecord;
 pub use redact::{redact, redact_url_secrets};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;
-pub use state::{
-    CorruptRow, DeadLetterState, GapCause, GapState, HistoryKind, OutboxState, UnknownState,
-};
+pub use state::{CorruptRow, DeadLetterState, HistoryKind, OutboxState, UnknownState};
 pub use stats::{Counts, Stats};

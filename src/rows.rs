@@ -4,10 +4,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::state::{
-    Counter, DeadLetterState, GapCause, GapState, HistoryKind, InboxState, OutboxState,
-    UnknownState,
-};
+use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState, OutboxState, UnknownState};
 
 /// `(consumer, event_id)`: the inbox's key in every table.
 pub(crate) type Key<'a> = (&'a str, &'a str);
@@ -121,16 +118,6 @@ pub struct PruneCounts {
     pub claims: i64,
 }
 
-/// A row of `diesel_inbox_cursors`.
-#[derive(Debug)]
-pub struct CursorRow {
-    pub watermark: Option<i64>,
-    pub high: Option<i64>,
-    pub epoch: i64,
-    pub owner: Option<String>,
-    pub updated_at: DateTime<Utc>,
-}
-
 /// A row as a statement read it, or, when one of its columns holds text this version does
 /// not know, the row's key and that text: one such row fails neither the statement nor
 /// its neighbours.
@@ -203,21 +190,6 @@ pub enum OutboxChange<'a> {
     Failed { error: &'a str },
     /// Not attempted (an earlier row of the aggregate failed): as they were.
     Released,
-}
-
-/// A row of `diesel_inbox_gaps`.
-#[derive(Debug, Clone)]
-pub struct GapRow {
-    pub id: i64,
-    pub stream: String,
-    pub first: i64,
-    pub last: i64,
-    pub cause: GapCause,
-    pub state: GapState,
-    pub detected_at: DateTime<Utc>,
-    pub closed_at: Option<DateTime<Utc>>,
-    pub resolved_by: Option<String>,
-    pub resolution: Option<String>,
 }
 
 /// A row of `diesel_inbox_blocks`: a block a chain stream processed.

@@ -97,7 +97,6 @@
 
 pub(crate) mod batch;
 mod chain;
-mod cursor;
 mod dead_letters;
 pub mod doctor;
 mod migrations;
@@ -120,9 +119,9 @@ use crate::{
 };
 
 pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
+pub use crate::cursor::asynch::{Cursor, Gaps};
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use chain::{Chain, ChainHandler, Reorgs};
-pub use cursor::{Cursor, Gaps};
 pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 pub use outbox::{Outbox, Relay};

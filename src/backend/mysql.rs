@@ -17,8 +17,8 @@ use crate::dialect::Dialect;
 use crate::rows::Recorded;
 use crate::schema::mysql as schema;
 use crate::sql::{
-    Began, ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run,
+    Began, ChainSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
 
@@ -433,50 +433,15 @@ impl RetentionSql for Mysql {
     }
 }
 
-impl CursorSql for Mysql {
-    cursor_statement!(advance_cursor, schema, codec);
-
-    async fn begin_and_advance_cursor<F, C: Db<F, Backend = Self>>(
-        conn: &mut C,
-        idle_timeout: Option<Duration>,
-        key: crate::backend::StreamKey<'_>,
-        sequence: i64,
-        epoch: i64,
-        now: DateTime<Utc>,
-    ) -> Option<QueryResult<bool>> {
-        use schema::diesel_inbox_cursors::dsl as c;
-        // No variable lasts one transaction here: the idle bound is the server's (`begin_top`).
-        let _ = idle_timeout;
-        let advance = crate::backend::cursor::AdvanceCursor::<
-            <c::consumer as diesel::Expression>::SqlType,
-            <c::updated_at as diesel::Expression>::SqlType,
-            _,
-            _,
-        >::new(
-            codec::key(key.0),
-            codec::key(key.1),
-            sequence,
-            epoch,
-            codec::time(now),
-        );
-        let changed = crate::sql::compound(conn, crate::sql::BeginThen(advance)).await?;
-        Some(changed.map(|changed| changed == 1))
-    }
-    cursor_statement!(cursor, schema, codec, rows, lock = for_update);
-    cursor_statement!(cursors, schema, codec, rows);
-    cursor_statement!(insert_cursor, schema, codec, insert_or_ignore_into);
-    cursor_statement!(save_cursor, schema, codec);
-    cursor_statement!(bump_epoch, schema, codec);
-    cursor_statement!(gaps, schema, codec, rows);
-    cursor_statement!(gap_page, schema, codec, rows);
-    cursor_statement!(gap_by_id, schema, codec);
-    cursor_statement!(insert_gap, schema, codec, last_insert_id);
-    cursor_statement!(update_gap, schema, codec);
-    cursor_statement!(close_gap, schema, codec);
-    cursor_statement!(insert_event_sequence, schema, codec);
-    cursor_statement!(sequenced_events, schema, codec);
-    cursor_statement!(delete_sequenced_events, schema, codec);
-}
+crate::cursor::sql::cursor_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    insert_cursor = insert_or_ignore,
+    gap_id = last_insert_id,
+    lock = for_update,
+    begin_and_advance = compound,
+);
 
 crate::claim::sql::claim_statements!(
     Mysql,

@@ -1,6 +1,6 @@
 //! What the statements of every backend share, written once: the row mappings
 //! (`row_mappings!`, which expands to a backend's `mod rows`), the row builders the inserts
-//! take (`new_inbox_row!`, `new_gap_row!`), and the catalogue checks of
+//! take (`new_inbox_row!`), and the catalogue checks of
 //! `DoctorSql` (`catalogue_statement!`).
 //!
 //! Each takes what it needs as explicit arguments: `schema` is the backend's module of
@@ -15,15 +15,11 @@ macro_rules! row_mappings {
         /// The select lists of the inbox's tables and their conversion into rows.
         mod rows {
             use super::{$codec, $schema};
-            use $crate::rows::{
-                CursorRow, Existing, FailureRow, GapRow, HistoryRow, InboxRow, Listed, Unreadable,
-            };
+            use $crate::rows::{Existing, FailureRow, HistoryRow, InboxRow, Listed, Unreadable};
             use $crate::state::{InboxState, UnknownState};
-            use $schema::diesel_inbox_cursors as c;
             use $schema::diesel_inbox_events as t;
             use $schema::diesel_inbox_failure_log as l;
             use $schema::diesel_inbox_failures as f;
-            use $schema::diesel_inbox_gaps as g;
 
             /// The state is read as text, and parsed per row: see [`Listed`].
             pub(super) type ExistingColumns =
@@ -210,102 +206,6 @@ macro_rules! row_mappings {
                     unknown,
                 })
             }
-
-            pub(super) type CursorColumns = (
-                $codec::KeyOwned,
-                Option<i64>,
-                Option<i64>,
-                i64,
-                Option<String>,
-                $codec::Time,
-            );
-
-            pub(super) fn cursor_columns() -> (
-                c::stream,
-                c::watermark,
-                c::high,
-                c::epoch,
-                c::owner,
-                c::updated_at,
-            ) {
-                (
-                    c::stream,
-                    c::watermark,
-                    c::high,
-                    c::epoch,
-                    c::owner,
-                    c::updated_at,
-                )
-            }
-
-            /// The stream's name, and its cursor.
-            pub(super) fn cursor_row(row: CursorColumns) -> (String, CursorRow) {
-                let (stream, watermark, high, epoch, owner, updated_at) = row;
-                let cursor = CursorRow {
-                    watermark,
-                    high,
-                    epoch,
-                    owner,
-                    updated_at: $codec::utc(updated_at),
-                };
-                ($codec::key_string(stream), cursor)
-            }
-
-            /// The cause and state are read as text, and parsed per row: see [`Listed`].
-            pub(super) type GapColumns = (
-                i64,
-                $codec::KeyOwned,
-                i64,
-                i64,
-                String,
-                String,
-                $codec::Time,
-                Option<$codec::Time>,
-                Option<String>,
-                Option<String>,
-            );
-
-            pub(super) fn gap_columns() -> (
-                g::id,
-                g::stream,
-                g::first_sequence,
-                g::last_sequence,
-                g::cause,
-                g::state,
-                g::detected_at,
-                g::closed_at,
-                g::resolved_by,
-                g::resolution,
-            ) {
-                (
-                    g::id,
-                    g::stream,
-                    g::first_sequence,
-                    g::last_sequence,
-                    g::cause,
-                    g::state,
-                    g::detected_at,
-                    g::closed_at,
-                    g::resolved_by,
-                    g::resolution,
-                )
-            }
-
-            pub(super) fn gap_row(row: GapColumns) -> Listed<GapRow> {
-                let (id, stream, first, last, cause, state, detected, closed, by, why) = row;
-                Ok(GapRow {
-                    id,
-                    stream: $codec::key_string(stream),
-                    first,
-                    last,
-                    cause: known(id, cause.parse())?,
-                    state: known(id, state.parse())?,
-                    detected_at: $codec::utc(detected),
-                    closed_at: closed.map($codec::utc),
-                    resolved_by: by,
-                    resolution: why,
-                })
-            }
         }
     };
 }
@@ -322,22 +222,6 @@ macro_rules! new_inbox_row {
             t::last_seen_at.eq($now),
             t::deliveries.eq(1),
             t::payload_hash.eq($payload_hash),
-        )
-    }};
-}
-
-/// The values of a new gap ledger row: open, as the cursor found it.
-macro_rules! new_gap_row {
-    ($schema:ident, $codec:ident, $key:expr, $sequences:expr, $cause:expr, $detected_at:expr) => {{
-        use $schema::diesel_inbox_gaps as g;
-        (
-            g::consumer.eq($codec::key($key.0)),
-            g::stream.eq($codec::key($key.1)),
-            g::first_sequence.eq($sequences.0),
-            g::last_sequence.eq($sequences.1),
-            g::cause.eq($cause),
-            g::state.eq($crate::state::GapState::Open),
-            g::detected_at.eq($codec::time($detected_at)),
         )
     }};
 }

@@ -16,8 +16,8 @@ use crate::dialect::Dialect;
 use crate::rows::Recorded;
 use crate::schema::postgres as schema;
 use crate::sql::{
-    Began, ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run,
+    Began, ChainSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run,
 };
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
@@ -308,29 +308,14 @@ impl RetentionSql for Pg {
     }
 }
 
-impl CursorSql for Pg {
-    cursor_statement!(advance_cursor, schema, codec);
-    cursor_statement!(cursor, schema, codec, rows, lock = for_update);
-    cursor_statement!(cursors, schema, codec, rows);
-    cursor_statement!(
-        insert_cursor,
-        schema,
-        codec,
-        insert_into,
-        on_conflict_do_nothing
-    );
-    cursor_statement!(save_cursor, schema, codec);
-    cursor_statement!(bump_epoch, schema, codec);
-    cursor_statement!(gaps, schema, codec, rows);
-    cursor_statement!(gap_page, schema, codec, rows);
-    cursor_statement!(gap_by_id, schema, codec);
-    cursor_statement!(insert_gap, schema, codec, returning);
-    cursor_statement!(update_gap, schema, codec);
-    cursor_statement!(close_gap, schema, codec);
-    cursor_statement!(insert_event_sequence, schema, codec);
-    cursor_statement!(sequenced_events, schema, codec);
-    cursor_statement!(delete_sequenced_events, schema, codec);
-}
+crate::cursor::sql::cursor_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    insert_cursor = on_conflict_do_nothing,
+    gap_id = returning,
+    lock = for_update,
+);
 
 crate::claim::sql::claim_statements!(
     Pg,

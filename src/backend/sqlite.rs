@@ -16,8 +16,8 @@ use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
-    ChainSql, CursorSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql,
-    OutboxSql, ReplaySql, RetentionSql, Run, TransactionSql,
+    ChainSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
+    ReplaySql, RetentionSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -121,29 +121,13 @@ impl RetentionSql for Sqlite {
     retention_statement!(leases, schema, codec, insert = plain);
 }
 
-impl CursorSql for Sqlite {
-    cursor_statement!(advance_cursor, schema, codec);
-    cursor_statement!(cursor, schema, codec, rows);
-    cursor_statement!(cursors, schema, codec, rows);
-    cursor_statement!(
-        insert_cursor,
-        schema,
-        codec,
-        insert_into,
-        on_conflict_do_nothing
-    );
-    cursor_statement!(save_cursor, schema, codec);
-    cursor_statement!(bump_epoch, schema, codec);
-    cursor_statement!(gaps, schema, codec, rows);
-    cursor_statement!(gap_page, schema, codec, rows);
-    cursor_statement!(gap_by_id, schema, codec);
-    cursor_statement!(insert_gap, schema, codec, returning);
-    cursor_statement!(update_gap, schema, codec);
-    cursor_statement!(close_gap, schema, codec);
-    cursor_statement!(insert_event_sequence, schema, codec);
-    cursor_statement!(sequenced_events, schema, codec);
-    cursor_statement!(delete_sequenced_events, schema, codec);
-}
+crate::cursor::sql::cursor_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    insert_cursor = on_conflict_do_nothing,
+    gap_id = returning,
+);
 
 crate::claim::sql::claim_statements!(
     Sqlite,

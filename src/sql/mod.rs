@@ -12,7 +12,7 @@
 //!   and commits, how to tell it is still alive, and what an error means.
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
-//!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor.rs`),
+//!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor/sql.rs`),
 //!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
 //!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
 //!   [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
@@ -21,7 +21,6 @@
 mod asynch;
 mod blocking;
 mod chain;
-mod cursor;
 mod db;
 mod doctor;
 mod failures;
@@ -33,11 +32,11 @@ mod retention;
 mod transaction;
 
 pub(crate) use crate::claim::sql::ClaimSql;
+pub(crate) use crate::cursor::sql::CursorSql;
 #[cfg(feature = "async")]
 pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
 pub(crate) use chain::ChainSql;
-pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use doctor::DoctorSql;
 pub(crate) use failures::FailureSql;
