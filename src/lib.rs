@@ -263,13 +263,13 @@ pub use observe::describe_metrics;
 #[cfg(feature = "tokio")]
 pub use outbox::BlockingPublisher;
 pub use outbox::{
-    AsyncPublisher, Outbox, OutboxMessage, OutboxRecord, OutboxStats, PublishError, Publisher,
-    Relay, RelayPass, MAX_TOPIC_BYTES,
+    AsyncPublisher, Outbox, OutboxMessage, OutboxRecord, OutboxState, OutboxStats, PublishError,
+    Publisher, Relay, RelayPass, MAX_TOPIC_BYTES,
 };
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use record::InboxRecord;
 pub use redact::{redact, redact_url_secrets};
 pub use retention::{Pruned, Retention, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;
-pub use state::{CorruptRow, DeadLetterState, HistoryKind, OutboxState, UnknownState};
+pub use state::{CorruptRow, DeadLetterState, HistoryKind, UnknownState};
 pub use stats::{Counts, Stats};

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState, OutboxState, UnknownState};
+use crate::state::{Counter, DeadLetterState, HistoryKind, InboxState, UnknownState};
 
 /// `(consumer, event_id)`: the inbox's key in every table.
 pub(crate) type Key<'a> = (&'a str, &'a str);
@@ -133,64 +133,9 @@ pub struct Unreadable {
     pub unknown: UnknownState,
 }
 
-/// An outbox row as [`enqueue`](crate::Outbox::enqueue) inserts it: pending, due now.
-#[derive(Debug)]
-pub struct NewOutboxRow<'a> {
-    pub event_id: &'a str,
-    pub topic: &'a str,
-    pub aggregate_type: &'a str,
-    pub aggregate_id: &'a str,
-    pub event_type: &'a str,
-    /// The message headers as a JSON object.
-    pub headers: &'a str,
-    pub body: &'a [u8],
-    pub now: DateTime<Utc>,
-}
-
-/// A row of `diesel_inbox_outbox`.
-#[derive(Debug, Clone)]
-pub struct OutboxRow {
-    pub position: i64,
-    pub event_id: String,
-    pub topic: String,
-    pub aggregate_type: String,
-    pub aggregate_id: String,
-    pub event_type: String,
-    pub headers: String,
-    pub body: Vec<u8>,
-    pub state: OutboxState,
-    pub attempts: i64,
-    pub available_at: DateTime<Utc>,
-    pub lease_until: Option<DateTime<Utc>>,
-    pub last_error: Option<String>,
-    pub enqueued_at: DateTime<Utc>,
-    pub published_at: Option<DateTime<Utc>>,
-}
-
 /// A counter and its total; the counter parsed from the text, so that one this version
 /// does not know is counted as unreadable rather than failing the stats.
 pub(crate) type CounterTotal = (Result<Counter, UnknownState>, i64);
-
-/// An outbox state, its rows, and the oldest one's enqueue time; the state parsed from
-/// the text, so that one this version cannot read is counted rather than failing.
-pub(crate) type OutboxTotals = (
-    Result<OutboxState, UnknownState>,
-    i64,
-    Option<DateTime<Utc>>,
-);
-
-/// What a relay writes to rows it holds, once their publish is over. Each clears the lease.
-#[derive(Debug, Clone, Copy)]
-pub enum OutboxChange<'a> {
-    /// The broker accepted them.
-    Published,
-    /// The publish failed and may pass later: one more attempt counted, due again `at`.
-    Retry { error: &'a str, at: DateTime<Utc> },
-    /// The publish failed for good: one more attempt counted, failed with `error`.
-    Failed { error: &'a str },
-    /// Not attempted (an earlier row of the aggregate failed): as they were.
-    Released,
-}
 
 /// A row of `diesel_inbox_blocks`: a block a chain stream processed.
 #[derive(Debug, Clone, PartialEq, Eq)]

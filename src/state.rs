@@ -163,32 +163,6 @@ impl fmt::Display for HistoryKind {
     }
 }
 
-/// Where an outbox row stands ([`Outbox`](crate::Outbox)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
-#[diesel(sql_type = Text)]
-#[non_exhaustive]
-pub enum OutboxState {
-    /// Enqueued and committed; the relay has not had the broker accept it yet.
-    Pending,
-    /// The broker accepted it. Retention deletes it after a while.
-    Published,
-    /// Its publish failed for good (a permanent error, or the relay's attempt limit): kept,
-    /// with its reason, until ops retry it. The rows after it are published.
-    Failed,
-}
-
-stored_as_text!(OutboxState, "diesel_inbox_outbox.state" {
-    Pending = "pending",
-    Published = "published",
-    Failed = "failed",
-});
-
-impl fmt::Display for OutboxState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// Where a replay stands ([`Replays`](crate::replay::Replays)): planned → running → finished →
 /// accepted or rejected; planned or running → aborted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]

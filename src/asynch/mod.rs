@@ -100,7 +100,6 @@ mod chain;
 mod dead_letters;
 pub mod doctor;
 mod migrations;
-mod outbox;
 mod replay;
 pub mod stats;
 
@@ -120,11 +119,11 @@ use crate::{
 
 pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
 pub use crate::cursor::asynch::{Cursor, Gaps};
+pub use crate::outbox::asynch::{Outbox, Relay};
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use chain::{Chain, ChainHandler, Reorgs};
 pub use dead_letters::DeadLetters;
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
-pub use outbox::{Outbox, Relay};
 pub use replay::{ReplayHandler, ReplaySource, Replays};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,

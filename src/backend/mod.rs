@@ -33,8 +33,6 @@ mod failures;
 #[macro_use]
 mod retention;
 #[macro_use]
-mod outbox;
-#[macro_use]
 pub(crate) mod chain;
 #[macro_use]
 mod replay;

@@ -17,8 +17,8 @@ use crate::dialect::Dialect;
 use crate::rows::Recorded;
 use crate::schema::mysql as schema;
 use crate::sql::{
-    Began, ChainSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run,
+    Began, ChainSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, ReplaySql,
+    RetentionSql, Run,
 };
 use crate::state::{Counter, InboxState};
 
@@ -211,37 +211,6 @@ impl QueryId for BumpCounter<'_> {
 }
 
 impl<Conn> RunQueryDsl<Conn> for BumpCounter<'_> {}
-
-/// Upserts an aggregate's row in `diesel_inbox_outbox_aggregates`, which locks it until the
-/// transaction ends (see `lock_outbox_aggregate`): written out for the same reason as
-/// `RecordDelivery`.
-struct LockAggregate<'a> {
-    aggregate_type: &'a [u8],
-    aggregate_id: &'a [u8],
-    now: codec::Time,
-}
-
-impl QueryFragment<Mysql> for LockAggregate<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-        out.push_sql(
-            "INSERT INTO diesel_inbox_outbox_aggregates (aggregate_type, aggregate_id, enqueued_at) VALUES (",
-        );
-        out.push_bind_param::<Binary, _>(&self.aggregate_type)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Binary, _>(&self.aggregate_id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Datetime, _>(&self.now)?;
-        out.push_sql(") ON DUPLICATE KEY UPDATE enqueued_at = ");
-        out.push_bind_param::<Datetime, _>(&self.now)
-    }
-}
-
-impl QueryId for LockAggregate<'_> {
-    type QueryId = LockAggregate<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl<Conn> RunQueryDsl<Conn> for LockAggregate<'_> {}
 
 impl InboxSql for Mysql {
     async fn record_delivery<F, C: crate::sql::Db<F, Backend = Self>>(
@@ -464,55 +433,15 @@ impl ReplaySql for Mysql {
     replay_statements!(schema, codec, replay_id = last_insert_id);
 }
 
-impl OutboxSql for Mysql {
-    const OUTBOX_FOLLOWERS: bool = false;
-
-    outbox_statement!(insert_outbox, schema, codec, insert = unique_error);
-
-    async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        aggregate_type: &str,
-        aggregate_id: &str,
-        now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        use crate::sql::Run;
-        LockAggregate {
-            aggregate_type: codec::key(aggregate_type),
-            aggregate_id: codec::key(aggregate_id),
-            now: codec::time(now),
-        }
-        .execute_on(conn)
-        .await
-        .map(drop)
-    }
-
-    async fn delete_idle_outbox_aggregates<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        cutoff: DateTime<Utc>,
-        limit: i64,
-    ) -> QueryResult<usize> {
-        use crate::sql::Run;
-        // A row an open enqueue holds is waited for, and read again after its commit: with
-        // its new time it stays. One deleted between enqueues is inserted again by the next.
-        diesel::sql_query(
-            "DELETE FROM diesel_inbox_outbox_aggregates WHERE enqueued_at < ? ORDER BY enqueued_at LIMIT ?",
-        )
-        .bind::<Datetime, _>(codec::time(cutoff))
-        .bind::<BigInt, _>(limit)
-        .execute_on(conn).await
-    }
-
-    outbox_statement!(outbox_heads, schema, codec, lock = for_update);
-    outbox_statement!(outbox_followers, schema, codec, lock = for_update);
-    outbox_statement!(lease_outbox, schema, codec);
-    outbox_statement!(settle_outbox, schema, codec);
-    outbox_statement!(outbox_rows, schema, codec);
-    outbox_statement!(outbox_row, schema, codec);
-    outbox_statement!(outbox_row_of_event, schema, codec);
-    outbox_statement!(retry_outbox, schema, codec);
-    outbox_statement!(delete_published_outbox, schema, codec);
-    outbox_statement!(outbox_totals, schema, codec);
-}
+crate::outbox::sql::outbox_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    insert = unique_error,
+    order_lock = aggregate_row,
+    lock = for_update,
+    followers = false,
+);
 
 impl MigrationsSql for Mysql {
     const DIALECT: Dialect = Dialect::Mysql;

@@ -16,8 +16,8 @@ use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
 use crate::sql::{
-    ChainSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, OutboxSql,
-    ReplaySql, RetentionSql, Run, TransactionSql,
+    ChainSql, Db, DoctorSql, FailureSql, InboxSql, MigrationLock, MigrationsSql, ReplaySql,
+    RetentionSql, Run, TransactionSql,
 };
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
@@ -144,39 +144,13 @@ impl ReplaySql for Sqlite {
     replay_statements!(schema, codec, replay_id = returning);
 }
 
-impl OutboxSql for Sqlite {
-    outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);
-
-    async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
-        _conn: &mut C,
-        _aggregate_type: &str,
-        _aggregate_id: &str,
-        _now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        // One writer at a time holds the database from its first write to its commit, so
-        // outbox rows commit in position order already.
-        Ok(())
-    }
-
-    async fn delete_idle_outbox_aggregates<F, C: crate::sql::Db<F, Backend = Self>>(
-        _conn: &mut C,
-        _cutoff: DateTime<Utc>,
-        _limit: i64,
-    ) -> QueryResult<usize> {
-        Ok(0)
-    }
-
-    outbox_statement!(outbox_heads, schema, codec);
-    outbox_statement!(outbox_followers, schema, codec);
-    outbox_statement!(lease_outbox, schema, codec);
-    outbox_statement!(settle_outbox, schema, codec);
-    outbox_statement!(outbox_rows, schema, codec);
-    outbox_statement!(outbox_row, schema, codec);
-    outbox_statement!(outbox_row_of_event, schema, codec);
-    outbox_statement!(retry_outbox, schema, codec);
-    outbox_statement!(delete_published_outbox, schema, codec);
-    outbox_statement!(outbox_totals, schema, codec);
-}
+crate::outbox::sql::outbox_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    insert = do_nothing,
+    order_lock = none,
+);
 
 impl MigrationsSql for Sqlite {
     const DIALECT: Dialect = Dialect::Sqlite;

@@ -6,12 +6,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tracing::info;
 
-use super::Outbox;
+use super::sql::{OutboxRow, OutboxSql};
+use super::{Outbox, OutboxState};
 use crate::duration::{before, now};
 use crate::engine::run_ready;
-use crate::rows::OutboxRow;
-use crate::sql::{Blocking, Db, OutboxSql, ReplaySql, Sql};
-use crate::state::{CorruptRow, OutboxState};
+use crate::sql::{Blocking, Db, ReplaySql, Sql};
+use crate::state::CorruptRow;
 use crate::{observe, AdminError, Audit, Error, InboxConnection};
 
 /// One outbox row, as ops see it.

@@ -13,7 +13,7 @@
 //! - One trait per area for its statements, implemented on Diesel's backend types and
 //!   generic over the connection: [`InboxSql`] (`inbox.rs`), [`FailureSql`] (`failures.rs`),
 //!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor/sql.rs`),
-//!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox.rs`), [`ChainSql`] (`chain.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
+//!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox/sql.rs`), [`ChainSql`] (`chain.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
 //!   record, [`MigrationsSql`] (`migrations.rs`), and the doctor's catalogue reads,
 //!   [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
 
@@ -26,13 +26,13 @@ mod doctor;
 mod failures;
 mod inbox;
 mod migrations;
-mod outbox;
 mod replay;
 mod retention;
 mod transaction;
 
 pub(crate) use crate::claim::sql::ClaimSql;
 pub(crate) use crate::cursor::sql::CursorSql;
+pub(crate) use crate::outbox::sql::OutboxSql;
 #[cfg(feature = "async")]
 pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
@@ -42,7 +42,6 @@ pub(crate) use doctor::DoctorSql;
 pub(crate) use failures::FailureSql;
 pub(crate) use inbox::{Began, InboxSql};
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
-pub(crate) use outbox::OutboxSql;
 pub(crate) use replay::ReplaySql;
 pub(crate) use retention::RetentionSql;
 #[cfg(feature = "mysql")]
