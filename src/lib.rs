@@ -208,7 +208,6 @@ mod duration;
 mod engine;
 mod envelope;
 mod error;
-mod gap;
 mod handler_error;
 mod id;
 mod inbox;
@@ -239,14 +238,16 @@ pub use claim::{
     Abandoned, Claim, ClaimOutcome, ClaimRecord, ClaimState, Claimed, Claims, Completed, InDoubt,
     InDoubtPolicy, InProgress, Resolution, Suppressed, DEFAULT_LEASE,
 };
-pub use cursor::{Cursor, Gaps, Lease, Position, Resume, Sequenced, DEFAULT_MAX_OPEN_GAPS};
+pub use cursor::{
+    Cursor, Gap, GapCause, GapState, Gaps, Lease, Position, Resume, Sequenced,
+    DEFAULT_MAX_OPEN_GAPS,
+};
 pub use dead_letter::{DeadLetter, DeadLetterState, DeadLetters, HistoryEntry, HistoryKind};
 pub use delivery::{Delivery, IntoDelivery, Payload};
 #[cfg(feature = "trace-context")]
 pub use envelope::TraceContextLayer;
 pub use envelope::{Envelope, Message, SchemaVersions, UnsupportedSchemaVersion};
 pub use error::{AdminError, Error};
-pub use gap::Gap;
 pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox, InboxRecord};
@@ -259,11 +260,11 @@ pub use observe::describe_metrics;
 #[cfg(feature = "tokio")]
 pub use outbox::BlockingPublisher;
 pub use outbox::{
-    AsyncPublisher, Outbox, OutboxMessage, OutboxRecord, OutboxStats, PublishError, Publisher,
-    Relay, RelayPass, MAX_TOPIC_BYTES,
+    AsyncPublisher, Outbox, OutboxMessage, OutboxRecord, OutboxState, OutboxStats, PublishError,
+    Publisher, Relay, RelayPass, MAX_TOPIC_BYTES,
 };
 pub use outcome::{DeadLettered, Duplicate, Outcome};
 pub use redact::{redact, redact_url_secrets};
 pub use retention::{Counts, Pruned, Retention, Stats, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;
-pub use state::{CorruptRow, GapCause, GapState, OutboxState, UnknownState};
+pub use state::{CorruptRow, UnknownState};

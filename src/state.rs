@@ -4,8 +4,6 @@
 //! backend), so the text appears only here. Text no variant maps to is an error
 //! ([`UnknownState`]), never a guess: it would come from a newer version of the crate.
 
-use std::fmt;
-
 use diesel::deserialize::FromSqlRow;
 use diesel::expression::AsExpression;
 use diesel::sql_types::Text;
@@ -94,83 +92,6 @@ stored_as_text!(InboxState, "diesel_inbox_events.state" {
     Discarded = "discarded",
     Reverted = "reverted",
 });
-
-/// Why a cursor skipped a range of sequences.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
-#[diesel(sql_type = Text)]
-#[non_exhaustive]
-pub enum GapCause {
-    /// A later sequence arrived first: the missing ones may still come (after a nack, from a
-    /// parallel worker), and the watermark waits for them.
-    Skipped,
-    /// The sequences are behind the broker's first available sequence: its retention evicted
-    /// them while the consumer was away, and they will never come. The watermark moves past;
-    /// the gap stays open until ops resolve it.
-    Evicted,
-}
-
-stored_as_text!(GapCause, "diesel_inbox_gaps.cause" {
-    Skipped = "skipped",
-    Evicted = "evicted",
-});
-
-impl fmt::Display for GapCause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Where a gap stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
-#[diesel(sql_type = Text)]
-#[non_exhaustive]
-pub enum GapState {
-    /// Its sequences are missing.
-    Open,
-    /// Late arrivals filled it: every one of its sequences took effect.
-    Filled,
-    /// Ops resolved it (gave its sequences up, or recovered them elsewhere), saying who and
-    /// why. A late arrival of one of its sequences is then a duplicate.
-    Resolved,
-}
-
-stored_as_text!(GapState, "diesel_inbox_gaps.state" {
-    Open = "open",
-    Filled = "filled",
-    Resolved = "resolved",
-});
-
-impl fmt::Display for GapState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Where an outbox row stands ([`Outbox`](crate::Outbox)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, AsExpression, FromSqlRow)]
-#[diesel(sql_type = Text)]
-#[non_exhaustive]
-pub enum OutboxState {
-    /// Enqueued and committed; the relay has not had the broker accept it yet.
-    Pending,
-    /// The broker accepted it. Retention deletes it after a while.
-    Published,
-    /// Its publish failed for good (a permanent error, or the relay's attempt limit): kept,
-    /// with its reason, until ops retry it. The rows after it are published.
-    Failed,
-}
-
-stored_as_text!(OutboxState, "diesel_inbox_outbox.state" {
-    Pending = "pending",
-    Published = "published",
-    Failed = "failed",
-});
-
-impl fmt::Display for OutboxState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// What the hourly counters of `diesel_inbox_counters` count: the rare events worth watching.
 /// Processed events are counted from the inbox table itself.
@@ -395,12 +316,6 @@ mod tests {
             Counter::Released,
         ] {
             assert_eq!(counter.as_str().parse(), Ok(counter));
-        }
-        for cause in [GapCause::Skipped, GapCause::Evicted] {
-            assert_eq!(cause.as_str().parse(), Ok(cause));
-        }
-        for state in [GapState::Open, GapState::Filled, GapState::Resolved] {
-            assert_eq!(state.as_str().parse(), Ok(state));
         }
     }
 

@@ -10,8 +10,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::rows::GapRow;
-use crate::state::GapCause;
+use crate::cursor::sql::GapRow;
+use crate::cursor::GapCause;
 
 /// A stored sequence as the API hands it out: `u64`, as sequences go in. Gaps and `high` are
 /// never below zero, since only `u64` sequences are stored; a watermark is, one below a stream

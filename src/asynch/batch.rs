@@ -238,7 +238,7 @@ pub(crate) fn call<A, B, R, H: AsyncHandler2<A, B, R>>(handler: &mut H, a: A, b:
 
 /// A cursor batch's handler, called once per new sequence, each future boxed as a handler's
 /// is.
-pub(super) struct Sequences<H, T, E>(pub(super) H, pub(super) PhantomData<fn() -> (T, E)>);
+pub(crate) struct Sequences<H, T, E>(pub(crate) H, pub(crate) PhantomData<fn() -> (T, E)>);
 
 impl<C, M, T, E, H> SequenceEffect<C, M> for Sequences<H, T, E>
 where

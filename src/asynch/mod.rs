@@ -96,10 +96,8 @@
 //!   waiting for the delivery, which runs on to its end.
 
 pub(crate) mod batch;
-mod cursor;
 pub mod doctor;
 mod migrations;
-mod outbox;
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -117,13 +115,13 @@ use crate::{
 
 pub use crate::chain::asynch::{Chain, ChainHandler, Reorgs};
 pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
+pub use crate::cursor::asynch::{Cursor, Gaps};
 pub use crate::dead_letter::asynch::DeadLetters;
+pub use crate::outbox::asynch::{Outbox, Relay};
 pub use crate::replay::asynch::{ReplayHandler, ReplaySource, Replays};
 pub use crate::retention::asynch_stats as stats;
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
-pub use cursor::{Cursor, Gaps};
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
-pub use outbox::{Outbox, Relay};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,
 /// MySQL/MariaDB or SQLite (through `SyncConnectionWrapper`), and the pooled connections of

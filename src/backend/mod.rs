@@ -27,10 +27,6 @@ use crate::state::UnknownState;
 #[macro_use]
 mod portable;
 #[macro_use]
-mod cursor;
-#[macro_use]
-mod outbox;
-#[macro_use]
 pub(crate) mod tracking;
 #[cfg(feature = "postgres")]
 mod lock;

@@ -3,17 +3,15 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use diesel::mysql::{Mysql, MysqlConnection};
 use diesel::prelude::*;
-use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Binary, Datetime, Integer, Nullable, Text};
+use diesel::sql_types::{Integer, Nullable, Text};
 
 use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
 use crate::schema::mysql as schema;
-use crate::sql::{CursorSql, Db, DoctorSql, MigrationLock, MigrationsSql, OutboxSql, Run};
+use crate::sql::{Db, DoctorSql, MigrationLock, MigrationsSql, Run};
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
 /// them) and times (UTC `DATETIME(6)`).
@@ -51,8 +49,6 @@ pub(crate) mod codec {
         diesel::dsl::sql(&format!("CAST(SUM({expr}) AS SIGNED)"))
     }
 }
-
-row_mappings!(schema = schema, codec = codec);
 
 /// The named lock that lets one process at a time apply the inbox migrations, before the
 /// database name.
@@ -96,37 +92,6 @@ pub(crate) async fn release_named_lock<F, C: Db<F, Backend = Mysql>>(
 
 impl HasInboxSql for MysqlConnection {}
 
-/// Upserts an aggregate's row in `diesel_inbox_outbox_aggregates`, which locks it until the
-/// transaction ends (see `lock_outbox_aggregate`): written out for the same reason as
-/// `RecordDelivery`.
-struct LockAggregate<'a> {
-    aggregate_type: &'a [u8],
-    aggregate_id: &'a [u8],
-    now: codec::Time,
-}
-
-impl QueryFragment<Mysql> for LockAggregate<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-        out.push_sql(
-            "INSERT INTO diesel_inbox_outbox_aggregates (aggregate_type, aggregate_id, enqueued_at) VALUES (",
-        );
-        out.push_bind_param::<Binary, _>(&self.aggregate_type)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Binary, _>(&self.aggregate_id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Datetime, _>(&self.now)?;
-        out.push_sql(") ON DUPLICATE KEY UPDATE enqueued_at = ");
-        out.push_bind_param::<Datetime, _>(&self.now)
-    }
-}
-
-impl QueryId for LockAggregate<'_> {
-    type QueryId = LockAggregate<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl<Conn> RunQueryDsl<Conn> for LockAggregate<'_> {}
-
 crate::inbox::sql::inbox_statements!(Mysql, schema = schema, codec = codec, dialect = mysql);
 
 crate::dead_letter::sql::failure_statements!(
@@ -146,50 +111,15 @@ crate::retention::sql::retention_statements!(
     lock = for_update,
 );
 
-impl CursorSql for Mysql {
-    cursor_statement!(advance_cursor, schema, codec);
-
-    async fn begin_and_advance_cursor<F, C: Db<F, Backend = Self>>(
-        conn: &mut C,
-        idle_timeout: Option<Duration>,
-        key: crate::backend::StreamKey<'_>,
-        sequence: i64,
-        epoch: i64,
-        now: DateTime<Utc>,
-    ) -> Option<QueryResult<bool>> {
-        use schema::diesel_inbox_cursors::dsl as c;
-        // No variable lasts one transaction here: the idle bound is the server's (`begin_top`).
-        let _ = idle_timeout;
-        let advance = crate::backend::cursor::AdvanceCursor::<
-            <c::consumer as diesel::Expression>::SqlType,
-            <c::updated_at as diesel::Expression>::SqlType,
-            _,
-            _,
-        >::new(
-            codec::key(key.0),
-            codec::key(key.1),
-            sequence,
-            epoch,
-            codec::time(now),
-        );
-        let changed = crate::sql::compound(conn, crate::sql::BeginThen(advance)).await?;
-        Some(changed.map(|changed| changed == 1))
-    }
-    cursor_statement!(cursor, schema, codec, rows, lock = for_update);
-    cursor_statement!(cursors, schema, codec, rows);
-    cursor_statement!(insert_cursor, schema, codec, insert_or_ignore_into);
-    cursor_statement!(save_cursor, schema, codec);
-    cursor_statement!(bump_epoch, schema, codec);
-    cursor_statement!(gaps, schema, codec, rows);
-    cursor_statement!(gap_page, schema, codec, rows);
-    cursor_statement!(gap_by_id, schema, codec);
-    cursor_statement!(insert_gap, schema, codec, last_insert_id);
-    cursor_statement!(update_gap, schema, codec);
-    cursor_statement!(close_gap, schema, codec);
-    cursor_statement!(insert_event_sequence, schema, codec);
-    cursor_statement!(sequenced_events, schema, codec);
-    cursor_statement!(delete_sequenced_events, schema, codec);
-}
+crate::cursor::sql::cursor_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    insert_cursor = insert_or_ignore,
+    gap_id = last_insert_id,
+    lock = for_update,
+    begin_and_advance = compound,
+);
 
 crate::claim::sql::claim_statements!(
     Mysql,
@@ -214,55 +144,15 @@ crate::replay::sql::replay_statements!(
     replay_id = last_insert_id,
 );
 
-impl OutboxSql for Mysql {
-    const OUTBOX_FOLLOWERS: bool = false;
-
-    outbox_statement!(insert_outbox, schema, codec, insert = unique_error);
-
-    async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        aggregate_type: &str,
-        aggregate_id: &str,
-        now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        use crate::sql::Run;
-        LockAggregate {
-            aggregate_type: codec::key(aggregate_type),
-            aggregate_id: codec::key(aggregate_id),
-            now: codec::time(now),
-        }
-        .execute_on(conn)
-        .await
-        .map(drop)
-    }
-
-    async fn delete_idle_outbox_aggregates<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        cutoff: DateTime<Utc>,
-        limit: i64,
-    ) -> QueryResult<usize> {
-        use crate::sql::Run;
-        // A row an open enqueue holds is waited for, and read again after its commit: with
-        // its new time it stays. One deleted between enqueues is inserted again by the next.
-        diesel::sql_query(
-            "DELETE FROM diesel_inbox_outbox_aggregates WHERE enqueued_at < ? ORDER BY enqueued_at LIMIT ?",
-        )
-        .bind::<Datetime, _>(codec::time(cutoff))
-        .bind::<BigInt, _>(limit)
-        .execute_on(conn).await
-    }
-
-    outbox_statement!(outbox_heads, schema, codec, lock = for_update);
-    outbox_statement!(outbox_followers, schema, codec, lock = for_update);
-    outbox_statement!(lease_outbox, schema, codec);
-    outbox_statement!(settle_outbox, schema, codec);
-    outbox_statement!(outbox_rows, schema, codec);
-    outbox_statement!(outbox_row, schema, codec);
-    outbox_statement!(outbox_row_of_event, schema, codec);
-    outbox_statement!(retry_outbox, schema, codec);
-    outbox_statement!(delete_published_outbox, schema, codec);
-    outbox_statement!(outbox_totals, schema, codec);
-}
+crate::outbox::sql::outbox_statements!(
+    Mysql,
+    schema = schema,
+    codec = codec,
+    insert = unique_error,
+    order_lock = aggregate_row,
+    lock = for_update,
+    followers = false,
+);
 
 impl MigrationsSql for Mysql {
     const DIALECT: Dialect = Dialect::Mysql;

@@ -4,16 +4,15 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text};
+use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 
 use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
 use crate::schema::postgres as schema;
-use crate::sql::{CursorSql, Db, DoctorSql, MigrationLock, MigrationsSql, OutboxSql, Run};
+use crate::sql::{Db, DoctorSql, MigrationLock, MigrationsSql, Run};
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {
@@ -47,13 +46,6 @@ mod codec {
         diesel::dsl::sql(&format!("CAST(SUM({expr}) AS BIGINT)"))
     }
 }
-
-row_mappings!(schema = schema, codec = codec);
-
-/// The first key of the two-key advisory locks that order an aggregate's enqueues (the bytes
-/// of `obux`); the second is a hash of the aggregate. Two-key locks never meet one-key ones
-/// such as [`MIGRATION_LOCK_KEY`].
-const OUTBOX_ORDER_LOCK_CLASS: i32 = 0x6f62_7578;
 
 /// The advisory lock key that lets one process at a time apply the inbox migrations: the
 /// bytes of `inbxmigr`.
@@ -97,29 +89,14 @@ crate::retention::sql::retention_statements!(
     lock = for_update,
 );
 
-impl CursorSql for Pg {
-    cursor_statement!(advance_cursor, schema, codec);
-    cursor_statement!(cursor, schema, codec, rows, lock = for_update);
-    cursor_statement!(cursors, schema, codec, rows);
-    cursor_statement!(
-        insert_cursor,
-        schema,
-        codec,
-        insert_into,
-        on_conflict_do_nothing
-    );
-    cursor_statement!(save_cursor, schema, codec);
-    cursor_statement!(bump_epoch, schema, codec);
-    cursor_statement!(gaps, schema, codec, rows);
-    cursor_statement!(gap_page, schema, codec, rows);
-    cursor_statement!(gap_by_id, schema, codec);
-    cursor_statement!(insert_gap, schema, codec, returning);
-    cursor_statement!(update_gap, schema, codec);
-    cursor_statement!(close_gap, schema, codec);
-    cursor_statement!(insert_event_sequence, schema, codec);
-    cursor_statement!(sequenced_events, schema, codec);
-    cursor_statement!(delete_sequenced_events, schema, codec);
-}
+crate::cursor::sql::cursor_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    insert_cursor = on_conflict_do_nothing,
+    gap_id = returning,
+    lock = for_update,
+);
 
 crate::claim::sql::claim_statements!(
     Pg,
@@ -139,51 +116,14 @@ crate::chain::sql::chain_statements!(
 
 crate::replay::sql::replay_statements!(Pg, schema = schema, codec = codec, replay_id = returning,);
 
-impl OutboxSql for Pg {
-    outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);
-
-    async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
-        conn: &mut C,
-        aggregate_type: &str,
-        aggregate_id: &str,
-        _now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        use crate::sql::Run;
-        // Held until the transaction ends. Two aggregates whose hashes collide only wait for
-        // each other. The lock returns `void`, which reads as not null.
-        diesel::select(
-            diesel::dsl::sql::<Bool>("pg_advisory_xact_lock(")
-                .bind::<Integer, _>(OUTBOX_ORDER_LOCK_CLASS)
-                .sql(", hashtext(")
-                .bind::<Text, _>(aggregate_type)
-                .sql(" || chr(31) || ")
-                .bind::<Text, _>(aggregate_id)
-                .sql(")) IS NOT NULL"),
-        )
-        .get_result_on::<bool>(conn)
-        .await
-        .map(drop)
-    }
-
-    async fn delete_idle_outbox_aggregates<F, C: crate::sql::Db<F, Backend = Self>>(
-        _conn: &mut C,
-        _cutoff: DateTime<Utc>,
-        _limit: i64,
-    ) -> QueryResult<usize> {
-        Ok(0) // advisory locks leave no rows
-    }
-
-    outbox_statement!(outbox_heads, schema, codec, lock = for_update);
-    outbox_statement!(outbox_followers, schema, codec, lock = for_update);
-    outbox_statement!(lease_outbox, schema, codec);
-    outbox_statement!(settle_outbox, schema, codec);
-    outbox_statement!(outbox_rows, schema, codec);
-    outbox_statement!(outbox_row, schema, codec);
-    outbox_statement!(outbox_row_of_event, schema, codec);
-    outbox_statement!(retry_outbox, schema, codec);
-    outbox_statement!(delete_published_outbox, schema, codec);
-    outbox_statement!(outbox_totals, schema, codec);
-}
+crate::outbox::sql::outbox_statements!(
+    Pg,
+    schema = schema,
+    codec = codec,
+    insert = do_nothing,
+    order_lock = advisory_lock,
+    lock = for_update,
+);
 
 /// Rolls back every level above `depth`, as far as the connection lets it.
 async fn roll_back_to<F, C: Db<F, Backend = Pg>>(conn: &mut C, depth: u32) {

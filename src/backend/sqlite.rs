@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use diesel::connection::{SimpleConnection, TransactionDepthChange};
 use diesel::prelude::*;
 use diesel::r2d2::CustomizeConnection;
@@ -15,9 +14,7 @@ use crate::check::{Check, CheckStatus};
 use crate::class::ErrorClass;
 use crate::dialect::Dialect;
 use crate::schema::sqlite as schema;
-use crate::sql::{
-    CursorSql, Db, DoctorSql, MigrationLock, MigrationsSql, OutboxSql, Run, TransactionSql,
-};
+use crate::sql::{Db, DoctorSql, MigrationLock, MigrationsSql, Run, TransactionSql};
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
 mod codec {
@@ -53,8 +50,6 @@ mod codec {
     }
 }
 
-row_mappings!(schema = schema, codec = codec);
-
 impl HasInboxSql for SqliteConnection {}
 
 crate::inbox::sql::inbox_statements!(Sqlite, schema = schema, codec = codec, dialect = sqlite);
@@ -74,29 +69,13 @@ crate::retention::sql::retention_statements!(
     prune_lock = writer_lock,
 );
 
-impl CursorSql for Sqlite {
-    cursor_statement!(advance_cursor, schema, codec);
-    cursor_statement!(cursor, schema, codec, rows);
-    cursor_statement!(cursors, schema, codec, rows);
-    cursor_statement!(
-        insert_cursor,
-        schema,
-        codec,
-        insert_into,
-        on_conflict_do_nothing
-    );
-    cursor_statement!(save_cursor, schema, codec);
-    cursor_statement!(bump_epoch, schema, codec);
-    cursor_statement!(gaps, schema, codec, rows);
-    cursor_statement!(gap_page, schema, codec, rows);
-    cursor_statement!(gap_by_id, schema, codec);
-    cursor_statement!(insert_gap, schema, codec, returning);
-    cursor_statement!(update_gap, schema, codec);
-    cursor_statement!(close_gap, schema, codec);
-    cursor_statement!(insert_event_sequence, schema, codec);
-    cursor_statement!(sequenced_events, schema, codec);
-    cursor_statement!(delete_sequenced_events, schema, codec);
-}
+crate::cursor::sql::cursor_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    insert_cursor = on_conflict_do_nothing,
+    gap_id = returning,
+);
 
 crate::claim::sql::claim_statements!(
     Sqlite,
@@ -120,39 +99,13 @@ crate::replay::sql::replay_statements!(
     replay_id = returning,
 );
 
-impl OutboxSql for Sqlite {
-    outbox_statement!(insert_outbox, schema, codec, insert = do_nothing);
-
-    async fn lock_outbox_aggregate<F, C: crate::sql::Db<F, Backend = Self>>(
-        _conn: &mut C,
-        _aggregate_type: &str,
-        _aggregate_id: &str,
-        _now: DateTime<Utc>,
-    ) -> QueryResult<()> {
-        // One writer at a time holds the database from its first write to its commit, so
-        // outbox rows commit in position order already.
-        Ok(())
-    }
-
-    async fn delete_idle_outbox_aggregates<F, C: crate::sql::Db<F, Backend = Self>>(
-        _conn: &mut C,
-        _cutoff: DateTime<Utc>,
-        _limit: i64,
-    ) -> QueryResult<usize> {
-        Ok(0)
-    }
-
-    outbox_statement!(outbox_heads, schema, codec);
-    outbox_statement!(outbox_followers, schema, codec);
-    outbox_statement!(lease_outbox, schema, codec);
-    outbox_statement!(settle_outbox, schema, codec);
-    outbox_statement!(outbox_rows, schema, codec);
-    outbox_statement!(outbox_row, schema, codec);
-    outbox_statement!(outbox_row_of_event, schema, codec);
-    outbox_statement!(retry_outbox, schema, codec);
-    outbox_statement!(delete_published_outbox, schema, codec);
-    outbox_statement!(outbox_totals, schema, codec);
-}
+crate::outbox::sql::outbox_statements!(
+    Sqlite,
+    schema = schema,
+    codec = codec,
+    insert = do_nothing,
+    order_lock = none,
+);
 
 impl MigrationsSql for Sqlite {
     const DIALECT: Dialect = Dialect::Sqlite;

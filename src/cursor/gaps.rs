@@ -3,12 +3,13 @@
 
 use tracing::info;
 
+use super::sql::{CursorSql, GapRow};
+use super::{Gap, GapState};
 use crate::decide::Failure;
 use crate::engine::{self, run_ready, Body};
-use crate::gap::Gap;
-use crate::rows::{GapRow, Listed};
-use crate::sql::{Blocking, CursorSql, Db, Sql};
-use crate::state::{CorruptRow, GapState};
+use crate::rows::Listed;
+use crate::sql::{Blocking, Db, Sql};
+use crate::state::CorruptRow;
 use crate::watermark::Stream;
 use crate::{AdminError, Audit, Error, Inbox, InboxConnection, RetryPolicy};
 

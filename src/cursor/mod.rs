@@ -16,20 +16,25 @@ use crate::names::{InvalidStreamName, StreamName};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
-use crate::sql::{Blocking, CursorSql, Db, InboxSql, RetentionSql, Sql};
-use crate::state::GapState;
+use crate::sql::{Blocking, Db, InboxSql, RetentionSql, Sql};
 use crate::watermark::{Change, Refusal, Stream, Verdict};
-use crate::{
-    Delivery, Duplicate, Error, EventId, Gap, HandlerError, Inbox, InboxConnection, Outcome,
-};
+use crate::{Delivery, Duplicate, Error, EventId, HandlerError, Inbox, InboxConnection, Outcome};
+use sql::CursorSql;
 
+#[cfg(feature = "async")]
+pub(crate) mod asynch;
 mod batch;
+mod gap;
 mod gaps;
 mod prune;
+pub(crate) mod sql;
+mod state;
 
 #[cfg(feature = "async")]
 pub(crate) use batch::SequenceEffect;
+pub use gap::Gap;
 pub use gaps::Gaps;
+pub use state::{GapCause, GapState};
 
 /// How many gaps that may still fill a cursor keeps open by default; see
 /// [`Cursor::max_open_gaps`].
@@ -810,7 +815,7 @@ pub struct Position {
 }
 
 impl Position {
-    fn from_row(stream: String, row: crate::rows::CursorRow) -> Self {
+    fn from_row(stream: String, row: sql::CursorRow) -> Self {
         Self {
             stream,
             watermark: row.watermark,

@@ -3,9 +3,10 @@
 
 use crate::decide::{Failure, Scope};
 use crate::engine::{self, run_ready, Body};
-use crate::sql::{Blocking, CursorSql, Db, RetentionSql, Sql};
+use crate::sql::{Blocking, Db, RetentionSql, Sql};
 use crate::{AdminError, Error, InboxConnection};
 
+use super::sql::CursorSql;
 use super::Cursor;
 
 impl Cursor {

@@ -6,13 +6,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tracing::info;
 
-use super::Outbox;
+use super::sql::{OutboxRow, OutboxSql};
+use super::{Outbox, OutboxState};
 use crate::duration::{before, now};
 use crate::engine::run_ready;
 use crate::replay::sql::ReplaySql;
-use crate::rows::OutboxRow;
-use crate::sql::{Blocking, Db, OutboxSql, Sql};
-use crate::state::{CorruptRow, OutboxState};
+use crate::sql::{Blocking, Db, Sql};
+use crate::state::CorruptRow;
 use crate::{observe, AdminError, Audit, Error, InboxConnection};
 
 /// One outbox row, as ops see it.

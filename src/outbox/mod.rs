@@ -10,20 +10,26 @@
 //! - `plan.rs`: the relay's decisions (order, backoff, failure), apart from its I/O.
 //! - `publish.rs`: the [`Publisher`] and [`AsyncPublisher`] traits.
 //! - `ledger.rs`: what ops read and do: [`OutboxRecord`], retrying failed rows, retention.
+//! - `sql.rs`: its statements for every backend and the rows they read and write;
+//!   `state.rs`: [`OutboxState`]; `asynch.rs`: the async front (feature `async`).
 
 use std::collections::BTreeMap;
 
 use crate::decide::{Failure, Scope};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Subject};
-use crate::rows::NewOutboxRow;
-use crate::sql::{Blocking, Db, OutboxSql, Sql};
+use crate::sql::{Blocking, Db, Sql};
 use crate::{observe, Envelope, Error, InboxConnection, RetryPolicy};
+use sql::{NewOutboxRow, OutboxSql};
 
+#[cfg(feature = "async")]
+pub(crate) mod asynch;
 mod ledger;
 mod plan;
 mod publish;
 mod relay;
+pub(crate) mod sql;
+mod state;
 
 #[cfg(feature = "async")]
 pub(crate) use relay::Awaits;
@@ -33,6 +39,7 @@ pub use ledger::{OutboxRecord, OutboxStats};
 pub use publish::BlockingPublisher;
 pub use publish::{AsyncPublisher, OutboxMessage, PublishError, Publisher};
 pub use relay::{Relay, RelayPass};
+pub use state::OutboxState;
 
 /// The longest topic the outbox takes, in bytes.
 pub const MAX_TOPIC_BYTES: usize = 255;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::sql::OutboxRow;
 use crate::duration::after;
-use crate::rows::OutboxRow;
 use crate::PublishError;
 
 /// The delay before a failed publish is tried again: doubling from `first`, at most `max`,
@@ -124,7 +124,7 @@ impl Blocked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::OutboxState;
+    use crate::outbox::OutboxState;
 
     fn row(position: i64, aggregate: &str) -> OutboxRow {
         let now = Utc::now();

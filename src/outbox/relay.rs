@@ -24,11 +24,11 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::plan::{self, Backoff, Blocked, Settle};
+use super::sql::{OutboxChange, OutboxRow, OutboxSql};
 use crate::decide::{Failure, Scope};
 use crate::duration::{after, now};
 use crate::engine::{self, run_ready, Body, Subject};
-use crate::rows::{OutboxChange, OutboxRow};
-use crate::sql::{Blocking, Db, OutboxSql, Sql, TransactionSql};
+use crate::sql::{Blocking, Db, Sql, TransactionSql};
 use crate::{
     observe, AdminError, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher,
     RetryPolicy,

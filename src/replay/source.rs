@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::plan::{Place, Range};
 use crate::engine::run_ready;
-use crate::rows::OutboxRow;
-use crate::sql::{Blocking, Db, OutboxSql, Sql};
+use crate::outbox::sql::{OutboxRow, OutboxSql};
+use crate::sql::{Blocking, Db, Sql};
 use crate::{Envelope, Error, InboxConnection, Message};
 
 /// The name an outbox source records (followed by `:` and the aggregate, for one aggregate's

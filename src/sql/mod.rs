@@ -17,31 +17,31 @@
 //!   [`OutboxSql`] (`outbox/`), [`ChainSql`] (`chain/`), [`ReplaySql`] (`replay/`); and here,
 //!   the migrations' lock and record, [`MigrationsSql`] (`migrations.rs`), and the doctor's
 //!   catalogue reads, [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
+//!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor/sql.rs`),
+//!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox/sql.rs`), [`ChainSql`] (`chain.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
 
 #[cfg(feature = "async")]
 mod asynch;
 mod blocking;
-mod cursor;
 mod db;
 mod doctor;
 mod migrations;
-mod outbox;
 mod transaction;
 
 pub(crate) use crate::chain::sql::ChainSql;
 pub(crate) use crate::claim::sql::ClaimSql;
+pub(crate) use crate::cursor::sql::CursorSql;
 pub(crate) use crate::dead_letter::sql::FailureSql;
 pub(crate) use crate::inbox::sql::{Began, InboxSql};
+pub(crate) use crate::outbox::sql::OutboxSql;
 pub(crate) use crate::replay::sql::ReplaySql;
 pub(crate) use crate::retention::sql::RetentionSql;
 #[cfg(feature = "async")]
 pub(crate) use asynch::Async;
 pub(crate) use blocking::Blocking;
-pub(crate) use cursor::CursorSql;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use doctor::DoctorSql;
 pub(crate) use migrations::{MigrationLock, MigrationsSql};
-pub(crate) use outbox::OutboxSql;
 #[cfg(feature = "mysql")]
 pub(crate) use transaction::mysql::{compound, BeginThen};
 #[cfg(feature = "postgres")]

@@ -10,8 +10,8 @@ use crate::{
     Position, Resume, Sequenced,
 };
 
-use super::batch::{SequenceHandler, Sequences};
-use super::{AsyncInboxConnection, Called, Handler, Inbox};
+use crate::asynch::batch::{SequenceHandler, Sequences};
+use crate::asynch::{AsyncInboxConnection, Called, Handler, Inbox};
 
 impl Inbox {
     /// A cursor of this consumer over the stream called `stream`: [`crate::Inbox::cursor`].

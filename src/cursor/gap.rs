@@ -5,9 +5,9 @@ use std::ops::RangeInclusive;
 
 use chrono::{DateTime, Utc};
 
+use super::sql::GapRow;
+use super::{GapCause, GapState};
 use crate::audit::Audit;
-use crate::rows::GapRow;
-use crate::state::{GapCause, GapState};
 use crate::watermark::{unstored, OpenGap};
 
 /// One range of missing sequences in a stream, as the ledger keeps it: a record read back, so

@@ -11,7 +11,7 @@ use crate::{
     OutboxStats, RelayPass,
 };
 
-use super::AsyncInboxConnection;
+use crate::asynch::AsyncInboxConnection;
 
 /// A producer's outbox on async connections: [`crate::Outbox`], whose enqueues are awaited.
 ///
