@@ -227,7 +227,6 @@ mod rows;
 pub mod schema;
 mod sql;
 mod state;
-mod watermark;
 
 pub use ack::{Ack, AckOutcome};
 pub use audit::Audit;

@@ -1,20 +1,18 @@
-//! The per-backend SQL.
+//! What each backend is: its connection types, how it binds keys and times, its migrations' lock
+//! and the doctor's catalogue reads.
 //!
-//! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) implements every area of
-//! [`crate::sql`] for its backend type (`impl InboxSql for Pg`), on a connection of either
-//! flavour, and says how it binds keys and times (`mod codec`). A statement that reads the
-//! same on every backend is written once, in its area's file here (`inbox.rs`,
-//! `cursor.rs`, `claims.rs`, `outbox.rs`), and each backend's impl names every
-//! one it takes from there, with its codec and schema as explicit arguments; the row mappings
-//! and row builders they share are `portable.rs`. How a backend begins and commits a
-//! transaction, checks that it is alive, and classifies its errors is
-//! [`crate::sql::TransactionSql`].
+//! Each backend file (`postgres.rs`, `sqlite.rs`, `mysql.rs`) says how its backend binds keys
+//! and times (`mod codec`) and stamps every area's statements for it, one line an area
+//! (`crate::claim::sql::claim_statements!(Pg, schema = schema, codec = codec, ..)`): the
+//! statements themselves, for every backend, are in the area's folder (`<area>/sql.rs`). How a
+//! backend begins and commits a transaction, checks that it is alive, and classifies its errors
+//! is [`crate::sql::TransactionSql`].
 //!
-//! The migrations' lock and record ([`crate::sql::MigrationsSql`]) are an area too: the record's
+//! Here besides: the migrations' lock and record ([`crate::sql::MigrationsSql`]): the record's
 //! statements are `tracking.rs`, and the wait for a lock the database cannot wait for itself
-//! (PostgreSQL's) is `lock.rs`; the doctor's catalogue reads are [`crate::sql::DoctorSql`].
-//! The rows the statements read and write are [`crate::rows`]; what their errors mean is [`crate::class`]. Adding a
-//! backend touches this folder and one impl per area.
+//! (PostgreSQL's) is `lock.rs`; the doctor's catalogue reads ([`crate::sql::DoctorSql`]), with
+//! the shapes every backend shares in `portable.rs`. Adding a backend touches this folder and
+//! one line per area in its file.
 
 use chrono::{DateTime, Utc};
 use diesel::connection::LoadConnection;

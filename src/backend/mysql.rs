@@ -92,6 +92,8 @@ pub(crate) async fn release_named_lock<F, C: Db<F, Backend = Mysql>>(
 
 impl HasInboxSql for MysqlConnection {}
 
+impl crate::sql::Sql for Mysql {}
+
 crate::inbox::sql::inbox_statements!(Mysql, schema = schema, codec = codec, dialect = mysql);
 
 crate::dead_letter::sql::failure_statements!(

@@ -70,6 +70,8 @@ async fn try_transaction_lock<F, C: Db<F, Backend = Pg>>(
 
 impl HasInboxSql for PgConnection {}
 
+impl crate::sql::Sql for Pg {}
+
 crate::inbox::sql::inbox_statements!(Pg, schema = schema, codec = codec, dialect = postgres);
 
 crate::dead_letter::sql::failure_statements!(

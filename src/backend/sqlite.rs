@@ -52,6 +52,8 @@ mod codec {
 
 impl HasInboxSql for SqliteConnection {}
 
+impl crate::sql::Sql for Sqlite {}
+
 crate::inbox::sql::inbox_statements!(Sqlite, schema = schema, codec = codec, dialect = sqlite);
 
 crate::dead_letter::sql::failure_statements!(

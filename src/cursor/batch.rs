@@ -3,12 +3,12 @@
 
 use std::future::Future;
 
+use super::watermark::Verdict;
 use crate::decide::{Failure, Scope, Then};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::Tally;
 use crate::sql::{Blocking, Db, Sql};
-use crate::watermark::Verdict;
 use crate::{Gap, HandlerError, InboxConnection, Outcome};
 
 use super::{processed, stored, Cursor};

@@ -6,9 +6,9 @@ use std::ops::RangeInclusive;
 use chrono::{DateTime, Utc};
 
 use super::sql::GapRow;
+use super::watermark::{unstored, OpenGap};
 use super::{GapCause, GapState};
 use crate::audit::Audit;
-use crate::watermark::{unstored, OpenGap};
 
 /// One range of missing sequences in a stream, as the ledger keeps it: a record read back, so
 /// its fields are public, as every record the crate lists is.

@@ -4,13 +4,13 @@
 use tracing::info;
 
 use super::sql::{CursorSql, GapRow};
+use super::watermark::Stream;
 use super::{Gap, GapState};
 use crate::decide::Failure;
 use crate::engine::{self, run_ready, Body};
 use crate::rows::Listed;
 use crate::sql::{Blocking, Db, Sql};
 use crate::state::CorruptRow;
-use crate::watermark::Stream;
 use crate::{AdminError, Audit, Error, Inbox, InboxConnection, RetryPolicy};
 
 /// A consumer's gap ledger, of every stream or of one: [`Inbox::gaps`], [`Cursor::gaps`](crate::Cursor::gaps).

@@ -17,9 +17,9 @@ use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
 use crate::sql::{Blocking, Db, InboxSql, RetentionSql, Sql};
-use crate::watermark::{Change, Refusal, Stream, Verdict};
 use crate::{Delivery, Duplicate, Error, EventId, HandlerError, Inbox, InboxConnection, Outcome};
 use sql::CursorSql;
+use watermark::{Change, Refusal, Stream, Verdict};
 
 #[cfg(feature = "async")]
 pub(crate) mod asynch;
@@ -29,6 +29,7 @@ mod gaps;
 mod prune;
 pub(crate) mod sql;
 mod state;
+mod watermark;
 
 #[cfg(feature = "async")]
 pub(crate) use batch::SequenceEffect;
@@ -841,7 +842,7 @@ impl Position {
 
     /// The highest sequence settled.
     pub fn high(&self) -> Option<u64> {
-        self.high.map(crate::watermark::unstored)
+        self.high.map(watermark::unstored)
     }
 
     /// Where to seek the broker.

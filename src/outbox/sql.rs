@@ -216,7 +216,7 @@ pub(crate) mod mysql {
 
     /// Upserts an aggregate's row in `diesel_inbox_outbox_aggregates`, which locks it until the
     /// transaction ends (see `lock_outbox_aggregate`): written out for the same reason as
-    /// `RecordDelivery` (`backend/mysql.rs`).
+    /// `RecordDelivery` (`inbox/mysql.rs`).
     pub(crate) struct LockAggregate<'a> {
         pub(crate) aggregate_type: &'a [u8],
         pub(crate) aggregate_id: &'a [u8],

@@ -17,8 +17,6 @@
 //!   [`OutboxSql`] (`outbox/`), [`ChainSql`] (`chain/`), [`ReplaySql`] (`replay/`); and here,
 //!   the migrations' lock and record, [`MigrationsSql`] (`migrations.rs`), and the doctor's
 //!   catalogue reads, [`DoctorSql`] (`doctor.rs`). [`Sql`] names them all.
-//!   [`RetentionSql`] (`retention.rs`), [`CursorSql`] (`cursor/sql.rs`),
-//!   [`ClaimSql`] (`claim/sql.rs`), [`OutboxSql`] (`outbox/sql.rs`), [`ChainSql`] (`chain.rs`), [`ReplaySql`] (`replay.rs`), the migrations' lock and
 
 #[cfg(feature = "async")]
 mod asynch;
@@ -53,7 +51,8 @@ pub(crate) use transaction::TransactionSql;
 ///
 /// It also names what Diesel asks of a backend for `sql_query` and the query DSL, so that a
 /// handler generic over [`InboxConnection`](crate::InboxConnection) runs them with that one
-/// bound.
+/// bound. The list is written once: each backend's file says `impl Sql for Pg {}`, which
+/// compiles only when every area's statements are stamped for it.
 pub trait Sql:
     'static
     + diesel::backend::DieselReserveSpecialization
@@ -67,21 +66,5 @@ pub trait Sql:
     + ReplaySql
     + MigrationsSql
     + DoctorSql
-{
-}
-
-impl<B> Sql for B where
-    B: 'static
-        + diesel::backend::DieselReserveSpecialization
-        + InboxSql
-        + FailureSql
-        + RetentionSql
-        + CursorSql
-        + ClaimSql
-        + OutboxSql
-        + ChainSql
-        + ReplaySql
-        + MigrationsSql
-        + DoctorSql
 {
 }
