@@ -23,7 +23,8 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 use diesel_inbox::{
-    Audit, ClaimOutcome, Claimed, Delivery, InDoubtPolicy, Inbox, Resolution, SqliteSetup,
+    claim::{ClaimOutcome, Claimed, InDoubtPolicy, Resolution},
+    Audit, Delivery, Inbox, SqliteSetup,
 };
 use serde_json::json;
 

@@ -20,8 +20,9 @@ use diesel_inbox::replay::{
     Replays, Report, Target,
 };
 use diesel_inbox::{
-    Ack, Audit, Envelope, Inbox, Outbox, OutboxMessage, PublishError, Publisher, Relay,
-    SchemaVersions, SqliteSetup,
+    envelope::{Envelope, SchemaVersions},
+    outbox::{Outbox, OutboxMessage, PublishError, Publisher, Relay},
+    Ack, Audit, Inbox, SqliteSetup,
 };
 use serde::{Deserialize, Serialize};
 

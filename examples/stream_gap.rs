@@ -13,7 +13,8 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use diesel_inbox::{
-    Ack, Audit, CorruptRow, Cursor, Gap, Inbox, Outcome, Resume, Sequenced, SqliteSetup,
+    cursor::{Cursor, Gap, Resume, Sequenced},
+    Ack, Audit, CorruptRow, Inbox, Outcome, SqliteSetup,
 };
 
 /// A message of the stream, as the broker hands it over.

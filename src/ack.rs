@@ -1,6 +1,6 @@
 //! What a broker loop does with a message once the inbox has seen it.
 
-use crate::{ClaimOutcome, Error, FailureKind, HandlerError, Outcome};
+use crate::{claim::ClaimOutcome, Error, FailureKind, HandlerError, Outcome};
 
 /// What to tell the broker about the message a delivery came from.
 ///
@@ -67,7 +67,7 @@ impl Ack {
     /// instead); any other that carries no inbox error is [`Redeliver`](Ack::Redeliver): it
     /// was recorded as a failed attempt, or not counted at all, and runs again on redelivery.
     ///
-    /// It reads the result of a [claim](crate::Claims::run) the same way ([`ClaimOutcome::ack`]).
+    /// It reads the result of a [claim](crate::claim::Claims::run) the same way ([`ClaimOutcome::ack`]).
     pub fn of<O: AckOutcome, E: HandlerError>(result: &Result<O, E>) -> Ack {
         match result {
             Ok(outcome) => outcome.ack(),
@@ -88,7 +88,7 @@ mod sealed {
     /// Keeps [`AckOutcome`](super::AckOutcome) to the crate's outcomes.
     pub trait Sealed {}
     impl<T> Sealed for crate::Outcome<T> {}
-    impl<T> Sealed for crate::ClaimOutcome<T> {}
+    impl<T> Sealed for crate::claim::ClaimOutcome<T> {}
     impl Sealed for crate::chain::BlockOutcome {}
 }
 

@@ -1,8 +1,10 @@
 //! The errors the library itself raises. The handler's own errors pass through untouched.
 
 use crate::{
-    ClaimState, DeadLetterState, EventId, GapState, InvalidConsumerName, InvalidEventId,
-    InvalidStreamName,
+    claim::ClaimState,
+    cursor::{GapState, InvalidStreamName},
+    dead_letter::DeadLetterState,
+    EventId, InvalidConsumerName, InvalidEventId,
 };
 
 /// Boxed error from the migration harness.
@@ -26,7 +28,7 @@ pub enum Error {
     InvalidConsumerName(#[from] InvalidConsumerName),
     /// A database error that is not contention: connection lost, schema missing, permissions.
     /// Its message names the schema's remedy only when the error is a missing table.
-    #[error("database error in the inbox transaction: {}{}", crate::redact(&.0.to_string()), if crate::class::is_missing_table(.0) { " (a table is missing: apply the inbox schema with diesel_inbox::run_pending_migrations)" } else { "" })]
+    #[error("database error in the inbox transaction: {}{}", crate::redact::redact(&.0.to_string()), if crate::class::is_missing_table(.0) { " (a table is missing: apply the inbox schema with diesel_inbox::run_pending_migrations)" } else { "" })]
     Database(#[from] diesel::result::Error),
     /// Contention (serialization failure, deadlock, lock timeout, busy database) outlasted the
     /// retry policy. Nothing was committed; redeliver later or raise
@@ -93,8 +95,8 @@ pub enum Error {
         event_id: EventId,
     },
     /// No connection could be taken from the pool. The text is the pool's error with any
-    /// password redacted ([`redact`](crate::redact)) when the crate builds it.
-    #[error("no database connection from the pool: {}", crate::redact(.0))]
+    /// password redacted ([`redact`](crate::redact::redact)) when the crate builds it.
+    #[error("no database connection from the pool: {}", crate::redact::redact(.0))]
     Pool(String),
     /// The handler marked its failure permanent ([`Error::permanent`]): it will fail the same
     /// way every time, so the event is dead-lettered on this first attempt.
@@ -114,7 +116,7 @@ pub enum Error {
     CorruptRow(#[from] crate::state::CorruptRow),
     /// Another instance acquired the stream since this cursor's epoch was handed out (a
     /// rebalance): this instance is a zombie. Nothing was committed, the effect included.
-    /// Stop consuming the stream, or [`acquire`](crate::Cursor::acquire) it again.
+    /// Stop consuming the stream, or [`acquire`](crate::cursor::Cursor::acquire) it again.
     #[error("stream {stream:?} is fenced: this cursor writes with epoch {}, but the stream's epoch is {current} (another instance acquired it); nothing was committed, so stop consuming the stream or acquire it again", .epoch.map_or_else(|| "none".to_owned(), |e| e.to_string()))]
     Fenced {
         /// The stream.
@@ -125,9 +127,9 @@ pub enum Error {
         current: u64,
     },
     /// Accepting the sequence would open more gaps that may still fill than
-    /// [`Cursor::max_open_gaps`](crate::Cursor::max_open_gaps) allows. Nothing was committed.
+    /// [`Cursor::max_open_gaps`](crate::cursor::Cursor::max_open_gaps) allows. Nothing was committed.
     /// Deliver the missing sequences, resolve gaps given up on
-    /// ([`Gaps::resolve`](crate::Gaps::resolve), `diesel-inbox gaps resolve`), or raise the
+    /// ([`Gaps::resolve`](crate::cursor::Gaps::resolve), `diesel-inbox gaps resolve`), or raise the
     /// bound; then redeliver.
     #[error("stream {stream:?} already has {open} open gaps, the most Cursor::max_open_gaps allows; nothing was committed: deliver the missing sequences or resolve gaps (diesel-inbox gaps), then redeliver")]
     TooManyOpenGaps {
@@ -208,7 +210,7 @@ pub enum Error {
     /// A sequence above `i64::MAX`, which no backend stores. Nothing was committed.
     #[error("sequence {0} is above {max}, the largest a cursor stores", max = i64::MAX)]
     SequenceOutOfRange(u64),
-    /// [`Claims::claim`](crate::Claims::claim) or [`Claims::run`](crate::Claims::run) was
+    /// [`Claims::claim`](crate::claim::Claims::claim) or [`Claims::run`](crate::claim::Claims::run) was
     /// called inside an open transaction. A claim must commit before the side effect runs, or
     /// a crash would leave the effect done and no record of it. Nothing was claimed.
     #[error("a claim was taken inside an open transaction: it must commit on its own before the side effect runs, so call Claims::claim or Claims::run outside any transaction; nothing was claimed")]
@@ -285,14 +287,14 @@ pub enum AdminError {
         /// The row's position.
         position: i64,
         /// Its state.
-        state: crate::OutboxState,
+        state: crate::outbox::OutboxState,
     },
     /// A relay pass was asked for inside an open transaction: its claim must commit before it
     /// publishes, and its marks after. Run the relay on a connection of its own.
     #[error("the outbox relay runs its own transactions: call it outside any transaction, on a connection of its own")]
     RelayInsideTransaction,
     /// Applying the inbox migrations failed.
-    #[error("applying the inbox migrations failed: {}", crate::redact(&.0.to_string()))]
+    #[error("applying the inbox migrations failed: {}", crate::redact::redact(&.0.to_string()))]
     Migration(#[source] MigrationError),
     /// Another process is applying the inbox migrations (it holds the migration lock: a
     /// PostgreSQL advisory lock, a MySQL/MariaDB `GET_LOCK`, SQLite's write lock), and did not
@@ -327,7 +329,7 @@ pub enum AdminError {
     },
     /// Another [`Inbox::prune`](crate::Inbox::prune) holds the prune lock (in this process or
     /// another), or on a Galera cluster the prune lease; or took the lease over from this
-    /// prune, after it ran past [`PRUNE_LEASE_TERM`](crate::PRUNE_LEASE_TERM) between two
+    /// prune, after it ran past [`PRUNE_LEASE_TERM`](crate::retention::PRUNE_LEASE_TERM) between two
     /// batches. Nothing more was deleted; try again later.
     #[error("another prune of the inbox is running (it holds the prune lock, or on a Galera cluster the prune lease); nothing more was deleted, try again later")]
     PruneRunning,
@@ -337,7 +339,7 @@ pub enum AdminError {
     #[error("Inbox::prune was called inside an open transaction; it commits each batch on its own to hold locks briefly, so call it outside any transaction")]
     PruneInsideTransaction,
     /// No gap of this consumer (and stream) has that id; list them with
-    /// [`Gaps::list`](crate::Gaps::list) or `diesel-inbox gaps`.
+    /// [`Gaps::list`](crate::cursor::Gaps::list) or `diesel-inbox gaps`.
     #[error("no gap {id} for this consumer; list the gaps with Gaps::list or diesel-inbox gaps")]
     GapNotFound {
         /// The id asked for.
@@ -352,7 +354,7 @@ pub enum AdminError {
         state: GapState,
     },
     /// No claim of this consumer has that id; list them with
-    /// [`Claims::list`](crate::Claims::list) or `diesel-inbox claims --all`.
+    /// [`Claims::list`](crate::claim::Claims::list) or `diesel-inbox claims --all`.
     #[error("no claim {event_id:?} for this consumer; list the claims with Claims::list or diesel-inbox claims --all")]
     ClaimNotFound {
         /// The id asked for.
@@ -454,7 +456,7 @@ impl Error {
     /// [`Error::Pool`] from the pool's error, its text redacted: a driver's connection error
     /// may echo the URL, password included.
     pub(crate) fn pool(error: &impl std::fmt::Display) -> Self {
-        Error::Pool(crate::redact(&error.to_string()))
+        Error::Pool(crate::redact::redact(&error.to_string()))
     }
 
     /// Whether this is a database error saying a table does not exist (PostgreSQL's

@@ -40,7 +40,7 @@
 //!   the next delivery runs it again. A panic rolls back before it continues unwinding. The
 //!   failure is recorded, and after [`Inbox::max_attempts`] failures the event is
 //!   dead-lettered: later deliveries skip it until ops redrive, discard or release it
-//!   ([`DeadLetters`]).
+//!   ([`DeadLetters`](dead_letter::DeadLetters)).
 //! - A [`Delivery`] with a payload is fingerprinted: the same id with a different payload is
 //!   [`Error::PayloadMismatch`], not a silent duplicate.
 //! - A handler that swallows a failed statement is not reported as processed when the database
@@ -60,38 +60,41 @@
 //!
 //! # Side effects outside the database
 //!
-//! A rollback cannot unsend an email. [`Claims`] commit a claim on the event before the side
-//! effect runs outside any transaction, and its completion, with the result, after. A
-//! duplicate gets the stored result; a concurrent delivery sees the claim
-//! [in progress](ClaimOutcome::InProgress). A crash between the two leaves the claim
-//! [in doubt](ClaimOutcome::InDoubt): never run again on its own, visible, and resolved by
-//! ops ([`Claims::resolve`]). [`InDoubtPolicy::RerunAfterLease`] re-runs it instead, with a
-//! stable [idempotency key](Claim::idempotency_key) the downstream service deduplicates.
+//! A rollback cannot unsend an email. [`Claims`](claim::Claims) commit a claim on the event before
+//! the side effect runs outside any transaction, and its completion, with the result, after. A
+//! duplicate gets the stored result; a concurrent delivery sees the claim [in
+//! progress](claim::ClaimOutcome::InProgress). A crash between the two leaves the claim [in
+//! doubt](claim::ClaimOutcome::InDoubt): never run again on its own, visible, and resolved by ops
+//! ([`Claims::resolve`](claim::Claims::resolve)).
+//! [`InDoubtPolicy::RerunAfterLease`](claim::InDoubtPolicy::RerunAfterLease) re-runs it instead,
+//! with a stable [idempotency key](claim::Claim::idempotency_key) the downstream service
+//! deduplicates.
 //!
 //! # The producer side: a transactional outbox
 //!
-//! [`Outbox::enqueue`] writes an [`Envelope`] (a UUIDv7 id, the aggregate, the event type and
-//! schema version, when, who, the trace context, headers and payload) with one INSERT in the
-//! caller's transaction, an inbox effect's included: the business writes and the event commit
-//! together or not at all. A [`Relay`] publishes the committed rows through a [`Publisher`] or
-//! an [`AsyncPublisher`], in order per aggregate, and marks them; several relays share the
-//! work, a failing publish is retried with backoff, and a poison row is failed with its reason
-//! while the rows after it go on. The relay publishes at least once; the broker's dedup window
-//! (JetStream's `Nats-Msg-Id`, set by the `diesel-inbox-nats` package's `JetStreamPublisher`)
-//! and the consumers' inbox absorb repeats. Consumers read an envelope back
-//! ([`Envelope::from_message`]), hand it to the inbox as the delivery,
-//! and check its version against the [`SchemaVersions`] they accept: an unknown version is
-//! dead-lettered, never a crash loop.
+//! [`Outbox::enqueue`](outbox::Outbox::enqueue) writes an [`Envelope`](envelope::Envelope) (a
+//! UUIDv7 id, the aggregate, the event type and schema version, when, who, the trace context,
+//! headers and payload) with one INSERT in the caller's transaction, an inbox effect's included:
+//! the business writes and the event commit together or not at all. A [`Relay`](outbox::Relay)
+//! publishes the committed rows through a [`Publisher`](outbox::Publisher) or an
+//! [`AsyncPublisher`](outbox::AsyncPublisher), in order per aggregate, and marks them; several
+//! relays share the work, a failing publish is retried with backoff, and a poison row is failed
+//! with its reason while the rows after it go on. The relay publishes at least once; the broker's
+//! dedup window (JetStream's `Nats-Msg-Id`, set by the `diesel-inbox-nats` package's
+//! `JetStreamPublisher`) and the consumers' inbox absorb repeats. Consumers read an envelope back
+//! ([`Envelope::from_message`](envelope::Envelope::from_message)), hand it to the inbox as the
+//! delivery, and check its version against the [`SchemaVersions`](envelope::SchemaVersions) they
+//! accept: an unknown version is dead-lettered, never a crash loop.
 //!
 //! # Ordered streams
 //!
 //! Where the broker numbers messages once (Kafka offsets, JetStream stream sequences), a
-//! [`Cursor`] dedupes with one row per stream: a sequence at or below the
-//! watermark is [`Outcome::Duplicate`], the next one costs one update, and a jump is processed
-//! and recorded in the gap ledger ([`Gaps`], [`Outcome::ProcessedAfterGap`]). Late arrivals
-//! fill gaps; the broker's first available sequence turns a cursor behind it into an evicted
-//! gap, never a silent reset. [`Cursor::acquire`] fences zombies with an epoch, and
-//! [`Cursor::resume`] says where to seek the broker.
+//! [`Cursor`](cursor::Cursor) dedupes with one row per stream: a sequence at or below the watermark
+//! is [`Outcome::Duplicate`], the next one costs one update, and a jump is processed and recorded
+//! in the gap ledger ([`Gaps`](cursor::Gaps), [`Outcome::ProcessedAfterGap`]). Late arrivals fill
+//! gaps; the broker's first available sequence turns a cursor behind it into an evicted gap, never
+//! a silent reset. [`Cursor::acquire`](cursor::Cursor::acquire) fences zombies with an epoch, and
+//! [`Cursor::resume`](cursor::Cursor::resume) says where to seek the broker.
 //!
 //! # Chains and reorgs
 //!
@@ -129,33 +132,33 @@
 //!
 //! # Operating it
 //!
-//! - **Retention**: [`Inbox::prune`] removes processed rows older than the consumer's
-//!   [redelivery window](Inbox::redelivery_window), in short batches, one runner at a time
-//!   ([`Retention`]).
-//! - **Stats**: [`Inbox::stats`] and [`Stats::all`] read what each consumer processed, skipped
-//!   and failed, in total and over a recent window.
-//! - **Metrics**: the `metrics` feature records deliveries, their durations, failed attempts,
-//!   dead letters, contention retries and pruned rows through the
-//!   [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the application
-//!   installs (`describe_metrics` lists them).
-//! - **Health**: [`doctor::check`] says whether the schema is applied and current and the
-//!   backend set up as the inbox needs.
-//! - **The ops CLI**: `cargo install diesel-inbox-cli` installs `diesel-inbox`: stats, dead
-//!   letters (list, show, export, discard, release), gaps (list, resolve), claims (list, show, resolve),
-//!   the outbox (list, show, retry, prune), reorgs, replays (plan, run, reconcile, accept
-//!   and the rest), prune, doctor and the migrations
-//!   (`diesel-inbox --help`).
+//! - **Retention**: [`Inbox::prune`] removes processed rows older than the consumer's [redelivery
+//!   window](Inbox::redelivery_window), in short batches, one runner at a time
+//!   ([`Retention`](retention::Retention)).
+//! - **Stats**: [`Inbox::stats`] and [`Stats::all`](retention::Stats::all) read what each consumer
+//!   processed, skipped and failed, in total and over a recent window.
+//! - **Metrics**: the `metrics` feature records deliveries, their durations, failed attempts, dead
+//!   letters, contention retries and pruned rows through the [`metrics`](https://docs.rs/metrics)
+//!   facade, for whatever exporter the application installs (`describe_metrics` lists them).
+//! - **Health**: [`doctor::check`] says whether the schema is applied and current and the backend
+//!   set up as the inbox needs.
+//! - **The ops CLI**: `cargo install diesel-inbox-cli` installs `diesel-inbox`: stats, dead letters
+//!   (list, show, export, discard, release), gaps (list, resolve), claims (list, show, resolve),
+//!   the outbox (list, show, retry, prune), reorgs, replays (plan, run, reconcile, accept and the
+//!   rest), prune, doctor and the migrations (`diesel-inbox --help`).
 //!
 //! # Errors
 //!
-//! Handlers return their own `Result<T, E>` with `E: `[`HandlerError`]: `From<`[`Error`]`>`,
-//! so the handler's error comes back unchanged and the inbox's own errors travel the same way;
-//! `Display`, so a failure can be recorded with its message; and optional accessors for the
-//! Diesel error inside (contention is retried, never counted) and the inbox error inside.
-//! [`diesel::result::Error`](https://docs.rs/diesel/2/diesel/result/enum.Error.html) implements it, so handlers returning [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html) work
-//! as they are. A handler marks a failure permanent ([`Error::permanent`]: dead-lettered at
-//! once) or transient ([`Error::transient`]: redelivered, never counted); the default counts
-//! it toward [`Inbox::max_attempts`].
+//! Handlers return their own `Result<T, E>` with `E: `[`HandlerError`]: `From<`[`Error`]`>`, so the
+//! handler's error comes back unchanged and the inbox's own errors travel the same way; `Display`,
+//! so a failure can be recorded with its message; and optional accessors for the Diesel error
+//! inside (contention is retried, never counted) and the inbox error inside.
+//! [`diesel::result::Error`](https://docs.rs/diesel/2/diesel/result/enum.Error.html) implements it,
+//! so handlers returning
+//! [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html) work as
+//! they are. A handler marks a failure permanent ([`Error::permanent`]: dead-lettered at once) or
+//! transient ([`Error::transient`]: redelivered, never counted); the default counts it toward
+//! [`Inbox::max_attempts`].
 //!
 //! [`Error`] holds only what a delivery can meet. The operations around the deliveries (dead
 //! letters, the gap and claims ledgers, the outbox's rows and relay, pruning, migrations)
@@ -166,11 +169,13 @@
 //!
 //! An [`Outcome`] is asked, not matched on one variant: [`Outcome::is_processed`] and
 //! [`Outcome::processed`] cover a cursor's [`Outcome::ProcessedAfterGap`] too. The records an
-//! operator lists are plain data with public fields: [`DeadLetter`], [`ClaimRecord`],
-//! [`OutboxRecord`], [`Gap`], [`Stats`], [`doctor::Check`]. Values that interpret what is
-//! stored answer through methods: [`Duplicate`], [`DeadLettered`], [`Position`] (whose
-//! watermark tells a fresh stream from one whose first sequence is in a gap), [`Claim`] and
-//! [`Lease`] (which act on the row they hold).
+//! operator lists are plain data with public fields: [`DeadLetter`](dead_letter::DeadLetter),
+//! [`ClaimRecord`](claim::ClaimRecord), [`OutboxRecord`](outbox::OutboxRecord),
+//! [`Gap`](cursor::Gap), [`Stats`](retention::Stats), [`doctor::Check`]. Values that interpret what
+//! is stored answer through methods: [`Duplicate`], [`DeadLettered`],
+//! [`Position`](cursor::Position) (whose watermark tells a fresh stream from one whose first
+//! sequence is in a gap), [`Claim`](claim::Claim) and [`Lease`](cursor::Lease) (which act on the
+//! row they hold).
 //!
 //! # What to ack
 //!
@@ -196,17 +201,17 @@ mod batch;
 mod capabilities;
 pub mod chain;
 mod check;
-mod claim;
+pub mod claim;
 mod class;
-mod cursor;
-mod dead_letter;
+pub mod cursor;
+pub mod dead_letter;
 mod decide;
 mod delivery;
 mod dialect;
 pub mod doctor;
 mod duration;
 mod engine;
-mod envelope;
+pub mod envelope;
 mod error;
 mod handler_error;
 mod id;
@@ -215,13 +220,13 @@ pub mod migrations;
 pub mod multi;
 mod names;
 mod observe;
-mod outbox;
+pub mod outbox;
 mod outcome;
 #[cfg(feature = "tokio")]
 pub mod pool;
-mod redact;
+pub mod redact;
 pub mod replay;
-mod retention;
+pub mod retention;
 mod retry;
 mod rows;
 pub mod schema;
@@ -233,37 +238,15 @@ pub use audit::Audit;
 pub use backend::InboxConnection;
 #[cfg(feature = "sqlite")]
 pub use backend::SqliteSetup;
-pub use claim::{
-    Abandoned, Claim, ClaimOutcome, ClaimRecord, ClaimState, Claimed, Claims, Completed, InDoubt,
-    InDoubtPolicy, InProgress, Resolution, Suppressed, DEFAULT_LEASE,
-};
-pub use cursor::{
-    Cursor, Gap, GapCause, GapState, Gaps, Lease, Position, Resume, Sequenced,
-    DEFAULT_MAX_OPEN_GAPS,
-};
-pub use dead_letter::{DeadLetter, DeadLetterState, DeadLetters, HistoryEntry, HistoryKind};
 pub use delivery::{Delivery, IntoDelivery, Payload};
-#[cfg(feature = "trace-context")]
-pub use envelope::TraceContextLayer;
-pub use envelope::{Envelope, Message, SchemaVersions, UnsupportedSchemaVersion};
 pub use error::{AdminError, Error};
 pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
 pub use inbox::{with_inbox, Inbox, InboxRecord};
-pub use migrations::{run_pending_migrations, run_pending_migrations_with};
-pub use names::{
-    InvalidConsumerName, InvalidStreamName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES, MAX_STREAM_BYTES,
-};
+pub use migrations::run_pending_migrations;
+pub use names::{InvalidConsumerName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES};
 #[cfg(feature = "metrics")]
 pub use observe::describe_metrics;
-#[cfg(feature = "tokio")]
-pub use outbox::BlockingPublisher;
-pub use outbox::{
-    AsyncPublisher, Outbox, OutboxMessage, OutboxRecord, OutboxState, OutboxStats, PublishError,
-    Publisher, Relay, RelayPass, MAX_TOPIC_BYTES,
-};
 pub use outcome::{DeadLettered, Duplicate, Outcome};
-pub use redact::{redact, redact_url_secrets};
-pub use retention::{Counts, Pruned, Retention, Stats, MAX_PRUNE_BATCH_SIZE, PRUNE_LEASE_TERM};
 pub use retry::RetryPolicy;
 pub use state::{CorruptRow, UnknownState};

@@ -173,7 +173,7 @@ pub fn run_pending_migrations<C: InboxConnection>(conn: &mut C) -> Result<usize,
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// let options = MigrationOptions::default().lock_timeout(Duration::from_secs(5));
-/// assert_eq!(diesel_inbox::run_pending_migrations_with(&mut conn, options)?, 11);
+/// assert_eq!(diesel_inbox::migrations::run_pending_migrations_with(&mut conn, options)?, 11);
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

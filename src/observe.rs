@@ -182,7 +182,7 @@ pub(crate) fn pruned(consumer: &str, table: &'static str, rows: u64) {
 }
 
 /// A gap of `sequences` missing sequences that a cursor of `consumer` found (committed).
-pub(crate) fn gap_found(consumer: &str, cause: crate::GapCause, sequences: u64) {
+pub(crate) fn gap_found(consumer: &str, cause: crate::cursor::GapCause, sequences: u64) {
     #[cfg(feature = "metrics")]
     for (name, n) in [(GAPS, 1), (GAP_SEQUENCES, sequences)] {
         metrics::counter!(name, "consumer" => consumer.to_owned(), "cause" => cause.as_str())
@@ -225,7 +225,7 @@ pub(crate) fn replayed(consumer: &str, outcome: &'static str) {
 
 /// A claim of `consumer` moved to `state` (committed): acquired, completed, released,
 /// abandoned or in doubt.
-pub(crate) fn claim_transition(consumer: &str, state: crate::ClaimState) {
+pub(crate) fn claim_transition(consumer: &str, state: crate::claim::ClaimState) {
     #[cfg(feature = "metrics")]
     metrics::counter!(CLAIM_TRANSITIONS, "consumer" => consumer.to_owned(), "state" => state.as_str())
         .increment(1);
@@ -329,16 +329,16 @@ fn count(name: &'static str, consumer: &str, n: u64) {
 /// [`Inbox::process_batch`](crate::Inbox::process_batch) counts once; the duration runs from
 /// the call to its result (for a batch, to the batch's results). Failed attempts and dead
 /// letters count once their record commits; contention retries, each time a transaction runs
-/// again. `table` names the table retention pruned. A [`Cursor`](crate::Cursor)'s deliveries
+/// again. `table` names the table retention pruned. A [`Cursor`](crate::cursor::Cursor)'s deliveries
 /// count as the inbox's do; the gaps it finds count once they commit, with their `cause`
 /// (`skipped` or `evicted`), as gaps and as missing sequences. An alert on
 /// `diesel_inbox_gaps_total{cause="evicted"}` pages when an outage outlasted the broker's
-/// retention. A [claim](crate::Claims) counts each state it enters once that commits
+/// retention. A [claim](crate::claim::Claims) counts each state it enters once that commits
 /// (`state`: `in_progress` when a worker acquires it, `completed`, `released`, `abandoned`,
 /// `in_doubt`); an alert on `diesel_inbox_claim_transitions_total{state="in_doubt"}` pages when
 /// a side effect's outcome is unknown and waits for ops. A former holder's write refused by
 /// the claim's fencing counts in `diesel_inbox_claims_fenced_total`. The gauge
-/// `diesel_inbox_claims_in_doubt` is set by each [`Claims::in_doubt`](crate::Claims::in_doubt):
+/// `diesel_inbox_claims_in_doubt` is set by each [`Claims::in_doubt`](crate::claim::Claims::in_doubt):
 /// call it from a periodic health check to see claims whose lease ran out with no delivery
 /// since.
 ///

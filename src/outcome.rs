@@ -27,15 +27,15 @@ pub enum Outcome<T> {
     Duplicate(Duplicate),
     /// The event failed [`Inbox::max_attempts`](crate::Inbox::max_attempts) times and is in
     /// the dead-letter table: the effect did not run. Ack it; ops redrive or discard it
-    /// through [`DeadLetters`](crate::DeadLetters).
+    /// through [`DeadLetters`](crate::dead_letter::DeadLetters).
     DeadLettered(DeadLettered),
-    /// A [`Cursor`](crate::Cursor) processed the sequence, and found sequences missing on the
+    /// A [`Cursor`](crate::cursor::Cursor) processed the sequence, and found sequences missing on the
     /// way: they are in the gap ledger, logged at warn and counted. The effect ran.
     ProcessedAfterGap {
         /// The effect's value.
         value: T,
         /// The gaps this sequence revealed.
-        gaps: Vec<crate::Gap>,
+        gaps: Vec<crate::cursor::Gap>,
     },
 }
 
@@ -68,7 +68,7 @@ impl<T> Outcome<T> {
 
     /// The gaps this delivery revealed: empty unless it is
     /// [`ProcessedAfterGap`](Self::ProcessedAfterGap).
-    pub fn gaps(&self) -> &[crate::Gap] {
+    pub fn gaps(&self) -> &[crate::cursor::Gap] {
         match self {
             Self::ProcessedAfterGap { gaps, .. } => gaps,
             _ => &[],
@@ -95,7 +95,7 @@ impl<T> Outcome<T> {
 }
 
 /// What made a delivery a duplicate: the inbox record of its event id, as it stands after
-/// counting this delivery, or the [`Cursor`](crate::Cursor) that had settled its sequence.
+/// counting this delivery, or the [`Cursor`](crate::cursor::Cursor) that had settled its sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Duplicate {
     pub(crate) of: DuplicateOf,

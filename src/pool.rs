@@ -3,7 +3,7 @@
 //!
 //! For an app on tokio without diesel-async. Implemented for r2d2's pool (each step on
 //! tokio's blocking pool, feature `tokio`) and deadpool-diesel's (each step through its
-//! `interact`, feature `deadpool`). The outbox's [`Relay::run_once_async`](crate::Relay::run_once_async)
+//! `interact`, feature `deadpool`). The outbox's [`Relay::run_once_async`](crate::outbox::Relay::run_once_async)
 //! takes either, and a consumer loop hands its delivery over the same way:
 //!
 //! ```

@@ -17,7 +17,7 @@ pub(crate) const REDACTED: &str = "***";
 /// not). Text without either comes back unchanged.
 ///
 /// ```
-/// use diesel_inbox::redact;
+/// use diesel_inbox::redact::redact;
 ///
 /// assert_eq!(
 ///     redact("cannot connect: postgres://app:S3cret@db:5432/orders"),
@@ -35,7 +35,7 @@ pub fn redact(text: &str) -> String {
 /// their own way, or a malformed URL that no pattern recognises.
 ///
 /// ```
-/// use diesel_inbox::redact_url_secrets;
+/// use diesel_inbox::redact::redact_url_secrets;
 ///
 /// let url = "postgres:/app:S3cret@db/orders"; // malformed: one slash
 /// assert!(!redact_url_secrets(&format!("bad URL {url}; password S3cret"), url).contains("S3cret"));

@@ -3,8 +3,8 @@
 //!
 //! The backends store keys and times in different SQL types (MySQL keeps ids in `VARBINARY`
 //! so that no collation merges two of them), so each backend has its own module. The state
-//! columns are `Text`; they read as [`DeadLetterState`](crate::DeadLetterState) and
-//! [`HistoryKind`](crate::HistoryKind) as well as `String`.
+//! columns are `Text`; they read as [`DeadLetterState`](crate::dead_letter::DeadLetterState) and
+//! [`HistoryKind`](crate::dead_letter::HistoryKind) as well as `String`.
 //!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
@@ -59,7 +59,7 @@ macro_rules! inbox_tables {
                 consumer -> $key,
                 /// The event id.
                 event_id -> $key,
-                /// A [`DeadLetterState`](crate::DeadLetterState).
+                /// A [`DeadLetterState`](crate::dead_letter::DeadLetterState).
                 state -> Text,
                 /// Failed attempts.
                 attempts -> BigInt,
@@ -87,7 +87,7 @@ macro_rules! inbox_tables {
                 consumer -> $key,
                 /// The event id.
                 event_id -> $key,
-                /// A [`HistoryKind`](crate::HistoryKind).
+                /// A [`HistoryKind`](crate::dead_letter::HistoryKind).
                 entry -> Text,
                 /// The attempt number, for failures and dead-lettering.
                 attempt -> Nullable<BigInt>,
@@ -154,9 +154,9 @@ macro_rules! inbox_tables {
                 first_sequence -> BigInt,
                 /// The last missing sequence.
                 last_sequence -> BigInt,
-                /// A [`GapCause`](crate::GapCause).
+                /// A [`GapCause`](crate::cursor::GapCause).
                 cause -> Text,
-                /// A [`GapState`](crate::GapState).
+                /// A [`GapState`](crate::cursor::GapState).
                 state -> Text,
                 /// When the cursor found it.
                 detected_at -> $time,
@@ -191,7 +191,7 @@ macro_rules! inbox_tables {
                 consumer -> $key,
                 /// The event id, byte for byte.
                 event_id -> $key,
-                /// A [`ClaimState`](crate::ClaimState) as stored; `in_progress` past its
+                /// A [`ClaimState`](crate::claim::ClaimState) as stored; `in_progress` past its
                 /// lease reads as in doubt.
                 state -> Text,
                 /// The fencing token: bumped by every acquisition.
@@ -242,7 +242,7 @@ macro_rules! inbox_tables {
                 headers -> Text,
                 /// The message body: the payload's bytes.
                 body -> Binary,
-                /// An [`OutboxState`](crate::OutboxState).
+                /// An [`OutboxState`](crate::outbox::OutboxState).
                 state -> Text,
                 /// Failed publish attempts.
                 attempts -> BigInt,

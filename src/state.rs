@@ -165,7 +165,7 @@ impl UnknownState {
 /// A row that cannot be read as it is: a column holds text this version does not accept
 /// (a state no variant maps to, an empty or over-long event id). It names the table, the
 /// row's key, the column and the text, and says how to repair the row. Listings show such
-/// a row as unreadable instead of leaving it out; [`Stats`](crate::Stats) counts it; a
+/// a row as unreadable instead of leaving it out; [`Stats`](crate::retention::Stats) counts it; a
 /// delivery of its event is rejected with it ([`Error::CorruptRow`](crate::Error::CorruptRow)).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unreadable row in {table} ({}): {column} holds {text:?}; {remedy}", where_clause_owned(.key))]

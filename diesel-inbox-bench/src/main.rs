@@ -105,7 +105,8 @@ use diesel_inbox_test::TestDatabase;
 
 mod asynch;
 use diesel_inbox::{
-    with_inbox, Delivery, Envelope, EventId, Inbox, InboxConnection, Outbox, Outcome,
+    envelope::Envelope, outbox::Outbox, with_inbox, Delivery, EventId, Inbox, InboxConnection,
+    Outcome,
 };
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;

@@ -2,8 +2,8 @@
 
 use clap::{Args, Subcommand};
 use diesel_inbox::{
-    AdminError, Audit, ClaimRecord, ClaimState, Claims, CorruptRow, Error, EventId, Inbox,
-    InboxConnection, Resolution,
+    claim::{ClaimRecord, ClaimState, Claims, Resolution},
+    AdminError, Audit, CorruptRow, Error, EventId, Inbox, InboxConnection,
 };
 use serde_json::{json, Value};
 

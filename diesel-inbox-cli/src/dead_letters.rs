@@ -5,7 +5,11 @@ use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use diesel_inbox::{CorruptRow, DeadLetter, DeadLetterState, Inbox, InboxConnection, Stats};
+use diesel_inbox::{
+    dead_letter::{DeadLetter, DeadLetterState},
+    retention::Stats,
+    CorruptRow, Inbox, InboxConnection,
+};
 use serde_json::{json, Value};
 
 use crate::consumers;

@@ -63,7 +63,10 @@ fn human(duration: std::time::Duration) -> String {
 mod tests {
     use std::time::Duration;
 
-    use diesel_inbox::{ClaimState, DeadLetterState, EventId, GapState, OutboxState};
+    use diesel_inbox::{
+        claim::ClaimState, cursor::GapState, dead_letter::DeadLetterState, outbox::OutboxState,
+        EventId,
+    };
 
     use super::*;
 

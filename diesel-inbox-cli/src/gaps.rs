@@ -2,8 +2,8 @@
 
 use clap::{Args, Subcommand};
 use diesel_inbox::{
-    AdminError, Audit, CorruptRow, Cursor, Error, Gap, GapState, Inbox, InboxConnection, Position,
-    Resume,
+    cursor::{Cursor, Gap, GapState, Position, Resume},
+    AdminError, Audit, CorruptRow, Error, Inbox, InboxConnection,
 };
 use serde_json::{json, Value};
 
@@ -70,7 +70,7 @@ type Listed = Result<Gap, CorruptRow>;
 /// A page of gaps in id order, and the id the next page starts after when this one is full.
 fn page<C: InboxConnection>(
     conn: &mut C,
-    ledger: &diesel_inbox::Gaps,
+    ledger: &diesel_inbox::cursor::Gaps,
     args: &GapsArgs,
 ) -> Result<(Vec<Listed>, Option<i64>), Failure> {
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);

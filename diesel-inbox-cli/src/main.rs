@@ -56,7 +56,7 @@
 //! in any case; a path without a scheme, i.e. no `:` before its first `/`, is a SQLite file;
 //! anything else is bad usage, see `Dialect::parse_database_url`). A SQLite database is never
 //! created: a missing file is an error. Passwords never reach the output: every message and
-//! log line (`RUST_LOG`) goes through `diesel_inbox::redact_url_secrets`.
+//! log line (`RUST_LOG`) goes through `diesel_inbox::redact::redact_url_secrets`.
 //! A change to rows needs `--yes`: without it the command says what it would change and
 //! exits with 2, changing nothing.
 //!
@@ -395,8 +395,8 @@ static URL: OnceLock<String> = OnceLock::new();
 /// `text` without the URL's secrets, nor any password a URL or connection string carries.
 fn redacted(text: &str) -> String {
     match URL.get() {
-        Some(url) => diesel_inbox::redact_url_secrets(text, url),
-        None => diesel_inbox::redact(text),
+        Some(url) => diesel_inbox::redact::redact_url_secrets(text, url),
+        None => diesel_inbox::redact::redact(text),
     }
 }
 

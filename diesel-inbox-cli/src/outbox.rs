@@ -6,7 +6,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use diesel_inbox::{
-    AdminError, CorruptRow, InboxConnection, Outbox, OutboxRecord, OutboxState, OutboxStats,
+    outbox::{Outbox, OutboxRecord, OutboxState, OutboxStats},
+    AdminError, CorruptRow, InboxConnection,
 };
 use serde_json::{json, Value};
 

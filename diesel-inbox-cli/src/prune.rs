@@ -4,7 +4,10 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use clap::Args;
-use diesel_inbox::{Inbox, InboxConnection, Pruned, Retention};
+use diesel_inbox::{
+    retention::{Pruned, Retention},
+    Inbox, InboxConnection,
+};
 use serde_json::json;
 
 use crate::output;

@@ -15,7 +15,9 @@ use diesel_inbox::replay::{
     ReplayCounts, ReplayError, ReplayNote, ReplayRecord, ReplayState, Replays, RunReport, Target,
     Transition,
 };
-use diesel_inbox::{AdminError, CorruptRow, Error, EventId, InboxConnection, SchemaVersions};
+use diesel_inbox::{
+    envelope::SchemaVersions, AdminError, CorruptRow, Error, EventId, InboxConnection,
+};
 use serde_json::{json, Value};
 
 use crate::errors;

@@ -3,7 +3,10 @@
 use std::time::Duration;
 
 use clap::Args;
-use diesel_inbox::{Counts, Inbox, InboxConnection, Stats};
+use diesel_inbox::{
+    retention::{Counts, Stats},
+    Inbox, InboxConnection,
+};
 use serde_json::{json, Value};
 
 use crate::output;

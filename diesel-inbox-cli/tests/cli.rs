@@ -12,9 +12,11 @@ use std::time::Duration;
 use diesel::r2d2::R2D2Connection;
 use diesel_inbox::chain::{Block, BlockId, ChainHandler};
 use diesel_inbox::{
-    AdminError, Audit, ClaimState, Claimed, Claims, Cursor, Delivery, Envelope, Error, EventId,
-    GapState, Inbox, InboxConnection, Outbox, OutboxMessage, OutboxState, Payload, PublishError,
-    Publisher, Relay, Resume, Sequenced,
+    claim::{ClaimState, Claimed, Claims},
+    cursor::{Cursor, GapState, Resume, Sequenced},
+    envelope::Envelope,
+    outbox::{Outbox, OutboxMessage, OutboxState, PublishError, Publisher, Relay},
+    AdminError, Audit, Delivery, Error, EventId, Inbox, InboxConnection, Payload,
 };
 use diesel_inbox_test::TestDatabase;
 use serde_json::Value;

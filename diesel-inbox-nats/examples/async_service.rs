@@ -37,7 +37,10 @@ use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfi
 use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
 use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
 use diesel_inbox::asynch::{self, Inbox, Outbox, Relay};
-use diesel_inbox::{Ack, Envelope, Outcome, SchemaVersions, SqliteSetup};
+use diesel_inbox::{
+    envelope::{Envelope, SchemaVersions},
+    Ack, Outcome, SqliteSetup,
+};
 use diesel_inbox_nats::{envelope_of, JetStreamPublisher};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -436,7 +439,7 @@ async fn count_invoices(consumer: PullConsumer, stop: watch::Receiver<bool>) -> 
     }
 }
 
-async fn outbox_stats(pool: &SqlitePool) -> Result<diesel_inbox::OutboxStats> {
+async fn outbox_stats(pool: &SqlitePool) -> Result<diesel_inbox::outbox::OutboxStats> {
     Ok(Outbox::stats(&mut *connection(pool).await?).await?)
 }
 

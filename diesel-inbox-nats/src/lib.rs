@@ -68,7 +68,11 @@ use async_nats::jetstream::context::{PublishError as NatsPublishError, PublishEr
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{Context, ErrorCode};
 
-use diesel_inbox::{AsyncPublisher, Envelope, Error, OutboxMessage, PublishError};
+use diesel_inbox::{
+    envelope::Envelope,
+    outbox::{AsyncPublisher, OutboxMessage, PublishError},
+    Error,
+};
 
 #[cfg(feature = "async")]
 mod replay;

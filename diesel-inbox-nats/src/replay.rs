@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use diesel_inbox::asynch::ReplaySource;
 use diesel_inbox::replay::{Range, ReplayError, SourceEvent};
-use diesel_inbox::{Error, Message};
+use diesel_inbox::{envelope::Message, Error};
 
 use super::is_nats_header;
 
@@ -36,7 +36,7 @@ use super::is_nats_header;
 ///   (`stream.info().await?.state.last_sequence`).
 /// - **Each message as the envelope's headers and body**, stamped with the time the stream
 ///   stored it. The headers in the `Nats-` namespace are the broker's (`Nats-Msg-Id` among
-///   them) and are left out, as [`Envelope::from_message`](diesel_inbox::Envelope::from_message)
+///   them) and are left out, as [`Envelope::from_message`](diesel_inbox::envelope::Envelope::from_message)
 ///   leaves them out; the others come in name order. A message that is not an envelope is
 ///   returned all the same: the replay skips it, counts it and notes why.
 ///
@@ -49,7 +49,7 @@ use super::is_nats_header;
 /// use diesel_inbox::asynch::{self, AsyncInboxConnection, ReplayHandler};
 /// use diesel_inbox_nats::JetStreamSource;
 /// use diesel_inbox::replay::{Plan, Range, Replayed, Target};
-/// use diesel_inbox::{AdminError, Audit, Envelope};
+/// use diesel_inbox::{envelope::Envelope, AdminError, Audit};
 ///
 /// /// Rebuilds the orders projection into the shadow tables the target names.
 /// struct Rebuild;

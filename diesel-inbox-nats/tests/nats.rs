@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, stream, Context};
-use diesel_inbox::{Envelope, PublishError};
+use diesel_inbox::{envelope::Envelope, outbox::PublishError};
 use diesel_inbox_nats::{envelope_of, JetStreamPublisher};
 use futures_util::StreamExt;
 use tokio::time::timeout;
@@ -289,7 +289,7 @@ mod replay {
     use diesel_async::RunQueryDsl;
     use diesel_inbox::asynch::{self, ReplayHandler, ReplaySource as _};
     use diesel_inbox::replay::{Plan, Range, ReplayError, ReplayState, Replayed, Target};
-    use diesel_inbox::{AdminError, Audit, Envelope, Error};
+    use diesel_inbox::{envelope::Envelope, AdminError, Audit, Error};
     use diesel_inbox_nats::JetStreamSource;
 
     use super::{placed, with_stream, Scratch};

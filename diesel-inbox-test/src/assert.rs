@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use diesel_inbox::{
-    AdminError, DeadLetter, DeadLetterState, EventId, Inbox, InboxConnection, InboxRecord,
-    IntoEventId,
+    dead_letter::{DeadLetter, DeadLetterState},
+    AdminError, EventId, Inbox, InboxConnection, InboxRecord, IntoEventId,
 };
 
 use crate::reach::{now, Reach};

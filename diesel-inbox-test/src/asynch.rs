@@ -40,7 +40,7 @@ use std::task::Poll;
 use diesel::QueryResult;
 
 use diesel_inbox::asynch::{AsyncHandler2, AsyncInboxConnection, Inbox};
-use diesel_inbox::{DeadLetter, EventId, InboxRecord, IntoEventId, Outcome};
+use diesel_inbox::{dead_letter::DeadLetter, EventId, InboxRecord, IntoEventId, Outcome};
 
 use crate::assert::{self, id, Seen};
 use crate::harness::{check, counted, Delivered, DeliveryReport};

@@ -125,7 +125,7 @@ struct Cleanup {
 impl<C> fmt::Debug for TestDatabase<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TestDatabase")
-            .field("url", &diesel_inbox::redact(&self.url))
+            .field("url", &diesel_inbox::redact::redact(&self.url))
             .finish_non_exhaustive()
     }
 }
@@ -149,7 +149,7 @@ where
         let conn = C::establish(&self.url).unwrap_or_else(|e| {
             panic!(
                 "{}",
-                diesel_inbox::redact(&format!(
+                diesel_inbox::redact::redact(&format!(
                     "cannot connect to test database {}: {e}",
                     self.url
                 ))
@@ -159,7 +159,7 @@ where
         (self.setup)(&mut conn).unwrap_or_else(|e| {
             panic!(
                 "{}",
-                diesel_inbox::redact(&format!("cannot set up {}: {e}", self.url))
+                diesel_inbox::redact::redact(&format!("cannot set up {}: {e}", self.url))
             )
         });
         conn
@@ -179,7 +179,10 @@ where
             .unwrap_or_else(|e| {
                 panic!(
                     "{}",
-                    diesel_inbox::redact(&format!("cannot build a pool for {}: {e}", self.url))
+                    diesel_inbox::redact::redact(&format!(
+                        "cannot build a pool for {}: {e}",
+                        self.url
+                    ))
                 )
             })
     }
@@ -190,7 +193,7 @@ where
         diesel_inbox::run_pending_migrations(&mut conn).unwrap_or_else(|e| {
             panic!(
                 "{}",
-                diesel_inbox::redact(&format!("cannot migrate {}: {e}", self.url))
+                diesel_inbox::redact::redact(&format!("cannot migrate {}: {e}", self.url))
             )
         });
         self
@@ -205,7 +208,7 @@ impl<C> Drop for TestDatabase<C> {
             }
             eprintln!(
                 "test failed: keeping its database {} to inspect",
-                diesel_inbox::redact(&self.url)
+                diesel_inbox::redact::redact(&self.url)
             );
             return;
         }
@@ -437,7 +440,7 @@ where
         admin::<C>(url)
             .and_then(|mut conn| conn.batch_execute(&format!("CREATE {kind} {name}")))
             .unwrap_or_else(|e| {
-                panic!("{}", diesel_inbox::redact(&format!("cannot create test {} {name} through {url}: {e}; is the server running, and may this user create one?", kind.to_lowercase())))
+                panic!("{}", diesel_inbox::redact::redact(&format!("cannot create test {} {name} through {url}: {e}; is the server running, and may this user create one?", kind.to_lowercase())))
             });
         let admin_url = url.to_owned();
         Self {
@@ -468,7 +471,7 @@ where
         let had_inbox = diesel_inbox::migrations::is_installed(&mut conn).unwrap_or_else(|e| {
             panic!(
                 "{}",
-                diesel_inbox::redact(&format!("cannot read {url}: {e}"))
+                diesel_inbox::redact::redact(&format!("cannot read {url}: {e}"))
             )
         });
         drop(conn);
@@ -510,7 +513,7 @@ fn admin<C: Connection>(admin_url: &str) -> QueryResult<C> {
         .map(without_statement_cache)
         .map_err(|e| {
             diesel::result::Error::QueryBuilderError(
-                diesel_inbox::redact(&format!("cannot connect to {admin_url}: {e}")).into(),
+                diesel_inbox::redact::redact(&format!("cannot connect to {admin_url}: {e}")).into(),
             )
         })
 }

@@ -5,7 +5,7 @@ use std::fmt::{self, Display};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use diesel_inbox::{Envelope, SchemaVersions};
+use diesel_inbox::envelope::{Envelope, SchemaVersions};
 
 /// Checks that a fixture of every accepted schema version decodes.
 ///
@@ -21,7 +21,7 @@ use diesel_inbox::{Envelope, SchemaVersions};
 ///
 /// ```
 /// use diesel_inbox_test::{check_schema_fixtures, write_schema_fixture};
-/// use diesel_inbox::{Envelope, SchemaVersions};
+/// use diesel_inbox::{envelope::{Envelope, SchemaVersions}};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct OrderPlaced {
@@ -126,7 +126,7 @@ fn check_one<T, E: Display>(
 ///
 /// ```
 /// use diesel_inbox_test::write_schema_fixture;
-/// use diesel_inbox::Envelope;
+/// use diesel_inbox::envelope::Envelope;
 ///
 /// let fixtures = tempfile::tempdir()?;
 /// let placed = Envelope::new("order.placed", "order", "42").json(&serde_json::json!({"qty": 1}))?;

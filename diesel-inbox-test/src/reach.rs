@@ -5,7 +5,9 @@ use std::future::{ready, Future};
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use diesel_inbox::{AdminError, DeadLetter, Error, EventId, Inbox, InboxConnection, InboxRecord};
+use diesel_inbox::{
+    dead_letter::DeadLetter, AdminError, Error, EventId, Inbox, InboxConnection, InboxRecord,
+};
 
 /// What the kit reads of an inbox on connections `C`.
 pub(crate) trait Reach<C> {

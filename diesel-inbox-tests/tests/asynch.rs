@@ -14,7 +14,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use diesel_inbox::asynch::{self, AsyncInboxConnection};
-use diesel_inbox::{Audit, ClaimState, Claimed, Error, Outcome, Pruned, Resolution, Retention};
+use diesel_inbox::{
+    claim::{ClaimState, Claimed, Resolution},
+    retention::{Pruned, Retention},
+    Audit, Error, Outcome,
+};
 
 use support::{depth_of, setup, AsyncBackend, Pooled, TestConn, Tx};
 

@@ -24,8 +24,10 @@ use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use diesel_inbox::{
-    with_inbox, Ack, AdminError, Envelope, Error, Inbox, InboxConnection, Outbox, OutboxMessage,
-    PublishError, Publisher, Relay, Retention,
+    envelope::Envelope,
+    outbox::{Outbox, OutboxMessage, PublishError, Publisher, Relay},
+    retention::Retention,
+    with_inbox, Ack, AdminError, Error, Inbox, InboxConnection,
 };
 use diesel_inbox_test::TestDatabase;
 

@@ -169,7 +169,7 @@ fn contention_retries_are_counted_by_consumer() {
 
 #[test]
 fn gaps_are_counted_by_cause_once_committed_as_gaps_and_as_missing_sequences() {
-    use diesel_inbox::Sequenced;
+    use diesel_inbox::cursor::Sequenced;
 
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
@@ -307,7 +307,7 @@ fn reorgs_are_counted_once_committed_with_their_blocks_and_events_and_refused_fo
 
 #[test]
 fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
-    use diesel_inbox::{Claimed, InDoubtPolicy};
+    use diesel_inbox::claim::{Claimed, InDoubtPolicy};
     use std::time::Duration;
 
     let recorder = DebuggingRecorder::new();
@@ -317,7 +317,7 @@ fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
     let lease = Duration::from_millis(50);
     let hold = Inbox::new("mailer").unwrap().claims().lease(lease);
     let rerun = hold.clone().policy(InDoubtPolicy::RerunAfterLease);
-    let send = |_: &diesel_inbox::Claim| Ok::<_, Error>("msg".to_owned());
+    let send = |_: &diesel_inbox::claim::Claim| Ok::<_, Error>("msg".to_owned());
 
     metrics::with_local_recorder(&recorder, || {
         assert!(hold.run(&mut conn, "sent", send).unwrap().has_run());
@@ -379,13 +379,13 @@ fn claims_count_each_state_they_enter_once_and_fenced_writes_apart() {
 /// Refuses `bad-1` for good; publishes the rest.
 struct RefusesBad;
 
-impl diesel_inbox::Publisher for RefusesBad {
+impl diesel_inbox::outbox::Publisher for RefusesBad {
     fn publish(
         &mut self,
-        message: &diesel_inbox::OutboxMessage,
-    ) -> Result<(), diesel_inbox::PublishError> {
+        message: &diesel_inbox::outbox::OutboxMessage,
+    ) -> Result<(), diesel_inbox::outbox::PublishError> {
         if message.envelope.id().as_str() == "bad-1" {
-            return Err(diesel_inbox::PublishError::permanent("too large"));
+            return Err(diesel_inbox::outbox::PublishError::permanent("too large"));
         }
         Ok(())
     }
@@ -393,7 +393,10 @@ impl diesel_inbox::Publisher for RefusesBad {
 
 #[test]
 fn the_outbox_counts_enqueued_published_and_failed_events_by_topic_and_gauges_pending_rows() {
-    use diesel_inbox::{Envelope, Outbox, Relay};
+    use diesel_inbox::{
+        envelope::Envelope,
+        outbox::{Outbox, Relay},
+    };
 
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
@@ -483,7 +486,7 @@ impl diesel_inbox::replay::ReplayHandler<SqliteConnection> for Applies {
     fn apply(
         &mut self,
         _: &mut SqliteConnection,
-        _: &diesel_inbox::Envelope,
+        _: &diesel_inbox::envelope::Envelope,
         _: &diesel_inbox::replay::Replayed,
     ) -> Result<(), diesel_inbox::Error> {
         Ok(())
@@ -493,7 +496,11 @@ impl diesel_inbox::replay::ReplayHandler<SqliteConnection> for Applies {
 #[test]
 fn a_replay_counts_each_event_it_settles_by_target_and_outcome() {
     use diesel_inbox::replay::{Interpretation, OutboxSource, Plan, Range, Replays, Target};
-    use diesel_inbox::{Audit, Envelope, Inbox, Outbox, SchemaVersions};
+    use diesel_inbox::{
+        envelope::{Envelope, SchemaVersions},
+        outbox::Outbox,
+        Audit, Inbox,
+    };
 
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();

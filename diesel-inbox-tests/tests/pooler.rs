@@ -19,7 +19,9 @@ use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
 use diesel_inbox::migrations::MigrationOptions;
-use diesel_inbox::{run_pending_migrations_with, AdminError, Inbox, Retention};
+use diesel_inbox::{
+    migrations::run_pending_migrations_with, retention::Retention, AdminError, Inbox,
+};
 
 const TEST: &str = "a_fleet_behind_pgbouncer_migrates_once_and_leaves_no_lock_behind";
 /// Set in a replica: the database URL (through the pooler), and the file whose appearance is

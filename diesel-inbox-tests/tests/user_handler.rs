@@ -268,15 +268,15 @@ proptest! {
 // no longer reads one of them.
 
 /// The versions of `payment.received` the wallet consumer reads.
-fn accepted_versions() -> diesel_inbox::SchemaVersions {
-    diesel_inbox::SchemaVersions::new().accept("payment.received", [1, 2])
+fn accepted_versions() -> diesel_inbox::envelope::SchemaVersions {
+    diesel_inbox::envelope::SchemaVersions::new().accept("payment.received", [1, 2])
 }
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/events");
 
 /// The consumer's decoding: either version to the one event the handler takes.
 fn decode_payment(
-    envelope: &diesel_inbox::Envelope,
+    envelope: &diesel_inbox::envelope::Envelope,
 ) -> Result<PaymentReceived, diesel_inbox::Error> {
     #[derive(serde::Deserialize)]
     struct V1 {
@@ -318,7 +318,7 @@ fn every_accepted_schema_version_has_a_fixture_the_consumer_decodes() {
 #[test]
 fn a_consumer_that_stops_reading_version_1_fails_its_fixture_check_before_release() {
     // A refactor that reads every payload as version 2.
-    let v2_only = |envelope: &diesel_inbox::Envelope| {
+    let v2_only = |envelope: &diesel_inbox::envelope::Envelope| {
         #[derive(serde::Deserialize)]
         struct Amount {
             #[allow(dead_code)]

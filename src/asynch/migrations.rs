@@ -38,7 +38,7 @@ pub async fn run_pending_migrations<C: AsyncInboxConnection>(
 }
 
 /// [`run_pending_migrations`], waiting for the migration lock at most as long as `options`
-/// says: [`crate::run_pending_migrations_with`], awaited.
+/// says: [`crate::migrations::run_pending_migrations_with`], awaited.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {

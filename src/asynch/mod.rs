@@ -19,7 +19,7 @@
 //!   and the claims in doubt, listed and resolved;
 //! - [`Replays`]: governed replays, with an async [`ReplayHandler`] and [`ReplaySource`];
 //! - [`Outbox`] and [`Relay`]: the producer side, publishing through an
-//!   [`AsyncPublisher`](crate::AsyncPublisher); the outbox's rows listed, retried, pruned;
+//!   [`AsyncPublisher`](crate::outbox::AsyncPublisher); the outbox's rows listed, retried, pruned;
 //! - [`run_pending_migrations`]: the schema, fleet-safe; [`doctor::check`]: its health;
 //!   [`stats::all`]: every consumer's stats.
 //!
@@ -98,6 +98,7 @@
 pub(crate) mod batch;
 pub mod doctor;
 mod migrations;
+pub mod stats;
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -109,8 +110,9 @@ use serde::Serialize;
 use crate::engine::Effect;
 use crate::sql::{Async, Sql};
 use crate::{
+    retention::{Pruned, Retention, Stats},
     AdminError, Error, HandlerError, InboxRecord, IntoDelivery, IntoEventId, InvalidConsumerName,
-    Outcome, Pruned, Retention, RetryPolicy, Stats,
+    Outcome, RetryPolicy,
 };
 
 pub use crate::chain::asynch::{Chain, ChainHandler, Reorgs};
@@ -119,7 +121,6 @@ pub use crate::cursor::asynch::{Cursor, Gaps};
 pub use crate::dead_letter::asynch::DeadLetters;
 pub use crate::outbox::asynch::{Outbox, Relay};
 pub use crate::replay::asynch::{ReplayHandler, ReplaySource, Replays};
-pub use crate::retention::asynch_stats as stats;
 pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 

@@ -8,7 +8,7 @@ use crate::chain::{
     self, Block, BlockId, BlockOutcome, ChainPosition, Effects, OrphanedEffect, Reorg,
 };
 use crate::sql::Async;
-use crate::{Error, EventId, HandlerError, InvalidStreamName};
+use crate::{cursor::InvalidStreamName, Error, EventId, HandlerError};
 
 use crate::asynch::{AsyncInboxConnection, Inbox};
 

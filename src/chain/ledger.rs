@@ -8,7 +8,7 @@ use super::BlockId;
 use crate::engine::run_ready;
 use crate::names::StreamName;
 use crate::sql::{Blocking, Db, Sql};
-use crate::{ClaimState, Error, InboxConnection, InvalidStreamName};
+use crate::{claim::ClaimState, cursor::InvalidStreamName, Error, InboxConnection};
 
 /// One reorg of a chain stream: the branch above `ancestor` was orphaned, its events'
 /// effects reverted, and the stream went on along the branch of `new_head`.
@@ -66,7 +66,7 @@ impl Reorg {
 pub struct OrphanedEffect {
     /// The reorg that orphaned the event.
     pub reorg: i64,
-    /// The event, whose claim ([`Claims::show`](crate::Claims::show)) holds the side effect.
+    /// The event, whose claim ([`Claims::show`](crate::claim::Claims::show)) holds the side effect.
     pub event_id: String,
     /// The chain stream.
     pub stream: String,

@@ -1,4 +1,4 @@
-//! Claims on async connections: [`Claims`], a [`crate::Claims`] whose claims, side effects
+//! Claims on async connections: [`Claims`], a [`crate::claim::Claims`] whose claims, side effects
 //! and completions are awaited, and [`Claim`], a held claim finished on an async connection.
 //! The same transaction bodies and statements as the sync API.
 
@@ -13,8 +13,8 @@ use serde::Serialize;
 use crate::claim::{Record, SideEffect};
 use crate::sql::Async;
 use crate::{
-    AdminError, Audit, ClaimOutcome, ClaimRecord, ClaimState, CorruptRow, Error, EventId,
-    HandlerError, InDoubtPolicy, IntoDelivery, IntoEventId, Resolution,
+    claim::{ClaimOutcome, ClaimRecord, ClaimState, InDoubtPolicy, Resolution},
+    AdminError, Audit, CorruptRow, Error, EventId, HandlerError, IntoDelivery, IntoEventId,
 };
 
 use crate::asynch::batch::call as call2;
@@ -22,8 +22,8 @@ use crate::asynch::{
     call, AsyncHandler, AsyncHandler2, AsyncInboxConnection, Called, Handler, Inbox,
 };
 
-/// What [`Claims::claim`] found: [`crate::Claimed`], holding an async [`Claim`].
-pub type Claimed = crate::Claimed<Claim>;
+/// What [`Claims::claim`] found: [`crate::claim::Claimed`], holding an async [`Claim`].
+pub type Claimed = crate::claim::Claimed<Claim>;
 
 impl Inbox {
     /// Claims on side effects outside the database, for this consumer:
@@ -33,14 +33,14 @@ impl Inbox {
     }
 }
 
-/// Claims on side effects outside the database, on async connections: [`crate::Claims`],
+/// Claims on side effects outside the database, on async connections: [`crate::claim::Claims`],
 /// awaited. An async side effect (an HTTP call, a payment API) is the natural case.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-/// use diesel_inbox::{asynch, ClaimOutcome, Error};
+/// use diesel_inbox::{claim::ClaimOutcome, asynch, Error};
 ///
 /// # tokio::runtime::Runtime::new()?.block_on(async {
 /// let mut setup = SqliteConnection::establish(":memory:")?;
@@ -48,7 +48,7 @@ impl Inbox {
 /// let mut conn: SyncConnectionWrapper<SqliteConnection> = SyncConnectionWrapper::new(setup);
 /// let mailer = asynch::Inbox::new("mailer")?.claims();
 ///
-/// let send = async |claim: &diesel_inbox::Claim| {
+/// let send = async |claim: &diesel_inbox::claim::Claim| {
 ///     // mail.send(&to, claim.idempotency_key()).await?
 ///     Ok::<_, Error>(format!("sent under {}", claim.idempotency_key()))
 /// };
@@ -63,10 +63,10 @@ impl Inbox {
 /// ```
 #[derive(Debug, Clone)]
 #[must_use]
-pub struct Claims(crate::Claims);
+pub struct Claims(crate::claim::Claims);
 
-impl From<crate::Claims> for Claims {
-    fn from(claims: crate::Claims) -> Self {
+impl From<crate::claim::Claims> for Claims {
+    fn from(claims: crate::claim::Claims) -> Self {
         Self(claims)
     }
 }
@@ -74,13 +74,13 @@ impl From<crate::Claims> for Claims {
 impl Claims {
     /// The claims these await.
     #[cfg(feature = "async")]
-    pub(crate) fn inner(&self) -> &crate::Claims {
+    pub(crate) fn inner(&self) -> &crate::claim::Claims {
         &self.0
     }
 }
 
 impl Claims {
-    /// [`crate::Claims::lease`].
+    /// [`crate::claim::Claims::lease`].
     ///
     /// # Panics
     ///
@@ -89,7 +89,7 @@ impl Claims {
         Self(self.0.lease(lease))
     }
 
-    /// [`crate::Claims::policy`].
+    /// [`crate::claim::Claims::policy`].
     pub fn policy(self, policy: InDoubtPolicy) -> Self {
         Self(self.0.policy(policy))
     }
@@ -99,7 +99,7 @@ impl Claims {
         self.0.consumer()
     }
 
-    /// Claims `delivery`'s event in a transaction of its own: [`crate::Claims::claim`],
+    /// Claims `delivery`'s event in a transaction of its own: [`crate::claim::Claims::claim`],
     /// awaited. Finish a [`Claimed::Acquired`] claim on an async connection.
     ///
     /// ```
@@ -128,7 +128,7 @@ impl Claims {
     ///
     /// # Errors
     ///
-    /// As [`crate::Claims::claim`].
+    /// As [`crate::claim::Claims::claim`].
     pub async fn claim<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,
@@ -139,11 +139,11 @@ impl Claims {
         Ok(claimed.map_held(Claim))
     }
 
-    /// The consumer's claims in doubt, oldest first: [`crate::Claims::in_doubt`], awaited.
+    /// The consumer's claims in doubt, oldest first: [`crate::claim::Claims::in_doubt`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Claims::in_doubt`].
+    /// As [`crate::claim::Claims::in_doubt`].
     pub async fn in_doubt<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,
@@ -151,17 +151,17 @@ impl Claims {
         self.0.in_doubt_in::<Async, _>(conn).await
     }
 
-    /// Every consumer with a claim: [`crate::Claims::consumers`], awaited.
+    /// Every consumer with a claim: [`crate::claim::Claims::consumers`], awaited.
     ///
     /// # Errors
     ///
     /// [`Error::Database`].
     pub async fn consumers<C: AsyncInboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
-        crate::Claims::consumers_in::<Async, _>(conn).await
+        crate::claim::Claims::consumers_in::<Async, _>(conn).await
     }
 
     /// Up to `limit` of the consumer's claims after event id `after`:
-    /// [`crate::Claims::list`], awaited.
+    /// [`crate::claim::Claims::list`], awaited.
     ///
     /// # Errors
     ///
@@ -175,12 +175,12 @@ impl Claims {
         self.0.list_in::<Async, _>(conn, after, limit).await
     }
 
-    /// The claim of `event_id`, if there is one, with its payload: [`crate::Claims::show`],
+    /// The claim of `event_id`, if there is one, with its payload: [`crate::claim::Claims::show`],
     /// awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Claims::show`].
+    /// As [`crate::claim::Claims::show`].
     pub async fn show<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,
@@ -191,11 +191,11 @@ impl Claims {
     }
 
     /// Resolves the claim of `event_id`, in doubt, as `resolution` says:
-    /// [`crate::Claims::resolve`], awaited.
+    /// [`crate::claim::Claims::resolve`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Claims::resolve`].
+    /// As [`crate::claim::Claims::resolve`].
     pub async fn resolve<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,
@@ -210,14 +210,14 @@ impl Claims {
     }
 
     /// Runs the async side effect `effect` once per event, outside any transaction, given the
-    /// claim for its idempotency key: [`crate::Claims::run`], awaited. Its result is stored
+    /// claim for its idempotency key: [`crate::claim::Claims::run`], awaited. Its result is stored
     /// and returned to later deliveries; its error or panic decides the claim as there.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
     /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-    /// use diesel_inbox::{asynch, ClaimOutcome};
+    /// use diesel_inbox::{claim::ClaimOutcome, asynch};
     ///
     /// type Conn = SyncConnectionWrapper<SqliteConnection>;
     ///
@@ -225,7 +225,7 @@ impl Claims {
     /// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
     /// asynch::run_pending_migrations(&mut conn).await?;
     /// let mailer = asynch::Inbox::new("mailer")?.claims();
-    /// let send = async |claim: &diesel_inbox::Claim| Ok::<_, diesel_inbox::Error>(claim.idempotency_key());
+    /// let send = async |claim: &diesel_inbox::claim::Claim| Ok::<_, diesel_inbox::Error>(claim.idempotency_key());
     ///
     /// assert!(matches!(mailer.run(&mut conn, "evt-1", send).await?, ClaimOutcome::Ran(_)));
     /// assert!(matches!(mailer.run(&mut conn, "evt-1", send).await?, ClaimOutcome::Completed(_)));
@@ -237,7 +237,7 @@ impl Claims {
     ///
     /// # Errors
     ///
-    /// As [`crate::Claims::run`].
+    /// As [`crate::claim::Claims::run`].
     pub fn run<'a, C, T, E, H>(
         &'a self,
         conn: &'a mut C,
@@ -246,7 +246,7 @@ impl Claims {
     ) -> impl Future<Output = Result<ClaimOutcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: for<'c> AsyncHandler<&'c crate::Claim, Result<T, E>, Fut: Send> + Send + 'a,
+        H: for<'c> AsyncHandler<&'c crate::claim::Claim, Result<T, E>, Fut: Send> + Send + 'a,
         T: Serialize + DeserializeOwned + Send + Sync + 'a,
         E: HandlerError + Send + 'a,
     {
@@ -255,7 +255,7 @@ impl Claims {
     }
 
     /// [`run`](Self::run), committing `record`'s database writes (the charge id on the order,
-    /// say) in the completion's transaction: [`crate::Claims::run_and_record`], awaited.
+    /// say) in the completion's transaction: [`crate::claim::Claims::run_and_record`], awaited.
     /// `record` is an async closure over the transaction's connection and the side effect's
     /// value.
     ///
@@ -264,7 +264,7 @@ impl Claims {
     /// use diesel::prelude::*;
     /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
     /// use diesel_async::{RunQueryDsl, SimpleAsyncConnection};
-    /// use diesel_inbox::{asynch, ClaimOutcome};
+    /// use diesel_inbox::{claim::ClaimOutcome, asynch};
     ///
     /// type Conn = SyncConnectionWrapper<SqliteConnection>;
     ///
@@ -274,7 +274,7 @@ impl Claims {
     /// conn.batch_execute("CREATE TABLE charges (id TEXT NOT NULL)").await?;
     /// let payments = asynch::Inbox::new("payments")?.claims();
     ///
-    /// let charge = async |_claim: &diesel_inbox::Claim| Ok::<_, diesel_inbox::Error>("ch_1".to_owned());
+    /// let charge = async |_claim: &diesel_inbox::claim::Claim| Ok::<_, diesel_inbox::Error>("ch_1".to_owned());
     /// let record = async |tx: &mut Conn, id: &String| {
     ///     diesel::sql_query(format!("INSERT INTO charges VALUES ('{id}')")).execute(tx).await?;
     ///     Ok(())
@@ -289,7 +289,7 @@ impl Claims {
     ///
     /// # Errors
     ///
-    /// As [`crate::Claims::run_and_record`].
+    /// As [`crate::claim::Claims::run_and_record`].
     #[allow(
         clippy::manual_async_fn,
         reason = "the signature promises a `Send` future, which an `async fn` would only leak"
@@ -303,7 +303,7 @@ impl Claims {
     ) -> impl Future<Output = Result<ClaimOutcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: for<'c> AsyncHandler<&'c crate::Claim, Result<T, E>, Fut: Send> + Send + 'a,
+        H: for<'c> AsyncHandler<&'c crate::claim::Claim, Result<T, E>, Fut: Send> + Send + 'a,
         R: Records<C, T, E> + 'a,
         T: Serialize + DeserializeOwned + Send + Sync + 'a,
         E: HandlerError + Send + 'a,
@@ -353,18 +353,18 @@ struct Acts<H>(H);
 
 impl<T, E, H> SideEffect<T, E> for Acts<H>
 where
-    H: for<'c> AsyncHandler<&'c crate::Claim, Result<T, E>>,
+    H: for<'c> AsyncHandler<&'c crate::claim::Claim, Result<T, E>>,
 {
-    fn run(mut self, claim: &crate::Claim) -> impl Future<Output = Result<T, E>> {
+    fn run(mut self, claim: &crate::claim::Claim) -> impl Future<Output = Result<T, E>> {
         Box::pin(call(&mut self.0, claim))
     }
 }
 
-/// A claim held by this worker, finished on an async connection: [`crate::Claim`], whose
+/// A claim held by this worker, finished on an async connection: [`crate::claim::Claim`], whose
 /// writes are awaited. Dropped unfinished, it stays in progress until its lease runs out.
 #[must_use = "finish a claim with complete, release, abandon or outcome_unknown; dropped, it stays in progress until its lease runs out, then it is in doubt"]
 #[derive(Debug)]
-pub struct Claim(crate::Claim);
+pub struct Claim(crate::claim::Claim);
 
 impl Claim {
     /// The event id claimed.
@@ -372,7 +372,7 @@ impl Claim {
         self.0.event_id()
     }
 
-    /// This holder's attempt: [`crate::Claim::attempt`].
+    /// This holder's attempt: [`crate::claim::Claim::attempt`].
     pub fn attempt(&self) -> u64 {
         self.0.attempt()
     }
@@ -382,16 +382,16 @@ impl Claim {
         self.0.lease_until()
     }
 
-    /// The key to pass downstream: [`crate::Claim::idempotency_key`].
+    /// The key to pass downstream: [`crate::claim::Claim::idempotency_key`].
     pub fn idempotency_key(&self) -> String {
         self.0.idempotency_key()
     }
 
-    /// Keeps the claim for `by` from now: [`crate::Claim::extend`], awaited.
+    /// Keeps the claim for `by` from now: [`crate::claim::Claim::extend`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Claim::extend`].
+    /// As [`crate::claim::Claim::extend`].
     pub async fn extend<C: AsyncInboxConnection>(
         &mut self,
         conn: &mut C,
@@ -401,11 +401,11 @@ impl Claim {
     }
 
     /// The side effect happened: stores `result` and completes the claim:
-    /// [`crate::Claim::complete`], awaited.
+    /// [`crate::claim::Claim::complete`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Claim::complete_with`].
+    /// As [`crate::claim::Claim::complete_with`].
     pub async fn complete<C: AsyncInboxConnection, T: Serialize + Sync>(
         self,
         conn: &mut C,
@@ -418,11 +418,11 @@ impl Claim {
 
     /// The side effect happened: runs `record`, an async closure of database writes that
     /// record it, and completes the claim with `result`, in one transaction:
-    /// [`crate::Claim::complete_with`], awaited.
+    /// [`crate::claim::Claim::complete_with`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Claim::complete_with`].
+    /// As [`crate::claim::Claim::complete_with`].
     pub fn complete_with<'a, C, T, E, H>(
         self,
         conn: &'a mut C,
@@ -439,7 +439,7 @@ impl Claim {
         self.0.complete_in::<Async, _, _, _>(conn, result, record)
     }
 
-    /// The side effect did not happen, and may run again: [`crate::Claim::release`], awaited.
+    /// The side effect did not happen, and may run again: [`crate::claim::Claim::release`], awaited.
     ///
     /// # Errors
     ///
@@ -455,7 +455,7 @@ impl Claim {
         .await
     }
 
-    /// The side effect did not happen, and must never run: [`crate::Claim::abandon`],
+    /// The side effect did not happen, and must never run: [`crate::claim::Claim::abandon`],
     /// awaited.
     ///
     /// # Errors
@@ -472,7 +472,7 @@ impl Claim {
         .await
     }
 
-    /// Whether the side effect happened is unknown: [`crate::Claim::outcome_unknown`],
+    /// Whether the side effect happened is unknown: [`crate::claim::Claim::outcome_unknown`],
     /// awaited. Returns the state the claim took.
     ///
     /// # Errors

@@ -17,9 +17,9 @@ use crate::decide::{Failure, HandlerFailure, Then};
 use crate::duration::{after, now};
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::sql::{Blocking, Db, Sql};
-use crate::{observe, Claims, Error, EventId, HandlerError, InboxConnection};
+use crate::{claim::Claims, observe, Error, EventId, HandlerError, InboxConnection};
 
-/// A claim held by this worker: [`Claimed::Acquired`](crate::Claimed::Acquired).
+/// A claim held by this worker: [`Claimed::Acquired`](crate::claim::Claimed::Acquired).
 ///
 /// Run the side effect, passing [`idempotency_key`](Self::idempotency_key) downstream where
 /// the service takes one, then finish the claim with what you know:
@@ -36,7 +36,7 @@ use crate::{observe, Claims, Error, EventId, HandlerError, InboxConnection};
 ///
 /// **Dropped unfinished** (an early return, a panic, a crash), the claim cannot do I/O: it
 /// stays in progress until its lease runs out, and is then in doubt (or taken over under
-/// [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy)). The drop is logged at warn.
+/// [`InDoubtPolicy::RerunAfterLease`](crate::claim::InDoubtPolicy)). The drop is logged at warn.
 #[must_use = "finish a claim with complete, release, abandon or outcome_unknown; dropped, it stays in progress until its lease runs out, then it is in doubt"]
 #[derive(Debug)]
 pub struct Claim {
@@ -133,7 +133,7 @@ impl Claim {
     ///
     /// If the completion cannot commit, the side effect still happened: the failure is logged
     /// at error level with `result`, and the claim is put in doubt, so that ops can resolve it
-    /// with that result; under [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy) it is
+    /// with that result; under [`InDoubtPolicy::RerunAfterLease`](crate::claim::InDoubtPolicy) it is
     /// released instead, and the next delivery runs it again with the same idempotency key.
     /// Contention is retried, `record` included.
     ///
@@ -231,7 +231,7 @@ impl Claim {
 
     /// The side effect did not happen, and must never run (an address the mailer refuses, a
     /// card the processor declined for good): the claim is abandoned, and later deliveries
-    /// get [`Claimed::Abandoned`](crate::Claimed::Abandoned).
+    /// get [`Claimed::Abandoned`](crate::claim::Claimed::Abandoned).
     ///
     /// # Errors
     ///
@@ -242,7 +242,7 @@ impl Claim {
 
     /// Whether the side effect happened is unknown (a timeout, a connection dropped
     /// mid-request): the claim is in doubt, for ops to resolve, or released under
-    /// [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy). Returns which.
+    /// [`InDoubtPolicy::RerunAfterLease`](crate::claim::InDoubtPolicy). Returns which.
     ///
     /// # Errors
     ///

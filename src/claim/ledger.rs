@@ -53,7 +53,7 @@ pub struct ClaimRecord {
     /// What the stored payload is, `"json"` or `"bytes"`; `None` when the first delivery
     /// carried none. Listings fill it too.
     pub payload_kind: Option<String>,
-    /// The idempotency key its side effect was given ([`Claim::idempotency_key`](crate::Claim::idempotency_key)).
+    /// The idempotency key its side effect was given ([`Claim::idempotency_key`](crate::claim::Claim::idempotency_key)).
     pub idempotency_key: String,
 }
 
@@ -254,7 +254,7 @@ impl Claims {
     /// # #[cfg(feature = "sqlite")] {
     /// use std::time::Duration;
     /// use diesel::prelude::*;
-    /// use diesel_inbox::{Audit, ClaimState, Claimed, Inbox, Resolution};
+    /// use diesel_inbox::{claim::{ClaimState, Claimed, Resolution}, Audit, Inbox};
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;

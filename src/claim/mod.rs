@@ -4,7 +4,7 @@
 //! A claim on `(consumer, event_id)` commits in a short transaction of its own *before* the
 //! side effect; the side effect runs outside any transaction; its completion commits after,
 //! with its result and the writes that record it. What a claim's row means is decided in
-//! [`verdict`], apart from the I/O here, in [`held`] (the holder's writes) and in [`ledger`]
+//! `verdict.rs`, apart from the I/O here, in `held.rs` (the holder's writes) and in `ledger.rs`
 //! (listing and ops' resolutions).
 
 #[cfg(feature = "async")]
@@ -80,14 +80,14 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::{ClaimOutcome, Delivery, Inbox};
+/// use diesel_inbox::{claim::ClaimOutcome, Delivery, Inbox};
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// diesel_inbox::run_pending_migrations(&mut conn)?;
 /// let welcome = Inbox::new("welcome-mailer")?.claims();
 ///
 /// let mut sent = 0;
-/// let mut send = |claim: &diesel_inbox::Claim| {
+/// let mut send = |claim: &diesel_inbox::claim::Claim| {
 ///     sent += 1; // mailer.send(to, template, claim.idempotency_key())
 ///     Ok::<_, diesel_inbox::Error>(format!("msg-{}", claim.attempt()))
 /// };
@@ -205,7 +205,7 @@ impl Claims {
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
-    /// use diesel_inbox::{Claimed, Inbox};
+    /// use diesel_inbox::{claim::Claimed, Inbox};
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;
@@ -389,13 +389,13 @@ impl Claims {
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
-    /// use diesel_inbox::{ClaimOutcome, Inbox};
+    /// use diesel_inbox::{claim::ClaimOutcome, Inbox};
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;
     /// let mailer = Inbox::new("mailer")?.claims();
     /// // The side effect outside the database: an email, a payment; its key dedups on their side.
-    /// let send = |claim: &diesel_inbox::Claim| Ok::<_, diesel_inbox::Error>(format!("sent with {}", claim.idempotency_key()));
+    /// let send = |claim: &diesel_inbox::claim::Claim| Ok::<_, diesel_inbox::Error>(format!("sent with {}", claim.idempotency_key()));
     ///
     /// let first = mailer.run(&mut conn, "evt-1", send)?;
     /// let again = mailer.run(&mut conn, "evt-1", send)?;
@@ -431,7 +431,7 @@ impl Claims {
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
-    /// use diesel_inbox::{ClaimOutcome, Inbox};
+    /// use diesel_inbox::{claim::ClaimOutcome, Inbox};
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;

@@ -5,9 +5,9 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 
 use super::sql::ClaimRow;
-use crate::{Claim, Error};
+use crate::{claim::Claim, Error};
 
-/// What [`Claims::claim`](crate::Claims::claim) found: the claim to run the side effect
+/// What [`Claims::claim`](crate::claim::Claims::claim) found: the claim to run the side effect
 /// under, or why not to run it. `H` is the held claim's type: [`Claim`], or the async
 /// flavour's `asynch::Claim`.
 #[must_use = "only Claimed::Acquired may run the side effect"]
@@ -46,7 +46,7 @@ impl<H> Claimed<H> {
     }
 }
 
-/// What [`Claims::run`](crate::Claims::run) came to.
+/// What [`Claims::run`](crate::claim::Claims::run) came to.
 #[must_use = "a ClaimOutcome says whether the side effect ran; ack the message by ClaimOutcome::ack"]
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -134,7 +134,7 @@ impl InProgress {
     }
 
     /// When its lease runs out: after that the claim is in doubt (or, under
-    /// [`InDoubtPolicy::RerunAfterLease`](crate::InDoubtPolicy), taken over).
+    /// [`InDoubtPolicy::RerunAfterLease`](crate::claim::InDoubtPolicy), taken over).
     pub fn lease_until(&self) -> DateTime<Utc> {
         self.lease_until
     }
@@ -200,7 +200,7 @@ impl Abandoned {
     }
 
     /// The permanent failure that abandoned it, if one did. Ops' reasons are on the claim's
-    /// record ([`ClaimRecord::resolution`](crate::ClaimRecord::resolution)).
+    /// record ([`ClaimRecord::resolution`](crate::claim::ClaimRecord::resolution)).
     pub fn reason(&self) -> Option<&str> {
         self.reason.as_deref()
     }

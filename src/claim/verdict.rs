@@ -11,7 +11,7 @@ use crate::decide::HandlerFailure;
 ///
 /// The default, [`Hold`](Self::Hold), is at most once: nothing runs the side effect again
 /// until ops decide. [`RerunAfterLease`](Self::RerunAfterLease) is for side effects that pass
-/// [`Claim::idempotency_key`](crate::Claim::idempotency_key) downstream, so that the
+/// [`Claim::idempotency_key`](crate::claim::Claim::idempotency_key) downstream, so that the
 /// downstream service applies a repeated call once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]

@@ -1,4 +1,4 @@
-//! Sequence cursors on async connections: [`Cursor`], a [`crate::Cursor`] whose deliveries
+//! Sequence cursors on async connections: [`Cursor`], a [`crate::cursor::Cursor`] whose deliveries
 //! and reads are awaited. The same transaction bodies and statements as the sync API.
 
 use std::future::Future;
@@ -6,8 +6,8 @@ use std::marker::PhantomData;
 
 use crate::sql::Async;
 use crate::{
-    AdminError, Audit, CorruptRow, Error, Gap, HandlerError, InvalidStreamName, Lease, Outcome,
-    Position, Resume, Sequenced,
+    cursor::{Gap, InvalidStreamName, Lease, Position, Resume, Sequenced},
+    AdminError, Audit, CorruptRow, Error, HandlerError, Outcome,
 };
 
 use crate::asynch::batch::{SequenceHandler, Sequences};
@@ -30,14 +30,14 @@ impl Inbox {
     }
 }
 
-/// A consumer's position in one ordered stream, on async connections: [`crate::Cursor`],
+/// A consumer's position in one ordered stream, on async connections: [`crate::cursor::Cursor`],
 /// whose deliveries are awaited. Made with [`Inbox::cursor`].
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-/// use diesel_inbox::{asynch, Resume};
+/// use diesel_inbox::{cursor::Resume, asynch};
 ///
 /// # tokio::runtime::Runtime::new()?.block_on(async {
 /// let mut setup = SqliteConnection::establish(":memory:")?;
@@ -61,21 +61,21 @@ impl Inbox {
 /// ```
 #[derive(Debug, Clone)]
 #[must_use]
-pub struct Cursor(crate::Cursor);
+pub struct Cursor(crate::cursor::Cursor);
 
-impl From<crate::Cursor> for Cursor {
-    fn from(cursor: crate::Cursor) -> Self {
+impl From<crate::cursor::Cursor> for Cursor {
+    fn from(cursor: crate::cursor::Cursor) -> Self {
         Self(cursor)
     }
 }
 
 impl Cursor {
-    /// [`crate::Cursor::epoch`].
+    /// [`crate::cursor::Cursor::epoch`].
     pub fn epoch(self, epoch: u64) -> Self {
         Self(self.0.epoch(epoch))
     }
 
-    /// [`crate::Cursor::max_open_gaps`].
+    /// [`crate::cursor::Cursor::max_open_gaps`].
     ///
     /// # Panics
     ///
@@ -95,7 +95,7 @@ impl Cursor {
     }
 
     /// Runs `handler` if and only if the sequence is not settled yet, in one transaction with
-    /// the cursor's advance: [`crate::Cursor::process`], awaited, with the async inbox's
+    /// the cursor's advance: [`crate::cursor::Cursor::process`], awaited, with the async inbox's
     /// handlers, backoff and cancellation (see [`Inbox::process`]).
     ///
     /// ```
@@ -124,7 +124,7 @@ impl Cursor {
     ///
     /// # Errors
     ///
-    /// As [`crate::Cursor::process`].
+    /// As [`crate::cursor::Cursor::process`].
     pub fn process<'a, C, T, E, H>(
         &'a self,
         conn: &'a mut C,
@@ -143,7 +143,7 @@ impl Cursor {
     }
 
     /// Offers a run of sequences in one transaction that locks and writes the cursor once,
-    /// `handler` running for each one not settled yet: [`crate::Cursor::process_batch`],
+    /// `handler` running for each one not settled yet: [`crate::cursor::Cursor::process_batch`],
     /// awaited.
     ///
     /// ```
@@ -174,7 +174,7 @@ impl Cursor {
     ///
     /// # Errors
     ///
-    /// As [`crate::Cursor::process_batch`].
+    /// As [`crate::cursor::Cursor::process_batch`].
     pub fn process_batch<'a, C, M, T, E, H>(
         &'a self,
         conn: &'a mut C,
@@ -194,11 +194,11 @@ impl Cursor {
     }
 
     /// Removes the processed id rows at or below the watermark, in batches:
-    /// [`crate::Cursor::prune_events`], awaited.
+    /// [`crate::cursor::Cursor::prune_events`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Cursor::prune_events`].
+    /// As [`crate::cursor::Cursor::prune_events`].
     ///
     /// # Panics
     ///
@@ -211,12 +211,12 @@ impl Cursor {
         self.0.prune_events_in::<Async, _>(conn, batch_size).await
     }
 
-    /// The gap ledger of this stream: [`crate::Cursor::gaps`].
+    /// The gap ledger of this stream: [`crate::cursor::Cursor::gaps`].
     pub fn gaps(&self) -> Gaps {
         Gaps(self.0.gaps())
     }
 
-    /// Every cursor of `inbox`'s consumer, by stream name: [`crate::Cursor::all`], awaited.
+    /// Every cursor of `inbox`'s consumer, by stream name: [`crate::cursor::Cursor::all`], awaited.
     ///
     /// # Errors
     ///
@@ -225,23 +225,23 @@ impl Cursor {
         conn: &mut C,
         inbox: &Inbox,
     ) -> Result<Vec<Position>, Error> {
-        crate::Cursor::all_in::<Async, _>(conn, &inbox.0).await
+        crate::cursor::Cursor::all_in::<Async, _>(conn, &inbox.0).await
     }
 
-    /// Every consumer with a cursor or a gap: [`crate::Cursor::consumers`], awaited.
+    /// Every consumer with a cursor or a gap: [`crate::cursor::Cursor::consumers`], awaited.
     ///
     /// # Errors
     ///
     /// [`Error::Database`].
     pub async fn consumers<C: AsyncInboxConnection>(conn: &mut C) -> Result<Vec<String>, Error> {
-        crate::Cursor::consumers_in::<Async, _>(conn).await
+        crate::cursor::Cursor::consumers_in::<Async, _>(conn).await
     }
 
-    /// Makes the caller the stream's owner: [`crate::Cursor::acquire`], awaited.
+    /// Makes the caller the stream's owner: [`crate::cursor::Cursor::acquire`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Cursor::acquire`].
+    /// As [`crate::cursor::Cursor::acquire`].
     pub async fn acquire<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,
@@ -250,7 +250,7 @@ impl Cursor {
         self.0.acquire_in::<Async, _>(conn, owner).await
     }
 
-    /// Where to seek the broker: [`crate::Cursor::resume`], awaited.
+    /// Where to seek the broker: [`crate::cursor::Cursor::resume`], awaited.
     ///
     /// # Errors
     ///
@@ -259,7 +259,7 @@ impl Cursor {
         self.0.resume_in::<Async, _>(conn).await
     }
 
-    /// Where the cursor stands, if it has a row: [`crate::Cursor::position`], awaited.
+    /// Where the cursor stands, if it has a row: [`crate::cursor::Cursor::position`], awaited.
     ///
     /// # Errors
     ///
@@ -273,13 +273,13 @@ impl Cursor {
 }
 
 /// A consumer's gap ledger, of every stream or of one, on async connections:
-/// [`crate::Gaps`], awaited. Made with [`Inbox::gaps`] or [`Cursor::gaps`].
+/// [`crate::cursor::Gaps`], awaited. Made with [`Inbox::gaps`] or [`Cursor::gaps`].
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-/// use diesel_inbox::{asynch, Audit, GapState, Resume};
+/// use diesel_inbox::{cursor::{GapState, Resume}, asynch, Audit};
 ///
 /// type Conn = SyncConnectionWrapper<SqliteConnection>;
 ///
@@ -303,16 +303,16 @@ impl Cursor {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
-pub struct Gaps(crate::Gaps);
+pub struct Gaps(crate::cursor::Gaps);
 
-impl From<crate::Gaps> for Gaps {
-    fn from(gaps: crate::Gaps) -> Self {
+impl From<crate::cursor::Gaps> for Gaps {
+    fn from(gaps: crate::cursor::Gaps) -> Self {
         Self(gaps)
     }
 }
 
 impl Gaps {
-    /// The open gaps, by stream and first sequence: [`crate::Gaps::open`], awaited.
+    /// The open gaps, by stream and first sequence: [`crate::cursor::Gaps::open`], awaited.
     ///
     /// # Errors
     ///
@@ -324,7 +324,7 @@ impl Gaps {
         self.0.open_in::<Async, _>(conn).await
     }
 
-    /// Up to `limit` gaps after gap id `after`: [`crate::Gaps::list`], awaited.
+    /// Up to `limit` gaps after gap id `after`: [`crate::cursor::Gaps::list`], awaited.
     ///
     /// # Errors
     ///
@@ -338,12 +338,12 @@ impl Gaps {
         self.0.list_in::<Async, _>(conn, after, limit).await
     }
 
-    /// Resolves the open gap `id` and moves the watermark past it: [`crate::Gaps::resolve`],
+    /// Resolves the open gap `id` and moves the watermark past it: [`crate::cursor::Gaps::resolve`],
     /// awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Gaps::resolve`].
+    /// As [`crate::cursor::Gaps::resolve`].
     pub async fn resolve<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,

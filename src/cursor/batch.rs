@@ -9,7 +9,7 @@ use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::Tally;
 use crate::sql::{Blocking, Db, Sql};
-use crate::{Gap, HandlerError, InboxConnection, Outcome};
+use crate::{cursor::Gap, HandlerError, InboxConnection, Outcome};
 
 use super::{processed, stored, Cursor};
 

@@ -13,12 +13,12 @@ use crate::sql::{Blocking, Db, Sql};
 use crate::state::CorruptRow;
 use crate::{AdminError, Audit, Error, Inbox, InboxConnection, RetryPolicy};
 
-/// A consumer's gap ledger, of every stream or of one: [`Inbox::gaps`], [`Cursor::gaps`](crate::Cursor::gaps).
+/// A consumer's gap ledger, of every stream or of one: [`Inbox::gaps`], [`Cursor::gaps`](crate::cursor::Cursor::gaps).
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::{Audit, GapState, Inbox, Resume};
+/// use diesel_inbox::{cursor::{GapState, Resume}, Audit, Inbox};
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// diesel_inbox::run_pending_migrations(&mut conn)?;

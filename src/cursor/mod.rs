@@ -1,5 +1,5 @@
 //! Sequence cursors: exactly-once over an ordered stream with one row per stream, a gap
-//! ledger and fencing. The arithmetic is in [`crate::watermark`]; this module does the I/O.
+//! ledger and fencing. The arithmetic is in `watermark.rs`; this module does the I/O.
 
 use std::marker::PhantomData;
 use std::time::Duration;
@@ -12,7 +12,8 @@ use crate::decide::{Failure, Scope, Then};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
 use crate::inbox::{self, Delivered, Tally};
-use crate::names::{InvalidStreamName, StreamName};
+use crate::names::StreamName;
+pub use crate::names::{InvalidStreamName, MAX_STREAM_BYTES};
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
 use crate::rows::{ConsumerRows, Recorded};
@@ -51,7 +52,7 @@ pub const DEFAULT_MAX_OPEN_GAPS: usize = 1000;
 /// - a sequence already settled is [`Outcome::Duplicate`], and the effect does not run;
 /// - the next sequence is [`Outcome::Processed`]: one update of the cursor row;
 /// - a sequence further ahead is processed too, and the skipped range goes into the gap ledger
-///   as [`GapCause::Skipped`](crate::GapCause::Skipped): [`Outcome::ProcessedAfterGap`], a
+///   as [`GapCause::Skipped`]: [`Outcome::ProcessedAfterGap`], a
 ///   warn-level log line and the `diesel_inbox_gaps_total` metric. The watermark stays below
 ///   the gap until its sequences arrive (each one late arrival is processed, once, and fills
 ///   its place) or ops [resolve](Gaps::resolve) it.
@@ -64,7 +65,7 @@ pub const DEFAULT_MAX_OPEN_GAPS: usize = 1000;
 ///
 /// **Retention**: given the broker's first available sequence
 /// ([`Sequenced::first_available`]), a cursor behind it records the missing range as
-/// [`GapCause::Evicted`](crate::GapCause::Evicted), never a silent reset, and moves on.
+/// [`GapCause::Evicted`], never a silent reset, and moves on.
 ///
 /// **Fencing**: [`acquire`](Self::acquire) makes an instance the stream's owner with a new
 /// epoch; a cursor writing with an older one (a zombie after a rebalance) fails with
@@ -79,7 +80,7 @@ pub const DEFAULT_MAX_OPEN_GAPS: usize = 1000;
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::{Inbox, Outcome, Resume};
+/// use diesel_inbox::{cursor::Resume, Inbox, Outcome};
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// diesel_inbox::run_pending_migrations(&mut conn)?;

@@ -15,7 +15,7 @@ impl Cursor {
     /// its own: redeliveries of those sequences are duplicates by the cursor, whatever the
     /// clock says. Dead-lettered and discarded rows stay. Returns how many rows it removed.
     ///
-    /// [`Sequenced::event`]: crate::Sequenced::event
+    /// [`Sequenced::event`]: crate::cursor::Sequenced::event
     ///
     /// # Errors
     ///

@@ -15,7 +15,7 @@ use crate::cursor::GapCause;
 
 /// A stored sequence as the API hands it out: `u64`, as sequences go in. Gaps and `high` are
 /// never below zero, since only `u64` sequences are stored; a watermark is, one below a stream
-/// that starts at 0, and callers see that as no watermark ([`crate::Position::watermark`]).
+/// that starts at 0, and callers see that as no watermark ([`crate::cursor::Position::watermark`]).
 pub(crate) fn unstored(sequence: i64) -> u64 {
     u64::try_from(sequence).unwrap_or(0)
 }

@@ -1,4 +1,4 @@
-//! Dead letters on async connections: [`DeadLetters`], a [`crate::DeadLetters`] whose
+//! Dead letters on async connections: [`DeadLetters`], a [`crate::dead_letter::DeadLetters`] whose
 //! listings, redrives and audited transitions are awaited. The same transaction bodies and
 //! statements as the sync API.
 
@@ -8,7 +8,8 @@ use std::marker::PhantomData;
 use crate::dead_letter::{RedriveEffect, Transition};
 use crate::sql::Async;
 use crate::{
-    AdminError, Audit, CorruptRow, DeadLetter, Error, HandlerError, IntoEventId, Outcome, Payload,
+    dead_letter::DeadLetter, AdminError, Audit, CorruptRow, Error, HandlerError, IntoEventId,
+    Outcome, Payload,
 };
 
 use crate::asynch::batch::call as call2;
@@ -21,7 +22,7 @@ impl Inbox {
     }
 }
 
-/// A consumer's dead letters on async connections: [`crate::DeadLetters`], awaited.
+/// A consumer's dead letters on async connections: [`crate::dead_letter::DeadLetters`], awaited.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -51,15 +52,15 @@ impl Inbox {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
-pub struct DeadLetters(crate::DeadLetters);
+pub struct DeadLetters(crate::dead_letter::DeadLetters);
 
 impl DeadLetters {
-    /// Up to `limit` dead-lettered events after `after`: [`crate::DeadLetters::list`],
+    /// Up to `limit` dead-lettered events after `after`: [`crate::dead_letter::DeadLetters::list`],
     /// awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::DeadLetters::list`].
+    /// As [`crate::dead_letter::DeadLetters::list`].
     pub async fn list<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,
@@ -69,11 +70,11 @@ impl DeadLetters {
         self.0.list_in::<Async, _>(conn, after, limit).await
     }
 
-    /// One failed event with its payload and history: [`crate::DeadLetters::show`], awaited.
+    /// One failed event with its payload and history: [`crate::dead_letter::DeadLetters::show`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::DeadLetters::show`].
+    /// As [`crate::dead_letter::DeadLetters::show`].
     pub async fn show<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,
@@ -85,11 +86,11 @@ impl DeadLetters {
 
     /// Runs `effect`, an async closure over the transaction's connection and the stored
     /// payload, on a dead-lettered event through the inbox path, and marks it redriven:
-    /// [`crate::DeadLetters::redrive`], awaited.
+    /// [`crate::dead_letter::DeadLetters::redrive`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::DeadLetters::redrive`].
+    /// As [`crate::dead_letter::DeadLetters::redrive`].
     #[allow(
         clippy::manual_async_fn,
         reason = "the signature promises a `Send` future, which an `async fn` would only leak"
@@ -119,11 +120,11 @@ impl DeadLetters {
         }
     }
 
-    /// Marks a dead-lettered event discarded: [`crate::DeadLetters::discard`], awaited.
+    /// Marks a dead-lettered event discarded: [`crate::dead_letter::DeadLetters::discard`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::DeadLetters::discard`].
+    /// As [`crate::dead_letter::DeadLetters::discard`].
     pub async fn discard<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,
@@ -136,12 +137,12 @@ impl DeadLetters {
             .await
     }
 
-    /// Releases a dead-lettered event to be published again: [`crate::DeadLetters::release`],
+    /// Releases a dead-lettered event to be published again: [`crate::dead_letter::DeadLetters::release`],
     /// awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::DeadLetters::release`].
+    /// As [`crate::dead_letter::DeadLetters::release`].
     pub async fn release<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,

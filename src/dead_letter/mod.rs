@@ -317,7 +317,7 @@ impl DeadLetters {
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
-    /// use diesel_inbox::{Audit, DeadLetterState, Inbox};
+    /// use diesel_inbox::{dead_letter::DeadLetterState, Audit, Inbox};
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;

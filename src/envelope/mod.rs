@@ -5,9 +5,9 @@
 //! the payload. Delivery observations (broker offsets, redelivery counts) are not part of the
 //! event's meaning and stay out of it.
 //!
-//! On the wire ([`wire`]) an envelope is a broker message: its fields as headers, its payload
-//! as the body, so any broker with headers carries it unchanged. [`trace`] keeps a W3C trace
-//! context on each `tracing` span, and [`versions`] says which schema versions a consumer
+//! On the wire (`wire.rs`) an envelope is a broker message: its fields as headers, its payload
+//! as the body, so any broker with headers carries it unchanged. `trace.rs` keeps a W3C trace
+//! context on each `tracing` span, and `versions.rs` says which schema versions a consumer
 //! reads.
 
 use std::collections::BTreeMap;
@@ -36,7 +36,7 @@ pub use wire::Message;
 /// message that carries it, and [`from_message`] reads one back on the consumer's side.
 ///
 /// ```
-/// use diesel_inbox::{Envelope, Payload};
+/// use diesel_inbox::{envelope::Envelope, Payload};
 ///
 /// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
 /// struct OrderPlaced {
@@ -139,7 +139,7 @@ impl Envelope {
     /// instead of the current span's. OpenTelemetry users set it from their own context.
     ///
     /// ```
-    /// use diesel_inbox::Envelope;
+    /// use diesel_inbox::envelope::Envelope;
     ///
     /// let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     /// let event = Envelope::new("order.placed", "order", "42").with_traceparent(parent)?;
@@ -264,7 +264,7 @@ impl Envelope {
     /// The payload decoded as `T`: a JSON payload, or a bytes payload that holds JSON.
     ///
     /// ```
-    /// use diesel_inbox::{Envelope, FailureKind, HandlerError};
+    /// use diesel_inbox::{envelope::Envelope, FailureKind, HandlerError};
     ///
     /// #[derive(Debug, serde::Deserialize)]
     /// struct OrderPlaced {

@@ -2,7 +2,7 @@
 //!
 //! `TraceContextLayer` (feature `trace-context`) gives every span a trace id, a span id of its
 //! own and trace flags, kept in the span's extensions in the `tracing-subscriber` registry.
-//! [`Envelope::new`](crate::Envelope::new) reads the current span's context through
+//! [`Envelope::new`](crate::envelope::Envelope::new) reads the current span's context through
 //! [`current_traceparent`] and sends it as the event's `traceparent`. A `traceparent` read off
 //! the wire is checked by [`TraceContext::parse`] with or without the feature.
 

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-use crate::{Envelope, Error};
+use crate::{envelope::Envelope, Error};
 
 /// The schema versions a consumer accepts, per event type.
 ///
@@ -16,7 +16,7 @@ use crate::{Envelope, Error};
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::{Ack, Envelope, Inbox, Outcome, SchemaVersions};
+/// use diesel_inbox::{envelope::{Envelope, SchemaVersions}, Ack, Inbox, Outcome};
 ///
 /// let accepted = SchemaVersions::new().accept("order.placed", [1, 2]);
 ///

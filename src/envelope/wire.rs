@@ -195,7 +195,7 @@ impl Envelope {
     /// headers are left out; every other header becomes a custom header.
     ///
     /// ```
-    /// use diesel_inbox::Envelope;
+    /// use diesel_inbox::envelope::Envelope;
     ///
     /// let headers = [
     ///     ("event-id", "0190a1b2-0000-7000-8000-000000000001"),

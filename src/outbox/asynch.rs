@@ -7,24 +7,25 @@ use std::time::Duration;
 use crate::outbox::Awaits;
 use crate::sql::Async;
 use crate::{
-    AdminError, AsyncPublisher, Audit, CorruptRow, Envelope, Error, OutboxRecord, OutboxState,
-    OutboxStats, RelayPass,
+    envelope::Envelope,
+    outbox::{AsyncPublisher, OutboxRecord, OutboxState, OutboxStats, RelayPass},
+    AdminError, Audit, CorruptRow, Error,
 };
 
 use crate::asynch::AsyncInboxConnection;
 
-/// A producer's outbox on async connections: [`crate::Outbox`], whose enqueues are awaited.
+/// A producer's outbox on async connections: [`crate::outbox::Outbox`], whose enqueues are awaited.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-/// use diesel_inbox::{asynch, Envelope, OutboxMessage, PublishError};
+/// use diesel_inbox::{envelope::Envelope, outbox::{OutboxMessage, PublishError}, asynch};
 ///
 /// /// Prints what it publishes; a real one sends to a broker and awaits its ack.
 /// struct Stdout;
 ///
-/// impl diesel_inbox::AsyncPublisher for Stdout {
+/// impl diesel_inbox::outbox::AsyncPublisher for Stdout {
 ///     async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError> {
 ///         println!("{} -> {}", message.envelope.id(), message.topic);
 ///         Ok(())
@@ -49,22 +50,22 @@ use crate::asynch::AsyncInboxConnection;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
-pub struct Outbox(crate::Outbox);
+pub struct Outbox(crate::outbox::Outbox);
 
-impl From<crate::Outbox> for Outbox {
-    fn from(outbox: crate::Outbox) -> Self {
+impl From<crate::outbox::Outbox> for Outbox {
+    fn from(outbox: crate::outbox::Outbox) -> Self {
         Self(outbox)
     }
 }
 
 impl Outbox {
-    /// [`crate::Outbox::new`].
+    /// [`crate::outbox::Outbox::new`].
     ///
     /// # Errors
     ///
     /// [`Error::InvalidEnvelope`] when `producer` is empty.
     pub fn new(producer: &str) -> Result<Self, Error> {
-        crate::Outbox::new(producer).map(Self)
+        crate::outbox::Outbox::new(producer).map(Self)
     }
 
     /// The producer name.
@@ -72,7 +73,7 @@ impl Outbox {
         self.0.producer()
     }
 
-    /// Enqueues `envelope` for `topic` on `conn`: [`crate::Outbox::enqueue`], awaited. Inside
+    /// Enqueues `envelope` for `topic` on `conn`: [`crate::outbox::Outbox::enqueue`], awaited. Inside
     /// a transaction, an async inbox handler's included, the row commits with it; outside
     /// one, in a transaction of its own.
     ///
@@ -80,7 +81,7 @@ impl Outbox {
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
     /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-    /// use diesel_inbox::{asynch, Envelope};
+    /// use diesel_inbox::{envelope::Envelope, asynch};
     ///
     /// type Conn = SyncConnectionWrapper<SqliteConnection>;
     ///
@@ -104,7 +105,7 @@ impl Outbox {
     ///
     /// # Errors
     ///
-    /// As [`crate::Outbox::enqueue`].
+    /// As [`crate::outbox::Outbox::enqueue`].
     pub async fn enqueue<C: AsyncInboxConnection>(
         &self,
         conn: &mut C,
@@ -114,17 +115,17 @@ impl Outbox {
         self.0.enqueue_in::<Async, _>(conn, topic, envelope).await
     }
 
-    /// The rows per state and the oldest pending row: [`crate::Outbox::stats`], awaited.
+    /// The rows per state and the oldest pending row: [`crate::outbox::Outbox::stats`], awaited.
     ///
     /// # Errors
     ///
     /// [`Error::Database`].
     pub async fn stats<C: AsyncInboxConnection>(conn: &mut C) -> Result<OutboxStats, Error> {
-        crate::Outbox::stats_in::<Async, _>(conn).await
+        crate::outbox::Outbox::stats_in::<Async, _>(conn).await
     }
 
     /// Up to `limit` rows after position `after`, in `state` where given:
-    /// [`crate::Outbox::list`], awaited.
+    /// [`crate::outbox::Outbox::list`], awaited.
     ///
     /// # Errors
     ///
@@ -135,36 +136,36 @@ impl Outbox {
         after: i64,
         limit: i64,
     ) -> Result<Vec<Result<OutboxRecord, CorruptRow>>, Error> {
-        crate::Outbox::list_in::<Async, _>(conn, state, after, limit).await
+        crate::outbox::Outbox::list_in::<Async, _>(conn, state, after, limit).await
     }
 
-    /// The row at `position`: [`crate::Outbox::record`], awaited.
+    /// The row at `position`: [`crate::outbox::Outbox::record`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Outbox::record`].
+    /// As [`crate::outbox::Outbox::record`].
     pub async fn record<C: AsyncInboxConnection>(
         conn: &mut C,
         position: i64,
     ) -> Result<OutboxRecord, AdminError> {
-        crate::Outbox::record_in::<Async, _>(conn, position).await
+        crate::outbox::Outbox::record_in::<Async, _>(conn, position).await
     }
 
-    /// Makes the failed row at `position` pending again: [`crate::Outbox::retry`], awaited.
+    /// Makes the failed row at `position` pending again: [`crate::outbox::Outbox::retry`], awaited.
     ///
     /// # Errors
     ///
-    /// As [`crate::Outbox::retry`].
+    /// As [`crate::outbox::Outbox::retry`].
     pub async fn retry<C: AsyncInboxConnection>(
         conn: &mut C,
         position: i64,
         audit: &Audit,
     ) -> Result<(), AdminError> {
-        crate::Outbox::retry_in::<Async, _>(conn, position, audit).await
+        crate::outbox::Outbox::retry_in::<Async, _>(conn, position, audit).await
     }
 
     /// Deletes the rows published more than `older_than` ago, in batches:
-    /// [`crate::Outbox::prune`], awaited.
+    /// [`crate::outbox::Outbox::prune`], awaited.
     ///
     /// # Errors
     ///
@@ -174,39 +175,39 @@ impl Outbox {
         older_than: Duration,
         batch: usize,
     ) -> Result<u64, Error> {
-        crate::Outbox::prune_in::<Async, _>(conn, older_than, batch).await
+        crate::outbox::Outbox::prune_in::<Async, _>(conn, older_than, batch).await
     }
 }
 
 /// Publishes outbox rows from an async connection through an [`AsyncPublisher`]:
-/// [`crate::Relay`], whose passes are awaited. Configure it as a [`crate::Relay`] and convert
+/// [`crate::outbox::Relay`], whose passes are awaited. Configure it as a [`crate::outbox::Relay`] and convert
 /// it with `From`.
 ///
 /// A pass holds its connection while it publishes; with a pool, take a connection for each
 /// pass, so that a slow broker holds one connection at most.
 #[derive(Debug, Clone, Default)]
-pub struct Relay(crate::Relay);
+pub struct Relay(crate::outbox::Relay);
 
-impl From<crate::Relay> for Relay {
-    fn from(relay: crate::Relay) -> Self {
+impl From<crate::outbox::Relay> for Relay {
+    fn from(relay: crate::outbox::Relay) -> Self {
         Self(relay)
     }
 }
 
 impl Relay {
-    /// [`crate::Relay::new`].
+    /// [`crate::outbox::Relay::new`].
     pub fn new() -> Self {
-        Self(crate::Relay::new())
+        Self(crate::outbox::Relay::new())
     }
 
     /// One pass: takes the rows due now, publishes them through `publisher` in order,
-    /// awaiting each, and marks them: [`crate::Relay::run_once`], awaited.
+    /// awaiting each, and marks them: [`crate::outbox::Relay::run_once`], awaited.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
     /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
-    /// use diesel_inbox::{asynch, AsyncPublisher, Envelope, OutboxMessage, PublishError};
+    /// use diesel_inbox::{outbox::{AsyncPublisher, OutboxMessage, PublishError}, envelope::Envelope, asynch};
     ///
     /// type Conn = SyncConnectionWrapper<SqliteConnection>;
     ///
@@ -235,7 +236,7 @@ impl Relay {
     ///
     /// # Errors
     ///
-    /// As [`crate::Relay::run_once`].
+    /// As [`crate::outbox::Relay::run_once`].
     pub async fn run_once<C, P>(&self, conn: &mut C, publisher: &P) -> Result<RelayPass, AdminError>
     where
         C: AsyncInboxConnection,

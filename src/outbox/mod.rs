@@ -19,7 +19,7 @@ use crate::decide::{Failure, Scope};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Subject};
 use crate::sql::{Blocking, Db, Sql};
-use crate::{observe, Envelope, Error, InboxConnection, RetryPolicy};
+use crate::{envelope::Envelope, observe, Error, InboxConnection, RetryPolicy};
 use sql::{NewOutboxRow, OutboxSql};
 
 #[cfg(feature = "async")]
@@ -49,7 +49,7 @@ pub const MAX_TOPIC_BYTES: usize = 255;
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::{Envelope, Outbox};
+/// use diesel_inbox::{envelope::Envelope, outbox::Outbox};
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// diesel_inbox::run_pending_migrations(&mut conn)?;
@@ -127,7 +127,7 @@ impl Outbox {
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
-    /// use diesel_inbox::{Envelope, Inbox, Outbox};
+    /// use diesel_inbox::{envelope::Envelope, outbox::Outbox, Inbox};
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::sql::OutboxRow;
 use crate::duration::after;
-use crate::PublishError;
+use crate::outbox::PublishError;
 
 /// The delay before a failed publish is tried again: doubling from `first`, at most `max`,
 /// with full jitter over its upper half, so relays that failed together do not retry together.

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use crate::Envelope;
+use crate::envelope::Envelope;
 
 /// One outbox record on its way to the broker: where it goes and the envelope it carries.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,12 +96,12 @@ pub trait AsyncPublisher: Send + Sync {
 /// For a blocking relay pass on a thread of its own (inside deadpool-diesel's `interact`, or
 /// `spawn_blocking`) with an async broker client, such as the JetStream publisher. Not for a
 /// runtime's worker thread, where waiting on the runtime panics: an async service awaits
-/// [`Relay::run_once_async`](crate::Relay::run_once_async) instead.
+/// [`Relay::run_once_async`](crate::outbox::Relay::run_once_async) instead.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::{AsyncPublisher, BlockingPublisher, Envelope, Outbox, OutboxMessage, PublishError, Relay};
+/// use diesel_inbox::{outbox::{AsyncPublisher, BlockingPublisher, Outbox, OutboxMessage, PublishError, Relay}, envelope::Envelope};
 ///
 /// /// Accepts everything; a real one awaits its broker's ack.
 /// struct Accepting;

@@ -30,8 +30,10 @@ use crate::duration::{after, now};
 use crate::engine::{self, run_ready, Body, Subject};
 use crate::sql::{Blocking, Db, Sql, TransactionSql};
 use crate::{
-    observe, AdminError, Envelope, Error, InboxConnection, OutboxMessage, PublishError, Publisher,
-    RetryPolicy,
+    envelope::Envelope,
+    observe,
+    outbox::{OutboxMessage, PublishError, Publisher},
+    AdminError, Error, InboxConnection, RetryPolicy,
 };
 
 /// What a relay pass did.
@@ -64,7 +66,7 @@ impl RelayPass {
     }
 }
 
-/// Publishes outbox rows through a [`Publisher`] (or an [`AsyncPublisher`](crate::AsyncPublisher)).
+/// Publishes outbox rows through a [`Publisher`] (or an [`AsyncPublisher`](crate::outbox::AsyncPublisher)).
 ///
 /// Several relays may run at once against one database: they take disjoint rows, and never
 /// two rows of one aggregate at a time from two relays. Run one per process, in a loop that
@@ -73,7 +75,7 @@ impl RelayPass {
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_inbox::{Envelope, Outbox, OutboxMessage, PublishError, Publisher, Relay};
+/// use diesel_inbox::{envelope::Envelope, outbox::{Outbox, OutboxMessage, PublishError, Publisher, Relay}};
 ///
 /// /// Prints what it publishes; a real one sends to a broker and waits for its ack.
 /// struct Stdout;
@@ -185,7 +187,7 @@ impl Relay {
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
-    /// use diesel_inbox::{Envelope, Outbox, OutboxMessage, PublishError, Publisher, Relay};
+    /// use diesel_inbox::{envelope::Envelope, outbox::{Outbox, OutboxMessage, PublishError, Publisher, Relay}};
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;
@@ -233,7 +235,7 @@ impl Relay {
     /// use diesel::r2d2::{ConnectionManager, Pool};
     /// use diesel::SqliteConnection;
     /// use diesel_inbox::pool::BlockingPool;
-    /// use diesel_inbox::{AsyncPublisher, Envelope, Outbox, OutboxMessage, PublishError, Relay};
+    /// use diesel_inbox::{outbox::{AsyncPublisher, Outbox, OutboxMessage, PublishError, Relay}, envelope::Envelope};
     ///
     /// /// Accepts everything; a real one awaits its broker's ack.
     /// struct Accepting;
@@ -276,7 +278,7 @@ impl Relay {
     where
         B: crate::pool::BlockingPool<Connection = C>,
         C: InboxConnection,
-        P: crate::AsyncPublisher + ?Sized,
+        P: crate::outbox::AsyncPublisher + ?Sized,
     {
         use tracing::Instrument;
         let span = tracing::info_span!("relay");
@@ -556,7 +558,7 @@ where
 }
 
 /// How a pass sends one message: through a blocking [`Publisher`] or an awaited
-/// [`AsyncPublisher`](crate::AsyncPublisher).
+/// [`AsyncPublisher`](crate::outbox::AsyncPublisher).
 pub(crate) trait Publish {
     /// Sends `message`; resolves once the broker has it or the publish failed.
     fn send(&mut self, message: &OutboxMessage) -> impl Future<Output = Result<(), PublishError>>;
@@ -571,12 +573,12 @@ impl<P: Publisher + ?Sized> Publish for Blocks<'_, P> {
     }
 }
 
-/// An [`AsyncPublisher`](crate::AsyncPublisher), awaited.
+/// An [`AsyncPublisher`](crate::outbox::AsyncPublisher), awaited.
 #[cfg(any(feature = "tokio", feature = "async"))]
 pub(crate) struct Awaits<'a, P: ?Sized>(pub(crate) &'a P);
 
 #[cfg(any(feature = "tokio", feature = "async"))]
-impl<P: crate::AsyncPublisher + ?Sized> Publish for Awaits<'_, P> {
+impl<P: crate::outbox::AsyncPublisher + ?Sized> Publish for Awaits<'_, P> {
     fn send(&mut self, message: &OutboxMessage) -> impl Future<Output = Result<(), PublishError>> {
         self.0.publish(message)
     }

@@ -24,7 +24,7 @@ use crate::rows::Listed;
 use crate::sql::{Db, TransactionSql};
 use crate::state::UnknownState;
 
-/// An outbox row as [`enqueue`](crate::Outbox::enqueue) inserts it: pending, due now.
+/// An outbox row as [`enqueue`](crate::outbox::Outbox::enqueue) inserts it: pending, due now.
 #[derive(Debug)]
 pub struct NewOutboxRow<'a> {
     pub event_id: &'a str,

@@ -10,7 +10,7 @@ use crate::replay::{
     Report, RunReport, SourceEvent, Transition,
 };
 use crate::sql::Async;
-use crate::{AdminError, Audit, CorruptRow, Envelope, Error, HandlerError, RetryPolicy};
+use crate::{envelope::Envelope, AdminError, Audit, CorruptRow, Error, HandlerError, RetryPolicy};
 
 use crate::asynch::{AsyncInboxConnection, Handler};
 
@@ -81,7 +81,7 @@ impl<C: AsyncInboxConnection> ReplaySource<C> for OutboxSource {
 /// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
 /// use diesel_inbox::asynch::{self, ReplayHandler};
 /// use diesel_inbox::replay::{OutboxSource, Plan, Range, Replayed, Target};
-/// use diesel_inbox::{Audit, Envelope};
+/// use diesel_inbox::{envelope::Envelope, Audit};
 ///
 /// type Conn = SyncConnectionWrapper<SqliteConnection>;
 ///

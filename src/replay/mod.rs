@@ -84,7 +84,7 @@ const IDS_PER_CHECK: usize = 500;
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
 /// use diesel_inbox::replay::{OutboxSource, Plan, Range, ReplayHandler, Replayed, Replays, Target};
-/// use diesel_inbox::{Audit, Envelope, Outbox};
+/// use diesel_inbox::{envelope::Envelope, outbox::Outbox, Audit};
 ///
 /// /// Counts the events it replays; a real one writes into `replay.destination()`.
 /// struct Count(u32);

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ReplayError;
 use crate::names::Consumer;
-use crate::{EventId, SchemaVersions};
+use crate::{envelope::SchemaVersions, EventId};
 
 /// The events a replay reads from its source: always bounded.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use super::record::ReplayCounts;
 use super::sql::NoteRow;
 use super::NoteKind;
 use crate::envelope::to_hex;
-use crate::{Envelope, Message};
+use crate::envelope::{Envelope, Message};
 
 /// The digest before the first event.
 pub(crate) const EMPTY_DIGEST: [u8; 32] = [0; 32];

@@ -16,7 +16,9 @@ use crate::decide::{self, Failure, Scope};
 use crate::duration::{after, now};
 use crate::engine::{self, Body, Effect, Subject};
 use crate::sql::{Db, Sql, TransactionSql};
-use crate::{observe, Claims, Delivery, Envelope, Error, HandlerError, Inbox, Outcome};
+use crate::{
+    claim::Claims, envelope::Envelope, observe, Delivery, Error, HandlerError, Inbox, Outcome,
+};
 
 /// What the app does with a replayed event, on connections `C`.
 ///
@@ -142,7 +144,7 @@ impl Replayed {
     /// its envelope, so give it an event id of its own: the outbox has the original's.
     ///
     /// ```no_run
-    /// # fn handle(outbox: &diesel_inbox::Outbox, tx: &mut diesel::SqliteConnection, replay: &diesel_inbox::replay::Replayed, follow_up: &diesel_inbox::Envelope) -> Result<(), diesel_inbox::Error> {
+    /// # fn handle(outbox: &diesel_inbox::outbox::Outbox, tx: &mut diesel::SqliteConnection, replay: &diesel_inbox::replay::Replayed, follow_up: &diesel_inbox::envelope::Envelope) -> Result<(), diesel_inbox::Error> {
     /// if let Some(topic) = replay.topic("points.awarded") {
     ///     outbox.enqueue(tx, topic, follow_up)?;
     /// }
@@ -166,7 +168,7 @@ impl Replayed {
     /// `claims` as this replay lets them run: unchanged where the plan allows calls;
     /// otherwise suppressed. A suppressed claim claims nothing and calls nothing, anywhere
     /// (inside the event's transaction too), and returns
-    /// [`ClaimOutcome::Suppressed`](crate::ClaimOutcome::Suppressed) with what a live
+    /// [`ClaimOutcome::Suppressed`](crate::claim::ClaimOutcome::Suppressed) with what a live
     /// delivery would have done, which the replay notes.
     pub fn claims(&self, claims: &Claims) -> Claims {
         if self.calls {

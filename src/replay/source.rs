@@ -10,7 +10,10 @@ use super::plan::{Place, Range};
 use crate::engine::run_ready;
 use crate::outbox::sql::{OutboxRow, OutboxSql};
 use crate::sql::{Blocking, Db, Sql};
-use crate::{Envelope, Error, InboxConnection, Message};
+use crate::{
+    envelope::{Envelope, Message},
+    Error, InboxConnection,
+};
 
 /// The name an outbox source records (followed by `:` and the aggregate, for one aggregate's
 /// events): retention keeps the outbox rows an open replay of it reads.
@@ -61,7 +64,7 @@ impl SourceEvent {
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
 /// use diesel_inbox::replay::{Range, ReplaySource, SourceEvent};
-/// use diesel_inbox::{Envelope, Error};
+/// use diesel_inbox::{envelope::Envelope, Error};
 ///
 /// /// An archive the app keeps: (offset, envelope) in offset order.
 /// struct Archive(Vec<(u64, Envelope)>);

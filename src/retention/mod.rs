@@ -1,11 +1,9 @@
 //! Retention: pruning the inbox rows of events settled long ago (see [`Retention`]).
 //!
 //! The stats read what retention prunes, with the same area's statements: `stats.rs`, and on
-//! async connections `asynch_stats.rs` (public as `asynch::stats`). The area's statements and
+//! async connections `asynch/stats.rs`. The area's statements and
 //! rows for every backend are `sql.rs`.
 
-#[cfg(feature = "async")]
-pub mod asynch_stats;
 pub(crate) mod sql;
 pub(crate) mod stats;
 
@@ -68,7 +66,7 @@ pub const PRUNE_LEASE_TERM: Duration = Duration::from_secs(60);
 /// **and** `last_seen_at` are both older than the cutoff (a row still being redelivered is
 /// kept, however old its first delivery), the failure rows and failure history of exactly
 /// those events (they failed, then took effect: settled), hourly counters of hours before
-/// the cutoff, and [claims](crate::Claims) completed or abandoned before the cutoff (a
+/// the cutoff, and [claims](crate::claim::Claims) completed or abandoned before the cutoff (a
 /// delivery after that claims the event anew, and runs its side effect again).
 ///
 /// Never removed: dead-lettered and discarded rows (they hold deliveries back: removing one
@@ -105,7 +103,7 @@ pub const PRUNE_LEASE_TERM: Duration = Duration::from_secs(60);
 /// # #[cfg(feature = "sqlite")] {
 /// use std::time::Duration;
 /// use diesel::prelude::*;
-/// use diesel_inbox::{Inbox, Retention};
+/// use diesel_inbox::{retention::Retention, Inbox};
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// diesel_inbox::run_pending_migrations(&mut conn)?;
@@ -209,7 +207,7 @@ impl Inbox {
     /// # #[cfg(feature = "sqlite")] {
     /// use std::time::Duration;
     /// use diesel::prelude::*;
-    /// use diesel_inbox::{Inbox, Retention};
+    /// use diesel_inbox::{retention::Retention, Inbox};
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;

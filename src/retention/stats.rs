@@ -33,7 +33,7 @@ use crate::{Error, Inbox, InboxConnection};
 /// use std::time::Duration;
 ///
 /// use diesel::prelude::*;
-/// use diesel_inbox::{Inbox, Stats};
+/// use diesel_inbox::{retention::Stats, Inbox};
 ///
 /// let mut conn = SqliteConnection::establish(":memory:")?;
 /// diesel_inbox::run_pending_migrations(&mut conn)?;

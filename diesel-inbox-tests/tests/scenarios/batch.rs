@@ -4,7 +4,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Mutex;
 
 use diesel::prelude::*;
-use diesel_inbox::{DeadLetterState, Delivery, Error, Inbox, Outcome};
+use diesel_inbox::{dead_letter::DeadLetterState, Delivery, Error, Inbox, Outcome};
 use futures_util::FutureExt;
 
 use super::{writes, HandlerError};

@@ -6,7 +6,7 @@ use std::thread;
 use std::time::Duration;
 
 use diesel_inbox::chain::{Block, BlockId, BlockOutcome, Chain, ChainHandler, Reorg};
-use diesel_inbox::{Ack, ClaimState, Error, EventId, Inbox};
+use diesel_inbox::{claim::ClaimState, Ack, Error, EventId, Inbox};
 
 use crate::support::{
     setup, setup_flavour, Backend, ChainLedger, ChildTest, Flavour, TestConn, REVERTED,

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use diesel_inbox::{
-    Ack, Audit, Claim, ClaimOutcome, ClaimState, Claimed, Claims, Delivery, Error, InDoubtPolicy,
-    Inbox, Payload, Resolution,
+    claim::{Claim, ClaimOutcome, ClaimState, Claimed, Claims, InDoubtPolicy, Resolution},
+    Ack, Audit, Delivery, Error, Inbox, Payload,
 };
 
 use crate::support::{

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel_inbox::{
-    Ack, Claimed, CorruptRow, Delivery, Envelope, Error, Inbox, Outbox, OutboxState, Payload,
+    claim::Claimed,
+    envelope::Envelope,
+    outbox::{Outbox, OutboxState},
+    Ack, CorruptRow, Delivery, Error, Inbox, Payload,
 };
 
 use crate::support::{setup, setup_flavour, Backend, Flavour, TestConn, Tx};
@@ -104,7 +107,7 @@ pub fn a_corrupt_claim_is_listed_as_unreadable_between_its_readable_neighbours<B
             "frozen".to_owned(),
         ))
     };
-    let id = |c: &diesel_inbox::ClaimRecord| c.event_id.as_str().to_owned();
+    let id = |c: &diesel_inbox::claim::ClaimRecord| c.event_id.as_str().to_owned();
     assert_eq!(
         shape(&listed, id),
         [Ok("pay-1".to_owned()), frozen(), Ok("pay-3".to_owned())]
@@ -175,7 +178,7 @@ pub async fn a_corrupt_gap_is_listed_as_unreadable_between_its_readable_neighbou
             "lost".to_owned(),
         ))
     };
-    let id = |g: &diesel_inbox::Gap| g.id.to_string();
+    let id = |g: &diesel_inbox::cursor::Gap| g.id.to_string();
     let (first, last) = (Ok(ids[0].to_string()), Ok(ids[2].to_string()));
     let listed = F::list_gaps(&gaps, &mut conn, 0, 100).await.unwrap();
     assert_eq!(
@@ -244,7 +247,7 @@ pub async fn a_corrupt_outbox_row_is_listed_as_unreadable_between_its_readable_n
             "held".to_owned(),
         ))
     };
-    let event = |r: &diesel_inbox::OutboxRecord| r.event_id.clone();
+    let event = |r: &diesel_inbox::outbox::OutboxRecord| r.event_id.clone();
     let listed = F::outbox_list(&mut conn, None, 0, 10).await.unwrap();
     assert_eq!(
         shape(&listed, event),

@@ -10,8 +10,8 @@ use std::thread;
 use std::time::Duration;
 
 use diesel_inbox::{
-    Ack, Audit, Cursor, Delivery, Duplicate, Error, Gap, GapCause, GapState, Inbox, Outcome,
-    Resume, Sequenced,
+    cursor::{Cursor, Gap, GapCause, GapState, Resume, Sequenced},
+    Ack, Audit, Delivery, Duplicate, Error, Inbox, Outcome,
 };
 use diesel_inbox_test::TestDatabase;
 use proptest::test_runner::{Config, TestRunner};

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{
-    Ack, DeadLetterState, Delivery, Error, FailureKind, HandlerError, HistoryKind, Inbox, Outcome,
-    RetryPolicy,
+    dead_letter::{DeadLetterState, HistoryKind},
+    Ack, Delivery, Error, FailureKind, HandlerError, Inbox, Outcome, RetryPolicy,
 };
 
 use super::writes;

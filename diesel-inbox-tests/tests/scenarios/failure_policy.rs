@@ -5,7 +5,10 @@ use futures_util::FutureExt;
 use std::panic::AssertUnwindSafe;
 
 use diesel::prelude::*;
-use diesel_inbox::{Audit, DeadLetterState, Delivery, Error, HistoryKind, Inbox, Outcome, Payload};
+use diesel_inbox::{
+    dead_letter::{DeadLetterState, HistoryKind},
+    Audit, Delivery, Error, Inbox, Outcome, Payload,
+};
 use serde::{Deserialize, Serialize};
 
 use super::{writes, HandlerError};

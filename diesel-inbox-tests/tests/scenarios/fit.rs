@@ -35,7 +35,7 @@ mod pools {
     use std::panic::AssertUnwindSafe;
 
     use diesel_inbox::pool::BlockingPool;
-    use diesel_inbox::{BlockingPublisher, Error, Inbox, Outcome};
+    use diesel_inbox::{outbox::BlockingPublisher, Error, Inbox, Outcome};
     use futures_util::FutureExt;
 
     use super::credit;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use diesel::prelude::*;
-use diesel_inbox::{with_inbox, EventId, Inbox, Outbox};
+use diesel_inbox::{outbox::Outbox, with_inbox, EventId, Inbox};
 use diesel_inbox_test::{
     assert_deliveries, assert_idempotent_concurrently, run_schedule, Fault, Faults, Schedule,
     ScheduleOptions, Step,

@@ -3,7 +3,10 @@
 use diesel::connection::SimpleConnection;
 use diesel_inbox::doctor::{Check, CheckStatus};
 use diesel_inbox::AdminError;
-use diesel_inbox::{Audit, DeadLetterState, HistoryKind, Inbox, Outcome};
+use diesel_inbox::{
+    dead_letter::{DeadLetterState, HistoryKind},
+    Audit, Inbox, Outcome,
+};
 
 use super::{refuse, writes, HandlerError};
 use crate::support::{setup_flavour, Backend, Flavour, TestConn};

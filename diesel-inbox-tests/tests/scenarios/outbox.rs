@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{
-    AsyncPublisher, Audit, Envelope, Error, Inbox, Outbox, OutboxMessage, OutboxState,
-    PublishError, Publisher, Relay, SchemaVersions,
+    envelope::{Envelope, SchemaVersions},
+    outbox::{AsyncPublisher, Outbox, OutboxMessage, OutboxState, PublishError, Publisher, Relay},
+    Audit, Error, Inbox,
 };
 
 use super::helpers::outbox_positions;

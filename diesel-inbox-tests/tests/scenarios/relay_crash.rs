@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use diesel::r2d2::{ConnectionManager, Pool};
-use diesel_inbox::{AsyncPublisher, Envelope, Inbox, Outbox, OutboxMessage, PublishError, Relay};
+use diesel_inbox::{
+    envelope::Envelope,
+    outbox::{AsyncPublisher, Outbox, OutboxMessage, PublishError, Relay},
+    Inbox,
+};
 use diesel_inbox_nats::{envelope_of, JetStreamPublisher};
 use futures_util::StreamExt;
 

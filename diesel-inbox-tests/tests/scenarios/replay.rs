@@ -12,7 +12,10 @@ use diesel_inbox::replay::{
     ReplayRecord, ReplayState, Replayed, Replays, Report, RunReport, Target,
 };
 use diesel_inbox::{
-    AdminError, Audit, ClaimOutcome, Envelope, Error, Inbox, Outbox, SchemaVersions,
+    claim::ClaimOutcome,
+    envelope::{Envelope, SchemaVersions},
+    outbox::Outbox,
+    AdminError, Audit, Error, Inbox,
 };
 
 use super::helpers::outbox_positions;

@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use diesel::connection::SimpleConnection;
-use diesel_inbox::{Audit, Error, Inbox, Payload, Pruned, Retention};
+use diesel_inbox::{
+    retention::{Pruned, Retention},
+    Audit, Error, Inbox, Payload,
+};
 
 use super::{effect, refuse, writes};
 use crate::support::{setup, setup_flavour, Backend, BackendOf, CheckConn, Flavour, TestConn, Tx};
@@ -458,17 +461,17 @@ pub async fn a_large_prune_removes_every_old_row_in_bounded_batches<F: Flavour>(
 }
 
 pub fn pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones<B: Backend>() {
-    use diesel_inbox::{ClaimState, Claimed, Resolution};
+    use diesel_inbox::claim::{ClaimState, Claimed, Resolution};
 
     let (_db, mut conn) = setup::<B>();
     let claims = orders().claims().lease(Duration::from_millis(1));
-    let done = |_: &diesel_inbox::Claim| Ok::<_, Error>(());
+    let done = |_: &diesel_inbox::claim::Claim| Ok::<_, Error>(());
     for id in ["old-completed", "young-completed", "old-redelivered"] {
         assert!(claims.run(&mut conn, id, done).unwrap().has_run());
     }
-    let abandon = |_: &diesel_inbox::Claim| Err::<(), _>(Error::permanent("never"));
+    let abandon = |_: &diesel_inbox::claim::Claim| Err::<(), _>(Error::permanent("never"));
     assert!(claims.run(&mut conn, "old-abandoned", abandon).is_ok());
-    let release = |_: &diesel_inbox::Claim| Err::<(), _>(Error::transient("later"));
+    let release = |_: &diesel_inbox::claim::Claim| Err::<(), _>(Error::transient("later"));
     assert!(claims.run(&mut conn, "old-released", release).is_err());
     let Claimed::Acquired(lost) = claims.claim(&mut conn, "old-in-doubt").unwrap() else {
         panic!("acquired")
@@ -494,7 +497,10 @@ pub fn pruning_removes_settled_claims_older_than_the_window_and_keeps_open_ones<
     }
     // Still delivered: kept, or its next delivery would run the side effect again.
     let again = claims.run(&mut conn, "old-redelivered", done).unwrap();
-    assert!(matches!(again, diesel_inbox::ClaimOutcome::Completed(())));
+    assert!(matches!(
+        again,
+        diesel_inbox::claim::ClaimOutcome::Completed(())
+    ));
 
     let would = orders()
         .prune(&mut conn, &Retention::older_than(7 * DAY).dry_run(true))

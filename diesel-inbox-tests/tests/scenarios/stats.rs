@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
-use diesel_inbox::{Audit, Counts, Delivery, Error, Inbox};
+use diesel_inbox::{retention::Counts, Audit, Delivery, Error, Inbox};
 
 use super::{refuse, writes, HandlerError};
 use crate::support::{setup_flavour, Flavour, TestConn, Tx};

@@ -244,11 +244,11 @@ pub(crate) fn the_doctor_reports_the_servers_replication_cluster_and_stall_bound
 /// A publisher that accepts every message.
 struct Accepting;
 
-impl diesel_inbox::Publisher for Accepting {
+impl diesel_inbox::outbox::Publisher for Accepting {
     fn publish(
         &mut self,
-        _message: &diesel_inbox::OutboxMessage,
-    ) -> Result<(), diesel_inbox::PublishError> {
+        _message: &diesel_inbox::outbox::OutboxMessage,
+    ) -> Result<(), diesel_inbox::outbox::PublishError> {
         Ok(())
     }
 }
@@ -258,18 +258,19 @@ pub(crate) fn a_relay_pass_and_a_prune_bound_their_transactions_by_their_idle_ti
 >() {
     let (_db, mut conn) = setup::<B>();
     let policy = RetryPolicy::default().idle_timeout(Duration::from_millis(1500));
-    let outbox = diesel_inbox::Outbox::new("orders-service").unwrap();
-    let envelope = diesel_inbox::Envelope::new("order.placed", "order", "o-1")
+    let outbox = diesel_inbox::outbox::Outbox::new("orders-service").unwrap();
+    let envelope = diesel_inbox::envelope::Envelope::new("order.placed", "order", "o-1")
         .with_id("o-1-placed")
         .unwrap();
     outbox.enqueue(&mut conn, "orders", &envelope).unwrap();
     let log = crate::support::StatementLog::install(&mut conn);
 
-    let pass = diesel_inbox::Relay::new()
+    let pass = diesel_inbox::outbox::Relay::new()
         .retry(policy)
         .run_once(&mut conn, &mut Accepting)
         .unwrap();
-    let retention = diesel_inbox::Retention::older_than(Duration::from_secs(30 * 24 * 3600));
+    let retention =
+        diesel_inbox::retention::Retention::older_than(Duration::from_secs(30 * 24 * 3600));
     let pruned = Inbox::new("billing")
         .unwrap()
         .retry(policy)

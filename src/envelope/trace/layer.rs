@@ -14,14 +14,14 @@ use super::TraceContext;
 /// The span field whose value a span continues: `traceparent`.
 const FIELD: &str = "traceparent";
 
-/// Keeps a W3C trace context on each span, so an [`Envelope`](crate::Envelope) made inside one
+/// Keeps a W3C trace context on each span, so an [`Envelope`](crate::envelope::Envelope) made inside one
 /// carries its `traceparent`.
 ///
 /// Install it once, with the registry every `tracing-subscriber` setup runs on:
 ///
 /// ```
 /// use tracing_subscriber::layer::SubscriberExt;
-/// use diesel_inbox::{Envelope, TraceContextLayer};
+/// use diesel_inbox::{envelope::{Envelope, TraceContextLayer}};
 ///
 /// let subscriber = tracing_subscriber::registry()
 ///     .with(TraceContextLayer)
@@ -55,7 +55,7 @@ const FIELD: &str = "traceparent";
 /// `tracing_subscriber::registry()` and `fmt().init()` set up).
 ///
 /// OpenTelemetry users keep their own context (`tracing-opentelemetry`) and set
-/// [`Envelope::with_traceparent`](crate::Envelope::with_traceparent) from it instead.
+/// [`Envelope::with_traceparent`](crate::envelope::Envelope::with_traceparent) from it instead.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TraceContextLayer;
 
@@ -142,7 +142,7 @@ mod tests {
     use tracing_subscriber::layer::SubscriberExt;
 
     use super::*;
-    use crate::Envelope;
+    use crate::envelope::Envelope;
 
     const INCOMING: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 

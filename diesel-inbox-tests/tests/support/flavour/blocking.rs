@@ -144,7 +144,7 @@ impl<B: Backend + 'static> Flavour for Blocking<B> {
     }
 
     async fn migrate(conn: &mut B::Conn, options: MigrationOptions) -> Result<usize, AdminError> {
-        diesel_inbox::run_pending_migrations_with(conn, options)
+        diesel_inbox::migrations::run_pending_migrations_with(conn, options)
     }
 
     async fn stats_all(conn: &mut B::Conn, window: Duration) -> Result<Vec<Stats>, Error> {

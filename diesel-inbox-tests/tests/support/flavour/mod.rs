@@ -21,10 +21,16 @@ use diesel_inbox::migrations::MigrationOptions;
 use diesel_inbox::replay::{Evidence, OutboxSource, Replays, Report, RunReport};
 use diesel_inbox::InboxRecord;
 use diesel_inbox::{
-    AdminError, AsyncPublisher, Audit, Claim, ClaimOutcome, ClaimRecord, Claimed, Claims,
-    CorruptRow, Cursor, DeadLetter, Delivery, Envelope, Error, EventId, Gap, Gaps, HandlerError,
-    Inbox, IntoDelivery, Lease, Outbox, OutboxRecord, OutboxState, OutboxStats, Outcome, Payload,
-    Position, Pruned, Publisher, Relay, RelayPass, Resolution, Resume, Retention, Sequenced, Stats,
+    claim::{Claim, ClaimOutcome, ClaimRecord, Claimed, Claims, Resolution},
+    cursor::{Cursor, Gap, Gaps, Lease, Position, Resume, Sequenced},
+    dead_letter::DeadLetter,
+    envelope::Envelope,
+    outbox::{
+        AsyncPublisher, Outbox, OutboxRecord, OutboxState, OutboxStats, Publisher, Relay, RelayPass,
+    },
+    retention::{Pruned, Retention, Stats},
+    AdminError, Audit, CorruptRow, Delivery, Error, EventId, HandlerError, Inbox, IntoDelivery,
+    Outcome, Payload,
 };
 use diesel_inbox_test::{DeliveryReport, Schedule, TestDatabase};
 use futures_util::FutureExt;
@@ -123,7 +129,7 @@ pub(crate) trait Flavour: 'static {
         async move { Self::process(&Inbox::default(), conn, delivery, handler).await }
     }
 
-    /// [`diesel_inbox::DeadLetters::show`].
+    /// [`diesel_inbox::dead_letter::DeadLetters::show`].
     async fn show(
         inbox: &Inbox,
         conn: &mut Self::Conn,
@@ -133,7 +139,7 @@ pub(crate) trait Flavour: 'static {
     /// [`Inbox::stats`].
     async fn stats(inbox: &Inbox, conn: &mut Self::Conn, window: Duration) -> Result<Stats, Error>;
 
-    /// [`diesel_inbox::DeadLetters::list`].
+    /// [`diesel_inbox::dead_letter::DeadLetters::list`].
     async fn list(
         inbox: &Inbox,
         conn: &mut Self::Conn,
@@ -141,7 +147,7 @@ pub(crate) trait Flavour: 'static {
         limit: usize,
     ) -> Result<Vec<Result<DeadLetter, CorruptRow>>, Error>;
 
-    /// [`diesel_inbox::DeadLetters::redrive`].
+    /// [`diesel_inbox::dead_letter::DeadLetters::redrive`].
     async fn redrive<T, E, H>(
         inbox: &Inbox,
         conn: &mut Self::Conn,
@@ -154,7 +160,7 @@ pub(crate) trait Flavour: 'static {
         T: Send,
         E: HandlerError + From<AdminError> + Send;
 
-    /// [`diesel_inbox::DeadLetters::discard`].
+    /// [`diesel_inbox::dead_letter::DeadLetters::discard`].
     async fn discard(
         inbox: &Inbox,
         conn: &mut Self::Conn,
@@ -162,7 +168,7 @@ pub(crate) trait Flavour: 'static {
         audit: &Audit,
     ) -> Result<(), AdminError>;
 
-    /// [`diesel_inbox::DeadLetters::release`].
+    /// [`diesel_inbox::dead_letter::DeadLetters::release`].
     async fn release(
         inbox: &Inbox,
         conn: &mut Self::Conn,
@@ -197,7 +203,7 @@ pub(crate) trait Flavour: 'static {
         D: IntoDelivery,
         E: HandlerError + Send;
 
-    /// [`diesel_inbox::run_pending_migrations_with`].
+    /// [`diesel_inbox::migrations::run_pending_migrations_with`].
     async fn migrate(conn: &mut Self::Conn, options: MigrationOptions)
         -> Result<usize, AdminError>;
 

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use diesel_inbox::replay::{self, Replayed};
-use diesel_inbox::{Claimed, Envelope, Error, Inbox};
+use diesel_inbox::{claim::Claimed, envelope::Envelope, Error, Inbox};
 
 use super::EffectConn;
 #[cfg(feature = "async")]

@@ -29,9 +29,9 @@
 use std::time::Duration;
 
 use crate::sql::Async;
-use crate::{Error, Stats};
+use crate::{retention::Stats, Error};
 
-use crate::asynch::AsyncInboxConnection;
+use super::AsyncInboxConnection;
 
 /// The [`Stats`] of every consumer, sorted by name: [`Stats::all`], awaited.
 ///
