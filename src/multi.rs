@@ -1,4 +1,4 @@
-//! The inbox on an app's `#[derive(diesel::MultiConnection)]` enum: [`on_variant!`](crate::on_variant)
+//! The inbox on an app's `#[derive(diesel::MultiConnection)]` enum: [`on_variant!`]
 //! runs a call on the variant the connection holds, and the handler is given the app's own
 //! enum to write through.
 //!
@@ -12,7 +12,7 @@
 //! # #[cfg(all(feature = "sqlite", feature = "postgres"))]
 //! # mod app {
 //! use diesel::prelude::*;
-//! use diesel_inbox::{on_variant, Inbox};
+//! use diesel_inbox::{multi::on_variant, Inbox};
 //!
 //! #[derive(diesel::MultiConnection)]
 //! pub enum AnyConnection {
@@ -60,11 +60,14 @@ use diesel::{Connection, ConnectionError, ConnectionResult, QueryResult};
 use crate::backend::sealed::HasInboxSql;
 use crate::InboxConnection;
 
+#[doc(inline)]
+pub use crate::__on_variant as on_variant;
+
 /// An app's multi-backend connection `M` (its `#[derive(diesel::MultiConnection)]` enum) while
 /// it holds the variant `C`: an [`InboxConnection`] that runs the inbox's statements on the
 /// `C` inside, and dereferences to `M` for the handler.
 ///
-/// Made by [`on_variant!`](crate::on_variant), or by [`Variant::new`].
+/// Made by [`on_variant!`], or by [`Variant::new`].
 pub struct Variant<'a, M, C> {
     conn: &'a mut M,
     inner: fn(&mut M) -> Option<&mut C>,
@@ -225,7 +228,7 @@ impl<'a, M: Send, C: Connection> TransactionManager<Variant<'a, M, C>> for Insid
 /// # #[cfg(all(feature = "sqlite", feature = "mysql"))]
 /// # mod app {
 /// use diesel::prelude::*;
-/// use diesel_inbox::{on_variant, with_inbox};
+/// use diesel_inbox::{multi::on_variant, with_inbox};
 ///
 /// #[derive(diesel::MultiConnection)]
 /// pub enum AnyConnection {
@@ -250,8 +253,9 @@ impl<'a, M: Send, C: Connection> TransactionManager<Variant<'a, M, C>> for Insid
 /// #     app::main().unwrap();
 /// # }
 /// ```
+#[doc(hidden)]
 #[macro_export]
-macro_rules! on_variant {
+macro_rules! __on_variant {
     ($conn:expr, $enum:ident { $($variant:ident),+ $(,)? }, |$c:ident| $call:expr) => {{
         let conn: &mut $enum = $conn;
         match conn {

@@ -124,7 +124,7 @@ pub use multi::*;
 #[cfg(all(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod multi {
     use diesel::prelude::*;
-    use diesel_inbox::{on_variant, Error, Inbox, Outcome};
+    use diesel_inbox::{multi::on_variant, Error, Inbox, Outcome};
 
     use crate::scenarios::outbox::{outbox, placed};
     use crate::support::{effects, setup, transaction_depth, Backend, TestConn};
