@@ -22,7 +22,8 @@ pub struct Existing {
     pub result: Option<String>,
 }
 
-/// The tables whose consumers [`InboxSql::consumers`] reads.
+/// The tables whose consumers
+/// [`RetentionSql::consumers`](crate::retention::sql::RetentionSql::consumers) reads.
 #[derive(Debug, Clone, Copy)]
 pub enum ConsumerRows {
     /// The inbox, failure and counter tables: what stats count.

@@ -1,7 +1,9 @@
-//! The states the inbox stores as text, as enums with one mapping to and from that text.
+//! The inbox table's states stored as text, and the machinery every area's states share: an
+//! enum with one mapping to and from its text (`stored_as_text!`; each area's own states are in
+//! its folder's `state.rs`), and what an unknown text is.
 //!
 //! Each enum reads and writes its column through Diesel (`FromSql`/`ToSql` for `Text`, on every
-//! backend), so the text appears only here. Text no variant maps to is an error
+//! backend), so its text appears only in its mapping. Text no variant maps to is an error
 //! ([`UnknownState`]), never a guess: it would come from a newer version of the crate.
 
 use diesel::deserialize::FromSqlRow;
