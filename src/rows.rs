@@ -68,3 +68,12 @@ pub struct Unreadable {
     /// The column and the text it holds.
     pub unknown: UnknownState,
 }
+
+/// A column's value as parsed, or, where this version cannot read it, the row's `key` and the
+/// text: what a listing's row mapping returns for a state column.
+pub(crate) fn listed_column<T>(key: &impl ToString, value: Result<T, UnknownState>) -> Listed<T> {
+    value.map_err(|unknown| Unreadable {
+        key: key.to_string(),
+        unknown,
+    })
+}

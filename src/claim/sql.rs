@@ -126,7 +126,7 @@ macro_rules! claim_statements {
         mod claim_rows {
             use super::{$codec, $schema};
             use $crate::claim::sql::ClaimRow;
-            use $crate::rows::{Listed, Unreadable};
+            use $crate::rows::Listed;
             use $schema::diesel_inbox_claims as k;
 
             /// A claim's columns but its payload and the payload's hash: what a listing
@@ -198,10 +198,7 @@ macro_rules! claim_statements {
                     resolution,
                 ) = row;
                 let event_id = $codec::key_string(event_id);
-                let state = match state.parse() {
-                    Ok(state) => state,
-                    Err(unknown) => return Err(Unreadable { key: event_id, unknown }),
-                };
+                let state = $crate::rows::listed_column(&event_id, state.parse())?;
                 Ok(ClaimRow {
                     event_id,
                     state,

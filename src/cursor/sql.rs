@@ -233,18 +233,9 @@ macro_rules! cursor_statements {
         mod cursor_rows {
             use super::{$codec, $schema};
             use $crate::cursor::sql::{CursorRow, GapRow};
-            use $crate::rows::{Listed, Unreadable};
-            use $crate::state::UnknownState;
+            use $crate::rows::Listed;
             use $schema::diesel_inbox_cursors as c;
             use $schema::diesel_inbox_gaps as g;
-
-            /// A column's value, or the row's key and the text this version cannot read.
-            fn known<T>(key: impl ToString, value: Result<T, UnknownState>) -> Listed<T> {
-                value.map_err(|unknown| Unreadable {
-                    key: key.to_string(),
-                    unknown,
-                })
-            }
 
             pub(super) type CursorColumns = (
                 $codec::KeyOwned,
@@ -333,8 +324,8 @@ macro_rules! cursor_statements {
                     stream: $codec::key_string(stream),
                     first,
                     last,
-                    cause: known(id, cause.parse())?,
-                    state: known(id, state.parse())?,
+                    cause: $crate::rows::listed_column(&id, cause.parse())?,
+                    state: $crate::rows::listed_column(&id, state.parse())?,
                     detected_at: $codec::utc(detected),
                     closed_at: closed.map($codec::utc),
                     resolved_by: by,

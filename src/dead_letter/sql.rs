@@ -132,7 +132,7 @@ macro_rules! failure_statements {
         mod failure_rows {
             use super::{$codec, $schema};
             use $crate::dead_letter::sql::{FailureRow, HistoryRow};
-            use $crate::rows::{Listed, Unreadable};
+            use $crate::rows::Listed;
             use $schema::diesel_inbox_failure_log as l;
             use $schema::diesel_inbox_failures as f;
 
@@ -234,15 +234,7 @@ macro_rules! failure_statements {
             /// A history line, or its id and the kind this version cannot read.
             pub(super) fn history_row(row: HistoryColumns) -> Listed<HistoryRow> {
                 let (id, kind, attempt, error, actor, reason, at) = row;
-                let kind = match kind.parse() {
-                    Ok(kind) => kind,
-                    Err(unknown) => {
-                        return Err(Unreadable {
-                            key: id.to_string(),
-                            unknown,
-                        })
-                    }
-                };
+                let kind = $crate::rows::listed_column(&id, kind.parse())?;
                 Ok(HistoryRow {
                     kind,
                     attempt,

@@ -268,7 +268,7 @@ macro_rules! outbox_statements {
         mod outbox_rows {
             use super::{$codec, $schema};
             use $crate::outbox::sql::OutboxRow;
-            use $crate::rows::{Listed, Unreadable};
+            use $crate::rows::Listed;
             use $schema::diesel_inbox_outbox as o;
 
             /// The outbox row's Rust types.
@@ -348,29 +348,25 @@ macro_rules! outbox_statements {
                     enqueued_at,
                     published_at,
                 ) = row;
-                match state.parse::<$crate::outbox::OutboxState>() {
-                    Err(unknown) => Err(Unreadable {
-                        key: position.to_string(),
-                        unknown,
-                    }),
-                    Ok(state) => Ok(OutboxRow {
-                        position,
-                        event_id: $codec::key_string(event_id),
-                        topic,
-                        aggregate_type: $codec::key_string(aggregate_type),
-                        aggregate_id: $codec::key_string(aggregate_id),
-                        event_type,
-                        headers,
-                        body,
-                        state,
-                        attempts,
-                        available_at: $codec::utc(available_at),
-                        lease_until: lease_until.map($codec::utc),
-                        last_error,
-                        enqueued_at: $codec::utc(enqueued_at),
-                        published_at: published_at.map($codec::utc),
-                    }),
-                }
+                let state = state.parse::<$crate::outbox::OutboxState>();
+                let state = $crate::rows::listed_column(&position, state)?;
+                Ok(OutboxRow {
+                    position,
+                    event_id: $codec::key_string(event_id),
+                    topic,
+                    aggregate_type: $codec::key_string(aggregate_type),
+                    aggregate_id: $codec::key_string(aggregate_id),
+                    event_type,
+                    headers,
+                    body,
+                    state,
+                    attempts,
+                    available_at: $codec::utc(available_at),
+                    lease_until: lease_until.map($codec::utc),
+                    last_error,
+                    enqueued_at: $codec::utc(enqueued_at),
+                    published_at: published_at.map($codec::utc),
+                })
             }
         }
 
