@@ -104,6 +104,8 @@ mod migration;
 mod outbox;
 mod output;
 mod prune;
+#[cfg(test)]
+mod reference;
 mod reorgs;
 mod replays;
 mod stats;
