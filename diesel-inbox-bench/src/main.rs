@@ -9,8 +9,11 @@
 //!
 //! Flags: `--events N` per single-connection scenario (4,000), `--concurrency-events N` per
 //! concurrent scenario (as `--events`), `--rounds N` (16), `--prefill N` inbox rows for the
-//! large runs (1,000,000), `--backends` (postgres,mysql,sqlite). Each scenario's events are
-//! split over the rounds.
+//! large runs (1,000,000), `--backends` (postgres,mysql,sqlite), `--markdown FILE` to write the
+//! run as a page too (`docs/performance.md`: a fixed text on what a delivery sends and what is
+//! measured, then the machine, the command and the tables; its notes on the figures, under
+//! "Reading the figures", are kept from the page it replaces). Each scenario's events are split
+//! over the rounds.
 //!
 //! Every single-connection scenario delivers `--events` events, one at a time, each crediting
 //! one of 1,000 accounts (`UPDATE accounts SET balance = balance + 1 WHERE id = ?`):
@@ -92,6 +95,7 @@
 //! (defaults as in the test suite); each backend gets a fresh database, dropped at the end.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::Instant;
@@ -104,6 +108,7 @@ use diesel_inbox::chain::{Block, BlockId, ChainHandler};
 use diesel_inbox_test::TestDatabase;
 
 mod asynch;
+mod markdown;
 use diesel_inbox::{
     envelope::Envelope, outbox::Outbox, with_inbox, Delivery, EventId, Inbox, InboxConnection,
     Outcome,
@@ -406,6 +411,8 @@ struct Options {
     rounds: usize,
     prefill: u64,
     backends: Vec<String>,
+    /// Where `--markdown` writes the report as a page (`docs/performance.md`), if anywhere.
+    markdown: Option<std::path::PathBuf>,
 }
 
 fn options() -> Result<Options, String> {
@@ -415,6 +422,7 @@ fn options() -> Result<Options, String> {
         rounds: 16,
         prefill: 1_000_000,
         backends: vec!["postgres".into(), "mysql".into(), "sqlite".into()],
+        markdown: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -429,8 +437,9 @@ fn options() -> Result<Options, String> {
             "--rounds" => options.rounds = usize::try_from(number("--rounds")?.max(1)).unwrap_or(1),
             "--prefill" => options.prefill = number("--prefill")?,
             "--backends" => options.backends = value.split(',').map(str::to_owned).collect(),
+            "--markdown" => options.markdown = Some(value.into()),
             _ => return Err(format!(
-                "unknown flag {flag}; flags: --events N --concurrency-events N --rounds N --prefill N --backends postgres,mysql,sqlite"
+                "unknown flag {flag}; flags: --events N --concurrency-events N --rounds N --prefill N --backends postgres,mysql,sqlite --markdown FILE"
             )),
         }
     }
@@ -1230,6 +1239,7 @@ fn main() -> Result<(), String> {
         )
         .with(CountRetries.with_filter(retries))
         .init();
+    let started_all = Instant::now();
     let mut columns = Vec::new();
     for backend in &options.backends {
         let started = Instant::now();
@@ -1247,32 +1257,43 @@ fn main() -> Result<(), String> {
         columns.push(figures);
     }
 
-    println!(
-        "\n{} events per scenario in {} interleaved rounds, one connection; large runs after {} rows were put in the inbox table\n",
+    let mut out = String::new();
+    let out = &mut out;
+    writeln!(
+        out,
+        "{} events per scenario in {} interleaved rounds, one connection; large runs after {} rows were put in the inbox table\n",
         options.events, options.rounds, options.prefill
-    );
+    )
+    .unwrap();
     let names: Vec<String> = columns.iter().map(|c| c.name.to_owned()).collect();
-    print_row("events/s (middle half of rounds)", &names);
-    print_rule(columns.len());
+    print_row(out, "events/s (middle half of rounds)", &names);
+    print_rule(out, columns.len());
     for (scenario, _) in &columns[0].rates {
         let cells: Vec<_> = columns
             .iter()
             .map(|c| figure(c.rate(*scenario), 0))
             .collect();
-        print_row(&scenario.label(), &cells);
+        print_row(out, &scenario.label(), &cells);
     }
 
-    println!(
+    writeln!(
+        out,
         "\n{} deliveries per concurrent scenario in {} interleaved rounds, a pooled connection per thread; rates and ratios over the middle half of rounds, latencies their medians, ratio = inbox/s over bare/s; the inbox's retries over all rounds\n",
         options.concurrency_events.unwrap_or(options.events),
         options.rounds
-    );
+    )
+    .unwrap();
     for figures in &columns {
-        print_concurrency(figures);
+        print_concurrency(out, figures);
     }
 
-    println!();
-    print_ratios(&columns);
+    writeln!(out).unwrap();
+    print_ratios(out, &columns);
+    print!("\n{out}");
+    if let Some(path) = &options.markdown {
+        markdown::write(path, out, started_all.elapsed())?;
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }
 
@@ -1280,10 +1301,10 @@ fn main() -> Result<(), String> {
 /// The ratio that says what the statement cache off costs the inbox.
 const UNCACHED_RATIO: &str = "inbox, statement cache off / inbox";
 
-fn print_ratios(columns: &[Figures]) {
+fn print_ratios(out: &mut String, columns: &[Figures]) {
     let names: Vec<String> = columns.iter().map(|c| c.name.to_owned()).collect();
-    print_row("ratio (middle half of rounds)", &names);
-    print_rule(columns.len());
+    print_row(out, "ratio (middle half of rounds)", &names);
+    print_rule(out, columns.len());
     let (v4, v7) = (Scenario::Inbox { v7: false }, Scenario::Inbox { v7: true });
     let mut ratios = cursor_ratios();
     ratios.extend([
@@ -1349,9 +1370,9 @@ fn print_ratios(columns: &[Figures]) {
             .iter()
             .map(|c| figure(c.ratio(over, under), 2))
             .collect();
-        print_row(&name, &cells);
+        print_row(out, &name, &cells);
     }
-    print_floor_ratios(columns);
+    print_floor_ratios(out, columns);
     // Each side over the bare rate of its own phase, so drift between the phases cancels.
     for v7 in [false, true] {
         let label = if v7 {
@@ -1367,7 +1388,7 @@ fn print_ratios(columns: &[Figures]) {
                 format!("{:.2}", large / empty)
             })
             .collect();
-        print_row(label, &cells);
+        print_row(out, label, &cells);
     }
     for mix in Mix::ALL {
         for conns in CONNS {
@@ -1378,15 +1399,15 @@ fn print_ratios(columns: &[Figures]) {
                 .map(|c| format!("{:.2}", c.ratio(inbox, bare)))
                 .collect();
             let name = format!("inbox / bare, {}, {}", conns_label(conns), mix.label());
-            print_row(&name, &cells);
+            print_row(out, &name, &cells);
         }
     }
-    print_async_ratios(columns);
+    print_async_ratios(out, columns);
 }
 
 /// The floor's ratios, and the client's as a fraction of them; a dash where there is no floor
 /// (SQLite, in process).
-fn print_floor_ratios(columns: &[Figures]) {
+fn print_floor_ratios(out: &mut String, columns: &[Figures]) {
     let v4 = Scenario::Inbox { v7: false };
     for (label, over, under) in [
         ("floor: inbox / bare", Floor::Inbox, Floor::Bare),
@@ -1397,7 +1418,7 @@ fn print_floor_ratios(columns: &[Figures]) {
             .iter()
             .map(|c| figure(c.ratio(Scenario::Floor(over), Scenario::Floor(under)), 2))
             .collect();
-        print_row(label, &cells);
+        print_row(out, label, &cells);
     }
     for (label, client, floor) in [
         (
@@ -1420,7 +1441,7 @@ fn print_floor_ratios(columns: &[Figures]) {
             .iter()
             .map(|c| figure(c.of_floor(client, floor), 2))
             .collect();
-        print_row(label, &cells);
+        print_row(out, label, &cells);
     }
 }
 
@@ -1450,7 +1471,7 @@ fn cursor_ratios() -> Vec<(String, Scenario, Scenario)> {
 
 /// The async phase's 16 tasks on one thread: over its own bare, and over the sync phase's 16
 /// threads (each phase over its own rounds, so drift between the phases stays in).
-fn print_async_ratios(columns: &[Figures]) {
+fn print_async_ratios(out: &mut String, columns: &[Figures]) {
     let tasks = *CONNS.iter().max().unwrap();
     let [bare, inbox] = [false, true].map(|inbox| Scenario::Async { inbox, tasks });
     let threads = Scenario::Concurrent {
@@ -1462,10 +1483,12 @@ fn print_async_ratios(columns: &[Figures]) {
         columns.iter().map(|c| format!("{:.2}", ratio(c))).collect()
     };
     print_row(
+        out,
         &format!("async inbox / async bare, {tasks} tasks, new"),
         &cells(&|c| c.ratio(inbox, bare)),
     );
     print_row(
+        out,
         &format!("async inbox {tasks} tasks / inbox {tasks} threads"),
         &cells(&|c| c.rate(inbox) / c.rate(threads)),
     );
@@ -1473,13 +1496,13 @@ fn print_async_ratios(columns: &[Figures]) {
 
 /// One backend's concurrent scenarios: bare and inbox side by side, a row per connection
 /// count and mix.
-fn print_concurrency(figures: &Figures) {
+fn print_concurrency(out: &mut String, figures: &Figures) {
     const HEADERS: [&str; 8] = [
         "bare/s", "p50 ms", "p99 ms", "inbox/s", "p50 ms", "p99 ms", "retries", "ratio",
     ];
     let title = format!("{}, concurrent", figures.name);
-    print_cells(&title, 26, &HEADERS.map(str::to_owned), 8);
-    print_rule_of(26, HEADERS.len(), 8);
+    print_cells(out, &title, 26, &HEADERS.map(str::to_owned), 8);
+    print_rule_of(out, 26, HEADERS.len(), 8);
     for conns in CONNS {
         for mix in Mix::ALL {
             let [bare, inbox] =
@@ -1494,6 +1517,7 @@ fn print_concurrency(figures: &Figures) {
             cells.push(figures.concurrent(inbox).retries.to_string());
             cells.push(format!("{:.2}", figures.ratio(inbox, bare)));
             print_cells(
+                out,
                 &format!("{}, {}", conns_label(conns), mix.label()),
                 26,
                 &cells,
@@ -1503,37 +1527,39 @@ fn print_concurrency(figures: &Figures) {
     }
     for run in &figures.concurrency {
         if let Some(error) = run.errors.first() {
-            println!(
+            writeln!(
+                out,
                 "{}: {} errors, the first: {error}",
                 run.scenario.label(),
                 run.errors.len()
-            );
+            )
+            .unwrap();
         }
     }
-    println!();
+    writeln!(out).unwrap();
 }
 
 /// A row of the single-connection and ratio tables.
-fn print_row(label: &str, cells: &[String]) {
-    print_cells(label, 40, cells, 12);
+fn print_row(out: &mut String, label: &str, cells: &[String]) {
+    print_cells(out, label, 40, cells, 12);
 }
 
-fn print_rule(columns: usize) {
-    print_rule_of(40, columns, 12);
+fn print_rule(out: &mut String, columns: usize) {
+    print_rule_of(out, 40, columns, 12);
 }
 
-fn print_cells(label: &str, label_width: usize, cells: &[String], width: usize) {
-    print!("| {label:<label_width$} |");
+fn print_cells(out: &mut String, label: &str, label_width: usize, cells: &[String], width: usize) {
+    write!(out, "| {label:<label_width$} |").unwrap();
     for cell in cells {
-        print!(" {cell:>width$} |");
+        write!(out, " {cell:>width$} |").unwrap();
     }
-    println!();
+    writeln!(out).unwrap();
 }
 
-fn print_rule_of(label_width: usize, columns: usize, width: usize) {
-    print!("|{}|", "-".repeat(label_width + 2));
+fn print_rule_of(out: &mut String, label_width: usize, columns: usize, width: usize) {
+    write!(out, "|{}|", "-".repeat(label_width + 2)).unwrap();
     for _ in 0..columns {
-        print!("{}:|", "-".repeat(width + 1));
+        write!(out, "{}:|", "-".repeat(width + 1)).unwrap();
     }
-    println!();
+    writeln!(out).unwrap();
 }
