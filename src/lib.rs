@@ -31,32 +31,153 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # How it works
+//!
+//! [`with_inbox`]`(conn, event_id, |tx| effect)`:
+//!
+//! 1. validates the id (non-empty, at most 255 bytes, no NUL) before any SQL;
+//! 2. opens a transaction on your connection (`BEGIN IMMEDIATE` on SQLite);
+//! 3. inserts `(consumer, event_id)` into `diesel_inbox_events`, whose primary key is exactly
+//!    that pair; on a conflict the existing row's `deliveries` and `last_seen_at` are updated
+//!    instead;
+//! 4. runs the effect only if the row is new, on the same connection in the same transaction;
+//! 5. commits both together and returns [`Outcome::Processed`]`(value)`, or
+//!    [`Outcome::Duplicate`] with when the event was first processed and how many deliveries it
+//!    has seen ([`Duplicate::processed_at`], [`Duplicate::deliveries`]).
+//!
+//! [`Inbox::new`]`("billing.rewards")?.`[`process`](Inbox::process)`(conn, id, effect)` does the
+//! same for a named consumer; each consumer keeps its own record, so two consumers of one event
+//! both process it once.
+//!
+//! [`Inbox::process_batch`] takes many deliveries in one transaction: one statement records
+//! every id and learns which are new, the effect runs for the new ones only, and one commit
+//! settles them all; it returns one result per delivery, in order. When an effect fails, the
+//! batch is rolled back and run again with a savepoint per event, so that event alone is rolled
+//! back (and recorded as a failure) and the others commit; effects may therefore run more than
+//! once inside transactions that roll back, never in one that commits.
+//! [`Inbox::process_bulk`] calls the effect once, with all the batch's new deliveries, so that
+//! it can write them in one statement (a multi-row `INSERT`); when that call fails, the batch
+//! runs again with one call per new event, each in a savepoint, and only the failing ones roll
+//! back.
+//!
+//! What a delivery sends to the server, and what it costs against the bare transaction, is the
+//! repository's `docs/performance.md`.
+//!
 //! # Guarantees
 //!
-//! - One effect per `(consumer, event_id)` whatever the interleaving of deliveries across
-//!   connections, processes and machines. Contention is retried inside the library with a
-//!   bounded, jittered backoff ([`RetryPolicy`]).
-//! - A handler that returns an error or panics leaves neither its effect nor an inbox row;
-//!   the next delivery runs it again. A panic rolls back before it continues unwinding. The
-//!   failure is recorded, and after [`Inbox::max_attempts`] failures the event is
-//!   dead-lettered: later deliveries skip it until ops redrive, discard or release it
-//!   ([`DeadLetters`](dead_letter::DeadLetters)).
-//! - A [`Delivery`] with a payload is fingerprinted: the same id with a different payload is
-//!   [`Error::PayloadMismatch`], not a silent duplicate.
-//! - A handler that swallows a failed statement is not reported as processed when the database
-//!   has aborted its transaction ([`Error::TransactionAborted`]).
-//! - The handler's own error comes back unchanged, even when its session died under it. A
-//!   connection lost before the commit is [`Error::ConnectionLost`] (nothing committed); one
-//!   lost during the commit is [`Error::CommitUnknown`] (redelivering is safe: the inbox
-//!   answers `Duplicate` if it applied). [`Error::from_diesel`] finds them inside a
-//!   [`diesel::result::Error`](https://docs.rs/diesel/2/diesel/result/enum.Error.html).
-//! - Inside a transaction the caller already holds, the inbox runs as a savepoint and the
-//!   caller's commit decides.
-//! - Ids are compared byte for byte on every backend ([`EventId`]).
+//! - **One effect per `(consumer, event_id)`**, whatever the interleaving of deliveries across
+//!   threads, connections, processes and machines: the unique key decides. Contention the
+//!   database raises for it (serialization failures, deadlocks, lock-wait timeouts, a busy
+//!   SQLite) rolls back and retries the whole transaction with a bounded, jittered backoff
+//!   ([`RetryPolicy`], default 10 retries from 5 ms up to 500 ms); only when the retries run
+//!   out does the caller see an error. The effect may therefore run more than once *inside
+//!   transactions that roll back*; it is an `FnMut`. Contention met by the effect's own
+//!   statements is retried the same way, and never counts as a failed attempt: a deadlock
+//!   between two healthy handlers ends `Processed` for both, even with `max_attempts(1)`.
+//! - **Failures leave no trace.** A handler that returns an error or panics leaves neither its
+//!   effect nor an inbox row, and the next delivery runs it again. A panic rolls back before
+//!   it continues unwinding, so neither a bare nor a pooled connection is left inside a
+//!   transaction. The failure is recorded, and after [`Inbox::max_attempts`] failures the event
+//!   is dead-lettered: later deliveries skip it until ops redrive, discard or release it
+//!   ([`dead_letter`]).
+//! - **No false success.** A handler that swallows a failed statement on PostgreSQL (which
+//!   turns the `COMMIT` into a silent rollback), or whose transaction the database rolled back
+//!   behind it (a MySQL deadlock), gets [`Error::TransactionAborted`] or a database error,
+//!   never `Processed`.
+//! - **No effect outside the transaction.** A statement the handler runs after the database
+//!   ended its transaction (a deadlock it swallowed, a Galera brute-force abort) takes no
+//!   effect: on PostgreSQL the aborted transaction refuses it, on MariaDB it runs inside the
+//!   fence ([`doctor`], "Beyond one server") and is rolled back. SQLite, whose writers never
+//!   deadlock, ends a transaction under a statement only on I/O errors, a full disk or a
+//!   trigger's `RAISE(ROLLBACK)`; a handler that swallows one of those and writes on
+//!   autocommits.
+//! - **Errors that tell the truth.** The handler's own error always comes back unchanged, even
+//!   when its session died under it. A connection lost before the commit is
+//!   [`Error::ConnectionLost`]: nothing was committed, redeliver. A connection lost *during*
+//!   the commit is [`Error::CommitUnknown`]: the commit may or may not have applied, and
+//!   redelivering is safe, because if it applied the inbox answers `Duplicate`. Handlers that
+//!   return `diesel::result::Error` get these wrapped in it, and [`Error::from_diesel`] gets
+//!   them back.
+//! - **Nesting.** Inside a transaction you already hold, the inbox runs as a savepoint and
+//!   *your* commit decides: roll back and the event was not processed. Nested calls do not
+//!   retry contention, because only your outer transaction can be run again.
+//! - **Payloads are fingerprinted.** A [`Delivery`] with a payload is fingerprinted: the same
+//!   id with a different payload is [`Error::PayloadMismatch`], not a silent duplicate.
+//! - **One effect per sequence of a stream**, with a [cursor](cursor): the cursor row, locked
+//!   for the transaction, decides, and the advance commits with the effect. Skipped and evicted
+//!   sequences are recorded as gaps, never silently reset. A fenced instance commits nothing.
+//! - **One effect per event on a chain's canonical branch, none for an orphaned one**, with a
+//!   [chain cursor](chain): a reorg's reverts commit with the rewind, once per event, and a fork
+//!   below the finalized height commits nothing.
+//! - **At most once for side effects outside the database**, with a [claim](claim): the claim
+//!   commits before the side effect, the completion with its result. Concurrent deliveries run
+//!   it once; a crash between the two leaves the claim in doubt, visible and resolved by ops,
+//!   never run again on its own (unless the consumer opts into re-running it with the same
+//!   idempotency key, for a service that deduplicates it).
+//! - **No lost event on the producer side**, with the [outbox](outbox): an enqueued event
+//!   commits with the business writes or not at all, and every committed one is published at
+//!   least once, across relay crashes and restarts, in enqueue order per aggregate, also when
+//!   producers in several processes enqueue for one aggregate at once; a row that fails for
+//!   good is kept, with its reason, for ops.
+//! - **One effect per event in a replay's target, and a record of the replay**
+//!   ([`replay`]): each event's effect commits with the replay's checkpoint; side effects are
+//!   suppressed unless the plan allows them; a replay is accepted only on evidence that matches
+//!   its plan, or by an override with a reason.
+//! - **Identity is the id, byte for byte**, on every backend ([`EventId`]): ids differing by
+//!   case, accents, trailing spaces or Unicode normal form are different events. A `Uuid` is
+//!   stored in its lowercase hyphenated form.
+//! - **Observable.** Each call runs in a `tracing` span `inbox` with `consumer` and
+//!   `event_id`; processed deliveries log at debug, duplicates at info with their delivery
+//!   count, contention retries at debug. Failures, dead letters and exhausted retries log at
+//!   warn or error and carry `consumer` and `event_id` as fields of their own, so they keep them
+//!   at `RUST_LOG=warn`, where the span is filtered out. A SQLite connection without a busy
+//!   timeout is named once, at warn, with [`SqliteSetup`] as the fix. Diesel's own
+//!   instrumentation sees the inbox's top-level `BEGIN` and `COMMIT` as queries rather than as
+//!   transaction events: the inbox sends them itself.
 //!
-//! Not guaranteed: side effects a handler makes outside the database (emails, HTTP calls,
-//! messages to other systems) happen again whenever the transaction rolls back and the event
-//! is redelivered. Run those under a claim instead.
+//! # Not guaranteed
+//!
+//! - **Side effects made inside a handler.** An email sent or an HTTP call made from inside an
+//!   inbox handler happens again whenever the transaction rolls back (handler error, contention
+//!   retry, crash before commit) and the event is redelivered. Only writes through the given
+//!   connection are exactly-once. Run such side effects under a [claim](claim) instead.
+//! - **Exactly once for a service that keeps no key.** No order of "record" and "act" survives
+//!   every crash: a worker that dies after the side effect and before its completion leaves the
+//!   claim in doubt, and the crate holds it for ops rather than guess. Once, rather than at most
+//!   once, needs the service to deduplicate the claim's idempotency key, and holds only within
+//!   the window it keeps keys for.
+//! - **Side effects a replayed handler makes on its own.** A replay suppresses the enqueues and
+//!   claims made through its [`Replayed`](replay::Replayed); an email sent directly from a
+//!   replay handler happens in a replay as it would live.
+//! - **Effects acknowledged before a failover to an asynchronous standby.** A standby that did
+//!   not confirm a commit before its promotion lacks it: the effect and its inbox row are gone,
+//!   though the event was acked. Exactly once across a failover needs synchronous replication
+//!   ([`doctor`], "Beyond one server").
+//! - **Clocks.** Claims' leases, the relay's leases and backoff run on each worker's clock:
+//!   skewed clocks move the instant a claim counts as in doubt, and a relay's clock ahead by
+//!   more than the lease takes over another relay's live rows (published twice). Keep clocks in
+//!   sync and leases well above the side effect's timeout.
+//! - **A lapsed claim no delivery comes for** is listed in doubt and counted by the
+//!   `diesel_inbox_claims_in_doubt` gauge when [`Claims::in_doubt`](claim::Claims::in_doubt)
+//!   runs (call it from a health check), but logged and counted as a transition only when a
+//!   delivery records it.
+//! - **Publishing exactly once.** The relay publishes at least once: a relay that dies between
+//!   a publish and its mark, or a lease that runs out mid-publish, sends the event again. The
+//!   broker's dedup window drops repeats inside it; consumers' inboxes absorb the rest. A failed
+//!   row lets the rows after it go on: ops retrying it later publish it after them.
+//! - **Delivery.** The inbox does not acknowledge messages; ask [`Ack::of`] after the call
+//!   returns, and ack, redeliver or reject accordingly.
+//! - **Redeliveries later than the window.** Retention removes inbox rows older than the
+//!   consumer's redelivery window; a redelivery after that runs the effect again. A failure
+//!   record stays in state `retrying` after the event later succeeds, until retention removes
+//!   it with the event.
+//! - **Sequences of a resolved gap.** Resolving a gap gives its sequences up: one arriving later
+//!   is a duplicate. The gap ledger keeps every gap; retention does not prune it.
+//! - **Nested calls record no failures.** Inside your own transaction the inbox cannot write a
+//!   failure record that would outlive your rollback, so failures there are not counted.
+//! - **Isolation of your outer transaction.** With SQLite, nest the inbox in an *immediate*
+//!   transaction (`SqliteConnection::immediate_transaction`); a deferred one may fail to
+//!   upgrade to a writer under concurrency.
 //!
 //! # Side effects outside the database
 //!
@@ -117,10 +238,61 @@
 //!
 //! Cargo features `postgres`, `sqlite` and `mysql` (MySQL and MariaDB) enable
 //! [`InboxConnection`] for `PgConnection`, `SqliteConnection`, `MysqlConnection` and r2d2
-//! pooled connections of them. On SQLite, set up each connection with [`SqliteSetup`]. The
-//! `async` feature adds the async flavour on diesel-async, `asynch`: the same inbox on
-//! `AsyncPgConnection`, `AsyncMysqlConnection` and `SyncConnectionWrapper<SqliteConnection>`,
-//! with async closures for handlers.
+//! pooled connections of them; an app's `#[derive(diesel::MultiConnection)]` enum runs the
+//! inbox through [`multi::on_variant!`]. On SQLite, set up each connection with
+//! [`SqliteSetup`] (WAL, a busy timeout). PostgreSQL databases must use the UTF8 encoding (the
+//! default); ids are `TEXT COLLATE "C"` there and `VARBINARY` on MySQL, so no collation merges
+//! two ids. The `async` feature adds the async flavour on diesel-async, [`asynch`]: the same
+//! inbox on `AsyncPgConnection`, `AsyncMysqlConnection` and
+//! `SyncConnectionWrapper<SqliteConnection>`, with async closures for handlers; the `tokio` and
+//! `deadpool` features run sync Diesel from async services through a [`pool::BlockingPool`].
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "postgres", feature = "sqlite", feature = "mysql"))] {
+//! use diesel::prelude::*;
+//! use diesel::r2d2::{ConnectionManager, Pool};
+//! use diesel_inbox::{with_inbox, Error, InboxConnection, SqliteSetup};
+//!
+//! /// Your handler, on any backend: its writes through `tx` commit with the inbox row, or not
+//! /// at all. `InboxConnection` is the one bound it needs to run `sql_query` and untyped DSL.
+//! fn effect<C: InboxConnection>(tx: &mut C) -> Result<(), Error> {
+//!     diesel::sql_query("UPDATE accounts SET points = points + 5 WHERE id = 42").execute(tx)?;
+//!     Ok(())
+//! }
+//!
+//! // PostgreSQL
+//! let mut conn = PgConnection::establish("postgres://app@db/app")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! let _outcome = with_inbox(&mut conn, "evt-1", |tx| effect(tx))?;
+//!
+//! // SQLite
+//! let mut conn = SqliteConnection::establish("app.db")?;
+//! SqliteSetup::default().apply(&mut conn)?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! let _outcome = with_inbox(&mut conn, "evt-1", |tx| effect(tx))?;
+//!
+//! // MySQL / MariaDB, through an r2d2 pool
+//! let pool = Pool::new(ConnectionManager::<MysqlConnection>::new("mysql://app@db/app"))?;
+//! let mut conn = pool.get()?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! let _outcome = with_inbox(&mut conn, uuid::Uuid::now_v7(), |tx| effect(tx))?;
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A generic handler that binds values or loads typed rows needs Diesel's bounds for that query
+//! (`where UncheckedBind<SqlQuery, i64, BigInt>: ExecuteDsl<C>`, as rustc suggests): Rust
+//! cannot imply them from one trait. An app that runs one code path on several backends has
+//! Diesel's answer, a `MultiConnection` enum: see [`multi`].
+//!
+//! The `mysql` backend is tested against MariaDB 10.11. Oracle MySQL lacks MariaDB's
+//! `@@in_transaction` and its compound statements outside stored programs, so there the inbox
+//! cannot tell when a deadlock that a handler swallowed has ended its transaction, and sends a
+//! delivery's `BEGIN`, upsert and `COMMIT` one by one (it logs a warning once); and the third
+//! migration's `CREATE INDEX IF NOT EXISTS` is MariaDB syntax: on MySQL 8, install the
+//! migrations ([`migrations::install`]) and drop `IF NOT EXISTS` from that file. Everything else
+//! is the same SQL. Replicated engines (Galera, a PostgreSQL standby) and poolers (PgBouncer)
+//! are [`doctor`]'s chapter.
 //!
 //! # Packages
 //!
@@ -129,6 +301,31 @@
 //! unit test (throwaway databases, inbox assertions, a delivery harness, fault injection and
 //! randomized delivery schedules); `diesel-inbox-nats`, JetStream for the outbox relay and
 //! replays; and `diesel-inbox-cli`, the ops tool.
+//!
+//! # Features and build cost
+//!
+//! The backends and `async`, `tokio`, `deadpool`, `anyhow`, `eyre` and `metrics` add what their
+//! names say; the defaults `diesel-migrations` (the migrations as `EmbeddedMigrations`, for an
+//! app's own harness: [`migrations`]) and `trace-context` (envelopes carry the current span's
+//! `traceparent`: [`envelope`]) can be turned off with `default-features = false`. Always
+//! compiled besides Diesel: `chrono` (the timestamps Diesel binds), `serde` and `serde_json`
+//! (stored results and envelopes), `sha2` (payload fingerprints, and claims' idempotency keys,
+//! which must not change with a feature), `uuid` (envelope ids), `thiserror`, `tracing`,
+//! `fastrand`.
+//!
+//! A clean debug build of a minimal PostgreSQL app, Diesel alone and then with
+//! `diesel-inbox = { default-features = false, features = ["postgres"] }`, one after the other
+//! in one run on a 2-core machine (the repository's `scripts/build-cost`):
+//!
+//! | | Diesel alone | with diesel-inbox | added |
+//! |---|---|---|---|
+//! | before the optional features (every dependency always compiled) | 17.3 s, 24 crates | 36.7 s, 79 crates | +112% |
+//! | with them off, run 1 | 16.2 s, 24 crates | 32.0 s, 65 crates | +98% |
+//! | with them off, run 2 | 18.4 s, 24 crates | 32.2 s, 65 crates | +75% |
+//!
+//! What remains is diesel-inbox itself, about 9.5 s compiled after Diesel (of which about 6.5 s
+//! is type-checking: the statements and transaction bodies are generic over both flavours and
+//! all three backends), and the second `syn` that `thiserror`'s derive needs.
 //!
 //! # Operating it
 //!
@@ -147,6 +344,36 @@
 //!   the outbox (list, show, retry, prune), reorgs, replays (plan, run, reconcile, accept and the
 //!   rest), prune, doctor and the migrations (`diesel-inbox --help`).
 //!
+//! # Metrics
+//!
+//! With the `metrics` feature the inbox records through the
+//! [`metrics`](https://docs.rs/metrics) facade, to whatever exporter the application installs
+//! (Prometheus and others). Call `describe_metrics()` once after installing the recorder.
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `diesel_inbox_deliveries_total` | `consumer`, `outcome` | deliveries by what the caller got: `processed`, `duplicate`, `dead_lettered`, `payload_conflict`, `failed`, `error` |
+//! | `diesel_inbox_delivery_duration_seconds` | `consumer`, `outcome` | histogram of a delivery's time, retries included |
+//! | `diesel_inbox_failed_attempts_total` | `consumer` | failed attempts the failure policy counted |
+//! | `diesel_inbox_dead_lettered_total` | `consumer` | events dead-lettered |
+//! | `diesel_inbox_contention_retries_total` | `consumer` | transactions rolled back and run again for contention |
+//! | `diesel_inbox_pruned_rows_total` | `consumer`, `table` | rows retention removed |
+//! | `diesel_inbox_gaps_total` | `consumer`, `cause` | gaps cursors found: `skipped`, or `evicted` (an outage outlasted the broker's retention: page on it) |
+//! | `diesel_inbox_gap_sequences_total` | `consumer`, `cause` | sequences missing in those gaps |
+//! | `diesel_inbox_reorgs_total` | `consumer` | reorgs chain cursors undid |
+//! | `diesel_inbox_reorg_blocks_total` | `consumer` | blocks those reorgs orphaned |
+//! | `diesel_inbox_reorg_events_reverted_total` | `consumer` | events whose effect a reorg reverted |
+//! | `diesel_inbox_reorgs_refused_total` | `consumer` | blocks refused for forking at or below the finalized height: page on it |
+//! | `diesel_inbox_replay_events_total` | `consumer`, `outcome` | events replays settled, by target consumer: `processed`, `duplicate`, `failed`, `dead_lettered`, `skipped`, `would_run` |
+//! | `diesel_inbox_claim_transitions_total` | `consumer`, `state` | claims entering a state: `in_progress`, `completed`, `released`, `abandoned`, `in_doubt` (page on it) |
+//! | `diesel_inbox_claims_fenced_total` | `consumer` | writes of a claim's former holder refused |
+//! | `diesel_inbox_claims_in_doubt` | `consumer` | gauge: claims in doubt when `Claims::in_doubt` last read them |
+//! | `diesel_inbox_outbox_enqueued_total` | `topic` | events enqueued (counted at the INSERT: a rollback undoes the row, not the count) |
+//! | `diesel_inbox_outbox_published_total` | `topic` | outbox rows the broker accepted |
+//! | `diesel_inbox_outbox_publish_failures_total` | `topic`, `outcome` | failed publishes: `retry` or `failed` (kept for ops: page on it) |
+//! | `diesel_inbox_outbox_fenced_total` | | rows another relay took over before this one marked them: published twice |
+//! | `diesel_inbox_outbox_pending` | | gauge: rows waiting for the relay when `Outbox::stats` last read them |
+//!
 //! # Errors
 //!
 //! Handlers return their own `Result<T, E>` with `E: `[`HandlerError`]: `From<`[`Error`]`>`, so the
@@ -158,12 +385,105 @@
 //! [`diesel::QueryResult`](https://docs.rs/diesel/2/diesel/result/type.QueryResult.html) work as
 //! they are. A handler marks a failure permanent ([`Error::permanent`]: dead-lettered at once) or
 //! transient ([`Error::transient`]: redelivered, never counted); the default counts it toward
-//! [`Inbox::max_attempts`].
+//! [`Inbox::max_attempts`]. With the `anyhow` and `eyre` features, `anyhow::Error` and
+//! `eyre::Report` implement it too, and so does `Box<dyn Error + Send + Sync>`.
+//!
+//! What the failure policy does with a handler's error:
+//!
+//! | the handler's error | recorded | counts toward `max_attempts` | the call returns | [`Ack::of`] |
+//! |---|---|---|---|---|
+//! | contention in its statements (serialization failure, deadlock, lock timeout, busy SQLite) | no | no | retried under the [`RetryPolicy`]; if that runs out, the error | `Redeliver` |
+//! | a lost connection | no | no | the error | `Redeliver` |
+//! | marked transient ([`Error::transient`], or [`FailureKind::Transient`]) | no | no | the error | `Redeliver` |
+//! | marked permanent ([`Error::permanent`], or [`FailureKind::Permanent`]) | yes | dead-lettered now | [`Outcome::DeadLettered`] | `Ack` |
+//! | anything else (the default) | yes | yes | the error; at the limit [`Outcome::DeadLettered`] | `Redeliver`; `Ack` once dead-lettered |
+//!
+//! The inbox finds the Diesel error inside `diesel::result::Error`,
+//! `Box<dyn Error + Send + Sync>`, `anyhow::Error` and `eyre::Report` by itself, looking along
+//! the error's sources, so a context layer hides nothing: contention under `.context(..)` is
+//! still retried, and [`Error::permanent`] under it keeps its kind.
+//!
+//! ```
+//! # #[cfg(all(feature = "sqlite", feature = "anyhow"))] {
+//! use anyhow::Context;
+//! use diesel::prelude::*;
+//! use diesel_inbox::Inbox;
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! diesel::sql_query("CREATE TABLE accounts (id BIGINT PRIMARY KEY, balance BIGINT)").execute(&mut conn)?;
+//! let inbox = Inbox::new("orders")?;
+//!
+//! let outcome = inbox.process(&mut conn, "order-7", |tx| -> anyhow::Result<()> {
+//!     diesel::sql_query("UPDATE accounts SET balance = balance + 1 WHERE id = 7")
+//!         .execute(tx)
+//!         .context("crediting order 7")?;
+//!     Ok(())
+//! })?;
+//! assert!(outcome.is_processed());
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! An error type of your own says what it carries by implementing [`HandlerError`]; every
+//! method has a default:
+//!
+//! ```
+//! use diesel_inbox::{Error, FailureKind, HandlerError};
+//!
+//! #[derive(Debug, thiserror::Error)]
+//! enum OrderError {
+//!     #[error(transparent)]
+//!     Db(#[from] diesel::result::Error),
+//!     #[error(transparent)]
+//!     Inbox(#[from] Error),
+//!     #[error("unknown order {0}")]
+//!     UnknownOrder(u64),
+//! }
+//!
+//! impl HandlerError for OrderError {
+//!     fn diesel_error(&self) -> Option<&diesel::result::Error> {
+//!         match self {
+//!             OrderError::Db(error) => Some(error),
+//!             _ => None,
+//!         }
+//!     }
+//!     fn inbox_error(&self) -> Option<&Error> {
+//!         match self {
+//!             OrderError::Inbox(error) => Some(error),
+//!             _ => None,
+//!         }
+//!     }
+//!     fn failure_kind(&self) -> FailureKind {
+//!         match self {
+//!             OrderError::UnknownOrder(_) => FailureKind::Permanent, // no retry will find it
+//!             _ => FailureKind::Counted,
+//!         }
+//!     }
+//! }
+//! ```
+//!
+//! Contention is redelivered without limit by the inbox: when it never clears (a handler that
+//! writes through a second connection to rows or a SQLite file its own transaction holds, a row
+//! a stuck session keeps locked), the broker's own redelivery limit is what stops it, and the
+//! warn-level log line `handler failed on contention` says which event. In
+//! [`Inbox::process_batch`], contention in one event's effect while the batch runs event by
+//! event (after another event failed) comes back as that event's error, unretried and
+//! uncounted.
 //!
 //! [`Error`] holds only what a delivery can meet. The operations around the deliveries (dead
 //! letters, the gap and claims ledgers, the outbox's rows and relay, pruning, migrations)
 //! return [`AdminError`]: their own refusals, and [`AdminError::Inbox`] for the database's and
-//! the inbox's errors they meet on the way.
+//! the inbox's errors they meet on the way, so `?` carries an [`Error`] into it. Reads that can
+//! only fail on the database (`list`, `stats`) return [`Error`].
+//!
+//! A row whose state this version cannot read (edited by hand, or written by a newer version),
+//! or whose stored event id is not a valid one, is never left out of a listing: the listing
+//! returns a [`CorruptRow`] error in its place, naming the table, key, column and text, and
+//! its key is where the next page starts. A delivery of its
+//! event is `Ack::Reject`: redelivering would read the same row forever. A cursor whose stream
+//! has a gap row it cannot read rejects its deliveries the same way: the watermark cannot be
+//! known without it.
 //!
 //! # Reading results
 //!

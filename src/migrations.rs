@@ -1,8 +1,11 @@
 //! The inbox schema, and the two supported ways to apply it.
 //!
-//! The inbox needs four tables: `diesel_inbox_events` (one row per processed event),
-//! `diesel_inbox_failures` and `diesel_inbox_failure_log` (failures, dead letters and their
-//! history), and `diesel_inbox_counters` (hourly counts for stats). Pick **one** of these routes per database:
+//! The inbox keeps its state in its own tables, all named `diesel_inbox_*`: the events
+//! (`diesel_inbox_events`, one row per processed event), the failures and their log, hourly
+//! counters for stats, for cursors the cursors, the gap ledger and the sequence of each id a
+//! cursor kept, for chains their blocks, reorgs and reverted events, the claims on side
+//! effects, the outbox, governed replays with their transitions and notes, and the leases that
+//! span a cluster. Pick **one** of these routes per database:
 //!
 //! - **Embedded**: call [`run_pending_migrations`] at start-up. It applies what is missing and
 //!   records the inbox's versions in a table of its own, `diesel_inbox_migrations`, never in
@@ -41,6 +44,51 @@
 //! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! **Embedded, in detail.** [`run_pending_migrations`] is fleet-safe: replicas starting
+//! together may all call it; one at a time applies what is missing under a lock on the
+//! database (a PostgreSQL transaction-scoped advisory lock, MySQL/MariaDB `GET_LOCK`, SQLite's
+//! immediate transaction) and the others find nothing left. A wait longer than 60 s
+//! ([`run_pending_migrations_with`] and [`MigrationOptions::lock_timeout`]) is refused as
+//! locked: another process is migrating, retry. A database that diesel-inbox 0.1 migrated (its
+//! events table was `diesel_inbox`, its versions in `__diesel_schema_migrations`) is taken over
+//! on the first call: the table is renamed, so every event it processed stays processed, and
+//! the versions move to `diesel_inbox_migrations`.
+//!
+//! **Installed, in detail.** [`install`] writes
+//! `migrations/<UTC timestamp>_diesel_inbox_create/{up,down}.sql` and the rest after your
+//! existing migrations; then `diesel migration run` applies your tables and the inbox's, and
+//! `diesel migration revert --all` drops them all again. It skips the inbox migrations the
+//! folder already holds (whatever their timestamp), so after upgrading the crate, run it again:
+//! it writes only what is new. A folder that is missing or not writable is refused, and nothing
+//! is left half-written.
+//!
+//! Handing `POSTGRES`, `SQLITE` or `MYSQL` to a harness of your own records their
+//! versions (`20000101000001`, ...) in your `__diesel_schema_migrations`, and
+//! `diesel migration revert` on your folder then fails with `Unable to find migration version
+//! 20000101000002`; prefer one of the two routes. (The repository's `diesel.toml` points the
+//! Diesel CLI at `migrations/postgres` for work on the crate itself, to check that `down.sql`
+//! reverts `up.sql`; it is not a way to migrate an application.)
+//!
+//! **Querying the inbox tables.** [`crate::schema`] holds the tables as Diesel `table!`s per
+//! backend, with each backend's key and time types, for joins and reports in your own queries;
+//! the state columns read as [`DeadLetterState`](crate::dead_letter::DeadLetterState),
+//! [`HistoryKind`](crate::dead_letter::HistoryKind), [`GapCause`](crate::cursor::GapCause) and
+//! [`GapState`](crate::cursor::GapState).
+//!
+//! **Keeping the inbox out of `schema.rs`.** `diesel print-schema` (and `diesel migration run`
+//! when `[print_schema] file` is set) writes a `table!` for every table it finds, the inbox's
+//! included. To leave them out, filter them in your `diesel.toml`:
+//!
+//! ```toml
+//! [print_schema]
+//! file = "src/schema.rs"
+//! filter = { except_tables = ["^diesel_inbox_"] }
+//! ```
+//!
+//! or once, `diesel print-schema --except-tables '^diesel_inbox_'`. The patterns are regular
+//! expressions matched anywhere in a table name, hence the `^`; this one also leaves out
+//! `diesel_inbox_migrations`.
 
 use std::collections::HashSet;
 use std::fs;

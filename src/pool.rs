@@ -29,6 +29,13 @@
 //! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! A panic in the closure is resumed in the caller; a pool that has no connection to give is
+//! `Error::Pool`, its text redacted (`?` converts both pools' errors). Ask
+//! [`Ack::of`](crate::Ack::of) about the result as on a sync connection. A relay pass that runs
+//! whole on a blocking thread takes a blocking [`Publisher`](crate::outbox::Publisher):
+//! [`BlockingPublisher::new(publisher, Handle::current())`](crate::outbox::BlockingPublisher::new)
+//! runs an [`AsyncPublisher`](crate::outbox::AsyncPublisher)'s publishes on the runtime.
 
 use std::future::Future;
 

@@ -81,7 +81,7 @@ impl RetryPolicy {
     /// PostgreSQL: `SET LOCAL idle_in_transaction_session_timeout`, sent with the `BEGIN` (no
     /// round trip of its own). MariaDB sets no variable for one transaction: there the bound
     /// is the server's `idle_transaction_timeout`, which [`doctor`](crate::doctor) checks
-    /// (see the README, "Beyond one server"). SQLite is in process: nothing to wait for.
+    /// (see [`crate::doctor`], "Beyond one server"). SQLite is in process: nothing to wait for.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = Some(timeout);
         self

@@ -53,6 +53,55 @@
 //! # }
 //! # Ok::<(), diesel::result::Error>(())
 //! ```
+//!
+//! A broker's worst day, from a seed: redeliveries, reorderings, failing and panicking
+//! attempts, and one effect per distinct event checked at the end (a failing schedule shrinks
+//! under proptest through [`ScheduleOptions::strategy`]):
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::connection::SimpleConnection;
+//! use diesel::dsl::sql;
+//! use diesel::prelude::*;
+//! use diesel::sql_types::BigInt;
+//! use diesel_inbox::Inbox;
+//! use diesel_inbox_test::{run_schedule, Schedule, TestDatabase};
+//!
+//! /// The effect under test: one ledger line per payment event.
+//! fn record_payment(tx: &mut SqliteConnection, event_id: &str) -> QueryResult<usize> {
+//!     diesel::sql_query("INSERT INTO ledger VALUES (?)")
+//!         .bind::<diesel::sql_types::Text, _>(event_id)
+//!         .execute(tx)
+//! }
+//!
+//! fn ledger_lines(conn: &mut SqliteConnection) -> QueryResult<i64> {
+//!     sql::<BigInt>("SELECT COUNT(*) FROM ledger").get_result(conn)
+//! }
+//!
+//! let db = TestDatabase::sqlite(); // a database of its own, schema applied
+//! let mut conn = db.connect();
+//! conn.batch_execute("CREATE TABLE ledger (event_id TEXT NOT NULL)")?;
+//! let schedule = Schedule::random(7);
+//! run_schedule(
+//!     &mut conn,
+//!     &Inbox::new("ledger")?,
+//!     &schedule,
+//!     |tx, id| record_payment(tx, id.as_str()),
+//!     ledger_lines,
+//! );
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! On a shared or managed server, place the test databases by the team's rules with
+//! [`TestDatabase::postgres_at`] and [`TestDatabase::mysql_at`] and a [`Placement`]: a
+//! database per test under a prefix, a schema per test inside one database (PostgreSQL, no
+//! `CREATE DATABASE` needed), or an existing database used as it is. Each removes only what it
+//! created, and only when the test passes. `DIESEL_INBOX_TEST_PREFIX` sets the prefix of
+//! [`TestDatabase::postgres`] and [`TestDatabase::mysql`].
+//!
+//! The repository's `diesel-inbox-tests/tests/user_handler.rs` is a complete example to copy:
+//! a wallet credited by payment events, tested all of these ways.
 
 mod assert;
 #[cfg(feature = "async")]

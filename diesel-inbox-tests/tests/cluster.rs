@@ -642,7 +642,7 @@ fn postgres_failover_under_synchronous_replication_loses_and_doubles_nothing() {
 
 /// With asynchronous replication, effects acknowledged by the old primary can be missing on
 /// the promoted standby: lost, or processed again there when another worker delivers the id
-/// later (the README's "Not guaranteed"). A standby that stopped receiving a third of the way
+/// later (the crate docs' "Not guaranteed"). A standby that stopped receiving a third of the way
 /// in makes the loss certain rather than a matter of lag at the kill.
 #[test]
 #[ignore = "needs scripts/pg-standby; run by scripts/test"]

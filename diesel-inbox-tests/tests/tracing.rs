@@ -1,5 +1,5 @@
 //! The inbox's traces: a span per call with its consumer and event id, and an event per
-//! outcome at the level the README promises; a cursor's gaps and claims in doubt at warn.
+//! outcome at the level the crate docs promise; a cursor's gaps and claims in doubt at warn.
 //!
 //! A test binary of its own: `tracing` caches per call site whether anyone listens, and tests
 //! of other binaries' kinds, running without a subscriber on other threads, would race that

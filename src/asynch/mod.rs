@@ -94,6 +94,49 @@
 //!   timeout. Give each delivery a task of its own that takes its own pooled connection
 //!   (`tokio::spawn`, a `JoinSet`), as the NATS package's `examples/async_service.rs` does: a timeout then stops
 //!   waiting for the delivery, which runs on to its end.
+//!
+//! # The other areas, awaited
+//!
+//! The producer side, ordered streams, chains and claims have the sync API's names and
+//! semantics, with async closures (sketched here over a pool of diesel-async connections; the
+//! sync chapters have the runnable examples):
+//!
+//! ```ignore
+//! // In a handler's transaction: the invoice and its event commit together.
+//! let outbox = asynch::Outbox::new("billing")?;
+//! billing.process(&mut *conn, &envelope, async |tx| {
+//!     diesel::insert_into(invoices::table).values(&invoice).execute(tx).await?;
+//!     outbox.enqueue(tx, "invoices.issued", &issued).await
+//! }).await;
+//!
+//! // A relay pass on a pooled connection, awaiting an `AsyncPublisher` (JetStream, say).
+//! let pass = asynch::Relay::new().run_once(&mut *pool.get().await?, &publisher).await?;
+//!
+//! // A cursor over an ordered stream, fenced by the lease its owner acquired.
+//! let orders = asynch::Inbox::new("projector")?.cursor("orders-0")?;
+//! let lease = orders.acquire(&mut *conn, "worker-a").await?;
+//! let orders = orders.epoch(lease.epoch());
+//! orders.process(&mut *conn, seq, async |tx| project(tx, &order).await).await?;
+//!
+//! // A chain cursor: an `asynch::ChainHandler` writes its apply and revert as `async fn`s.
+//! let chain = asynch::Inbox::new("rewards")?.chain("eth:mainnet", 64)?;
+//! chain.process(&mut *conn, &block, &mut rewards).await?;
+//!
+//! // A claim: the side effect is an async closure over the claim.
+//! let mailer = asynch::Inbox::new("mailer")?.claims();
+//! let sent = mailer
+//!     .run(&mut *conn, &envelope, async |claim| mail.send(&welcome, claim.idempotency_key()).await)
+//!     .await?; // ClaimOutcome::Ran, or Completed with the first send's result
+//! ```
+//!
+//! A relay pass holds its connection while it awaits the broker: take one from the pool for
+//! each pass. An async handler's future is boxed, once per attempt, so that rustc lays it out
+//! apart from the inbox's own (a handler that enqueues nests a second transaction body in the
+//! first). Batches take an async closure over the transaction and one new delivery
+//! (`process_batch`), or all of them at once (`process_bulk`), with the sync API's failure
+//! isolation; cursor batches take `async |tx, sequence, message| ..`. The ops calls are here
+//! too, awaited: pruning, the gap ledger, the claims in doubt, the outbox's rows, stats and the
+//! doctor.
 
 pub(crate) mod batch;
 pub mod doctor;

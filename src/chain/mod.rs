@@ -10,6 +10,55 @@
 //! and rewinds the stream to the common ancestor; a crash leaves the old branch or the new,
 //! never half of each. An event the new branch includes again takes effect again, once.
 //!
+//! A chain's blocks arrive again, and some disappear: a reorg discards the blocks above a
+//! common ancestor, and their transactions come back in other blocks, at other heights or at
+//! the same one, or never. A [sequence cursor](crate::cursor) keyed by block height would call
+//! the replacing block a duplicate (its events never take effect) and keep the effects of the
+//! block that no longer exists. The example on [`Chain`] plays a reorg through on SQLite;
+//! `examples/chain_rewards.rs` plays two (one delivered from the fork point, one found through
+//! the node's view of the branch) and refuses a fork of a final block.
+//!
+//! - **One transaction per block.** Each event's effect goes through the inbox by its event
+//!   id (the app defines it: tx hash and log index, say), and commits with the block's record
+//!   and the stream's new head. An event the consumer already processed, under another block
+//!   or by [`Inbox::process`], is a duplicate and does not run again. A redelivered block is
+//!   [`BlockOutcome::Duplicate`].
+//! - **Forks.** A block whose parent hash is not the stored hash below it, or a block at a
+//!   stored height with another hash, is a fork. The caller shows the common ancestor one of
+//!   two ways: it delivers the new branch from the fork point, where the block's parent is the
+//!   ancestor, or its handler's [`ancestor(height)`](ChainHandler::ancestor) answers the new
+//!   branch's hashes from the node, and the stream rewinds ([`BlockOutcome::Rewound`]: deliver
+//!   again from the ancestor plus one). With neither, `Error::UnknownAncestor`; a block above
+//!   the head plus one is `Error::MissingBlocks`.
+//! - **Undo exactly once.** For every event that took effect in an orphaned block, last first,
+//!   [`ChainHandler::revert`] runs once, in the same transaction that marks the event's inbox
+//!   row reverted, drops the orphaned blocks and rewinds the head. An event included again on
+//!   the new branch moves from reverted back to processed, taking effect once more. The net
+//!   result: one effect for an event on the canonical chain, none for one only an orphaned
+//!   branch had. The app writes the revert (a delete, a `-1` correction row); the crate keeps
+//!   no undo record of its own.
+//! - **Finality.** A fork reaching at or below the finalized height (the finality depth below
+//!   the head, or the chain's own finalized height, [`Block::finalized`]) is
+//!   `Error::ReorgBeyondFinality`: nothing commits, it is logged at error and counted by
+//!   `diesel_inbox_reorgs_refused_total`, and the block is redelivered until ops act.
+//! - **The fork ledger.** Every reorg is a row of `diesel_inbox_reorgs`: the stream, the
+//!   ancestor, the old and new heads, its depth, the events reverted and, as later blocks
+//!   arrive, how many of those took effect again, and when. It is the [`Reorg`] in the block's
+//!   outcome, a warn log line, `diesel_inbox_reorgs_total`, [`Chain::reorgs`] and
+//!   `diesel-inbox reorgs`. Block records below the finalized height are pruned as the head
+//!   moves (one delete per 16 blocks).
+//! - **Side effects outside the database.** A [claim](crate::claim) made for an event a reorg
+//!   then orphans cannot be undone. The reorg lists it as an orphaned side effect, with its
+//!   claim's state ([`Reorgs::orphaned_effects`], `diesel-inbox reorgs`), for ops to settle.
+//!   Make irreversible side effects only for final blocks: the simplest way is a consumer of
+//!   their own whose chain cursor processes final blocks only (below).
+//!
+//! | stream | use |
+//! |---|---|
+//! | offsets or sequences the broker assigns once (Kafka, JetStream, a log) | a [sequence cursor](crate::cursor) |
+//! | a chain's blocks, effects the app can revert (balances, projections, indexes) | a chain cursor: effects at the tip, undone on reorgs |
+//! | a chain's blocks, effects that cannot be reverted (payouts, emails) | a chain cursor with [`final_blocks_only`](Chain::final_blocks_only): a block given with [`Block::tip`] is processed only once it is the finality depth below the tip, and nothing is ever reverted; the price is latency, the finality depth in blocks (64 blocks are about 13 minutes on Ethereum); a block not final yet is `Error::BlockNotFinal`, to redeliver later |
+//!
 //! The decisions (where a block goes, how far a fork may reach) are in `fork.rs`; the
 //! statements in `sql.rs` (`ChainSql`); this module runs the transaction.
 

@@ -3,9 +3,117 @@
 //!
 //! A claim on `(consumer, event_id)` commits in a short transaction of its own *before* the
 //! side effect; the side effect runs outside any transaction; its completion commits after,
-//! with its result and the writes that record it. What a claim's row means is decided in
-//! `verdict.rs`, apart from the I/O here, in `held.rs` (the holder's writes) and in `ledger.rs`
-//! (listing and ops' resolutions).
+//! with its result and the writes that record it.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_inbox::claim::ClaimOutcome;
+//! use diesel_inbox::{Ack, Delivery, Error, Inbox};
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! diesel::sql_query("CREATE TABLE charges (order_id TEXT, charge TEXT)").execute(&mut conn)?;
+//! let charges = Inbox::new("billing")?.claims(); // at most once, 60 s lease
+//!
+//! let delivery = Delivery::new("order-7")?.json(serde_json::json!({"total": 1200}));
+//! let result = charges.run_and_record(
+//!     &mut conn,
+//!     &delivery,
+//!     // Outside any transaction: payments.charge(1200, claim.idempotency_key())
+//!     |_claim| Ok::<_, Error>("ch_81".to_owned()),
+//!     // Commits with the completion.
+//!     |tx, charge| {
+//!         diesel::sql_query("INSERT INTO charges VALUES ('order-7', ?)")
+//!             .bind::<diesel::sql_types::Text, _>(charge)
+//!             .execute(tx)?;
+//!         Ok(())
+//!     },
+//! );
+//! match &result {
+//!     Ok(ClaimOutcome::Ran(charge) | ClaimOutcome::Completed(charge)) => {
+//!         assert_eq!(charge, "ch_81"); // charged, now or before
+//!     }
+//!     Ok(ClaimOutcome::InDoubt(_)) => { /* unknown: ops resolve it; never re-run on its own */ }
+//!     _ => {}
+//! }
+//! assert_eq!(Ack::of(&result), Ack::Ack);
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! - **Claim, act, complete.** [`Claims::claim`] inserts `(consumer, event_id)` into
+//!   `diesel_inbox_claims` and commits, in a short transaction of its own, before the side
+//!   effect runs (called inside an open transaction it is refused:
+//!   `Error::ClaimInsideTransaction`). The side effect gets the [`Claim`], whose
+//!   [`idempotency_key`](Claim::idempotency_key) is a UUID derived from the consumer and the
+//!   event id: the same for every attempt and every process. The completion stores the result
+//!   as JSON and commits any writes that record it ([`Claims::run_and_record`],
+//!   [`Claim::complete_with`]) in one transaction.
+//! - **Duplicates get the stored result.** A delivery of a completed claim returns
+//!   [`ClaimOutcome::Completed`] and the side effect does not run. A delivery while another
+//!   worker holds the claim gets [`ClaimOutcome::InProgress`] with the lease's deadline, and
+//!   does not run it either (`Ack::Redeliver`).
+//! - **In doubt, never silently re-run, never silently stuck.** A worker that dies between the
+//!   claim and the completion leaves a claim nobody can read the outcome from. Once its lease
+//!   runs out it is **in doubt**. By default ([`InDoubtPolicy::Hold`]) nothing runs it again:
+//!   at most once, the side to err on for money and for messages to people. It is visible to
+//!   [`Claims::in_doubt`], `diesel-inbox claims`, a warn line, the metric
+//!   `diesel_inbox_claim_transitions_total{state="in_doubt"}` and the gauge
+//!   `diesel_inbox_claims_in_doubt`. Ops resolve it with an audit, once they have looked at the
+//!   service (its log, the idempotency key): [`Claims::resolve`] with a [`Resolution`]
+//!   (completed with a result, retry, or abandon). A completed claim returns ops' result to
+//!   later deliveries; a retried one runs on its next delivery (the claim keeps the payload, to
+//!   publish again).
+//! - **What a failure says.** A side effect whose error is marked transient
+//!   ([`Error::transient`]: it did not happen, try later) releases the claim, and the error
+//!   comes back (`Ack::Redeliver`). One marked permanent ([`Error::permanent`]) abandons it:
+//!   [`ClaimOutcome::Abandoned`]. Any other error, and a panic, does not say whether the side
+//!   effect happened: [`ClaimOutcome::InDoubt`], with the error as its reason. Mark an error
+//!   transient only when the request cannot have reached the service; a timeout is not
+//!   transient.
+//! - **Re-run, for services that deduplicate.** [`InDoubtPolicy::RerunAfterLease`] re-runs a
+//!   claim in doubt on its next delivery, with the same idempotency key, so the service applies
+//!   it once. Use it only for side effects that pass the key downstream, and only within the
+//!   window the service keeps keys for (below).
+//! - **Leases and fencing.** [`Claims::lease`] (default 60 s) is how long a holder has; give
+//!   the side effect's own timeout plus a margin, and extend a long one with
+//!   [`Claim::extend`]. Each acquisition bumps the claim's attempt, and every write of a holder
+//!   is fenced by it: a late completion after another worker took over is refused and commits
+//!   nothing, its record writes included. A late completion by the holder still stands over
+//!   ops' retry or abandonment (it shows the side effect did happen), but not over ops'
+//!   completion.
+//! - **Two phases, where a closure does not fit.** [`Claims::claim`] returns
+//!   [`Claimed::Acquired`] (or completed, in progress, in doubt, abandoned). Finish the
+//!   [`Claim`] with `complete`, `complete_with`, `release` (did not happen), `abandon` (never
+//!   will) or `outcome_unknown`. A `Claim` dropped unfinished cannot do I/O: it logs at warn
+//!   and stays in progress until its lease runs out, then in doubt.
+//! - **Payloads are fingerprinted** as in the inbox: the same id with another payload is
+//!   `Error::PayloadMismatch`, and claims nothing.
+//!
+//! Which services honour an idempotency key, and for how long (from their documentation; check
+//! yours, windows change):
+//!
+//! | service | key | kept for |
+//! |---|---|---|
+//! | Stripe | `Idempotency-Key` header, up to 255 characters | at least 24 hours |
+//! | Adyen | `Idempotency-Key` header, up to 64 characters | at least 31 days |
+//! | Braintree (GraphQL) | `ApiRequestKey` | 30 days (limited release) |
+//! | Checkout.com | `Cko-Idempotency-Key` header | 24 hours by default |
+//! | PayPal REST | `PayPal-Request-Id` header, on the APIs that take it | per API: Orders v2 keeps 6 hours |
+//! | Square | `idempotency_key` in the body, up to 45 characters (CreatePayment) | not published |
+//! | Resend (email) | `Idempotency-Key` header, up to 256 characters | 24 hours |
+//! | AWS EC2 | `ClientToken`, up to 64 ASCII characters | at least 24 hours |
+//! | Google Cloud | `requestId`, a UUID | at least 60 minutes on many APIs; not stated for Compute Engine |
+//! | NATS JetStream (publish) | `Nats-Msg-Id` header | the stream's duplicate window, 2 minutes by default |
+//! | Amazon SES, Postmark, SendGrid, Mailgun, Twilio SMS | none | keep these at most once (`Hold`) |
+//!
+//! `examples/claims.rs` plays it through on embedded SQLite: a welcome email sent once, a card
+//! charge re-run after a crash and applied once by the payment API, and an email in doubt that
+//! ops resolve from the mailer's log.
+//!
+//! What a claim's row means is decided in `verdict.rs`, apart from the I/O here, in `held.rs`
+//! (the holder's writes) and in `ledger.rs` (listing and ops' resolutions).
 
 #[cfg(feature = "async")]
 pub(crate) mod asynch;

@@ -1,5 +1,84 @@
 //! Sequence cursors: exactly-once over an ordered stream with one row per stream, a gap
-//! ledger and fencing. The arithmetic is in `watermark.rs`; this module does the I/O.
+//! ledger and fencing.
+//!
+//! Where messages carry a sequence number that the broker assigns once and never reuses (a
+//! Kafka partition offset, a JetStream stream sequence, a log's own sequence), a [`Cursor`]
+//! dedupes with one row per stream instead of one per event, and sees what went missing. A
+//! block height is not such a sequence: a reorg gives the same height to another block. Blocks
+//! go through a [chain cursor](crate::chain).
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_inbox::cursor::{Resume, Sequenced};
+//! use diesel_inbox::{Ack, Error, Inbox};
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! let orders = Inbox::new("projector")?.cursor("orders-0")?;
+//! let lease = orders.acquire(&mut conn, "worker-7")?; // on partition assignment
+//! let orders = orders.epoch(lease.epoch()); // fenced from now on
+//! assert_eq!(lease.resume(), Resume::Fresh); // seek the broker: nothing settled yet
+//!
+//! // The broker's first available sequence is 1; 1, 2 and then 5 arrive.
+//! for seq in [1, 2, 5] {
+//!     let result = orders.process(&mut conn, Sequenced::new(seq).first_available(1), |_tx| {
+//!         Ok::<_, Error>(()) // project the message through `_tx`
+//!     });
+//!     assert_eq!(Ack::of(&result), Ack::Ack);
+//! }
+//! // 3 and 4 are an open gap: a restart resumes there, and a late 3 or 4 fills it.
+//! assert_eq!(orders.resume(&mut conn)?, Resume::At(3));
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! - **One transaction.** The effect and the cursor's advance commit together on your
+//!   connection. The next sequence of a stream with no open gap is one `UPDATE` of the cursor
+//!   row. A sequence at or below the watermark is [`Outcome::Duplicate`] and the effect does not
+//!   run; [`Duplicate::sequence`](crate::Duplicate::sequence) says so (a cursor keeps no time or
+//!   count per sequence).
+//! - **Gaps are recorded, never silent.** A sequence further ahead is processed, and the
+//!   skipped range goes into the gap ledger `diesel_inbox_gaps` (cause [`GapCause::Skipped`]).
+//!   The caller sees it in [`Outcome::ProcessedAfterGap`]. It is also logged at warn, counted by
+//!   `diesel_inbox_gaps_total`, and listed by [`Gaps::open`] and `diesel-inbox gaps`. The
+//!   watermark stays below the gap, so [`Cursor::resume`] seeks the broker back to it.
+//! - **Late arrivals fill gaps.** A sequence inside an open gap (after a nack, or from a
+//!   parallel worker) is processed once and fills its place. A gap filled in the middle splits
+//!   in two, and one with no sequences left is filled.
+//! - **Bounded.** At most [`max_open_gaps`](Cursor::max_open_gaps) (default 1000) gaps that may
+//!   still fill. A sequence that would open one more is refused (`Error::TooManyOpenGaps`):
+//!   nothing commits, and the answer is `Ack::Redeliver`. Sequences that fill a gap are always
+//!   accepted.
+//! - **The broker's retention.** Pass the broker's first available sequence
+//!   ([`Sequenced::first_available`]: JetStream's `first_seq`, Kafka's log start offset). A
+//!   cursor behind it records the range it can never receive as an [evicted](GapCause::Evicted)
+//!   gap and moves past it; it is never reset silently. The evicted gap stays open, and so
+//!   alertable, until ops resolve it: [`Gaps::resolve`] with an [`Audit`](crate::Audit), or
+//!   `diesel-inbox gaps resolve ID --reason ..`. Resolving a skipped gap gives its sequences
+//!   up: the watermark moves past it, and a late arrival is then a duplicate.
+//! - **Fencing.** [`Cursor::acquire`] adds one to the stream's epoch and returns a [`Lease`]. A
+//!   cursor writing with an older epoch (a zombie after a rebalance) is refused and commits
+//!   nothing, the effect included (`Ack::Redeliver`: the new owner takes the message). Once a
+//!   stream has been acquired, a cursor without an epoch is fenced too.
+//! - **Resume.** [`Cursor::resume`] (also on the [`Lease`]) is the first sequence not settled.
+//!   Pass it to JetStream as `DeliverPolicy::ByStartSequence { start_sequence }`, or to Kafka as
+//!   `seek(topic, partition, Offset::Offset(n))`. [`Resume::Fresh`] means nothing is settled
+//!   yet: start as your application starts a new consumer.
+//! - **Batches.** [`Cursor::process_batch`] locks and writes the cursor once for a whole run of
+//!   sequences. An error rolls the whole run back.
+//! - **Failures.** Without an event id, the effect's error comes back unchanged and nothing
+//!   commits: an ordered stream waits for its poison message. [`Sequenced::event`] adds the
+//!   inbox's id row; then the same event republished under another sequence is a duplicate,
+//!   and failures are counted and dead-lettered by the consumer's policy. A dead-lettered
+//!   sequence is settled, and the stream moves past it.
+//! - **Pruning by the cursor.** Id rows kept that way are pruned by [`Cursor::prune_events`]
+//!   once the watermark passes their sequence, whatever their age.
+//!
+//! `examples/stream_gap.rs` plays it through on embedded SQLite: a consumer down longer than
+//! the stream's retention resumes, reports the gap, and ops resolve it.
+//!
+//! The arithmetic is in `watermark.rs`; this module does the I/O.
 
 use std::marker::PhantomData;
 use std::time::Duration;

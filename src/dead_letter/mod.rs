@@ -1,6 +1,69 @@
 //! Dead letters: events the failure policy gave up on, and the audited transitions out of that
 //! state (redrive, discard, release).
 //!
+//! A handler that fails rolls back, and the failure is recorded in a short transaction of its
+//! own (`diesel_inbox_failures`: attempt count, last error, times, and the payload when the
+//! delivery carried one; `diesel_inbox_failure_log`: every attempt and transition). With
+//! [`Inbox::max_attempts`]`(n)`, the n-th failure dead-letters the event: that call returns
+//! [`Outcome::DeadLettered`](crate::Outcome::DeadLettered), and later deliveries skip the
+//! effect and return it too, so the consumer can ack them. Without it (the default) every
+//! redelivery runs the effect again. Which errors count, and which are retried or dead-lettered
+//! at once, is the crate root's "Failure classes".
+//!
+//! Ops deal with dead letters through [`Inbox::dead_letters`], as audited state transitions,
+//! never edits in place: [`list`](DeadLetters::list), [`show`](DeadLetters::show) (with a typed
+//! history: [`HistoryKind`]), [`redrive`](DeadLetters::redrive), which runs the handler on the
+//! stored payload through the normal inbox path in one transaction (so it still takes effect at
+//! most once; a second redrive is refused as an invalid transition),
+//! [`discard`](DeadLetters::discard) (kept, marked, never run again) and
+//! [`release`](DeadLetters::release) (the row that held the event back goes, so a re-published
+//! message runs the effect once). An [`Audit::new(who, why)`](crate::Audit::new) names who makes
+//! the transition and why; both are required and kept in the history.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_inbox::{AdminError, Audit, Delivery, Inbox, Outcome, Payload};
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! let inbox = Inbox::new("shipments")?.max_attempts(2);
+//! let poison = Delivery::new("order-77")?.json(serde_json::json!({"sku": "LAMP-9"}));
+//! let fail = |_tx: &mut SqliteConnection| Err::<(), _>(diesel::result::Error::NotFound);
+//!
+//! assert!(inbox.process(&mut conn, &poison, fail).is_err()); // attempt 1: redeliver
+//! let second = inbox.process(&mut conn, &poison, fail)?; // attempt 2: dead-lettered
+//! assert!(matches!(second, Outcome::DeadLettered(_)));
+//!
+//! let dead = inbox.dead_letters();
+//! let audit = Audit::new("ops@example.com", "SKU added")?;
+//! let redriven = dead.redrive(&mut conn, "order-77", &audit, |_tx, payload| {
+//!     assert!(matches!(payload, Some(Payload::Json(_))));
+//!     Ok::<_, AdminError>(())
+//! })?;
+//! assert!(redriven.is_processed());
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! A redrive's effect returns an error that holds the operations' refusals too (`E:
+//! From<AdminError>`): [`AdminError`](crate::AdminError) itself, `anyhow::Error`,
+//! `diesel::result::Error`, or a variant of your own error type.
+//!
+//! A [`Delivery`](crate::Delivery) with a payload (`.json(value)` or `.bytes(raw)`) also stores
+//! the payload's SHA-256 with the inbox row: a later delivery of the same id with a *different*
+//! payload is refused (`Error::PayloadMismatch`), counted on the row (`payload_conflicts`) and
+//! logged at warn, because the producer reused an identity. JSON is compared as JSON (key order
+//! and spacing do not matter); bytes byte for byte. A delivery without payload is never a
+//! conflict.
+//!
+//! [`Inbox::process_storing_result`] keeps the effect's return value (serde JSON) in the inbox
+//! row, and a duplicate hands it back with
+//! [`Duplicate::stored_result`](crate::Duplicate::stored_result): a retried request gets the
+//! original answer.
+//!
+//! `examples/dead_letters.rs` walks a poison message through all of it on embedded SQLite.
+//!
 //! Recording a failed attempt, and dead-lettering its event, is `failure.rs`; the failures
 //! area's statements and rows for every backend are `sql.rs`, its stored states `state.rs`,
 //! and the async front `asynch.rs`.

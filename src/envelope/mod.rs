@@ -9,6 +9,23 @@
 //! as the body, so any broker with headers carries it unchanged. `trace.rs` keeps a W3C trace
 //! context on each `tracing` span, and `versions.rs` says which schema versions a consumer
 //! reads.
+//!
+//! | field | header | default |
+//! |---|---|---|
+//! | id | `Event-Id` | a fresh UUIDv7 ([`with_id`](Envelope::with_id) for your own) |
+//! | event type, schema version | `Event-Type`, `Event-Schema-Version` | version 1 |
+//! | aggregate type and id | `Event-Aggregate-Type`, `Event-Aggregate-Id` | |
+//! | occurred at | `Event-Occurred-At` (RFC 3339, microseconds) | now |
+//! | producer | `Event-Producer` | the outbox's name |
+//! | trace context | `traceparent` (W3C) | the current `tracing` span's, with `TraceContextLayer` installed |
+//! | payload | body, `Content-Type` `application/json` or `application/octet-stream` | `null` |
+//! | headers | your own, beside these | none |
+//!
+//! `TraceContextLayer` (feature `trace-context`, on by default) is a `tracing-subscriber`
+//! layer: install it once (`tracing_subscriber::registry().with(TraceContextLayer).with(fmt::layer())`),
+//! and a span that records an incoming `traceparent` field continues that trace, so follow-up
+//! events carry it on. With OpenTelemetry, set [`Envelope::with_traceparent`] from your own
+//! context instead.
 
 use std::collections::BTreeMap;
 

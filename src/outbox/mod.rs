@@ -2,8 +2,139 @@
 //! INSERT that commits or rolls back with the business writes, and a [`Relay`] publishes it
 //! after the commit.
 //!
-//! A consumer that emits follow-up events enqueues them inside its inbox effect: the inbox row,
-//! the effect and the follow-up events commit together or not at all.
+//! Publishing after the commit can fail and lose the event; publishing before it can announce
+//! an order that then rolls back. [`Outbox::enqueue`] writes the event in the business
+//! transaction, and the [`Relay`] publishes it once committed.
+//!
+//! **Consume, transform, produce.** A consumer that emits follow-up events enqueues them inside
+//! its inbox effect: the inbox row, the effect and the follow-up event commit together, so a
+//! redelivery is a duplicate and enqueues nothing, and a failure rolls all three back.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_inbox::envelope::{Envelope, SchemaVersions};
+//! use diesel_inbox::outbox::{Outbox, OutboxMessage, PublishError, Publisher, Relay};
+//! use diesel_inbox::{Ack, Error, Inbox};
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! let (billing, outbox) = (Inbox::new("billing")?, Outbox::new("billing")?);
+//! let versions = SchemaVersions::new().accept("order.placed", [1, 2]);
+//!
+//! // An event as it came off the broker: `Envelope::from_message` reads one back.
+//! let placed = Envelope::new("order.placed", "order", "o-1")
+//!     .with_schema_version(2)
+//!     .json(&serde_json::json!({"total": 1200}))?;
+//! for _delivery in 0..2 {
+//!     let result = billing.process(&mut conn, &placed, |tx| {
+//!         versions.check(&placed)?; // an unknown schema version: dead-lettered, and acked
+//!         // ... the effect's writes through `tx`, then the follow-up event, same transaction:
+//!         let issued = Envelope::new("invoice.issued", "order", "o-1").json(&serde_json::json!({"total": 1200}))?;
+//!         outbox.enqueue(tx, "invoices.issued", &issued)
+//!     });
+//!     assert_eq!(Ack::of(&result), Ack::Ack); // the second delivery is a duplicate
+//! }
+//!
+//! /// A broker: here, a list of what was published.
+//! struct Sent(Vec<String>);
+//! impl Publisher for Sent {
+//!     fn publish(&mut self, message: &OutboxMessage) -> Result<(), PublishError> {
+//!         self.0.push(format!("{} {}", message.topic, message.envelope.event_type()));
+//!         Ok(())
+//!     }
+//! }
+//! let mut broker = Sent(Vec::new());
+//! Relay::new().run_once(&mut conn, &mut broker)?; // in a loop beside the service
+//! assert_eq!(broker.0, ["invoices.issued invoice.issued"]); // once
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! **The envelope** ([`Envelope`](crate::envelope::Envelope)) says what the event means; its
+//! fields and their headers on the wire are in [`crate::envelope`].
+//!
+//! **The relay** runs in a loop beside the service ([`Relay::run_once`], or
+//! [`Relay::run_once_async`] through a [`BlockingPool`](crate::pool::BlockingPool), or the
+//! async flavour's relay; sleeping a little when a pass is idle). A pass:
+//!
+//! 1. takes the due rows that come first in their aggregate, and the pending rows of those
+//!    aggregates after them, in one short transaction (`FOR UPDATE SKIP LOCKED` on PostgreSQL
+//!    and MariaDB; SQLite's single writer), and leases them to itself (60 s by default);
+//! 2. publishes them outside any transaction, in position order; a row that does not publish
+//!    holds back the later rows of its aggregate;
+//! 3. marks them in a second short transaction, each write fenced by the lease: published; due
+//!    again after a backoff (from 1 s, doubling to 5 min, with jitter); or failed with its
+//!    reason, for a permanent error or after 10 attempts ([`Relay::max_attempts`]).
+//!
+//! Several relays share the outbox: they take disjoint rows and never two rows of one aggregate
+//! at once. On MySQL and MariaDB a pass takes only the first row of each aggregate (a second
+//! locking read in the take can lose a deadlock), so one busy aggregate moves one row per pass
+//! there. A relay that dies holding rows leaves them leased, and once the lease runs out
+//! another publishes them again: delivery is at least once. The broker's dedup window drops
+//! most repeats (the `diesel-inbox-nats` publisher sets `Nats-Msg-Id` to the event id) and the
+//! consumer's inbox the rest. A failed row is kept with its reason until ops retry it
+//! ([`Outbox::retry`], `diesel-inbox outbox retry`); the rows after it go on, so it is the one
+//! place order per aggregate can break. [`Outbox::prune`] deletes published rows older than a
+//! window; pending and failed rows are never deleted.
+//!
+//! **Order per aggregate is enqueue order, with any number of producers.** The relay cannot see
+//! uncommitted rows, so [`Outbox::enqueue`] takes a lock on the aggregate, held until the
+//! producer's transaction ends, before its row takes a position: a second producer of the same
+//! aggregate, in this process or another, waits for the first to commit or roll back.
+//! PostgreSQL: a transaction-scoped advisory lock keyed by a hash of the aggregate; MySQL and
+//! MariaDB: a row of `diesel_inbox_outbox_aggregates`, which a Galera cluster certifies as well;
+//! SQLite: nothing, one writer holds the database until its commit. It costs one statement per
+//! enqueue on the servers (the bench's `enqueue / enqueue, no order lock` row,
+//! `docs/performance.md` in the repository). Producers of different aggregates never wait for
+//! each other.
+//!
+//! **Publishers.** `diesel_inbox_nats::JetStreamPublisher` (the package `diesel-inbox-nats`)
+//! waits for each publish acknowledgement and tells transient errors (no stream yet, timeouts)
+//! from permanent ones (too large, refused by the stream). Another broker takes a screen of
+//! code: an [`AsyncPublisher`] (or [`Publisher`]) that sends
+//! [`Envelope::to_message`](crate::envelope::Envelope::to_message)'s headers and body and
+//! answers [`PublishError::transient`] or [`PublishError::permanent`]; a RabbitMQ one with
+//! `lapin`, for instance:
+//!
+//! ```ignore
+//! struct Rabbit(lapin::Channel);
+//!
+//! impl AsyncPublisher for Rabbit {
+//!     async fn publish(&self, message: &OutboxMessage) -> Result<(), PublishError> {
+//!         let wire = message.envelope.to_message();
+//!         let headers = wire.headers.into_iter()
+//!             .map(|(name, value)| (name.into(), AMQPValue::LongString(value.into())))
+//!             .collect::<BTreeMap<_, _>>();
+//!         let properties = BasicProperties::default()
+//!             .with_message_id(message.envelope.id().as_str().into())
+//!             .with_headers(FieldTable::from(headers));
+//!         let confirm = self.0
+//!             .basic_publish("events", &message.topic, BasicPublishOptions::default(), &wire.body, properties)
+//!             .await
+//!             .map_err(PublishError::transient)?;
+//!         match confirm.await.map_err(PublishError::transient)? {
+//!             Confirmation::Nack(_) => Err(PublishError::transient("the broker nacked it")),
+//!             _ => Ok(()), // publisher confirms: the broker has it
+//!         }
+//!     }
+//! }
+//! ```
+//!
+//! **Schema versions.** A consumer declares what it reads,
+//! [`SchemaVersions::new().accept("order.placed", [1, 2])`](crate::envelope::SchemaVersions),
+//! and checks each envelope inside the effect: an unknown version is a permanent error, so the
+//! event is dead-lettered with the reason ("schema version 3 is not accepted ... deploy a
+//! consumer that reads version 3, then redrive the event") and acked, never a crash loop.
+//! Before a release, `diesel_inbox_test::check_schema_fixtures` reads one fixture per accepted
+//! version and decodes it with the consumer's own code, so an incompatible schema fails a test
+//! rather than production.
+//!
+//! `diesel-inbox-nats/examples/async_service.rs` in the repository plays the whole flow
+//! against JetStream on diesel-async: an orders service enqueues events, a relay task publishes
+//! them, a billing consumer runs each through the async inbox, acks after the commit and emits
+//! `invoice.issued` through the outbox in the same transaction; a redelivery and an unknown
+//! schema version are absorbed.
 //!
 //! - `mod.rs`: [`Outbox`] and [`Outbox::enqueue`].
 //! - `relay.rs`: [`Relay`], a pass that takes due rows, publishes them, and marks them.

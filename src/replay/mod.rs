@@ -24,6 +24,78 @@
 //!    evidence differs needs [`Replays::accept_overriding`], with a reason.
 //!    [`Replays::reject`] and [`Replays::abort`] end it otherwise.
 //!
+//! A replay re-runs a bounded range of past events through one consumer's inbox, instead of
+//! publishing them again, which would reach every consumer and run every side effect again.
+//! The example on [`Replays`] plans, runs, reconciles and accepts one on SQLite;
+//! `examples/replay_projection.rs` rebuilds a projection that dropped each award's bonus into a
+//! shadow table, skips and names an event in a schema version no consumer reads, suppresses
+//! the announcement the fixed handler would enqueue, is reconciled against the expected totals,
+//! accepted, and swapped in.
+//!
+//! - **A fact with a record.** [`Replays::plan`] writes a row of `diesel_inbox_replays`: the
+//!   source and its bounded range ([`Range::positions`], [`Range::times`] or [`Range::ids`]:
+//!   each has an end, and what arrives after it is never read), the reason and the actor (an
+//!   [`Audit`]), the schema interpretation, the target and the expectation; then, as it runs,
+//!   its checkpoint, its counts (read, processed, duplicates, failed, dead-lettered, skipped;
+//!   side effects suppressed) and the input digest (SHA-256 chained over each event's id and
+//!   payload fingerprint, in order); once reconciled, the evidence that decided it. Every
+//!   transition is a row of `diesel_inbox_replay_transitions`, with who made it and why
+//!   ([`Replays::history`]). Every event that did not simply take effect or come back a
+//!   duplicate is a note in `diesel_inbox_replay_notes` ([`Replays::notes`]).
+//! - **Schema interpretation.** [`Interpretation::Versions`] reads the event types and versions
+//!   it lists; any other event is skipped, counted and named in the notes, never delivered.
+//!   [`Interpretation::Decoder`] hands every event to the app's decoder and records which one.
+//!   Without either, every version is read.
+//! - **Sources.** [`OutboxSource`] reads the producer's outbox by position, enqueue time or
+//!   event id ([`OutboxSource::aggregate`]: one aggregate's events, recorded in the source's
+//!   name, `outbox:{type}/{id}`, which [`OutboxSource::from_name`] reads back).
+//!   `diesel_inbox_nats::JetStreamSource` reads a JetStream stream's sequences, on the async
+//!   flavour. Any other, an archive or a Kafka topic, implements [`ReplaySource`]: a name and
+//!   `read(conn, range, after, limit)`. The replay drops what a source returns outside the
+//!   range, and runs and reconciles only against a source of the name it recorded.
+//! - **Targets.** [`Target::isolated`] runs through a consumer name of the replay's own, and
+//!   the handler writes where [`Replayed::destination`] says (shadow tables, a schema: an
+//!   identifier, checked when the target is made; the app still checks it is the one it
+//!   expects before it puts it in SQL). The live consumer's rows are never touched, and the
+//!   plan expects every event to take effect ([`Expectation::AllProcessed`]).
+//!   [`Target::live`] runs through the live consumer, whose processed events are duplicates:
+//!   the replay proves that nothing would run twice ([`Expectation::AllDuplicates`]). Run it
+//!   with [`Probe`], a handler that applies nothing (an event that would take effect is rolled
+//!   back, counted as failed and noted): that is what `diesel-inbox replays run` does.
+//! - **Side effects suppressed.** A replayed handler enqueues through [`Replayed::topic`]:
+//!   `None` by default, so nothing is enqueued; with [`Plan::redirect_enqueues`], a topic of the
+//!   replay's own. Claims go through [`Replayed::claims`]: suppressed by default (nothing is
+//!   claimed or called, and the outcome is `ClaimOutcome::Suppressed`, with what a live
+//!   delivery would have done), run with [`Plan::allow_calls`]. Each one is counted and noted.
+//!   A side effect the handler makes on its own (an email sent directly) is not suppressed.
+//! - **Running.** [`Replays::run`] reads the range in batches ([`Replays::batch_size`], 100 by
+//!   default) and delivers each event through the target's inbox; the checkpoint, counts and
+//!   digest commit in the event's own transaction, so a run that stops resumes from its
+//!   checkpoint and never applies an event twice. A handler failure the failure policy counts
+//!   is recorded for the target, counted and noted, and the run goes on. One runner at a
+//!   time: a run holds a fenced lease ([`Replays::lease`], 60 s after each event); while a
+//!   runner holds it another gets [`ReplayError::Held`], and once it runs out another takes
+//!   over and the first one's writes are refused ([`ReplayError::Fenced`]). Each run is a
+//!   `tracing` span `replay` with a `replay progress` line per batch
+//!   ([`Replays::run_reporting`] calls back there too), and
+//!   `diesel_inbox_replay_events_total{consumer,outcome}` counts the events settled.
+//! - **Reconciliation and acceptance.** [`Replays::reconcile`] re-reads the range and computes
+//!   the crate's [`Evidence`]: every event it reads (and does not skip) has its row in the
+//!   target's inbox, the counts add up and meet the expectation, and the digest re-read is the
+//!   one recorded while running. The app's callback adds its own [`Report`]s
+//!   ([`Report::compare`] names every key that differs). [`Replays::accept`] refuses evidence
+//!   that differs ([`ReplayError::EvidenceMismatch`]); [`Replays::accept_overriding`] accepts
+//!   it anyway, with a reason, recorded beside the differences it overrode. Swapping shadow
+//!   tables in is the app's step, or ops'.
+//! - **Retention.** While a replay of the outbox is open (planned, running or finished),
+//!   [`Outbox::prune`](crate::outbox::Outbox::prune) keeps the outbox rows from the first
+//!   position of its range on, so that the reconciliation reads what the run read.
+//!   [`Replays::prune`] and `diesel-inbox replays prune --older-than 90d` delete decided
+//!   replays with their transitions and notes; open ones are never deleted.
+//!
+//! The async flavour has the same API awaited: `asynch::Replays`, with `asynch::ReplayHandler`
+//! and `asynch::ReplaySource` (feature `async`).
+//!
 //! - `plan.rs`: the plan. `record.rs`: the record as read back.
 //! - `progress.rs`: the decisions (how an event is read, what it adds, the digest).
 //! - `evidence.rs`: the reconciliation's judgement. `source.rs`: sources.

@@ -1,4 +1,73 @@
-//! Retention: pruning the inbox rows of events settled long ago (see [`Retention`]).
+//! Retention: pruning the inbox rows of events settled long ago (see [`Retention`]), and the
+//! stats that read what it prunes.
+//!
+//! The inbox table grows by one row per event. [`Inbox::prune`] removes the rows no broker can
+//! redeliver any more: processed rows of the consumer whose first *and* latest delivery are
+//! both older than the age you give, with the failure records and history of exactly those
+//! events, hourly counters of hours before it, and claims completed or abandoned before it.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use std::time::Duration;
+//! use diesel::prelude::*;
+//! use diesel_inbox::{retention::Retention, Inbox};
+//!
+//! let mut conn = SqliteConnection::establish(":memory:")?;
+//! diesel_inbox::run_pending_migrations(&mut conn)?;
+//! let day = Duration::from_secs(24 * 60 * 60);
+//! // The longest a redelivery can take: the worst outage plus the broker's retention.
+//! let orders = Inbox::new("orders")?.redelivery_window(7 * day);
+//!
+//! let would = orders.prune(&mut conn, &Retention::older_than(30 * day).dry_run(true))?;
+//! let pruned = orders.prune(&mut conn, &Retention::older_than(30 * day).batch_size(1_000))?;
+//! println!("{} events would go, {} went; longest lock {:?}", would.events, pruned.events, pruned.longest_batch);
+//! assert!(orders.prune(&mut conn, &Retention::older_than(day)).is_err()); // below the window
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! - **Size the window for the worst realistic outage, not the average one**: the longest the
+//!   consumer can be down, plus how long the broker keeps and redelivers unacknowledged
+//!   messages, plus a margin. A redelivery that arrives after its row was pruned is new to the
+//!   inbox, and **its effect runs again**. Declare it with [`Inbox::redelivery_window`] (7 days
+//!   unless declared); a prune of anything younger is refused
+//!   (`AdminError::RetentionBelowWindow`).
+//! - **Never removed**: dead-lettered and discarded events (their rows hold deliveries back),
+//!   events whose failures have not settled, claims in progress, in doubt or released, other
+//!   consumers' rows, and anything delivered within the window, however old its first
+//!   delivery.
+//! - **Safe beside live deliveries**: bounded batches (1,000 rows unless
+//!   [`batch_size`](Retention::batch_size) says otherwise), each a short transaction that locks
+//!   the rows it is about to delete (on MySQL/MariaDB at READ COMMITTED, so not the index gaps
+//!   around them), deletes them in key order, re-checking that no delivery came meanwhile, and
+//!   retries contention. A delivery of a row in the batch waits for it;
+//!   [`Pruned::longest_batch`] is the longest any batch held its locks. SQLite's writer lock
+//!   holds every writer for a batch.
+//! - **One runner at a time**: a PostgreSQL advisory lock and `GET_LOCK` on MySQL/MariaDB, each
+//!   per database: a second prune is refused at once (`AdminError::PruneRunning`). On a Galera
+//!   node, where `GET_LOCK` is the node's own, a lease row as well, which the whole cluster sees
+//!   ([`crate::doctor`], "Beyond one server"). On SQLite the writer lock serialises the batches,
+//!   so two prunes interleave harmlessly.
+//! - **Cheap selection**: the index `diesel_inbox_events_settled (consumer, state,
+//!   processed_at, event_id)` hands each batch its candidates in order, without scanning or
+//!   sorting the table.
+//!
+//! # Stats
+//!
+//! [`Inbox::stats`] says what a consumer has done over a window ([`Stats::all`] does it for
+//! every consumer). `totals` are what the tables hold now (rows pruned by retention no longer
+//! count): processed events, duplicate deliveries, payload conflicts, failed attempts, dead
+//! letters awaiting a decision, discarded dead letters. `recent` covers the window since
+//! `recent_since`: processed events from an index range scan of the inbox table, the rest from
+//! hourly counters written as the last statement of the transaction that records what they
+//! count (deliveries nested in a transaction of yours are not counted there: holding a shared
+//! counter row through your transaction would serialise them). Each counter has 16 rows per
+//! hour, one picked by event id, so that concurrent deliveries rarely wait on one row; stats
+//! sum them. The window is counted in whole hours and never scans the inbox.
+//! `oldest_unresolved_failure` is the first failure of the oldest event still needing
+//! attention. `totals.unreadable` counts the inbox and failure rows whose state this version
+//! cannot read (edited by hand, or written by a newer version) instead of failing the stats,
+//! and `recent.unreadable` the hourly counters of a kind this version does not know.
 //!
 //! The stats read what retention prunes, with the same area's statements: `stats.rs`, and on
 //! async connections `asynch/stats.rs`. The area's statements and

@@ -7,7 +7,7 @@ use diesel_inbox::{with_inbox, InboxConnection, Outcome};
 
 use crate::support::{setup, Backend, TestConn};
 
-/// A handler generic over the connection, as the README writes it: one bound, a real query.
+/// A handler generic over the connection, as the crate docs write it: one bound, a real query.
 /// (The ids here are the tests' own constants; an app binds its values.)
 fn credit<C: InboxConnection>(tx: &mut C, event_id: &str) -> QueryResult<usize> {
     diesel::sql_query(format!(
