@@ -103,18 +103,18 @@
 //!   retry contention, because only your outer transaction can be run again.
 //! - **Payloads are fingerprinted.** A [`Delivery`] with a payload is fingerprinted: the same
 //!   id with a different payload is [`Error::PayloadMismatch`], not a silent duplicate.
-//! - **One effect per sequence of a stream**, with a [cursor](cursor): the cursor row, locked
+//! - **One effect per sequence of a stream**, with a [cursor]: the cursor row, locked
 //!   for the transaction, decides, and the advance commits with the effect. Skipped and evicted
 //!   sequences are recorded as gaps, never silently reset. A fenced instance commits nothing.
 //! - **One effect per event on a chain's canonical branch, none for an orphaned one**, with a
 //!   [chain cursor](chain): a reorg's reverts commit with the rewind, once per event, and a fork
 //!   below the finalized height commits nothing.
-//! - **At most once for side effects outside the database**, with a [claim](claim): the claim
+//! - **At most once for side effects outside the database**, with a [claim]: the claim
 //!   commits before the side effect, the completion with its result. Concurrent deliveries run
 //!   it once; a crash between the two leaves the claim in doubt, visible and resolved by ops,
 //!   never run again on its own (unless the consumer opts into re-running it with the same
 //!   idempotency key, for a service that deduplicates it).
-//! - **No lost event on the producer side**, with the [outbox](outbox): an enqueued event
+//! - **No lost event on the producer side**, with the [outbox]: an enqueued event
 //!   commits with the business writes or not at all, and every committed one is published at
 //!   least once, across relay crashes and restarts, in enqueue order per aggregate, also when
 //!   producers in several processes enqueue for one aggregate at once; a row that fails for
@@ -140,7 +140,7 @@
 //! - **Side effects made inside a handler.** An email sent or an HTTP call made from inside an
 //!   inbox handler happens again whenever the transaction rolls back (handler error, contention
 //!   retry, crash before commit) and the event is redelivered. Only writes through the given
-//!   connection are exactly-once. Run such side effects under a [claim](claim) instead.
+//!   connection are exactly-once. Run such side effects under a [claim] instead.
 //! - **Exactly once for a service that keeps no key.** No order of "record" and "act" survives
 //!   every crash: a worker that dies after the side effect and before its completion leaves the
 //!   claim in doubt, and the crate holds it for ops rather than guess. Once, rather than at most

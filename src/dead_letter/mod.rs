@@ -5,7 +5,7 @@
 //! own (`diesel_inbox_failures`: attempt count, last error, times, and the payload when the
 //! delivery carried one; `diesel_inbox_failure_log`: every attempt and transition). With
 //! [`Inbox::max_attempts`]`(n)`, the n-th failure dead-letters the event: that call returns
-//! [`Outcome::DeadLettered`](crate::Outcome::DeadLettered), and later deliveries skip the
+//! [`Outcome::DeadLettered`], and later deliveries skip the
 //! effect and return it too, so the consumer can ack them. Without it (the default) every
 //! redelivery runs the effect again. Which errors count, and which are retried or dead-lettered
 //! at once, is the crate root's "Failure classes".
@@ -47,7 +47,7 @@
 //! ```
 //!
 //! A redrive's effect returns an error that holds the operations' refusals too (`E:
-//! From<AdminError>`): [`AdminError`](crate::AdminError) itself, `anyhow::Error`,
+//! From<AdminError>`): [`AdminError`] itself, `anyhow::Error`,
 //! `diesel::result::Error`, or a variant of your own error type.
 //!
 //! A [`Delivery`](crate::Delivery) with a payload (`.json(value)` or `.bytes(raw)`) also stores

@@ -51,7 +51,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! **The envelope** ([`Envelope`](crate::envelope::Envelope)) says what the event means; its
+//! **The envelope** ([`Envelope`]) says what the event means; its
 //! fields and their headers on the wire are in [`crate::envelope`].
 //!
 //! **The relay** runs in a loop beside the service ([`Relay::run_once`], or
