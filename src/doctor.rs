@@ -58,7 +58,7 @@
 //!   `keepalives_idle=10&tcp_user_timeout=30000` (libpq) to the URL.
 //!
 //! **Lost connections, always recognised.** Every message libpq, tokio-postgres, the MariaDB
-//! client and mysql_async give for a dead connection is `ConnectionLost`, TLS ones included
+//! client and `mysql_async` give for a dead connection is `ConnectionLost`, TLS ones included
 //! (`SSL SYSCALL error: EOF detected`). So is any later call on a connection that died: Diesel
 //! reports those as `UnableToSendCommand` or a broken transaction manager, and the inbox treats
 //! both as a lost connection. Reconnect on `ConnectionLost`.
@@ -105,7 +105,7 @@
 //! | scenario | deliveries | ids = effects | lost | doubled | stalls ended by `wait_timeout` | errors (all `Redeliver`) |
 //! |---|---|---|---|---|---|---|
 //! | every id on every node at once | 1,853 | 300 | 0 | 0 | 10 | 53 lost connections |
-//! | node 3 SIGKILLed mid-run, then rejoined | 2,441 | 400 | 0 | 0 | 8 | 41 lost connections |
+//! | node 3 killed (`SIGKILL`) mid-run, then rejoined | 2,441 | 400 | 0 | 0 | 8 | 41 lost connections |
 //!
 //! Two prunes of 2,000 old rows started together on nodes 1 and 2, five rounds: in every round
 //! one deleted all 2,000 rows and the other was told a prune is running (with `GET_LOCK` alone
@@ -126,7 +126,7 @@
 //!   or `CommitUnknown`, so `Ack::Redeliver`, and the redelivery settles them.
 //!
 //! Measured by the same file: 2 workers deliver each of 1,500 ids through the multi-host URL;
-//! two thirds of the way in the primary is SIGKILLed and the standby promoted:
+//! two thirds of the way in the primary is killed (`SIGKILL`) and the standby promoted:
 //!
 //! | replication | deliveries | effects on the new primary | acknowledged effects lost | doubled | errors (all `Redeliver`) |
 //! |---|---|---|---|---|---|

@@ -6,6 +6,7 @@
 //! replaced, so that rewriting the page never loses them; they read the figures of the run they
 //! were written for, and say so.
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -39,7 +40,8 @@ fn page(
 ) -> String {
     let minutes = took.as_secs().div_ceil(60);
     let mut page = String::from(PROSE);
-    page.push_str(&format!(
+    write!(
+        page,
         "## This run\n\n\
          Written by the bench on {date}, on {machine}, with the servers on the same machine;\n\
          it took about {minutes} minute{s}:\n\n\
@@ -47,7 +49,8 @@ fn page(
          ```text\n{report}```\n",
         s = if minutes == 1 { "" } else { "s" },
         report = report.trim_end().to_owned() + "\n",
-    ));
+    )
+    .expect("writing to a String cannot fail");
     if let Some(notes) = notes {
         page.push('\n');
         page.push_str(notes.trim_end());
@@ -76,7 +79,7 @@ fn command() -> String {
 
 /// The cores, the processor (where the system says) and the OS.
 fn machine() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get);
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|info| {
@@ -93,7 +96,8 @@ fn machine() -> String {
 fn today() -> String {
     let secs = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+        .as_ref()
+        .map_or(0, Duration::as_secs);
     let (year, month, day) = civil_from_days(i64::try_from(secs / 86_400).unwrap_or(0));
     format!("{year:04}-{month:02}-{day:02}")
 }

@@ -2,6 +2,8 @@
 //! long help, rendered from the clap definition, so the page cannot drift from `--help`. The
 //! hand-written text above the marker is kept as it is.
 
+use std::fmt::Write as _;
+
 use clap::CommandFactory;
 
 /// Where the generated part of the page begins.
@@ -14,10 +16,12 @@ const PAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/cli.md");
 fn render(command: &mut clap::Command, line: &str, out: &mut String) {
     let help = command.render_long_help().to_string();
     let help: Vec<&str> = help.lines().map(str::trim_end).collect();
-    out.push_str(&format!(
+    write!(
+        out,
         "\n## `{line}`\n\n```text\n{}\n```\n",
         help.join("\n").trim_end()
-    ));
+    )
+    .expect("writing to a String cannot fail");
     for sub in command.get_subcommands_mut() {
         if sub.get_name() == "help" {
             continue;

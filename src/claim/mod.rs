@@ -101,7 +101,7 @@
 //! | Braintree (GraphQL) | `ApiRequestKey` | 30 days (limited release) |
 //! | Checkout.com | `Cko-Idempotency-Key` header | 24 hours by default |
 //! | PayPal REST | `PayPal-Request-Id` header, on the APIs that take it | per API: Orders v2 keeps 6 hours |
-//! | Square | `idempotency_key` in the body, up to 45 characters (CreatePayment) | not published |
+//! | Square | `idempotency_key` in the body, up to 45 characters (`CreatePayment`) | not published |
 //! | Resend (email) | `Idempotency-Key` header, up to 256 characters | 24 hours |
 //! | AWS EC2 | `ClientToken`, up to 64 ASCII characters | at least 24 hours |
 //! | Google Cloud | `requestId`, a UUID | at least 60 minutes on many APIs; not stated for Compute Engine |
