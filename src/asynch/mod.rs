@@ -69,6 +69,10 @@
 //! future must stand on its own. A handler that counts its attempts uses an atomic or a
 //! `Cell`.
 //!
+//! Every shape of handler, whatever the number of its arguments, is one trait, [`Handler`],
+//! generic over the tuple of the arguments: `Handler<(&mut C,), T, E>` for a delivery's,
+//! `Handler<(&mut C, &Delivery), T, E>` for a batch's, and so on.
+//!
 //! # Cancellation
 //!
 //! A delivery's future may be dropped at any await point: by a `timeout`, a `select!`, or a
@@ -116,12 +120,11 @@ use crate::{
 };
 
 pub use crate::chain::asynch::{Chain, ChainHandler, Reorgs};
-pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
+pub use crate::claim::asynch::{Claim, Claimed, Claims};
 pub use crate::cursor::asynch::{Cursor, Gaps};
 pub use crate::dead_letter::asynch::DeadLetters;
 pub use crate::outbox::asynch::{Outbox, Relay};
 pub use crate::replay::asynch::{ReplayHandler, ReplaySource, Replays};
-pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,
@@ -131,35 +134,78 @@ pub trait AsyncInboxConnection: AsyncConnection<Backend: Sql> + 'static {}
 
 impl<C: AsyncConnection<Backend: Sql> + 'static> AsyncInboxConnection for C {}
 
-/// An async handler whose future can be named, so that a delivery's future is `Send`
-/// whenever the handler's is: implemented for every `async |tx| ...` closure that
-/// returns a `Send` future (`AsyncFnMut`'s own future type cannot be named on stable Rust).
-pub trait AsyncHandler<A, R>:
-    AsyncFnMut(A) -> R + FnMut(A) -> <Self as AsyncHandler<A, R>>::Fut
-{
+/// The async closures the async front takes, of every shape: `async |tx| ...`,
+/// `async |tx, delivery| ...`, `async |tx, sequence, message| ...`, `async |claim| ...`.
+///
+/// `Args` is the tuple of the arguments one call takes, so `Handler<(&mut C,), T, E>` is a
+/// handler over the transaction's connection and `Handler<(&mut C, &Delivery), T, E>` one
+/// of a batch's deliveries. It is implemented, for each arity, for every closure
+/// `AsyncFnMut(A, ..) -> Result<T, E>` that is `Send` and whose future is `Send`: the
+/// future's type, which `AsyncFnMut` leaves unnamed, is [`Handler::Future`] here, so that the
+/// future of a delivery running the handler can promise `Send` in turn. A method that takes
+/// a handler states the same shape as an `AsyncFnMut` bound too, from which the compiler
+/// learns the closure's argument types: `async |tx| ...` needs no annotation.
+///
+/// A handler is called again when contention rolls its transaction back, and it may borrow
+/// from its surroundings; it cannot take its captures by `move` or mutate them (each call's
+/// future must stand on its own), as [the module docs](self#handlers) say.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::{asynch::{self, Handler}, Delivery, Error};
+///
+/// type Conn = SyncConnectionWrapper<SqliteConnection>;
+///
+/// // One argument, as `Inbox::process` takes it; two, as `Inbox::process_batch` does.
+/// fn apply() -> impl for<'c> Handler<(&'c mut Conn,), u32, Error> {
+///     async |_tx: &mut Conn| Ok(1)
+/// }
+/// fn apply_each() -> impl for<'c, 'd> Handler<(&'c mut Conn, &'d Delivery), usize, Error> {
+///     async |_tx: &mut Conn, delivery: &Delivery| Ok(delivery.id().len())
+/// }
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+/// asynch::run_pending_migrations(&mut conn).await?;
+/// let mut handler = apply();
+/// assert_eq!(handler.call((&mut conn,)).await?, 1);
+/// assert!(apply_each().call((&mut conn, &Delivery::new("evt-1")?)).await? > 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Handler<Args, T, E>: Send {
     /// The future one call returns.
-    type Fut: Future<Output = R>;
+    type Future: Future<Output = Result<T, E>> + Send;
+
+    /// Calls the handler with `args`.
+    fn call(&mut self, args: Args) -> Self::Future;
 }
 
-impl<H, A, Fut, R> AsyncHandler<A, R> for H
-where
-    H: AsyncFnMut(A) -> R + FnMut(A) -> Fut,
-    Fut: Future<Output = R>,
-{
-    type Fut = Fut;
+/// Implements [`Handler`] for the async closures of the arguments named.
+macro_rules! handler {
+    ($($arg:ident),+) => {
+        impl<H, Fut, T, E, $($arg),+> Handler<($($arg,)+), T, E> for H
+        where
+            H: AsyncFnMut($($arg),+) -> Result<T, E> + FnMut($($arg),+) -> Fut + Send,
+            Fut: Future<Output = Result<T, E>> + Send,
+        {
+            type Future = Fut;
+
+            #[allow(non_snake_case, reason = "the arguments are named by their types")]
+            fn call(&mut self, ($($arg,)+): ($($arg,)+)) -> Fut {
+                self($($arg),+)
+            }
+        }
+    };
 }
 
-/// A handler the async inbox takes for connections `C`: an async closure over `&mut C`
-/// returning `Result<T, E>`, whose future is `Send`. Implemented for every such closure.
-pub trait Handler<C, T, E>:
-    for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send
-{
-}
-
-impl<C, T, E, H> Handler<C, T, E> for H where
-    H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send
-{
-}
+handler!(A);
+handler!(A, B);
+handler!(A, B, D);
 
 /// Runs `handler` once per event for the default consumer: the async
 /// [`with_inbox`](crate::with_inbox), with the same guarantees (see [`Inbox::process`]).
@@ -198,7 +244,7 @@ pub fn with_inbox<'a, C, T, E, H>(
 ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
 where
     C: AsyncInboxConnection,
-    H: Handler<C, T, E> + 'a,
+    H: for<'c> AsyncFnMut(&'c mut C) -> Result<T, E> + for<'c> Handler<(&'c mut C,), T, E> + 'a,
     T: Send + 'a,
     E: HandlerError + Send + 'a,
 {
@@ -300,7 +346,7 @@ impl Inbox {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: Handler<C, T, E> + 'a,
+        H: for<'c> AsyncFnMut(&'c mut C) -> Result<T, E> + for<'c> Handler<(&'c mut C,), T, E> + 'a,
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
@@ -321,7 +367,7 @@ impl Inbox {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: Handler<C, T, E> + 'a,
+        H: for<'c> AsyncFnMut(&'c mut C) -> Result<T, E> + for<'c> Handler<(&'c mut C,), T, E> + 'a,
         T: Serialize + Send + 'a,
         E: HandlerError + Send + 'a,
     {
@@ -423,38 +469,43 @@ impl Inbox {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: Handler<C, T, E> + 'a,
+        H: for<'c> AsyncFnMut(&'c mut C) -> Result<T, E> + for<'c> Handler<(&'c mut C,), T, E> + 'a,
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
-        let effect = Called(handler, PhantomData);
         self.0
-            .run_in::<Async, _, _, _>(conn, delivery, effect, encode)
+            .run_in::<Async, _, _, _>(conn, delivery, Called::new(handler), encode)
     }
 }
 
-/// A handler as the engine calls it: through the future type it names, which is `Send`
-/// (an async closure called as `AsyncFnMut` is not provably so, rust-lang/rust#134997).
-pub(crate) struct Called<H, T, E>(pub(crate) H, pub(crate) PhantomData<fn() -> (T, E)>);
+/// A [`Handler`] as the engine calls it, whatever its shape: through the future type it
+/// names, which is `Send` (an async closure called as `AsyncFnMut` is not provably so,
+/// rust-lang/rust#134997), and boxed, so that rustc lays the handler's future out apart from
+/// the delivery's: the engine's own nesting and a handler's (one that enqueues or claims,
+/// say) together would pass its layout depth limit. One allocation per call.
+///
+/// One adapter for every engine trait a shape of handler serves: a delivery's effect, a
+/// batch's effect for each delivery, a cursor batch's for each sequence, a redrive's, a
+/// claim's side effect and its record writes.
+pub(crate) struct Called<H, T, E>(pub(crate) H, PhantomData<fn() -> (T, E)>);
+
+impl<H, T, E> Called<H, T, E> {
+    /// `handler`, to be called by the engine.
+    pub(crate) fn new(handler: H) -> Self {
+        Self(handler, PhantomData)
+    }
+}
 
 impl<C, T, E, H> Effect<C> for Called<H, T, E>
 where
-    H: for<'c> AsyncHandler<&'c mut C, Result<T, E>>,
+    H: for<'c> Handler<(&'c mut C,), T, E>,
 {
     type Output = T;
     type Error = E;
 
     fn call(&mut self, conn: &mut C) -> impl Future<Output = Result<T, E>> {
-        // Boxed, so that rustc lays the handler's future out apart from the delivery's: the
-        // engine's own nesting and a handler's (one that enqueues or claims, say) together
-        // would pass its layout depth limit. One allocation per attempt.
-        Box::pin(call(&mut self.0, conn))
+        Box::pin(self.0.call((conn,)))
     }
-}
-
-/// Calls `handler` for the future it names.
-pub(crate) fn call<A, R, H: AsyncHandler<A, R>>(handler: &mut H, arg: A) -> H::Fut {
-    handler(arg)
 }
 
 /// Parity with the sync builders. Each test names every field of a sync configuration
