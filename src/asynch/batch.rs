@@ -62,8 +62,7 @@ impl Inbox {
         E: HandlerError + Send + 'a,
     {
         let (deliveries, effect) = (batch::batch(deliveries), Called::new(handler));
-        self.0
-            .run_batch::<Async, _, _, _>(conn, deliveries, effect, Mode::Each)
+        self.run_batch::<Async, _, _, _>(conn, deliveries, effect, Mode::Each)
     }
 
     /// [`process_batch`](Self::process_batch) with one call of `handler` for all the batch's
@@ -115,8 +114,7 @@ impl Inbox {
     {
         let effect = All(handler, PhantomData);
         let deliveries = batch::batch(deliveries);
-        self.0
-            .run_batch::<Async, _, _, _>(conn, deliveries, effect, Mode::Together)
+        self.run_batch::<Async, _, _, _>(conn, deliveries, effect, Mode::Together)
     }
 }
 

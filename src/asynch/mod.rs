@@ -23,10 +23,12 @@
 //! - [`run_pending_migrations`]: the schema, fleet-safe; [`doctor::check`]: its health;
 //!   [`stats::all`]: every consumer's stats.
 //!
-//! Settings are the sync type's: each async builder forwards to it, and a configured sync
-//! value converts with `From` ([`Relay`] has only that). A unit test names every field of
-//! the sync [`crate::Inbox`] and [`crate::replay::Replays`] and sets each through the async
-//! builder, so a setting added on the sync side fails to compile there until it is forwarded.
+//! [`Inbox`] is the sync inbox's own type in the async flavour ([`crate::flavour`]): its
+//! settings and builders are written once for both. The other types wrap their sync
+//! configuration: each async builder forwards to it, and a configured sync value converts
+//! with `From` ([`Relay`] has only that). A unit test names every field of the sync
+//! [`crate::replay::Replays`] and sets each through the async builder, so a setting added on
+//! the sync side fails to compile there until it is forwarded.
 //!
 //! A future dropped while its connection holds a transaction or a session-level lock (a
 //! prune's, the migrations') marks the connection broken: it refuses the next transaction,
@@ -115,8 +117,7 @@ use crate::engine::Effect;
 use crate::sql::{Async, Sql};
 use crate::{
     retention::{Pruned, Retention, Stats},
-    AdminError, Error, HandlerError, InboxRecord, IntoDelivery, IntoEventId, InvalidConsumerName,
-    Outcome, RetryPolicy,
+    AdminError, Error, HandlerError, InboxRecord, IntoDelivery, IntoEventId, Outcome,
 };
 
 pub use crate::chain::asynch::{Chain, ChainHandler, Reorgs};
@@ -251,57 +252,22 @@ where
     async move { Inbox::default().process(conn, delivery, handler).await }
 }
 
-/// The inbox for one consumer, for async connections: a [`crate::Inbox`] whose deliveries
-/// are awaited. Made with [`Inbox::new`] or from a [`crate::Inbox`] configured as usual.
-#[derive(Debug, Clone, Default)]
-#[must_use]
-pub struct Inbox(pub(crate) crate::Inbox);
+/// The inbox for one consumer, on async connections: the one configuration type,
+/// [`crate::flavour::Inbox`], in the [`Async`] flavour, whose deliveries are awaited. Its
+/// builders are [`crate::Inbox`]'s, the same methods of the same type; a configured
+/// [`crate::Inbox`] converts with `From`.
+pub type Inbox = crate::flavour::Inbox<Async>;
 
 impl From<crate::Inbox> for Inbox {
     fn from(inbox: crate::Inbox) -> Self {
-        Self(inbox)
+        inbox.flavoured()
     }
 }
 
 impl Inbox {
-    /// [`crate::Inbox::new`].
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidConsumerName`] for a name that is not 1 to 128 bytes of ASCII letters, digits
-    /// and `- _ . : /`.
-    pub fn new(name: &str) -> Result<Self, InvalidConsumerName> {
-        crate::Inbox::new(name).map(Self)
-    }
-
-    /// [`crate::Inbox::retry`].
-    pub fn retry(self, policy: RetryPolicy) -> Self {
-        Self(self.0.retry(policy))
-    }
-
-    /// [`crate::Inbox::max_attempts`].
-    ///
-    /// # Panics
-    ///
-    /// When `attempts` is 0.
-    pub fn max_attempts(self, attempts: u32) -> Self {
-        Self(self.0.max_attempts(attempts))
-    }
-
-    /// [`crate::Inbox::expect_duplicates`].
-    pub fn expect_duplicates(self, expect: bool) -> Self {
-        Self(self.0.expect_duplicates(expect))
-    }
-
-    /// [`crate::Inbox::redelivery_window`]: [`prune`](Self::prune) refuses to remove rows
-    /// younger than it.
-    pub fn redelivery_window(self, window: Duration) -> Self {
-        Self(self.0.redelivery_window(window))
-    }
-
-    /// The consumer name.
-    pub fn consumer(&self) -> &str {
-        self.0.consumer()
+    /// The same settings in the sync flavour, for the sync configurations the async ones wrap.
+    pub(crate) fn blocking(&self) -> crate::Inbox {
+        self.flavoured()
     }
 
     /// Runs `handler` if and only if this consumer has not processed the event yet, in one
@@ -404,7 +370,7 @@ impl Inbox {
         conn: &mut C,
         retention: &Retention,
     ) -> Result<Pruned, AdminError> {
-        self.0.prune_in::<Async, _>(conn, retention).await
+        self.prune_in::<Async, _>(conn, retention).await
     }
 
     /// What the inbox table records of `event_id` for this consumer:
@@ -443,7 +409,7 @@ impl Inbox {
         event_id: impl IntoEventId,
     ) -> Result<Option<InboxRecord>, Error> {
         let event_id = event_id.into_event_id()?;
-        self.0.record_in::<Async, _>(conn, &event_id).await
+        self.record_in::<Async, _>(conn, &event_id).await
     }
 
     /// Up to `limit` rows of the inbox table, every consumer's: [`crate::Inbox::records`],
@@ -473,8 +439,7 @@ impl Inbox {
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
-        self.0
-            .run_in::<Async, _, _, _>(conn, delivery, Called::new(handler), encode)
+        self.run_in::<Async, _, _, _>(conn, delivery, Called::new(handler), encode)
     }
 }
 
@@ -508,10 +473,11 @@ where
     }
 }
 
-/// Parity with the sync builders. Each test names every field of a sync configuration
-/// without `..`: a setting added to the sync type fails to compile here, and each field is
-/// set through the async builder to something other than its default, so a setting the
-/// async type does not forward fails the test.
+/// Parity with the sync builders, for the configurations the async front still wraps (the
+/// inbox's are one type for both flavours). Each test names every field of a sync
+/// configuration without `..`: a setting added to the sync type fails to compile here, and
+/// each field is set through the async builder to something other than its default, so a
+/// setting the async type does not forward fails the test.
 #[cfg(test)]
 mod parity {
     use std::time::Duration;
@@ -521,30 +487,6 @@ mod parity {
 
     fn other_policy() -> RetryPolicy {
         RetryPolicy::default().max_retries(3)
-    }
-
-    #[test]
-    fn every_setting_of_the_sync_inbox_is_set_through_the_async_one() {
-        let inbox = super::Inbox::new("billing")
-            .unwrap()
-            .retry(other_policy())
-            .max_attempts(3)
-            .expect_duplicates(true)
-            .redelivery_window(Duration::from_secs(60));
-
-        let crate::Inbox {
-            consumer,
-            retry,
-            max_attempts,
-            redelivery_window,
-            expect_duplicates,
-        } = inbox.0;
-        let default = crate::Inbox::default();
-        assert_eq!(consumer.as_str(), "billing");
-        assert_eq!(retry, other_policy());
-        assert_eq!(max_attempts.map(std::num::NonZeroU32::get), Some(3));
-        assert_ne!(redelivery_window, default.redelivery_window);
-        assert_ne!(expect_duplicates, default.expect_duplicates);
     }
 
     #[test]

@@ -25,7 +25,7 @@ impl Inbox {
     /// Claims on side effects outside the database, for this consumer:
     /// [`crate::Inbox::claims`].
     pub fn claims(&self) -> Claims {
-        Claims(self.0.claims())
+        Claims(self.blocking().claims())
     }
 }
 

@@ -19,12 +19,12 @@ impl Inbox {
     /// [`InvalidStreamName`] for a name that is not 1 to 255 bytes of UTF-8 without control
     /// characters.
     pub fn cursor(&self, stream: &str) -> Result<Cursor, InvalidStreamName> {
-        self.0.cursor(stream).map(Cursor)
+        self.blocking().cursor(stream).map(Cursor)
     }
 
     /// The gap ledger of this consumer's cursors, every stream: [`crate::Inbox::gaps`].
     pub fn gaps(&self) -> Gaps {
-        Gaps(self.0.gaps())
+        Gaps(self.blocking().gaps())
     }
 }
 
@@ -225,7 +225,7 @@ impl Cursor {
         conn: &mut C,
         inbox: &Inbox,
     ) -> Result<Vec<Position>, Error> {
-        crate::cursor::Cursor::all_in::<Async, _>(conn, &inbox.0).await
+        crate::cursor::Cursor::all_in::<Async, _>(conn, &inbox.blocking()).await
     }
 
     /// Every consumer with a cursor or a gap: [`crate::cursor::Cursor::consumers`], awaited.

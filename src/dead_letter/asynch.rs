@@ -16,7 +16,7 @@ use crate::asynch::{AsyncInboxConnection, Called, Handler, Inbox};
 impl Inbox {
     /// Operations on this consumer's dead letters: [`crate::Inbox::dead_letters`].
     pub fn dead_letters(&self) -> DeadLetters {
-        DeadLetters(self.0.dead_letters())
+        DeadLetters(self.blocking().dead_letters())
     }
 }
 
