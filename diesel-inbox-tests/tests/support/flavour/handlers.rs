@@ -142,6 +142,10 @@ pub(crate) trait PerSequence<F: Flavour + ?Sized, M, T, E>: Send {
     /// The handler as `asynch` takes it.
     #[cfg(feature = "async")]
     #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
+    #[allow(
+        clippy::type_complexity,
+        reason = "the shape as asynch states it: the closure's arguments, and its Send future"
+    )]
     fn into_async(
         self,
     ) -> impl for<'c, 'm> AsyncFnMut(&'c mut F::Conn, u64, &'m M) -> Result<T, E>
