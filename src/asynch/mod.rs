@@ -164,7 +164,7 @@ impl<C: AsyncConnection<Backend: Sql> + 'static> AsyncInboxConnection for C {}
 ///     async |_tx: &mut Conn| Ok(1)
 /// }
 /// fn apply_each() -> impl for<'c, 'd> Handler<(&'c mut Conn, &'d Delivery), usize, Error> {
-///     async |_tx: &mut Conn, delivery: &Delivery| Ok(delivery.id().len())
+///     async |_tx: &mut Conn, delivery: &Delivery| Ok(delivery.id().as_str().len())
 /// }
 ///
 /// # tokio::runtime::Runtime::new()?.block_on(async {
