@@ -267,7 +267,10 @@ impl Inbox {
         let deliveries = batch(deliveries);
         run_ready(self.run_batch::<Blocking, _, _, _>(conn, deliveries, all, Mode::Together))
     }
+}
 
+/// A batch in either flavour.
+impl<K> crate::inbox::Inbox<K> {
     /// The batch forms: `effect` returns one value per delivery it is given, and is given
     /// each new delivery alone (`Mode::Each`), or all of them at once (`Mode::Together`).
     #[allow(clippy::type_complexity)]
@@ -535,8 +538,8 @@ where
 }
 
 /// A batch transaction's body: [`Inbox::deliver_batch`], once per attempt.
-struct DeliverBatch<'a, B> {
-    inbox: &'a Inbox,
+struct DeliverBatch<'a, K, B> {
+    inbox: &'a crate::inbox::Inbox<K>,
     deliveries: &'a [Result<Delivery, crate::InvalidEventId>],
     effect: &'a mut B,
     mode: Mode,
@@ -544,7 +547,7 @@ struct DeliverBatch<'a, B> {
     scope: Scope,
 }
 
-impl<F, C, B> Body<F, C> for DeliverBatch<'_, B>
+impl<F, C, K, B> Body<F, C> for DeliverBatch<'_, K, B>
 where
     C: Db<F, Backend: Sql>,
     B: BatchEffect<C>,

@@ -533,6 +533,7 @@ mod duration;
 mod engine;
 pub mod envelope;
 mod error;
+pub mod flavour;
 mod handler_error;
 mod id;
 mod inbox;
@@ -562,7 +563,12 @@ pub use delivery::{Delivery, IntoDelivery, Payload};
 pub use error::{AdminError, Error};
 pub use handler_error::{FailureKind, HandlerError};
 pub use id::{EventId, IntoEventId, InvalidEventId, MAX_EVENT_ID_BYTES};
-pub use inbox::{with_inbox, Inbox, InboxRecord};
+pub use inbox::{with_inbox, InboxRecord};
+
+/// The inbox for one consumer, on sync Diesel connections: the one configuration type,
+/// [`flavour::Inbox`], in the [`Blocking`](flavour::Blocking) flavour. `asynch::Inbox` is the
+/// same type for diesel-async's connections, with the same builders.
+pub type Inbox = flavour::Inbox<flavour::Blocking>;
 pub use migrations::run_pending_migrations;
 pub use names::{InvalidConsumerName, DEFAULT_CONSUMER, MAX_CONSUMER_BYTES};
 #[cfg(feature = "metrics")]

@@ -39,7 +39,7 @@ use std::task::Poll;
 
 use diesel::QueryResult;
 
-use diesel_inbox::asynch::{AsyncHandler2, AsyncInboxConnection, Inbox};
+use diesel_inbox::asynch::{AsyncInboxConnection, Handler, Inbox};
 use diesel_inbox::{dead_letter::DeadLetter, EventId, InboxRecord, IntoEventId, Outcome};
 
 use crate::assert::{self, id, Seen};
@@ -386,7 +386,8 @@ pub async fn run_schedule<C, T, E, G, O>(
 ) -> DeliveryReport
 where
     C: AsyncInboxConnection,
-    G: for<'c, 'i> AsyncHandler2<&'c mut C, &'i EventId, Result<T, E>, Fut: Send> + Send,
+    G: for<'c, 'i> AsyncFnMut(&'c mut C, &'i EventId) -> Result<T, E>
+        + for<'c, 'i> Handler<(&'c mut C, &'i EventId), T, E>,
     T: Send,
     E: Debug + Send,
     O: AsyncFnMut(&mut C) -> QueryResult<i64>,
@@ -403,7 +404,8 @@ struct AsyncSteps<G, T, E>(G, PhantomData<fn() -> (T, E)>);
 impl<C, T, E, G> Deliver<C> for AsyncSteps<G, T, E>
 where
     C: AsyncInboxConnection,
-    G: for<'c, 'i> AsyncHandler2<&'c mut C, &'i EventId, Result<T, E>, Fut: Send> + Send,
+    G: for<'c, 'i> AsyncFnMut(&'c mut C, &'i EventId) -> Result<T, E>
+        + for<'c, 'i> Handler<(&'c mut C, &'i EventId), T, E>,
     T: Send,
     E: Debug + Send,
 {
@@ -426,16 +428,11 @@ where
             let handler = async |tx: &mut C| {
                 let future = {
                     let mut effect = effect.lock().unwrap_or_else(PoisonError::into_inner);
-                    call(&mut **effect, tx, id)
+                    Handler::call(&mut **effect, (tx, id))
                 };
                 struck.strike(future.await, n, id)
             };
             inbox.process(conn, id, handler).await
         }
     }
-}
-
-/// `effect(a, b)`, as the future its [`AsyncHandler2`] bound names (which may promise `Send`).
-fn call<A, B, R, G: AsyncHandler2<A, B, R>>(effect: &mut G, a: A, b: B) -> G::Fut {
-    effect(a, b)
 }

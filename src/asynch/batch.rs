@@ -1,5 +1,6 @@
 //! Batches on async connections: [`Inbox::process_batch`] and [`Inbox::process_bulk`], the
-//! sync API's batch transaction, with async closures for effects.
+//! sync API's batch transaction, with async closures for effects; and the engine's view of
+//! a batch's handler and of a cursor batch's.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -9,84 +10,7 @@ use crate::cursor::SequenceEffect;
 use crate::sql::Async;
 use crate::{Delivery, HandlerError, IntoDelivery, Outcome};
 
-use super::{AsyncInboxConnection, Inbox};
-
-/// An async handler of two arguments whose future can be named, as [`AsyncHandler`] is for
-/// one: implemented for every `async |tx, delivery| ...` closure.
-///
-/// [`AsyncHandler`]: super::AsyncHandler
-pub trait AsyncHandler2<A, B, R>:
-    AsyncFnMut(A, B) -> R + FnMut(A, B) -> <Self as AsyncHandler2<A, B, R>>::Fut
-{
-    /// The future one call returns.
-    type Fut: Future<Output = R>;
-}
-
-impl<H, A, B, Fut, R> AsyncHandler2<A, B, R> for H
-where
-    H: AsyncFnMut(A, B) -> R + FnMut(A, B) -> Fut,
-    Fut: Future<Output = R>,
-{
-    type Fut = Fut;
-}
-
-/// An async handler of three arguments whose future can be named, as [`AsyncHandler`] is for
-/// one: implemented for every `async |tx, sequence, message| ...` closure.
-///
-/// [`AsyncHandler`]: super::AsyncHandler
-pub trait AsyncHandler3<A, B, D, R>:
-    AsyncFnMut(A, B, D) -> R + FnMut(A, B, D) -> <Self as AsyncHandler3<A, B, D, R>>::Fut
-{
-    /// The future one call returns.
-    type Fut: Future<Output = R>;
-}
-
-impl<H, A, B, D, Fut, R> AsyncHandler3<A, B, D, R> for H
-where
-    H: AsyncFnMut(A, B, D) -> R + FnMut(A, B, D) -> Fut,
-    Fut: Future<Output = R>,
-{
-    type Fut = Fut;
-}
-
-/// An effect [`Cursor::process_batch`](super::Cursor::process_batch) takes for connections
-/// `C` and messages `M`: an async closure over `&mut C`, the sequence (`u64`) and its `&M`,
-/// returning `Result<T, E>` in a `Send` future.
-pub trait SequenceHandler<C, M, T, E>:
-    for<'c, 'm> AsyncHandler3<&'c mut C, u64, &'m M, Result<T, E>, Fut: Send> + Send
-{
-}
-
-impl<C, M, T, E, H> SequenceHandler<C, M, T, E> for H where
-    H: for<'c, 'm> AsyncHandler3<&'c mut C, u64, &'m M, Result<T, E>, Fut: Send> + Send
-{
-}
-
-/// An effect [`Inbox::process_batch`] takes for connections `C`: an async closure over
-/// `&mut C` and one new `&Delivery`, returning `Result<T, E>` in a `Send` future.
-pub trait BatchHandler<C, T, E>:
-    for<'c, 'd> AsyncHandler2<&'c mut C, &'d Delivery, Result<T, E>, Fut: Send> + Send
-{
-}
-
-impl<C, T, E, H> BatchHandler<C, T, E> for H where
-    H: for<'c, 'd> AsyncHandler2<&'c mut C, &'d Delivery, Result<T, E>, Fut: Send> + Send
-{
-}
-
-/// An effect [`Inbox::process_bulk`] takes for connections `C`: an async closure over
-/// `&mut C` and the batch's new deliveries, `&[&Delivery]`, returning `Result<(), E>` in a
-/// `Send` future.
-pub trait BulkHandler<C, E>:
-    for<'c, 'd, 'e> AsyncHandler2<&'c mut C, &'d [&'e Delivery], Result<(), E>, Fut: Send> + Send
-{
-}
-
-impl<C, E, H> BulkHandler<C, E> for H where
-    H: for<'c, 'd, 'e> AsyncHandler2<&'c mut C, &'d [&'e Delivery], Result<(), E>, Fut: Send>
-        + Send
-{
-}
+use super::{AsyncInboxConnection, Called, Handler, Inbox};
 
 impl Inbox {
     /// Offers a batch of deliveries in one transaction, `handler` running for each new one:
@@ -131,13 +55,14 @@ impl Inbox {
         C: AsyncInboxConnection,
         I: IntoIterator,
         I::Item: IntoDelivery,
-        H: BatchHandler<C, T, E> + 'a,
+        H: for<'c, 'd> AsyncFnMut(&'c mut C, &'d Delivery) -> Result<T, E>
+            + for<'c, 'd> Handler<(&'c mut C, &'d Delivery), T, E>
+            + 'a,
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
-        let effect = Each(handler, PhantomData);
-        self.0
-            .run_batch::<Async, _, _, _>(conn, batch::batch(deliveries), effect, Mode::Each)
+        let (deliveries, effect) = (batch::batch(deliveries), Called::new(handler));
+        self.run_batch::<Async, _, _, _>(conn, deliveries, effect, Mode::Each)
     }
 
     /// [`process_batch`](Self::process_batch) with one call of `handler` for all the batch's
@@ -182,22 +107,21 @@ impl Inbox {
         C: AsyncInboxConnection,
         I: IntoIterator,
         I::Item: IntoDelivery,
-        H: BulkHandler<C, E> + 'a,
+        H: for<'c, 'd, 'e> AsyncFnMut(&'c mut C, &'d [&'e Delivery]) -> Result<(), E>
+            + for<'c, 'd, 'e> Handler<(&'c mut C, &'d [&'e Delivery]), (), E>
+            + 'a,
         E: HandlerError + Send + 'a,
     {
         let effect = All(handler, PhantomData);
         let deliveries = batch::batch(deliveries);
-        self.0
-            .run_batch::<Async, _, _, _>(conn, deliveries, effect, Mode::Together)
+        self.run_batch::<Async, _, _, _>(conn, deliveries, effect, Mode::Together)
     }
 }
 
-/// A batch handler called once per new delivery, each future boxed as a handler's is.
-struct Each<H, T, E>(H, PhantomData<fn() -> (T, E)>);
-
-impl<C, T, E, H> BatchEffect<C> for Each<H, T, E>
+/// A batch's handler, called once per new delivery.
+impl<C, T, E, H> BatchEffect<C> for Called<H, T, E>
 where
-    H: for<'c, 'd> AsyncHandler2<&'c mut C, &'d Delivery, Result<T, E>>,
+    H: for<'c, 'd> Handler<(&'c mut C, &'d Delivery), T, E>,
 {
     type Output = T;
     type Error = E;
@@ -205,7 +129,7 @@ where
     async fn call(&mut self, conn: &mut C, new: &[&Delivery]) -> Result<Vec<T>, E> {
         let mut values = Vec::with_capacity(new.len());
         for delivery in new {
-            values.push(Box::pin(call(&mut self.0, &mut *conn, delivery)).await?);
+            values.push(Box::pin(self.0.call((&mut *conn, *delivery))).await?);
         }
         Ok(values)
     }
@@ -216,7 +140,7 @@ struct All<H, E>(H, PhantomData<fn() -> E>);
 
 impl<C, E, H> BatchEffect<C> for All<H, E>
 where
-    H: for<'c, 'd, 'e> AsyncHandler2<&'c mut C, &'d [&'e Delivery], Result<(), E>>,
+    H: for<'c, 'd, 'e> Handler<(&'c mut C, &'d [&'e Delivery]), (), E>,
 {
     type Output = ();
     type Error = E;
@@ -226,23 +150,15 @@ where
         conn: &mut C,
         new: &[&Delivery],
     ) -> impl Future<Output = Result<Vec<()>, E>> {
-        let called = Box::pin(call(&mut self.0, conn, new));
+        let called = Box::pin(self.0.call((conn, new)));
         async move { called.await.map(|()| vec![(); new.len()]) }
     }
 }
 
-/// Calls `handler` for the future it names.
-pub(crate) fn call<A, B, R, H: AsyncHandler2<A, B, R>>(handler: &mut H, a: A, b: B) -> H::Fut {
-    handler(a, b)
-}
-
-/// A cursor batch's handler, called once per new sequence, each future boxed as a handler's
-/// is.
-pub(crate) struct Sequences<H, T, E>(pub(crate) H, pub(crate) PhantomData<fn() -> (T, E)>);
-
-impl<C, M, T, E, H> SequenceEffect<C, M> for Sequences<H, T, E>
+/// A cursor batch's handler, called once per new sequence.
+impl<C, M, T, E, H> SequenceEffect<C, M> for Called<H, T, E>
 where
-    H: for<'c, 'm> AsyncHandler3<&'c mut C, u64, &'m M, Result<T, E>>,
+    H: for<'c, 'm> Handler<(&'c mut C, u64, &'m M), T, E>,
 {
     type Output = T;
     type Error = E;
@@ -253,11 +169,6 @@ where
         sequence: u64,
         message: &M,
     ) -> impl Future<Output = Result<T, E>> {
-        Box::pin(call3(&mut self.0, conn, sequence, message))
+        Box::pin(self.0.call((conn, sequence, message)))
     }
-}
-
-/// Calls `handler` for the future it names.
-fn call3<A, B, D, R, H: AsyncHandler3<A, B, D, R>>(handler: &mut H, a: A, b: B, d: D) -> H::Fut {
-    handler(a, b, d)
 }

@@ -23,10 +23,12 @@
 //! - [`run_pending_migrations`]: the schema, fleet-safe; [`doctor::check`]: its health;
 //!   [`stats::all`]: every consumer's stats.
 //!
-//! Settings are the sync type's: each async builder forwards to it, and a configured sync
-//! value converts with `From` ([`Relay`] has only that). A unit test names every field of
-//! the sync [`crate::Inbox`] and [`crate::replay::Replays`] and sets each through the async
-//! builder, so a setting added on the sync side fails to compile there until it is forwarded.
+//! [`Inbox`] is the sync inbox's own type in the async flavour ([`crate::flavour`]): its
+//! settings and builders are written once for both. The other types wrap their sync
+//! configuration: each async builder forwards to it, and a configured sync value converts
+//! with `From` ([`Relay`] has only that). A unit test names every field of the sync
+//! [`crate::replay::Replays`] and sets each through the async builder, so a setting added on
+//! the sync side fails to compile there until it is forwarded.
 //!
 //! A future dropped while its connection holds a transaction or a session-level lock (a
 //! prune's, the migrations') marks the connection broken: it refuses the next transaction,
@@ -68,6 +70,10 @@
 //! multi-threaded runtime. It cannot take its captures by `move` or mutate them: each call's
 //! future must stand on its own. A handler that counts its attempts uses an atomic or a
 //! `Cell`.
+//!
+//! Every shape of handler, whatever the number of its arguments, is one trait, [`Handler`],
+//! generic over the tuple of the arguments: `Handler<(&mut C,), T, E>` for a delivery's,
+//! `Handler<(&mut C, &Delivery), T, E>` for a batch's, and so on.
 //!
 //! # Cancellation
 //!
@@ -154,17 +160,15 @@ use crate::engine::Effect;
 use crate::sql::{Async, Sql};
 use crate::{
     retention::{Pruned, Retention, Stats},
-    AdminError, Error, HandlerError, InboxRecord, IntoDelivery, IntoEventId, InvalidConsumerName,
-    Outcome, RetryPolicy,
+    AdminError, Error, HandlerError, InboxRecord, IntoDelivery, IntoEventId, Outcome,
 };
 
 pub use crate::chain::asynch::{Chain, ChainHandler, Reorgs};
-pub use crate::claim::asynch::{Claim, Claimed, Claims, Records};
+pub use crate::claim::asynch::{Claim, Claimed, Claims};
 pub use crate::cursor::asynch::{Cursor, Gaps};
 pub use crate::dead_letter::asynch::DeadLetters;
 pub use crate::outbox::asynch::{Outbox, Relay};
 pub use crate::replay::asynch::{ReplayHandler, ReplaySource, Replays};
-pub use batch::{AsyncHandler2, AsyncHandler3, BatchHandler, BulkHandler, SequenceHandler};
 pub use migrations::{run_pending_migrations, run_pending_migrations_with};
 
 /// A connection the async inbox runs on: every diesel-async connection to PostgreSQL,
@@ -174,35 +178,78 @@ pub trait AsyncInboxConnection: AsyncConnection<Backend: Sql> + 'static {}
 
 impl<C: AsyncConnection<Backend: Sql> + 'static> AsyncInboxConnection for C {}
 
-/// An async handler whose future can be named, so that a delivery's future is `Send`
-/// whenever the handler's is: implemented for every `async |tx| ...` closure that
-/// returns a `Send` future (`AsyncFnMut`'s own future type cannot be named on stable Rust).
-pub trait AsyncHandler<A, R>:
-    AsyncFnMut(A) -> R + FnMut(A) -> <Self as AsyncHandler<A, R>>::Fut
-{
+/// The async closures the async front takes, of every shape: `async |tx| ...`,
+/// `async |tx, delivery| ...`, `async |tx, sequence, message| ...`, `async |claim| ...`.
+///
+/// `Args` is the tuple of the arguments one call takes, so `Handler<(&mut C,), T, E>` is a
+/// handler over the transaction's connection and `Handler<(&mut C, &Delivery), T, E>` one
+/// of a batch's deliveries. It is implemented, for each arity, for every closure
+/// `AsyncFnMut(A, ..) -> Result<T, E>` that is `Send` and whose future is `Send`: the
+/// future's type, which `AsyncFnMut` leaves unnamed, is [`Handler::Future`] here, so that the
+/// future of a delivery running the handler can promise `Send` in turn. A method that takes
+/// a handler states the same shape as an `AsyncFnMut` bound too, from which the compiler
+/// learns the closure's argument types: `async |tx| ...` needs no annotation.
+///
+/// A handler is called again when contention rolls its transaction back, and it may borrow
+/// from its surroundings; it cannot take its captures by `move` or mutate them (each call's
+/// future must stand on its own), as [the module docs](self#handlers) say.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
+/// use diesel_inbox::{asynch::{self, Handler}, Delivery, Error};
+///
+/// type Conn = SyncConnectionWrapper<SqliteConnection>;
+///
+/// // One argument, as `Inbox::process` takes it; two, as `Inbox::process_batch` does.
+/// fn apply() -> impl for<'c> Handler<(&'c mut Conn,), u32, Error> {
+///     async |_tx: &mut Conn| Ok(1)
+/// }
+/// fn apply_each() -> impl for<'c, 'd> Handler<(&'c mut Conn, &'d Delivery), usize, Error> {
+///     async |_tx: &mut Conn, delivery: &Delivery| Ok(delivery.id().as_str().len())
+/// }
+///
+/// # tokio::runtime::Runtime::new()?.block_on(async {
+/// let mut conn = Conn::new(SqliteConnection::establish(":memory:")?);
+/// asynch::run_pending_migrations(&mut conn).await?;
+/// let mut handler = apply();
+/// assert_eq!(handler.call((&mut conn,)).await?, 1);
+/// assert!(apply_each().call((&mut conn, &Delivery::new("evt-1")?)).await? > 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # })?;
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub trait Handler<Args, T, E>: Send {
     /// The future one call returns.
-    type Fut: Future<Output = R>;
+    type Future: Future<Output = Result<T, E>> + Send;
+
+    /// Calls the handler with `args`.
+    fn call(&mut self, args: Args) -> Self::Future;
 }
 
-impl<H, A, Fut, R> AsyncHandler<A, R> for H
-where
-    H: AsyncFnMut(A) -> R + FnMut(A) -> Fut,
-    Fut: Future<Output = R>,
-{
-    type Fut = Fut;
+/// Implements [`Handler`] for the async closures of the arguments named.
+macro_rules! handler {
+    ($($arg:ident),+) => {
+        impl<H, Fut, T, E, $($arg),+> Handler<($($arg,)+), T, E> for H
+        where
+            H: AsyncFnMut($($arg),+) -> Result<T, E> + FnMut($($arg),+) -> Fut + Send,
+            Fut: Future<Output = Result<T, E>> + Send,
+        {
+            type Future = Fut;
+
+            #[allow(non_snake_case, reason = "the arguments are named by their types")]
+            fn call(&mut self, ($($arg,)+): ($($arg,)+)) -> Fut {
+                self($($arg),+)
+            }
+        }
+    };
 }
 
-/// A handler the async inbox takes for connections `C`: an async closure over `&mut C`
-/// returning `Result<T, E>`, whose future is `Send`. Implemented for every such closure.
-pub trait Handler<C, T, E>:
-    for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send
-{
-}
-
-impl<C, T, E, H> Handler<C, T, E> for H where
-    H: for<'c> AsyncHandler<&'c mut C, Result<T, E>, Fut: Send> + Send
-{
-}
+handler!(A);
+handler!(A, B);
+handler!(A, B, D);
 
 /// Runs `handler` once per event for the default consumer: the async
 /// [`with_inbox`](crate::with_inbox), with the same guarantees (see [`Inbox::process`]).
@@ -241,64 +288,29 @@ pub fn with_inbox<'a, C, T, E, H>(
 ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
 where
     C: AsyncInboxConnection,
-    H: Handler<C, T, E> + 'a,
+    H: for<'c> AsyncFnMut(&'c mut C) -> Result<T, E> + for<'c> Handler<(&'c mut C,), T, E> + 'a,
     T: Send + 'a,
     E: HandlerError + Send + 'a,
 {
     async move { Inbox::default().process(conn, delivery, handler).await }
 }
 
-/// The inbox for one consumer, for async connections: a [`crate::Inbox`] whose deliveries
-/// are awaited. Made with [`Inbox::new`] or from a [`crate::Inbox`] configured as usual.
-#[derive(Debug, Clone, Default)]
-#[must_use]
-pub struct Inbox(pub(crate) crate::Inbox);
+/// The inbox for one consumer, on async connections: the one configuration type,
+/// [`crate::flavour::Inbox`], in the [`Async`] flavour, whose deliveries are awaited. Its
+/// builders are [`crate::Inbox`]'s, the same methods of the same type; a configured
+/// [`crate::Inbox`] converts with `From`.
+pub type Inbox = crate::flavour::Inbox<Async>;
 
 impl From<crate::Inbox> for Inbox {
     fn from(inbox: crate::Inbox) -> Self {
-        Self(inbox)
+        inbox.flavoured()
     }
 }
 
 impl Inbox {
-    /// [`crate::Inbox::new`].
-    ///
-    /// # Errors
-    ///
-    /// [`InvalidConsumerName`] for a name that is not 1 to 128 bytes of ASCII letters, digits
-    /// and `- _ . : /`.
-    pub fn new(name: &str) -> Result<Self, InvalidConsumerName> {
-        crate::Inbox::new(name).map(Self)
-    }
-
-    /// [`crate::Inbox::retry`].
-    pub fn retry(self, policy: RetryPolicy) -> Self {
-        Self(self.0.retry(policy))
-    }
-
-    /// [`crate::Inbox::max_attempts`].
-    ///
-    /// # Panics
-    ///
-    /// When `attempts` is 0.
-    pub fn max_attempts(self, attempts: u32) -> Self {
-        Self(self.0.max_attempts(attempts))
-    }
-
-    /// [`crate::Inbox::expect_duplicates`].
-    pub fn expect_duplicates(self, expect: bool) -> Self {
-        Self(self.0.expect_duplicates(expect))
-    }
-
-    /// [`crate::Inbox::redelivery_window`]: [`prune`](Self::prune) refuses to remove rows
-    /// younger than it.
-    pub fn redelivery_window(self, window: Duration) -> Self {
-        Self(self.0.redelivery_window(window))
-    }
-
-    /// The consumer name.
-    pub fn consumer(&self) -> &str {
-        self.0.consumer()
+    /// The same settings in the sync flavour, for the sync configurations the async ones wrap.
+    pub(crate) fn blocking(&self) -> crate::Inbox {
+        self.flavoured()
     }
 
     /// Runs `handler` if and only if this consumer has not processed the event yet, in one
@@ -343,7 +355,7 @@ impl Inbox {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: Handler<C, T, E> + 'a,
+        H: for<'c> AsyncFnMut(&'c mut C) -> Result<T, E> + for<'c> Handler<(&'c mut C,), T, E> + 'a,
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
@@ -364,7 +376,7 @@ impl Inbox {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: Handler<C, T, E> + 'a,
+        H: for<'c> AsyncFnMut(&'c mut C) -> Result<T, E> + for<'c> Handler<(&'c mut C,), T, E> + 'a,
         T: Serialize + Send + 'a,
         E: HandlerError + Send + 'a,
     {
@@ -401,7 +413,7 @@ impl Inbox {
         conn: &mut C,
         retention: &Retention,
     ) -> Result<Pruned, AdminError> {
-        self.0.prune_in::<Async, _>(conn, retention).await
+        self.prune_in::<Async, _>(conn, retention).await
     }
 
     /// What the inbox table records of `event_id` for this consumer:
@@ -440,7 +452,7 @@ impl Inbox {
         event_id: impl IntoEventId,
     ) -> Result<Option<InboxRecord>, Error> {
         let event_id = event_id.into_event_id()?;
-        self.0.record_in::<Async, _>(conn, &event_id).await
+        self.record_in::<Async, _>(conn, &event_id).await
     }
 
     /// Up to `limit` rows of the inbox table, every consumer's: [`crate::Inbox::records`],
@@ -466,44 +478,49 @@ impl Inbox {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: Handler<C, T, E> + 'a,
+        H: for<'c> AsyncFnMut(&'c mut C) -> Result<T, E> + for<'c> Handler<(&'c mut C,), T, E> + 'a,
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
-        let effect = Called(handler, PhantomData);
-        self.0
-            .run_in::<Async, _, _, _>(conn, delivery, effect, encode)
+        self.run_in::<Async, _, _, _>(conn, delivery, Called::new(handler), encode)
     }
 }
 
-/// A handler as the engine calls it: through the future type it names, which is `Send`
-/// (an async closure called as `AsyncFnMut` is not provably so, rust-lang/rust#134997).
-pub(crate) struct Called<H, T, E>(pub(crate) H, pub(crate) PhantomData<fn() -> (T, E)>);
+/// A [`Handler`] as the engine calls it, whatever its shape: through the future type it
+/// names, which is `Send` (an async closure called as `AsyncFnMut` is not provably so,
+/// rust-lang/rust#134997), and boxed, so that rustc lays the handler's future out apart from
+/// the delivery's: the engine's own nesting and a handler's (one that enqueues or claims,
+/// say) together would pass its layout depth limit. One allocation per call.
+///
+/// One adapter for every engine trait a shape of handler serves: a delivery's effect, a
+/// batch's effect for each delivery, a cursor batch's for each sequence, a redrive's, a
+/// claim's side effect and its record writes.
+pub(crate) struct Called<H, T, E>(pub(crate) H, PhantomData<fn() -> (T, E)>);
+
+impl<H, T, E> Called<H, T, E> {
+    /// `handler`, to be called by the engine.
+    pub(crate) fn new(handler: H) -> Self {
+        Self(handler, PhantomData)
+    }
+}
 
 impl<C, T, E, H> Effect<C> for Called<H, T, E>
 where
-    H: for<'c> AsyncHandler<&'c mut C, Result<T, E>>,
+    H: for<'c> Handler<(&'c mut C,), T, E>,
 {
     type Output = T;
     type Error = E;
 
     fn call(&mut self, conn: &mut C) -> impl Future<Output = Result<T, E>> {
-        // Boxed, so that rustc lays the handler's future out apart from the delivery's: the
-        // engine's own nesting and a handler's (one that enqueues or claims, say) together
-        // would pass its layout depth limit. One allocation per attempt.
-        Box::pin(call(&mut self.0, conn))
+        Box::pin(self.0.call((conn,)))
     }
 }
 
-/// Calls `handler` for the future it names.
-pub(crate) fn call<A, R, H: AsyncHandler<A, R>>(handler: &mut H, arg: A) -> H::Fut {
-    handler(arg)
-}
-
-/// Parity with the sync builders. Each test names every field of a sync configuration
-/// without `..`: a setting added to the sync type fails to compile here, and each field is
-/// set through the async builder to something other than its default, so a setting the
-/// async type does not forward fails the test.
+/// Parity with the sync builders, for the configurations the async front still wraps (the
+/// inbox's are one type for both flavours). Each test names every field of a sync
+/// configuration without `..`: a setting added to the sync type fails to compile here, and
+/// each field is set through the async builder to something other than its default, so a
+/// setting the async type does not forward fails the test.
 #[cfg(test)]
 mod parity {
     use std::time::Duration;
@@ -513,30 +530,6 @@ mod parity {
 
     fn other_policy() -> RetryPolicy {
         RetryPolicy::default().max_retries(3)
-    }
-
-    #[test]
-    fn every_setting_of_the_sync_inbox_is_set_through_the_async_one() {
-        let inbox = super::Inbox::new("billing")
-            .unwrap()
-            .retry(other_policy())
-            .max_attempts(3)
-            .expect_duplicates(true)
-            .redelivery_window(Duration::from_secs(60));
-
-        let crate::Inbox {
-            consumer,
-            retry,
-            max_attempts,
-            redelivery_window,
-            expect_duplicates,
-        } = inbox.0;
-        let default = crate::Inbox::default();
-        assert_eq!(consumer.as_str(), "billing");
-        assert_eq!(retry, other_policy());
-        assert_eq!(max_attempts.map(std::num::NonZeroU32::get), Some(3));
-        assert_ne!(redelivery_window, default.redelivery_window);
-        assert_ne!(expect_duplicates, default.expect_duplicates);
     }
 
     #[test]

@@ -20,12 +20,12 @@ impl Inbox {
     /// [`InvalidStreamName`] for a name that is not 1 to 255 bytes of UTF-8 without control
     /// characters.
     pub fn chain(&self, stream: &str, finality_depth: u64) -> Result<Chain, InvalidStreamName> {
-        self.0.chain(stream, finality_depth).map(Chain)
+        self.blocking().chain(stream, finality_depth).map(Chain)
     }
 
     /// The fork ledger of this consumer's chain streams: [`crate::Inbox::reorgs`].
     pub fn reorgs(&self) -> Reorgs {
-        Reorgs(self.0.reorgs())
+        Reorgs(self.blocking().reorgs())
     }
 }
 

@@ -3,7 +3,6 @@
 //! The same transaction bodies and statements as the sync API.
 
 use std::future::Future;
-use std::marker::PhantomData;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -17,10 +16,7 @@ use crate::{
     AdminError, Audit, CorruptRow, Error, EventId, HandlerError, IntoDelivery, IntoEventId,
 };
 
-use crate::asynch::batch::call as call2;
-use crate::asynch::{
-    call, AsyncHandler, AsyncHandler2, AsyncInboxConnection, Called, Handler, Inbox,
-};
+use crate::asynch::{AsyncInboxConnection, Called, Handler, Inbox};
 
 /// What [`Claims::claim`] found: [`crate::claim::Claimed`], holding an async [`Claim`].
 pub type Claimed = crate::claim::Claimed<Claim>;
@@ -29,7 +25,7 @@ impl Inbox {
     /// Claims on side effects outside the database, for this consumer:
     /// [`crate::Inbox::claims`].
     pub fn claims(&self) -> Claims {
-        Claims(self.0.claims())
+        Claims(self.blocking().claims())
     }
 }
 
@@ -246,7 +242,9 @@ impl Claims {
     ) -> impl Future<Output = Result<ClaimOutcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: for<'c> AsyncHandler<&'c crate::claim::Claim, Result<T, E>, Fut: Send> + Send + 'a,
+        H: for<'c> AsyncFnMut(&'c crate::claim::Claim) -> Result<T, E>
+            + for<'c> Handler<(&'c crate::claim::Claim,), T, E>
+            + 'a,
         T: Serialize + DeserializeOwned + Send + Sync + 'a,
         E: HandlerError + Send + 'a,
     {
@@ -303,14 +301,18 @@ impl Claims {
     ) -> impl Future<Output = Result<ClaimOutcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: for<'c> AsyncHandler<&'c crate::claim::Claim, Result<T, E>, Fut: Send> + Send + 'a,
-        R: Records<C, T, E> + 'a,
+        H: for<'c> AsyncFnMut(&'c crate::claim::Claim) -> Result<T, E>
+            + for<'c> Handler<(&'c crate::claim::Claim,), T, E>
+            + 'a,
+        R: for<'c, 'v> AsyncFnMut(&'c mut C, &'v T) -> Result<(), E>
+            + for<'c, 'v> Handler<(&'c mut C, &'v T), (), E>
+            + 'a,
         T: Serialize + DeserializeOwned + Send + Sync + 'a,
         E: HandlerError + Send + 'a,
     {
         async move {
             let delivery = delivery.into_delivery().map_err(Error::from)?;
-            let (effect, record) = (Acts(effect), Recorded(record, PhantomData));
+            let (effect, record) = (Called::new(effect), Called::new(record));
             let run = self
                 .0
                 .run_in::<Async, _, _, _>(conn, delivery, effect, record);
@@ -319,44 +321,25 @@ impl Claims {
     }
 }
 
-/// The database writes [`Claims::run_and_record`] commits with a claim's completion: an async
-/// closure over the transaction's connection and the side effect's value, whose future is
-/// `Send`. Implemented for every such closure.
-pub trait Records<C, T, E>:
-    for<'c, 'v> AsyncHandler2<&'c mut C, &'v T, Result<(), E>, Fut: Send> + Send
-{
-}
-
-impl<C, T, E, R> Records<C, T, E> for R where
-    R: for<'c, 'v> AsyncHandler2<&'c mut C, &'v T, Result<(), E>, Fut: Send> + Send
-{
-}
-
-/// [`Records`] as a claim's completion calls them: through the future type they name, boxed
-/// as a handler's is.
-struct Recorded<R, E>(R, PhantomData<fn() -> E>);
-
-impl<C, T, E, R> Record<C, T> for Recorded<R, E>
+/// The database writes [`Claims::run_and_record`] commits with a claim's completion.
+impl<C, T, E, R> Record<C, T> for Called<R, (), E>
 where
-    R: for<'c, 'v> AsyncHandler2<&'c mut C, &'v T, Result<(), E>>,
+    R: for<'c, 'v> Handler<(&'c mut C, &'v T), (), E>,
 {
     type Error = E;
 
     fn record(&mut self, tx: &mut C, value: &T) -> impl Future<Output = Result<(), E>> {
-        Box::pin(call2(&mut self.0, tx, value))
+        Box::pin(self.0.call((tx, value)))
     }
 }
 
-/// An async side effect as a claim runs it: through the future type it names, which is
-/// `Send`, and boxed, as handlers are.
-struct Acts<H>(H);
-
-impl<T, E, H> SideEffect<T, E> for Acts<H>
+/// The side effect a claim guards.
+impl<T, E, H> SideEffect<T, E> for Called<H, T, E>
 where
-    H: for<'c> AsyncHandler<&'c crate::claim::Claim, Result<T, E>>,
+    H: for<'c> Handler<(&'c crate::claim::Claim,), T, E>,
 {
     fn run(mut self, claim: &crate::claim::Claim) -> impl Future<Output = Result<T, E>> {
-        Box::pin(call(&mut self.0, claim))
+        Box::pin(self.0.call((claim,)))
     }
 }
 
@@ -432,10 +415,12 @@ impl Claim {
     where
         C: AsyncInboxConnection,
         T: Serialize + Sync,
-        H: Handler<C, (), E> + 'a,
+        H: for<'c> AsyncFnMut(&'c mut C) -> Result<(), E>
+            + for<'c> Handler<(&'c mut C,), (), E>
+            + 'a,
         E: HandlerError + Send + 'a,
     {
-        let record = Called(record, std::marker::PhantomData);
+        let record = Called::new(record);
         self.0.complete_in::<Async, _, _, _>(conn, result, record)
     }
 

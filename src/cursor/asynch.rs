@@ -2,7 +2,6 @@
 //! and reads are awaited. The same transaction bodies and statements as the sync API.
 
 use std::future::Future;
-use std::marker::PhantomData;
 
 use crate::sql::Async;
 use crate::{
@@ -10,7 +9,6 @@ use crate::{
     AdminError, Audit, CorruptRow, Error, HandlerError, Outcome,
 };
 
-use crate::asynch::batch::{SequenceHandler, Sequences};
 use crate::asynch::{AsyncInboxConnection, Called, Handler, Inbox};
 
 impl Inbox {
@@ -21,12 +19,12 @@ impl Inbox {
     /// [`InvalidStreamName`] for a name that is not 1 to 255 bytes of UTF-8 without control
     /// characters.
     pub fn cursor(&self, stream: &str) -> Result<Cursor, InvalidStreamName> {
-        self.0.cursor(stream).map(Cursor)
+        self.blocking().cursor(stream).map(Cursor)
     }
 
     /// The gap ledger of this consumer's cursors, every stream: [`crate::Inbox::gaps`].
     pub fn gaps(&self) -> Gaps {
-        Gaps(self.0.gaps())
+        Gaps(self.blocking().gaps())
     }
 }
 
@@ -133,11 +131,11 @@ impl Cursor {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: Handler<C, T, E> + 'a,
+        H: for<'c> AsyncFnMut(&'c mut C) -> Result<T, E> + for<'c> Handler<(&'c mut C,), T, E> + 'a,
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
-        let effect = Called(handler, PhantomData);
+        let effect = Called::new(handler);
         self.0
             .process_in::<Async, _, _, _>(conn, delivery.into(), effect)
     }
@@ -184,11 +182,13 @@ impl Cursor {
     where
         C: AsyncInboxConnection,
         M: Sync,
-        H: SequenceHandler<C, M, T, E> + 'a,
+        H: for<'c, 'm> AsyncFnMut(&'c mut C, u64, &'m M) -> Result<T, E>
+            + for<'c, 'm> Handler<(&'c mut C, u64, &'m M), T, E>
+            + 'a,
         T: Send + 'a,
         E: HandlerError + Send + 'a,
     {
-        let effect = Sequences(handler, PhantomData);
+        let effect = Called::new(handler);
         self.0
             .process_batch_in::<Async, _, _, _, _>(conn, items, effect)
     }
@@ -225,7 +225,7 @@ impl Cursor {
         conn: &mut C,
         inbox: &Inbox,
     ) -> Result<Vec<Position>, Error> {
-        crate::cursor::Cursor::all_in::<Async, _>(conn, &inbox.0).await
+        crate::cursor::Cursor::all_in::<Async, _>(conn, &inbox.blocking()).await
     }
 
     /// Every consumer with a cursor or a gap: [`crate::cursor::Cursor::consumers`], awaited.

@@ -3,7 +3,6 @@
 //! statements as the sync API.
 
 use std::future::Future;
-use std::marker::PhantomData;
 
 use crate::dead_letter::{RedriveEffect, Transition};
 use crate::sql::Async;
@@ -12,13 +11,12 @@ use crate::{
     Outcome, Payload,
 };
 
-use crate::asynch::batch::call as call2;
-use crate::asynch::{AsyncHandler2, AsyncInboxConnection, Inbox};
+use crate::asynch::{AsyncInboxConnection, Called, Handler, Inbox};
 
 impl Inbox {
     /// Operations on this consumer's dead letters: [`crate::Inbox::dead_letters`].
     pub fn dead_letters(&self) -> DeadLetters {
-        DeadLetters(self.0.dead_letters())
+        DeadLetters(self.blocking().dead_letters())
     }
 }
 
@@ -104,15 +102,15 @@ impl DeadLetters {
     ) -> impl Future<Output = Result<Outcome<T>, E>> + Send + 'a
     where
         C: AsyncInboxConnection,
-        H: for<'c, 'p> AsyncHandler2<&'c mut C, Option<&'p Payload>, Result<T, E>, Fut: Send>
-            + Send
+        H: for<'c, 'p> AsyncFnMut(&'c mut C, Option<&'p Payload>) -> Result<T, E>
+            + for<'c, 'p> Handler<(&'c mut C, Option<&'p Payload>), T, E>
             + 'a,
         T: Send + 'a,
         E: HandlerError + From<AdminError> + Send + 'a,
     {
         async move {
             let event_id = event_id.into_event_id().map_err(Error::from)?;
-            let effect = Reruns(effect, PhantomData);
+            let effect = Called::new(effect);
             let redriven = self
                 .0
                 .redrive_in::<Async, _, _, _>(conn, event_id, audit, effect);
@@ -156,13 +154,10 @@ impl DeadLetters {
     }
 }
 
-/// An async redrive effect as the redrive calls it: through the future type it names, boxed
-/// as a handler's is.
-struct Reruns<H, T, E>(H, PhantomData<fn() -> (T, E)>);
-
-impl<C, T, E, H> RedriveEffect<C> for Reruns<H, T, E>
+/// A redrive's handler, with the payload the failure stored.
+impl<C, T, E, H> RedriveEffect<C> for Called<H, T, E>
 where
-    H: for<'c, 'p> AsyncHandler2<&'c mut C, Option<&'p Payload>, Result<T, E>>,
+    H: for<'c, 'p> Handler<(&'c mut C, Option<&'p Payload>), T, E>,
 {
     type Output = T;
     type Error = E;
@@ -172,6 +167,6 @@ where
         conn: &mut C,
         payload: Option<&Payload>,
     ) -> impl Future<Output = Result<T, E>> {
-        Box::pin(call2(&mut self.0, conn, payload))
+        Box::pin(self.0.call((conn, payload)))
     }
 }

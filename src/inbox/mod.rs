@@ -11,6 +11,7 @@ pub(crate) mod postgres;
 mod record;
 pub(crate) mod sql;
 
+use std::marker::PhantomData;
 use std::num::NonZeroU32;
 use std::panic;
 use std::time::Duration;
@@ -70,13 +71,19 @@ where
     F: FnMut(&mut C) -> Result<T, E>,
     E: HandlerError,
 {
-    Inbox::default().process(conn, delivery, effect)
+    Inbox::<Blocking>::default().process(conn, delivery, effect)
 }
 
 /// The redelivery window of an inbox that declares none: 7 days.
 const DEFAULT_REDELIVERY_WINDOW: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
-/// The inbox for one consumer: a cheap, cloneable configuration.
+/// The inbox for one consumer: a cheap, cloneable configuration, in either flavour.
+///
+/// One type holds the settings of both flavours, so a setting is written once and exists in
+/// both: [`crate::Inbox`] is this type for sync Diesel ([`Blocking`]), whose deliveries run
+/// on the calling thread, and `asynch::Inbox` the same for diesel-async (`Async`), whose
+/// deliveries are awaited. The builders are the same; the operations take the flavour's
+/// connections.
 ///
 /// Each consumer (a handler, a projection, a subscriber) keeps its own record of what it
 /// processed, so two consumers in one database each process the same event once.
@@ -99,10 +106,9 @@ const DEFAULT_REDELIVERY_WINDOW: Duration = Duration::from_secs(7 * 24 * 60 * 60
 /// ```
 #[derive(Debug, Clone)]
 #[must_use]
-pub struct Inbox {
-    // Every field but the consumer is a setting, and each setting has a builder on the async
-    // inbox too: `asynch`'s parity test names every field, so a new one fails to compile
-    // there until the async inbox forwards its builder.
+pub struct Inbox<F = Blocking> {
+    // Every field but the consumer and the flavour is a setting, with its builder in the
+    // impl for every flavour.
     pub(crate) consumer: Consumer,
     pub(crate) retry: RetryPolicy,
     pub(crate) max_attempts: Option<NonZeroU32>,
@@ -110,9 +116,11 @@ pub struct Inbox {
     pub(crate) redelivery_window: Duration,
     /// See [`Inbox::expect_duplicates`].
     pub(crate) expect_duplicates: bool,
+    /// Which connections the operations take.
+    flavour: PhantomData<fn() -> F>,
 }
 
-impl Default for Inbox {
+impl<F> Default for Inbox<F> {
     /// The default consumer, the default [`RetryPolicy`], no dead-lettering, a redelivery
     /// window of 7 days.
     fn default() -> Self {
@@ -122,6 +130,7 @@ impl Default for Inbox {
             max_attempts: None,
             redelivery_window: DEFAULT_REDELIVERY_WINDOW,
             expect_duplicates: false,
+            flavour: PhantomData,
         }
     }
 }
@@ -133,7 +142,7 @@ pub(crate) enum Delivered<T> {
     PayloadConflict,
 }
 
-impl Inbox {
+impl<F> Inbox<F> {
     /// An inbox for the consumer called `name`: 1 to 128 bytes of ASCII letters, digits and
     /// `- _ . : /`.
     ///
@@ -182,6 +191,28 @@ impl Inbox {
         self.consumer.as_str()
     }
 
+    /// The same inbox in flavour `G`. Every field is named, so that a new one is carried over.
+    pub(crate) fn flavoured<G>(&self) -> Inbox<G> {
+        let Self {
+            consumer,
+            retry,
+            max_attempts,
+            redelivery_window,
+            expect_duplicates,
+            flavour: _,
+        } = self;
+        Inbox {
+            consumer: consumer.clone(),
+            retry: *retry,
+            max_attempts: *max_attempts,
+            redelivery_window: *redelivery_window,
+            expect_duplicates: *expect_duplicates,
+            flavour: PhantomData,
+        }
+    }
+}
+
+impl Inbox<Blocking> {
     /// Runs `effect` if and only if this consumer has not processed the event yet, in one
     /// transaction with the record that it did.
     ///
@@ -368,7 +399,10 @@ impl Inbox {
         let effect = async |tx: &mut C| effect(tx);
         run_ready(self.run_in::<Blocking, _, _, _>(conn, delivery, effect, encode))
     }
+}
 
+/// What both flavours' operations run: the inbox transaction and what its failure records.
+impl<K> Inbox<K> {
     /// A delivery in either flavour: the inbox transaction, then what its failure records.
     pub(crate) async fn run_in<F, C, T, E>(
         &self,
@@ -567,8 +601,8 @@ impl Inbox {
 }
 
 /// The inbox transaction's body: [`Inbox::deliver`], once per attempt.
-struct Deliver<'a, H, Enc> {
-    inbox: &'a Inbox,
+struct Deliver<'a, K, H, Enc> {
+    inbox: &'a Inbox<K>,
     delivery: Fingerprinted<'a>,
     effect: &'a mut H,
     encode: &'a Enc,
@@ -597,7 +631,7 @@ impl<'a> Fingerprinted<'a> {
     }
 }
 
-impl<F, C, T, E, H, Enc> Body<F, C> for Deliver<'_, H, Enc>
+impl<F, C, K, T, E, H, Enc> Body<F, C> for Deliver<'_, K, H, Enc>
 where
     C: Db<F, Backend: Sql>,
     H: Effect<C, Output = T, Error = E>,

@@ -5,10 +5,11 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
+use super::Inbox;
 use crate::rows::InboxRow;
 use crate::sql::{Db, InboxSql, Sql};
 use crate::state::InboxState;
-use crate::{Error, EventId, Inbox};
+use crate::{Error, EventId};
 
 /// What the inbox table records about one event of one consumer.
 ///
@@ -90,7 +91,7 @@ impl fmt::Display for InboxRecord {
     }
 }
 
-impl Inbox {
+impl<K> Inbox<K> {
     /// [`Inbox::record`] and [`crate::asynch::Inbox::record`], in either flavour.
     pub(crate) async fn record_in<F, C: Db<F, Backend: Sql>>(
         &self,

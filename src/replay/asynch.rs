@@ -316,7 +316,8 @@ impl Replays {
     where
         C: AsyncInboxConnection,
         S: ReplaySource<C>,
-        R: Handler<C, Vec<Report>, AdminError>,
+        R: for<'c> AsyncFnMut(&'c mut C) -> Result<Vec<Report>, AdminError>
+            + for<'c> Handler<(&'c mut C,), Vec<Report>, AdminError>,
     {
         let record = self
             .0

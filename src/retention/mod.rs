@@ -253,15 +253,17 @@ pub struct Pruned {
     pub dry_run: bool,
 }
 
-impl Inbox {
+impl<F> crate::inbox::Inbox<F> {
     /// The longest a broker may take to redeliver an event to this consumer: the worst
     /// realistic outage of the consumer plus the broker's redelivery or retention period.
-    /// Defaults to 7 days. [`prune`](Self::prune) refuses to remove rows younger than this.
+    /// Defaults to 7 days. [`prune`](Inbox::prune) refuses to remove rows younger than this.
     pub fn redelivery_window(mut self, window: Duration) -> Self {
         self.redelivery_window = window;
         self
     }
+}
 
+impl Inbox {
     /// Deletes this consumer's processed inbox rows settled and last seen more than
     /// `retention`'s age ago, with their failure rows and history, and its hourly counters and
     /// settled claims older than that; in batches, each a short transaction of its own.
@@ -305,8 +307,11 @@ impl Inbox {
     ) -> Result<Pruned, AdminError> {
         run_ready(self.prune_in::<Blocking, _>(conn, retention))
     }
+}
 
-    /// [`prune`](Self::prune) in either flavour.
+/// A prune in either flavour.
+impl<K> crate::inbox::Inbox<K> {
+    /// [`prune`](Inbox::prune) in either flavour.
     pub(crate) async fn prune_in<F, C: Db<F, Backend: Sql>>(
         &self,
         conn: &mut C,

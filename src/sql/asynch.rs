@@ -16,9 +16,11 @@ use diesel_async::{AsyncConnection, RunQueryDsl, SimpleAsyncConnection, Transact
 
 use super::db::{count_level_in, depth_of, Db, Stmt};
 
-/// The async flavour: a diesel-async [`AsyncConnection`], awaited on a tokio runtime.
-#[derive(Debug)]
-pub(crate) enum Async {}
+/// The async flavour: diesel-async's connections, awaited on a tokio runtime. An
+/// [`Inbox<Async>`](crate::flavour::Inbox), which is [`crate::asynch::Inbox`], awaits its
+/// deliveries on them.
+#[derive(Debug, Clone, Copy)]
+pub enum Async {}
 
 /// The connection's own transaction manager.
 type Manager<C> = <C as AsyncConnection>::TransactionManager;

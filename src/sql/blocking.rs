@@ -12,9 +12,11 @@ use diesel::{Connection, QueryResult, RunQueryDsl};
 
 use super::db::{count_level_in, depth_of, Db, Stmt};
 
-/// The sync flavour: a Diesel [`Connection`] driven by the calling thread.
-#[derive(Debug)]
-pub(crate) enum Blocking {}
+/// The sync flavour: Diesel's connections, driven by the calling thread. An
+/// [`Inbox<Blocking>`](crate::flavour::Inbox), which is [`crate::Inbox`], runs its deliveries
+/// on them.
+#[derive(Debug, Clone, Copy)]
+pub enum Blocking {}
 
 /// The connection's own transaction manager: Diesel's `AnsiTransactionManager`, or an r2d2
 /// pooled connection's, which hands every call to the one of the connection inside.

@@ -35,8 +35,8 @@ pub(crate) use crate::outbox::sql::OutboxSql;
 pub(crate) use crate::replay::sql::ReplaySql;
 pub(crate) use crate::retention::sql::RetentionSql;
 #[cfg(feature = "async")]
-pub(crate) use asynch::Async;
-pub(crate) use blocking::Blocking;
+pub use asynch::Async;
+pub use blocking::Blocking;
 pub(crate) use db::{Cached, Db, Run};
 pub(crate) use doctor::DoctorSql;
 pub(crate) use migrations::{MigrationLock, MigrationsSql};

@@ -1,7 +1,7 @@
 //! The shapes of the handlers the scenarios pass, as each flavour takes them.
 
 #[cfg(feature = "async")]
-use diesel_inbox::asynch::AsyncHandler2;
+use diesel_inbox::asynch::Handler;
 
 use super::*;
 
@@ -14,20 +14,27 @@ pub(crate) trait Handle<F: Flavour + ?Sized, T, E>: Send {
     /// The handler as `asynch` takes it.
     #[cfg(feature = "async")]
     #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
-    fn into_async(self) -> impl diesel_inbox::asynch::Handler<F::Conn, T, E>;
+    fn into_async(
+        self,
+    ) -> impl for<'c> AsyncFnMut(&'c mut F::Conn) -> Result<T, E>
+           + for<'c> Handler<(&'c mut F::Conn,), T, E>;
 }
 
 #[cfg(feature = "async")]
 impl<F, T, E, H> Handle<F, T, E> for H
 where
     F: Flavour + ?Sized,
-    H: diesel_inbox::asynch::Handler<F::Conn, T, E>,
+    H: for<'c> AsyncFnMut(&'c mut F::Conn) -> Result<T, E>
+        + for<'c> Handler<(&'c mut F::Conn,), T, E>,
 {
     fn call<'c>(&'c mut self, tx: &'c mut F::Conn) -> impl Future<Output = Result<T, E>> {
         self(tx)
     }
 
-    fn into_async(self) -> impl diesel_inbox::asynch::Handler<F::Conn, T, E> {
+    fn into_async(
+        self,
+    ) -> impl for<'c> AsyncFnMut(&'c mut F::Conn) -> Result<T, E>
+           + for<'c> Handler<(&'c mut F::Conn,), T, E> {
         self
     }
 }
@@ -45,7 +52,7 @@ where
 
 /// A two-argument handler the scenarios pass to flavour `F`: an async closure over
 /// `&mut F::Conn` and `$arg`, as `asynch`'s method takes it where the async flavour is
-/// compiled in (an `AsyncHandler2` whose future is `Send`).
+/// compiled in (a two-argument `Handler`, whose future is `Send`).
 macro_rules! handle_with {
     ($(#[$doc:meta])* $name:ident<$($l:lifetime),+>($arg:ty) -> $out:ty) => {
         $(#[$doc])*
@@ -62,15 +69,16 @@ macro_rules! handle_with {
             #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
             fn into_async(
                 self,
-            ) -> impl for<'c, $($l),+> AsyncHandler2<&'c mut F::Conn, $arg, Result<$out, E>, Fut: Send>
-                   + Send;
+            ) -> impl for<'c, $($l),+> AsyncFnMut(&'c mut F::Conn, $arg) -> Result<$out, E>
+                   + for<'c, $($l),+> Handler<(&'c mut F::Conn, $arg), $out, E>;
         }
 
         #[cfg(feature = "async")]
         impl<F, T, E, H> $name<F, T, E> for H
         where
             F: Flavour + ?Sized,
-            H: for<'c, $($l),+> AsyncHandler2<&'c mut F::Conn, $arg, Result<$out, E>, Fut: Send> + Send,
+            H: for<'c, $($l),+> AsyncFnMut(&'c mut F::Conn, $arg) -> Result<$out, E>
+                + for<'c, $($l),+> Handler<(&'c mut F::Conn, $arg), $out, E>,
         {
             fn call<'c, $($l),+>(
                 &'c mut self,
@@ -82,8 +90,8 @@ macro_rules! handle_with {
 
             fn into_async(
                 self,
-            ) -> impl for<'c, $($l),+> AsyncHandler2<&'c mut F::Conn, $arg, Result<$out, E>, Fut: Send>
-                   + Send {
+            ) -> impl for<'c, $($l),+> AsyncFnMut(&'c mut F::Conn, $arg) -> Result<$out, E>
+                   + for<'c, $($l),+> Handler<(&'c mut F::Conn, $arg), $out, E> {
                 self
             }
         }
@@ -134,28 +142,22 @@ pub(crate) trait PerSequence<F: Flavour + ?Sized, M, T, E>: Send {
     /// The handler as `asynch` takes it.
     #[cfg(feature = "async")]
     #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
+    #[allow(
+        clippy::type_complexity,
+        reason = "the shape as asynch states it: the closure's arguments, and its Send future"
+    )]
     fn into_async(
         self,
-    ) -> impl for<'c, 'm> diesel_inbox::asynch::AsyncHandler3<
-        &'c mut F::Conn,
-        u64,
-        &'m M,
-        Result<T, E>,
-        Fut: Send,
-    > + Send;
+    ) -> impl for<'c, 'm> AsyncFnMut(&'c mut F::Conn, u64, &'m M) -> Result<T, E>
+           + for<'c, 'm> Handler<(&'c mut F::Conn, u64, &'m M), T, E>;
 }
 
 #[cfg(feature = "async")]
 impl<F, M, T, E, H> PerSequence<F, M, T, E> for H
 where
     F: Flavour + ?Sized,
-    H: for<'c, 'm> diesel_inbox::asynch::AsyncHandler3<
-            &'c mut F::Conn,
-            u64,
-            &'m M,
-            Result<T, E>,
-            Fut: Send,
-        > + Send,
+    H: for<'c, 'm> AsyncFnMut(&'c mut F::Conn, u64, &'m M) -> Result<T, E>
+        + for<'c, 'm> Handler<(&'c mut F::Conn, u64, &'m M), T, E>,
 {
     fn call<'c>(
         &'c mut self,
@@ -168,13 +170,8 @@ where
 
     fn into_async(
         self,
-    ) -> impl for<'c, 'm> diesel_inbox::asynch::AsyncHandler3<
-        &'c mut F::Conn,
-        u64,
-        &'m M,
-        Result<T, E>,
-        Fut: Send,
-    > + Send {
+    ) -> impl for<'c, 'm> AsyncFnMut(&'c mut F::Conn, u64, &'m M) -> Result<T, E>
+           + for<'c, 'm> Handler<(&'c mut F::Conn, u64, &'m M), T, E> {
         self
     }
 }
@@ -206,13 +203,13 @@ pub(crate) trait Acts<T, E>: Send {
     #[allow(dead_code, reason = "the sync test binaries compile it too, unused")]
     fn into_async(
         self,
-    ) -> impl for<'c> diesel_inbox::asynch::AsyncHandler<&'c Claim, Result<T, E>, Fut: Send> + Send;
+    ) -> impl for<'c> AsyncFnMut(&'c Claim) -> Result<T, E> + for<'c> Handler<(&'c Claim,), T, E>;
 }
 
 #[cfg(feature = "async")]
 impl<T, E, H> Acts<T, E> for H
 where
-    H: for<'c> diesel_inbox::asynch::AsyncHandler<&'c Claim, Result<T, E>, Fut: Send> + Send,
+    H: for<'c> AsyncFnMut(&'c Claim) -> Result<T, E> + for<'c> Handler<(&'c Claim,), T, E>,
 {
     async fn call(mut self, claim: &Claim) -> Result<T, E> {
         self(claim).await
@@ -220,7 +217,7 @@ where
 
     fn into_async(
         self,
-    ) -> impl for<'c> diesel_inbox::asynch::AsyncHandler<&'c Claim, Result<T, E>, Fut: Send> + Send
+    ) -> impl for<'c> AsyncFnMut(&'c Claim) -> Result<T, E> + for<'c> Handler<(&'c Claim,), T, E>
     {
         self
     }
