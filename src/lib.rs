@@ -232,6 +232,7 @@ mod rows;
 pub mod schema;
 mod sql;
 mod state;
+mod tables;
 
 pub use ack::{Ack, AckOutcome};
 pub use audit::Audit;

@@ -10,8 +10,8 @@ use diesel::sql_types::{Integer, Nullable, Text};
 use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
-use crate::schema::mysql as schema;
 use crate::sql::{Db, DoctorSql, MigrationLock, MigrationsSql, Run};
+use crate::tables::mysql as schema;
 
 /// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
 /// them) and times (UTC `DATETIME(6)`).

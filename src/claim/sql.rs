@@ -3,7 +3,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `claim_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and the options name the variants a backend needs (`record_claim = upsert_returning`
 //! where the backend has `INSERT .. RETURNING`, `update_then_read` on MySQL; `lock =
 //! for_update` where it has row locks). Adding a statement touches this file alone: the
@@ -110,7 +110,7 @@ pub trait ClaimSql: TransactionSql {
 /// Implements [`ClaimSql`] for a backend: `claim_statements!(Backend, schema = .., codec = ..,
 /// record_claim = upsert_returning | update_then_read $(, lock = for_update)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. Expands to the impl and, beside it, `mod claim_rows`: the
 /// select lists and row conversions the statements share.

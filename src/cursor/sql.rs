@@ -4,7 +4,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `cursor_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and the options name the variants a backend needs (`insert_cursor =
 //! on_conflict_do_nothing`, or `insert_or_ignore` on MySQL; `gap_id = returning`, or
 //! `last_insert_id` on MySQL; `lock = for_update` where it has row locks; `begin_and_advance
@@ -215,7 +215,7 @@ pub trait CursorSql: TransactionSql {
 /// .., insert_cursor = on_conflict_do_nothing | insert_or_ignore, gap_id = returning |
 /// last_insert_id $(, lock = for_update)? $(, begin_and_advance = compound)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. Expands to the impl and, beside it, `mod cursor_rows`: the
 /// select lists and row conversions the statements share.

@@ -5,7 +5,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `failure_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and options name the variants a backend needs (`conflict = key_columns` where the upsert
 //! names its conflict target, `duplicated_keys` on MySQL; `lock = for_update` where it has row
 //! locks). Adding a statement touches this file alone: the trait's method and its body below.
@@ -113,7 +113,7 @@ pub trait FailureSql: TransactionSql {
 /// Implements [`FailureSql`] for a backend: `failure_statements!(Backend, schema = ..,
 /// codec = .., conflict = key_columns | duplicated_keys $(, lock = for_update)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). `conflict` is the
 /// backend's upsert target for `diesel_inbox_failures`: its key columns, or MySQL's
 /// `DuplicatedKeys`. `lock`: `for_update` where the backend has row locks; SQLite locks the

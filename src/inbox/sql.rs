@@ -2,7 +2,7 @@
 //! stored result, and the hourly counters the deliveries add to.
 //!
 //! Each backend's file stamps them all with one line, `inbox_statements!(Pg, schema = schema,
-//! codec = codec, dialect = postgres)`: the backend type, its module of [`crate::schema`] and
+//! codec = codec, dialect = postgres)`: the backend type, its module of [`crate::tables`] and
 //! its codec (how it binds keys and times) are explicit arguments. The statements that read
 //! the same on every backend are written once below; `dialect` picks, for the few that differ,
 //! the backend's own: PostgreSQL sends a delivery's insert with its `BEGIN` (the statement text
@@ -157,7 +157,7 @@ pub trait InboxSql: TransactionSql {
 /// Implements [`InboxSql`] for a backend: `inbox_statements!(Backend, schema = ..,
 /// codec = .., dialect = postgres | mysql | sqlite)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. Expands to the impl and, beside it, `mod inbox_rows`: the
 /// select lists and row conversions the statements share.

@@ -5,7 +5,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `outbox_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and the options name the variants a backend needs: `insert` how a duplicate event id is
 //! told (`do_nothing`, or `unique_error` on MySQL), `order_lock` how an aggregate's enqueues
 //! are ordered (`advisory_lock` on PostgreSQL, `aggregate_row` on MySQL, `none` on SQLite),
@@ -250,7 +250,7 @@ pub(crate) mod mysql {
 /// .., insert = do_nothing | unique_error, order_lock = advisory_lock | aggregate_row | none
 /// $(, lock = for_update)? $(, followers = false)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. Expands to the impl and, beside it, `mod outbox_rows`: the
 /// select list and row conversion the statements share.

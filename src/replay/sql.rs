@@ -5,7 +5,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `replay_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and `replay_id` says how a new replay's id is read back (`returning`, or `last_insert_id`
 //! on MySQL), as the fork ledger's is. Adding a statement touches this file alone: the
 //! trait's method and its body below.
@@ -199,7 +199,7 @@ pub trait ReplaySql: TransactionSql {
 /// Implements [`ReplaySql`] for a backend: `replay_statements!(Backend, schema = .., codec = ..,
 /// replay_id = returning | last_insert_id)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. A new replay's id is read back by the chain area's
 /// `@returning` or `@last_insert_id` arm (see `chain/sql.rs`), which the fork ledger uses too.

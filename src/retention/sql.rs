@@ -4,7 +4,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `retention_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its
-//! module of [`crate::schema`] and its codec (how it binds keys and times, and sums) are
+//! module of [`crate::tables`] and its codec (how it binds keys and times, and sums) are
 //! explicit arguments, and options name the variants a backend needs (`lease_insert =
 //! do_nothing` where the database waits for a concurrent insert of a lease row, `plain`
 //! elsewhere; `prune_lock = lease_row | named_lock | writer_lock`, what keeps a second prune
@@ -230,7 +230,7 @@ pub trait RetentionSql: TransactionSql {
 /// codec = .., lease_insert = do_nothing | plain, prune_lock = lease_row | named_lock |
 /// writer_lock $(, lock = for_update)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`, and `sum_i64`, its
 /// `SUM` of an integer column as a `BIGINT`). Nothing else is taken from the caller's scope.
 ///
