@@ -216,6 +216,8 @@ mod error;
 mod handler_error;
 mod id;
 mod inbox;
+#[cfg(test)]
+mod layers;
 pub mod migrations;
 pub mod multi;
 mod names;

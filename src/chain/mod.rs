@@ -28,7 +28,7 @@ use tracing::{error, warn, Instrument};
 
 use crate::backend::StreamKey;
 use crate::claim::sql::ClaimSql;
-use crate::claim::ClaimState;
+use crate::claim::state::ClaimState;
 use crate::decide::{Failure, Then};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
@@ -247,6 +247,8 @@ impl BlockOutcome {
         }
     }
 }
+
+impl crate::ack::sealed::Sealed for BlockOutcome {}
 
 impl AckOutcome for BlockOutcome {
     fn ack(&self) -> crate::Ack {

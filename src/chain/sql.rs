@@ -17,7 +17,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
-use crate::claim::ClaimState;
+use crate::claim::state::ClaimState;
 use crate::rows::{Key, StreamKey};
 use crate::sql::{Db, TransactionSql};
 
@@ -587,7 +587,7 @@ macro_rules! chain_statements {
                         $codec::KeyOwned,
                         i64,
                         $codec::KeyOwned,
-                        $crate::claim::ClaimState,
+                        $crate::claim::state::ClaimState,
                         $codec::Time,
                     )>(conn)
                     .await

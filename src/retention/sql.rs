@@ -16,7 +16,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
-use crate::dead_letter::DeadLetterState;
+use crate::dead_letter::state::DeadLetterState;
 use crate::rows::ConsumerRows;
 use crate::sql::{Db, TransactionSql};
 use crate::state::{Counter, InboxState, UnknownState};
@@ -295,7 +295,7 @@ macro_rules! retention_statements {
             ) -> diesel::QueryResult<Vec<$crate::retention::sql::FailureTotals>> {
                 use diesel::dsl::count_star;
                 use diesel::prelude::*;
-                use $crate::dead_letter::DeadLetterState;
+                use $crate::dead_letter::state::DeadLetterState;
                 use $crate::retention::sql::FailureTotals;
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_failures::dsl as f;
@@ -363,7 +363,7 @@ macro_rules! retention_statements {
             ) -> diesel::QueryResult<Option<chrono::DateTime<chrono::Utc>>> {
                 use diesel::dsl::{exists, min, not};
                 use diesel::prelude::*;
-                use $crate::dead_letter::DeadLetterState;
+                use $crate::dead_letter::state::DeadLetterState;
                 use $crate::sql::Run;
                 use $crate::state::InboxState;
                 use $schema::diesel_inbox_events::dsl as t;
@@ -573,7 +573,7 @@ macro_rules! retention_statements {
                 diesel::delete(
                     k::diesel_inbox_claims
                         .filter(k::consumer.eq($codec::key(consumer)))
-                        .filter(k::state.eq_any($crate::claim::ClaimState::SETTLED))
+                        .filter(k::state.eq_any($crate::claim::state::ClaimState::SETTLED))
                         .filter(k::updated_at.lt($codec::time(cutoff))),
                 )
                 .execute_on(conn)
@@ -622,7 +622,7 @@ macro_rules! retention_statements {
                     .await?;
                 let claims = k::diesel_inbox_claims
                     .filter(k::consumer.eq(who))
-                    .filter(k::state.eq_any($crate::claim::ClaimState::SETTLED))
+                    .filter(k::state.eq_any($crate::claim::state::ClaimState::SETTLED))
                     .filter(k::updated_at.lt(cutoff))
                     .count()
                     .get_result_on::<i64>(conn)
