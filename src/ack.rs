@@ -1,6 +1,6 @@
 //! What a broker loop does with a message once the inbox has seen it.
 
-use crate::{claim::ClaimOutcome, Error, FailureKind, HandlerError, Outcome};
+use crate::{claim::outcome::ClaimOutcome, Error, FailureKind, HandlerError, Outcome};
 
 /// What to tell the broker about the message a delivery came from.
 ///
@@ -84,12 +84,11 @@ pub trait AckOutcome: sealed::Sealed {
     fn ack(&self) -> Ack;
 }
 
-mod sealed {
+pub(crate) mod sealed {
     /// Keeps [`AckOutcome`](super::AckOutcome) to the crate's outcomes.
     pub trait Sealed {}
     impl<T> Sealed for crate::Outcome<T> {}
-    impl<T> Sealed for crate::claim::ClaimOutcome<T> {}
-    impl Sealed for crate::chain::BlockOutcome {}
+    impl<T> Sealed for crate::claim::outcome::ClaimOutcome<T> {}
 }
 
 impl<T> AckOutcome for Outcome<T> {

@@ -115,7 +115,7 @@ where
 async fn recorded_or_corrupt<F, C: Db<F, Backend: Sql>, E>(
     conn: &mut C,
     recorded: &mut HashMap<&str, Listed<Recorded>>,
-    key: crate::backend::Key<'_>,
+    key: crate::rows::Key<'_>,
     fingerprint: Option<&[u8; 32]>,
 ) -> Result<Result<Recorded, crate::CorruptRow>, Failure<E>> {
     if let Some(first) = recorded.remove(key.1) {

@@ -8,7 +8,7 @@ use std::panic;
 use std::time::Duration;
 
 use crate::class::{ErrorClass, FailedStatement};
-use crate::dead_letter::DeadLetterState;
+use crate::dead_letter::state::DeadLetterState;
 use crate::rows::Existing;
 use crate::state::InboxState;
 use crate::{AdminError, DeadLettered, Duplicate, Error, FailureKind, HandlerError, RetryPolicy};
@@ -64,10 +64,7 @@ impl<E> From<Error> for Failure<E> {
 impl<E> Failure<E> {
     /// A statement's error on the inbox row at `key`: when the row holds a state this version
     /// cannot read, [`Error::CorruptRow`], which a delivery rejects rather than redelivers.
-    pub(crate) fn reading_events(
-        error: diesel::result::Error,
-        key: crate::backend::Key<'_>,
-    ) -> Self {
+    pub(crate) fn reading_events(error: diesel::result::Error, key: crate::rows::Key<'_>) -> Self {
         match crate::state::unreadable(error, &[("consumer", key.0), ("event_id", key.1)]) {
             Ok(corrupt) => Failure::Inbox(corrupt.into()),
             Err(error) => Failure::Database(error),

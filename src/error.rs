@@ -287,7 +287,7 @@ pub enum AdminError {
         /// The row's position.
         position: i64,
         /// Its state.
-        state: crate::outbox::OutboxState,
+        state: crate::outbox::state::OutboxState,
     },
     /// A relay pass was asked for inside an open transaction: its claim must commit before it
     /// publishes, and its marks after. Run the relay on a connection of its own.

@@ -537,6 +537,8 @@ pub mod flavour;
 mod handler_error;
 mod id;
 mod inbox;
+#[cfg(test)]
+mod layers;
 pub mod migrations;
 pub mod multi;
 mod names;
@@ -553,6 +555,7 @@ mod rows;
 pub mod schema;
 mod sql;
 mod state;
+mod tables;
 
 pub use ack::{Ack, AckOutcome};
 pub use audit::Audit;

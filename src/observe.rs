@@ -182,7 +182,7 @@ pub(crate) fn pruned(consumer: &str, table: &'static str, rows: u64) {
 }
 
 /// A gap of `sequences` missing sequences that a cursor of `consumer` found (committed).
-pub(crate) fn gap_found(consumer: &str, cause: crate::cursor::GapCause, sequences: u64) {
+pub(crate) fn gap_found(consumer: &str, cause: crate::cursor::state::GapCause, sequences: u64) {
     #[cfg(feature = "metrics")]
     for (name, n) in [(GAPS, 1), (GAP_SEQUENCES, sequences)] {
         metrics::counter!(name, "consumer" => consumer.to_owned(), "cause" => cause.as_str())
@@ -225,7 +225,7 @@ pub(crate) fn replayed(consumer: &str, outcome: &'static str) {
 
 /// A claim of `consumer` moved to `state` (committed): acquired, completed, released,
 /// abandoned or in doubt.
-pub(crate) fn claim_transition(consumer: &str, state: crate::claim::ClaimState) {
+pub(crate) fn claim_transition(consumer: &str, state: crate::claim::state::ClaimState) {
     #[cfg(feature = "metrics")]
     metrics::counter!(CLAIM_TRANSITIONS, "consumer" => consumer.to_owned(), "state" => state.as_str())
         .increment(1);

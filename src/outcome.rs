@@ -35,7 +35,7 @@ pub enum Outcome<T> {
         /// The effect's value.
         value: T,
         /// The gaps this sequence revealed.
-        gaps: Vec<crate::cursor::Gap>,
+        gaps: Vec<crate::cursor::gap::Gap>,
     },
 }
 
@@ -68,7 +68,7 @@ impl<T> Outcome<T> {
 
     /// The gaps this delivery revealed: empty unless it is
     /// [`ProcessedAfterGap`](Self::ProcessedAfterGap).
-    pub fn gaps(&self) -> &[crate::cursor::Gap] {
+    pub fn gaps(&self) -> &[crate::cursor::gap::Gap] {
         match self {
             Self::ProcessedAfterGap { gaps, .. } => gaps,
             _ => &[],

@@ -296,7 +296,7 @@ fn unknown_in(error: &diesel::result::Error) -> Option<&UnknownState> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dead_letter::DeadLetterState;
+    use crate::dead_letter::state::DeadLetterState;
 
     #[test]
     fn every_state_reads_back_from_its_own_text() {

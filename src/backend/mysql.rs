@@ -5,90 +5,22 @@ use std::time::Duration;
 
 use diesel::mysql::{Mysql, MysqlConnection};
 use diesel::prelude::*;
-use diesel::sql_types::{Integer, Nullable, Text};
+use diesel::sql_types::Text;
 
 use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
-use crate::schema::mysql as schema;
 use crate::sql::{Db, DoctorSql, MigrationLock, MigrationsSql, Run};
+use crate::tables::mysql as schema;
 
-/// How MySQL binds keys (`VARBINARY`, as bytes, so no collation or charset conversion touches
-/// them) and times (UTC `DATETIME(6)`).
-pub(crate) mod codec {
-    use chrono::{DateTime, NaiveDateTime, Utc};
-
-    pub(crate) type Time = NaiveDateTime;
-    pub(crate) type KeyOwned = Vec<u8>;
-
-    pub(crate) fn key(part: &str) -> &[u8] {
-        part.as_bytes()
-    }
-
-    pub(crate) fn key_string(key: KeyOwned) -> String {
-        // Only ever written from validated `&str`s.
-        String::from_utf8(key)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-    }
-
-    pub(crate) fn time(time: DateTime<Utc>) -> Time {
-        time.naive_utc()
-    }
-
-    pub(crate) fn utc(time: Time) -> DateTime<Utc> {
-        time.and_utc()
-    }
-
-    /// `SUM(expr)` of an integer expression, as a `BIGINT`: MySQL sums integers as `DECIMAL`,
-    /// and casts to a 64-bit integer as `SIGNED`.
-    /// `expr` is SQL text, always a literal of the inbox's own.
-    pub(crate) fn sum_i64(
-        expr: &'static str,
-    ) -> diesel::expression::SqlLiteral<diesel::sql_types::Nullable<diesel::sql_types::BigInt>>
-    {
-        diesel::dsl::sql(&format!("CAST(SUM({expr}) AS SIGNED)"))
-    }
-}
+pub(crate) mod codec;
+pub(crate) mod server;
+use server::variable;
+pub(crate) use server::{is_galera_node, named_lock, release_named_lock};
 
 /// The named lock that lets one process at a time apply the inbox migrations, before the
 /// database name.
 const MIGRATION_LOCK_NAME: &str = "diesel_inbox.migrations";
-
-/// Takes the session's named lock `name` (`GET_LOCK`), waiting up to `timeout`: `false`
-/// when another session held it all that time. Named after the database too, as
-/// PostgreSQL's advisory locks are per database, since `GET_LOCK`'s names are server-wide.
-/// 1: taken, 0: timed out, NULL: an error took it.
-pub(crate) async fn named_lock<F, C: Db<F, Backend = Mysql>>(
-    conn: &mut C,
-    name: &str,
-    timeout: Duration,
-) -> QueryResult<bool> {
-    diesel::select(
-        diesel::dsl::sql::<Nullable<Integer>>("GET_LOCK(LEFT(CONCAT(")
-            .bind::<Text, _>(name)
-            .sql(", ':', DATABASE()), 64), ")
-            .bind::<diesel::sql_types::Double, _>(timeout.as_secs_f64())
-            .sql(")"),
-    )
-    .get_result_on::<Option<i32>>(conn)
-    .await
-    .map(|taken| taken == Some(1))
-}
-
-/// Releases the session's named lock `name` that [`named_lock`] took.
-pub(crate) async fn release_named_lock<F, C: Db<F, Backend = Mysql>>(
-    conn: &mut C,
-    name: &str,
-) -> QueryResult<()> {
-    diesel::select(
-        diesel::dsl::sql::<Nullable<Integer>>("RELEASE_LOCK(LEFT(CONCAT(")
-            .bind::<Text, _>(name)
-            .sql(", ':', DATABASE()), 64))"),
-    )
-    .get_result_on::<Option<i32>>(conn)
-    .await
-    .map(drop)
-}
 
 impl HasInboxSql for MysqlConnection {}
 
@@ -235,35 +167,6 @@ impl DoctorSql for Mysql {
         checks.extend(engine(conn).await?.checks());
         Ok(checks)
     }
-}
-
-/// A system variable as text; `None` where the server has no such variable (`wsrep_on` and
-/// `idle_transaction_timeout` are MariaDB's).
-async fn variable<F, C: Db<F, Backend = Mysql>>(
-    conn: &mut C,
-    name: &'static str,
-) -> QueryResult<Option<String>> {
-    let read = diesel::select(diesel::dsl::sql::<Nullable<Text>>(&format!(
-        "CAST(@@{name} AS CHAR)"
-    )))
-    .get_result_on::<Option<String>>(conn)
-    .await;
-    match read {
-        Err(diesel::result::Error::DatabaseError(_, info))
-            if info.message().contains("Unknown system variable") =>
-        {
-            Ok(None)
-        }
-        read => read,
-    }
-}
-
-/// Whether this server is a Galera node with replication on (`wsrep_on`).
-pub(crate) async fn is_galera_node<F, C: Db<F, Backend = Mysql>>(
-    conn: &mut C,
-) -> QueryResult<bool> {
-    let wsrep_on = variable(conn, "global.wsrep_on").await?;
-    Ok(matches!(wsrep_on.as_deref(), Some("1" | "ON")))
 }
 
 /// What this server is: a Galera node or not, and what bounds a stalled transaction.

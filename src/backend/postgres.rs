@@ -11,8 +11,8 @@ use diesel::sql_types::{BigInt, Bool, Nullable, Text};
 use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::dialect::Dialect;
-use crate::schema::postgres as schema;
 use crate::sql::{Db, DoctorSql, MigrationLock, MigrationsSql, Run};
+use crate::tables::postgres as schema;
 
 /// How PostgreSQL binds keys (`TEXT COLLATE "C"`) and times (`TIMESTAMPTZ`).
 mod codec {

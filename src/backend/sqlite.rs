@@ -13,8 +13,8 @@ use super::sealed::HasInboxSql;
 use crate::check::{Check, CheckStatus};
 use crate::class::ErrorClass;
 use crate::dialect::Dialect;
-use crate::schema::sqlite as schema;
 use crate::sql::{Db, DoctorSql, MigrationLock, MigrationsSql, Run, TransactionSql};
+use crate::tables::sqlite as schema;
 
 /// How SQLite binds keys (`TEXT`, binary collation) and times (UTC `TIMESTAMP` text).
 mod codec {

@@ -77,7 +77,7 @@ use tracing::{error, warn, Instrument};
 
 use crate::backend::StreamKey;
 use crate::claim::sql::ClaimSql;
-use crate::claim::ClaimState;
+use crate::claim::state::ClaimState;
 use crate::decide::{Failure, Then};
 use crate::duration::now;
 use crate::engine::{self, run_ready, Body, Effect};
@@ -296,6 +296,8 @@ impl BlockOutcome {
         }
     }
 }
+
+impl crate::ack::sealed::Sealed for BlockOutcome {}
 
 impl AckOutcome for BlockOutcome {
     fn ack(&self) -> crate::Ack {

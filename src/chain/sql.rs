@@ -6,7 +6,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `chain_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and the options name the variants a backend needs: `reorg_id` says how the fork ledger's
 //! new id is read back (`returning`, or `last_insert_id` on MySQL), `block_events` how a
 //! block's events are inserted (`batch`, or `per_row` on SQLite). Adding a statement touches
@@ -17,7 +17,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
-use crate::claim::ClaimState;
+use crate::claim::state::ClaimState;
 use crate::rows::{Key, StreamKey};
 use crate::sql::{Db, TransactionSql};
 
@@ -193,7 +193,7 @@ pub(crate) const EVENT_IDS_PER_STATEMENT: usize = 1000;
 /// Implements [`ChainSql`] for a backend: `chain_statements!(Backend, schema = .., codec = ..,
 /// reorg_id = returning | last_insert_id, block_events = batch | per_row)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. The `@returning` and `@last_insert_id` arms, which read
 /// back the id of a row just inserted, serve the replay area's statements too.
@@ -587,7 +587,7 @@ macro_rules! chain_statements {
                         $codec::KeyOwned,
                         i64,
                         $codec::KeyOwned,
-                        $crate::claim::ClaimState,
+                        $crate::claim::state::ClaimState,
                         $codec::Time,
                     )>(conn)
                     .await

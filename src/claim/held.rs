@@ -9,13 +9,14 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
+use super::outcome::{Abandoned, Completed, InDoubt, InProgress, Suppressed};
 use super::sql::{ClaimChange, ClaimSql};
 use super::verdict::{self, InDoubtPolicy};
 use super::ClaimState;
-use crate::backend::Key;
 use crate::decide::{Failure, HandlerFailure, Then};
 use crate::duration::{after, now};
 use crate::engine::{self, run_ready, Body, Effect};
+use crate::rows::Key;
 use crate::sql::{Blocking, Db, Sql};
 use crate::{claim::Claims, observe, Error, EventId, HandlerError, InboxConnection};
 
@@ -506,5 +507,44 @@ mod tests {
         assert_ne!(key, idempotency_key("billing", "welcome:42"));
         // The separator keeps ("ab", "c") and ("a", "bc") apart.
         assert_ne!(idempotency_key("ab", "c"), idempotency_key("a", "bc"));
+    }
+}
+
+/// What [`Claims::claim`](crate::claim::Claims::claim) found: the claim to run the side effect
+/// under, or why not to run it. `H` is the held claim's type: [`Claim`], or the async
+/// flavour's `asynch::Claim`.
+#[must_use = "only Claimed::Acquired may run the side effect"]
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Claimed<H = Claim> {
+    /// This delivery holds the claim: run the side effect now, then finish the claim
+    /// ([`Claim::complete`] and the others).
+    Acquired(H),
+    /// The side effect happened before: its stored result, and the side effect must not run.
+    Completed(Completed),
+    /// Another worker holds the claim and its lease runs: do not run the side effect;
+    /// redeliver after the lease.
+    InProgress(InProgress),
+    /// Whether the side effect happened is unknown: do not run it; ops resolve the claim.
+    InDoubt(InDoubt),
+    /// The side effect did not happen and must not run.
+    Abandoned(Abandoned),
+    /// Under a replay that does not call out: nothing was claimed and the side effect must
+    /// not run; what a live delivery would have done is noted in the replay.
+    Suppressed(Suppressed),
+}
+
+impl<H> Claimed<H> {
+    /// The same finding, with the held claim (if any) made into another type.
+    #[cfg(feature = "async")]
+    pub(crate) fn map_held<K>(self, held: impl FnOnce(H) -> K) -> Claimed<K> {
+        match self {
+            Self::Acquired(claim) => Claimed::Acquired(held(claim)),
+            Self::Completed(done) => Claimed::Completed(done),
+            Self::InProgress(progress) => Claimed::InProgress(progress),
+            Self::InDoubt(doubt) => Claimed::InDoubt(doubt),
+            Self::Abandoned(abandoned) => Claimed::Abandoned(abandoned),
+            Self::Suppressed(suppressed) => Claimed::Suppressed(suppressed),
+        }
     }
 }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use tracing::info;
 
 use super::held::idempotency_key;
-use super::outcome::reason_in_doubt;
+use super::sql::reason_in_doubt;
 use super::sql::{ClaimChange, ClaimRow, ClaimSql};
 use super::ClaimState;
 use super::{verdict, Claims};

@@ -119,9 +119,9 @@
 pub(crate) mod asynch;
 mod held;
 mod ledger;
-mod outcome;
+pub(crate) mod outcome;
 pub(crate) mod sql;
-mod state;
+pub(crate) mod state;
 mod verdict;
 
 use std::future::Future;
@@ -142,8 +142,9 @@ use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, Into
 use sql::{ClaimChange, ClaimRow, ClaimSql, NewClaim};
 
 pub use held::Claim;
+pub use held::Claimed;
 pub use ledger::{ClaimRecord, Resolution};
-pub use outcome::{Abandoned, ClaimOutcome, Claimed, Completed, InDoubt, InProgress, Suppressed};
+pub use outcome::{Abandoned, ClaimOutcome, Completed, InDoubt, InProgress, Suppressed};
 pub use state::ClaimState;
 pub(crate) use verdict::state_at;
 pub use verdict::InDoubtPolicy;
@@ -712,7 +713,7 @@ enum Found {
 /// Records that the claim `row`'s lease ran out before its holder completed it.
 async fn record_lapse<F, C: Db<F, Backend: Sql>>(
     conn: &mut C,
-    key: crate::backend::Key<'_>,
+    key: crate::rows::Key<'_>,
     row: &ClaimRow,
     doubt: &InDoubt,
 ) -> Result<(), Failure<Error>> {

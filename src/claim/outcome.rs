@@ -1,50 +1,10 @@
-//! What a claim came to: for the two-phase form ([`Claimed`]) and the closure form
-//! ([`ClaimOutcome`]).
+//! What a claim came to: for the closure form ([`ClaimOutcome`]), and what the two-phase
+//! form ([`Claimed`](super::Claimed)) finds when it does not hold the claim.
 
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 
-use super::sql::ClaimRow;
-use crate::{claim::Claim, Error};
-
-/// What [`Claims::claim`](crate::claim::Claims::claim) found: the claim to run the side effect
-/// under, or why not to run it. `H` is the held claim's type: [`Claim`], or the async
-/// flavour's `asynch::Claim`.
-#[must_use = "only Claimed::Acquired may run the side effect"]
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Claimed<H = Claim> {
-    /// This delivery holds the claim: run the side effect now, then finish the claim
-    /// ([`Claim::complete`] and the others).
-    Acquired(H),
-    /// The side effect happened before: its stored result, and the side effect must not run.
-    Completed(Completed),
-    /// Another worker holds the claim and its lease runs: do not run the side effect;
-    /// redeliver after the lease.
-    InProgress(InProgress),
-    /// Whether the side effect happened is unknown: do not run it; ops resolve the claim.
-    InDoubt(InDoubt),
-    /// The side effect did not happen and must not run.
-    Abandoned(Abandoned),
-    /// Under a replay that does not call out: nothing was claimed and the side effect must
-    /// not run; what a live delivery would have done is noted in the replay.
-    Suppressed(Suppressed),
-}
-
-impl<H> Claimed<H> {
-    /// The same finding, with the held claim (if any) made into another type.
-    #[cfg(feature = "async")]
-    pub(crate) fn map_held<K>(self, held: impl FnOnce(H) -> K) -> Claimed<K> {
-        match self {
-            Self::Acquired(claim) => Claimed::Acquired(held(claim)),
-            Self::Completed(done) => Claimed::Completed(done),
-            Self::InProgress(progress) => Claimed::InProgress(progress),
-            Self::InDoubt(doubt) => Claimed::InDoubt(doubt),
-            Self::Abandoned(abandoned) => Claimed::Abandoned(abandoned),
-            Self::Suppressed(suppressed) => Claimed::Suppressed(suppressed),
-        }
-    }
-}
+use crate::Error;
 
 /// What [`Claims::run`](crate::claim::Claims::run) came to.
 #[must_use = "a ClaimOutcome says whether the side effect ran; ack the message by ClaimOutcome::ack"]
@@ -93,18 +53,11 @@ impl<T> ClaimOutcome<T> {
 /// A completed claim's stored result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Completed {
-    result: Option<String>,
-    at: Option<DateTime<Utc>>,
+    pub(crate) result: Option<String>,
+    pub(crate) at: Option<DateTime<Utc>>,
 }
 
 impl Completed {
-    pub(crate) fn from_row(row: &ClaimRow) -> Self {
-        Self {
-            result: row.result.clone(),
-            at: row.completed_at,
-        }
-    }
-
     /// The side effect's result, as its holder (or ops) stored it.
     ///
     /// # Errors
@@ -149,16 +102,6 @@ pub struct InDoubt {
 }
 
 impl InDoubt {
-    /// The claim `row`, which is in doubt. It is so since the end of its holder's lease: a
-    /// holder that cannot tell what its side effect did ends the lease there and then.
-    pub(crate) fn from_row(row: &ClaimRow) -> Self {
-        Self {
-            attempt: row.attempt.unsigned_abs(),
-            since: row.lease_until,
-            reason: reason_in_doubt(row),
-        }
-    }
-
     /// The attempt whose outcome is unknown.
     pub fn attempt(&self) -> u64 {
         self.attempt
@@ -176,16 +119,6 @@ impl InDoubt {
     }
 }
 
-/// Why the claim `row`, in doubt, is: the reason stored with it, or, for a lapse no delivery
-/// has recorded yet, the one a delivery would record.
-pub(crate) fn reason_in_doubt(row: &ClaimRow) -> String {
-    if let (Some(reason), super::ClaimState::InDoubt) = (&row.last_error, row.state) {
-        return reason.clone();
-    }
-    let at = row.lease_until.format("%Y-%m-%d %H:%M:%S UTC");
-    format!("the holder's lease ran out at {at} before it completed the claim (it crashed, hung or lost its connection)")
-}
-
 /// A claim given up on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Abandoned {
@@ -193,12 +126,6 @@ pub struct Abandoned {
 }
 
 impl Abandoned {
-    pub(crate) fn from_row(row: &ClaimRow) -> Self {
-        Self {
-            reason: row.last_error.clone(),
-        }
-    }
-
     /// The permanent failure that abandoned it, if one did. Ops' reasons are on the claim's
     /// record ([`ClaimRecord::resolution`](crate::claim::ClaimRecord::resolution)).
     pub fn reason(&self) -> Option<&str> {
@@ -212,14 +139,14 @@ impl Abandoned {
 #[non_exhaustive]
 pub struct Suppressed {
     /// The claim's state; `None` when the event was never claimed.
-    pub state: Option<super::ClaimState>,
+    pub state: Option<super::state::ClaimState>,
 }
 
 impl Suppressed {
     /// `true` when a live delivery would have run the side effect: the event was never
     /// claimed, or its claim was released.
     pub fn would_run(&self) -> bool {
-        matches!(self.state, None | Some(super::ClaimState::Released))
+        matches!(self.state, None | Some(super::state::ClaimState::Released))
     }
 
     /// What a live delivery would have done, in words.

@@ -3,7 +3,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `claim_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and the options name the variants a backend needs (`record_claim = upsert_returning`
 //! where the backend has `INSERT .. RETURNING`, `update_then_read` on MySQL; `lock =
 //! for_update` where it has row locks). Adding a statement touches this file alone: the
@@ -19,7 +19,8 @@ use crate::delivery::Payload;
 use crate::rows::{Key, Listed};
 use crate::sql::{Db, TransactionSql};
 
-use super::ClaimState;
+use super::outcome::{Abandoned, Completed, InDoubt};
+use super::state::ClaimState;
 
 /// A row of `diesel_inbox_claims` (a listing's rows hold no payload, hash or kind).
 #[derive(Debug, Clone)]
@@ -66,6 +67,46 @@ pub struct ClaimChange<'a> {
     pub now: DateTime<Utc>,
 }
 
+/// The outcomes' readings of a claim row.
+impl Completed {
+    pub(crate) fn from_row(row: &ClaimRow) -> Self {
+        Self {
+            result: row.result.clone(),
+            at: row.completed_at,
+        }
+    }
+}
+
+impl InDoubt {
+    /// The claim `row`, which is in doubt. It is so since the end of its holder's lease: a
+    /// holder that cannot tell what its side effect did ends the lease there and then.
+    pub(crate) fn from_row(row: &ClaimRow) -> Self {
+        Self {
+            attempt: row.attempt.unsigned_abs(),
+            since: row.lease_until,
+            reason: reason_in_doubt(row),
+        }
+    }
+}
+
+impl Abandoned {
+    pub(crate) fn from_row(row: &ClaimRow) -> Self {
+        Self {
+            reason: row.last_error.clone(),
+        }
+    }
+}
+
+/// Why the claim `row`, in doubt, is: the reason stored with it, or, for a lapse no delivery
+/// has recorded yet, the one a delivery would record.
+pub(crate) fn reason_in_doubt(row: &ClaimRow) -> String {
+    if let (Some(reason), super::state::ClaimState::InDoubt) = (&row.last_error, row.state) {
+        return reason.clone();
+    }
+    let at = row.lease_until.format("%Y-%m-%d %H:%M:%S UTC");
+    format!("the holder's lease ran out at {at} before it completed the claim (it crashed, hung or lost its connection)")
+}
+
 /// The claims area's statements for one database, on a connection of either flavour. Sealed.
 pub trait ClaimSql: TransactionSql {
     /// Inserts the claim of `key` as `claim` says, or counts one more delivery on the
@@ -110,7 +151,7 @@ pub trait ClaimSql: TransactionSql {
 /// Implements [`ClaimSql`] for a backend: `claim_statements!(Backend, schema = .., codec = ..,
 /// record_claim = upsert_returning | update_then_read $(, lock = for_update)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. Expands to the impl and, beside it, `mod claim_rows`: the
 /// select lists and row conversions the statements share.
@@ -273,7 +314,7 @@ macro_rules! claim_statements {
             async fn claims<F, C: $crate::sql::Db<F, Backend = Self>>(
                 conn: &mut C,
                 consumer: &str,
-                states: Option<&[$crate::claim::ClaimState]>,
+                states: Option<&[$crate::claim::state::ClaimState]>,
                 after: Option<&str>,
                 limit: i64,
             ) -> diesel::QueryResult<Vec<$crate::rows::Listed<$crate::claim::sql::ClaimRow>>> {
@@ -302,11 +343,11 @@ macro_rules! claim_statements {
                 conn: &mut C,
                 key: $crate::rows::Key<'_>,
                 attempt: i64,
-                from: &[$crate::claim::ClaimState],
+                from: &[$crate::claim::state::ClaimState],
                 change: &$crate::claim::sql::ClaimChange<'_>,
             ) -> diesel::QueryResult<bool> {
                 use diesel::prelude::*;
-                use $crate::claim::ClaimState;
+                use $crate::claim::state::ClaimState;
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_claims::dsl as k;
                 let now = $codec::time(change.now);
@@ -407,7 +448,7 @@ macro_rules! claim_statements {
         (
             k::consumer.eq($codec::key($key.0)),
             k::event_id.eq($codec::key($key.1)),
-            k::state.eq($crate::claim::ClaimState::InProgress),
+            k::state.eq($crate::claim::state::ClaimState::InProgress),
             k::attempt.eq(1_i64),
             k::deliveries.eq(1_i64),
             k::lease_until.eq($codec::time(claim.lease_until)),

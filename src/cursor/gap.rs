@@ -5,9 +5,8 @@ use std::ops::RangeInclusive;
 
 use chrono::{DateTime, Utc};
 
-use super::sql::GapRow;
+use super::state::{GapCause, GapState};
 use super::watermark::{unstored, OpenGap};
-use super::{GapCause, GapState};
 use crate::audit::Audit;
 
 /// One range of missing sequences in a stream, as the ledger keeps it: a record read back, so
@@ -48,34 +47,6 @@ impl Gap {
             detected_at: gap.detected_at,
             closed_at: None,
             resolution: None,
-        }
-    }
-
-    pub(crate) fn from_row(row: GapRow) -> Self {
-        let resolution = match (row.resolved_by, row.resolution) {
-            (Some(actor), Some(reason)) => Audit::new(actor, reason).ok(),
-            _ => None,
-        };
-        Self {
-            id: row.id,
-            stream: row.stream,
-            first: unstored(row.first),
-            last: unstored(row.last),
-            cause: row.cause,
-            state: row.state,
-            detected_at: row.detected_at,
-            closed_at: row.closed_at,
-            resolution,
-        }
-    }
-
-    /// The gap `row` as an operator's resolution at `now` leaves it.
-    pub(crate) fn resolved(row: GapRow, audit: &Audit, now: DateTime<Utc>) -> Self {
-        Self {
-            state: GapState::Resolved,
-            closed_at: Some(now),
-            resolution: Some(audit.clone()),
-            ..Self::from_row(row)
         }
     }
 

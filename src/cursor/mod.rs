@@ -104,11 +104,11 @@ use watermark::{Change, Refusal, Stream, Verdict};
 #[cfg(feature = "async")]
 pub(crate) mod asynch;
 mod batch;
-mod gap;
+pub(crate) mod gap;
 mod gaps;
 mod prune;
 pub(crate) mod sql;
-mod state;
+pub(crate) mod state;
 mod watermark;
 
 #[cfg(feature = "async")]

@@ -4,7 +4,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `cursor_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and the options name the variants a backend needs (`insert_cursor =
 //! on_conflict_do_nothing`, or `insert_or_ignore` on MySQL; `gap_id = returning`, or
 //! `last_insert_id` on MySQL; `lock = for_update` where it has row locks; `begin_and_advance
@@ -17,7 +17,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
-use super::{GapCause, GapState};
+use super::gap::Gap;
+use super::state::{GapCause, GapState};
+use super::watermark::{unstored, OpenGap};
+use crate::audit::Audit;
 use crate::rows::{Listed, StreamKey};
 use crate::sql::{Db, TransactionSql};
 
@@ -44,6 +47,49 @@ pub struct GapRow {
     pub closed_at: Option<DateTime<Utc>>,
     pub resolved_by: Option<String>,
     pub resolution: Option<String>,
+}
+
+/// The ledger's reading of a gap row.
+impl Gap {
+    pub(crate) fn from_row(row: GapRow) -> Self {
+        let resolution = match (row.resolved_by, row.resolution) {
+            (Some(actor), Some(reason)) => Audit::new(actor, reason).ok(),
+            _ => None,
+        };
+        Self {
+            id: row.id,
+            stream: row.stream,
+            first: unstored(row.first),
+            last: unstored(row.last),
+            cause: row.cause,
+            state: row.state,
+            detected_at: row.detected_at,
+            closed_at: row.closed_at,
+            resolution,
+        }
+    }
+
+    /// The gap `row` as an operator's resolution at `now` leaves it.
+    pub(crate) fn resolved(row: GapRow, audit: &Audit, now: DateTime<Utc>) -> Self {
+        Self {
+            state: GapState::Resolved,
+            closed_at: Some(now),
+            resolution: Some(audit.clone()),
+            ..Self::from_row(row)
+        }
+    }
+}
+
+impl From<GapRow> for OpenGap {
+    fn from(row: GapRow) -> Self {
+        Self {
+            id: Some(row.id),
+            first: row.first,
+            last: row.last,
+            cause: row.cause,
+            detected_at: row.detected_at,
+        }
+    }
 }
 
 /// The cursor area's statements for one database, on a connection of either flavour. Sealed.
@@ -215,7 +261,7 @@ pub trait CursorSql: TransactionSql {
 /// .., insert_cursor = on_conflict_do_nothing | insert_or_ignore, gap_id = returning |
 /// last_insert_id $(, lock = for_update)? $(, begin_and_advance = compound)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. Expands to the impl and, beside it, `mod cursor_rows`: the
 /// select lists and row conversions the statements share.
@@ -475,7 +521,7 @@ macro_rules! cursor_statements {
                 conn: &mut C,
                 consumer: &str,
                 stream: Option<&str>,
-                state: Option<$crate::cursor::GapState>,
+                state: Option<$crate::cursor::state::GapState>,
             ) -> diesel::QueryResult<Vec<$crate::rows::Listed<$crate::cursor::sql::GapRow>>> {
                 use diesel::prelude::*;
                 use $crate::sql::Run;
@@ -492,7 +538,7 @@ macro_rules! cursor_statements {
                     query = query.filter(
                         g::state
                             .eq(state)
-                            .or(g::state.ne_all($crate::cursor::GapState::TEXTS)),
+                            .or(g::state.ne_all($crate::cursor::state::GapState::TEXTS)),
                     );
                 }
                 query
@@ -507,7 +553,7 @@ macro_rules! cursor_statements {
                 conn: &mut C,
                 consumer: &str,
                 stream: Option<&str>,
-                state: Option<$crate::cursor::GapState>,
+                state: Option<$crate::cursor::state::GapState>,
                 after: i64,
                 limit: i64,
             ) -> diesel::QueryResult<Vec<$crate::rows::Listed<$crate::cursor::sql::GapRow>>> {
@@ -527,7 +573,7 @@ macro_rules! cursor_statements {
                     query = query.filter(
                         g::state
                             .eq(state)
-                            .or(g::state.ne_all($crate::cursor::GapState::TEXTS)),
+                            .or(g::state.ne_all($crate::cursor::state::GapState::TEXTS)),
                     );
                 }
                 query
@@ -542,7 +588,7 @@ macro_rules! cursor_statements {
             async fn gap_by_id<F, C: $crate::sql::Db<F, Backend = Self>>(
                 conn: &mut C,
                 id: i64,
-            ) -> diesel::QueryResult<Option<(String, String, $crate::cursor::GapState)>> {
+            ) -> diesel::QueryResult<Option<(String, String, $crate::cursor::state::GapState)>> {
                 use diesel::prelude::*;
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_gaps::dsl as g;
@@ -550,7 +596,7 @@ macro_rules! cursor_statements {
                     .find(id)
                     .select((g::consumer, g::stream, g::state))
                     .limit(1)
-                    .get_result_on::<($codec::KeyOwned, $codec::KeyOwned, $crate::cursor::GapState)>(conn)
+                    .get_result_on::<($codec::KeyOwned, $codec::KeyOwned, $crate::cursor::state::GapState)>(conn)
                     .await
                     .optional()
                     .map(|row| {
@@ -564,7 +610,7 @@ macro_rules! cursor_statements {
                 conn: &mut C,
                 id: i64,
                 sequences: (i64, i64),
-                cause: $crate::cursor::GapCause,
+                cause: $crate::cursor::state::GapCause,
             ) -> diesel::QueryResult<()> {
                 use diesel::prelude::*;
                 use $crate::sql::Run;
@@ -583,12 +629,12 @@ macro_rules! cursor_statements {
             async fn close_gap<F, C: $crate::sql::Db<F, Backend = Self>>(
                 conn: &mut C,
                 id: i64,
-                state: $crate::cursor::GapState,
+                state: $crate::cursor::state::GapState,
                 audit: Option<&$crate::Audit>,
                 now: chrono::DateTime<chrono::Utc>,
             ) -> diesel::QueryResult<bool> {
                 use diesel::prelude::*;
-                use $crate::cursor::GapState;
+                use $crate::cursor::state::GapState;
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_gaps::dsl as g;
                 diesel::update(g::diesel_inbox_gaps.find(id).filter(g::state.eq(GapState::Open)))
@@ -724,7 +770,7 @@ macro_rules! cursor_statements {
             conn: &mut C,
             key: $crate::rows::StreamKey<'_>,
             sequences: (i64, i64),
-            cause: $crate::cursor::GapCause,
+            cause: $crate::cursor::state::GapCause,
             detected_at: chrono::DateTime<chrono::Utc>,
         ) -> diesel::QueryResult<i64> {
             use diesel::prelude::*;
@@ -744,7 +790,7 @@ macro_rules! cursor_statements {
             conn: &mut C,
             key: $crate::rows::StreamKey<'_>,
             sequences: (i64, i64),
-            cause: $crate::cursor::GapCause,
+            cause: $crate::cursor::state::GapCause,
             detected_at: chrono::DateTime<chrono::Utc>,
         ) -> diesel::QueryResult<i64> {
             use diesel::prelude::*;
@@ -773,7 +819,7 @@ macro_rules! cursor_statements {
             g::first_sequence.eq($sequences.0),
             g::last_sequence.eq($sequences.1),
             g::cause.eq($cause),
-            g::state.eq($crate::cursor::GapState::Open),
+            g::state.eq($crate::cursor::state::GapState::Open),
             g::detected_at.eq($codec::time($detected_at)),
         )
     }};

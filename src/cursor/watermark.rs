@@ -10,8 +10,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::cursor::sql::GapRow;
-use crate::cursor::GapCause;
+use crate::cursor::state::GapCause;
 
 /// A stored sequence as the API hands it out: `u64`, as sequences go in. Gaps and `high` are
 /// never below zero, since only `u64` sequences are stored; a watermark is, one below a stream
@@ -29,18 +28,6 @@ pub(crate) struct OpenGap {
     pub(crate) last: i64,
     pub(crate) cause: GapCause,
     pub(crate) detected_at: DateTime<Utc>,
-}
-
-impl From<GapRow> for OpenGap {
-    fn from(row: GapRow) -> Self {
-        Self {
-            id: Some(row.id),
-            first: row.first,
-            last: row.last,
-            cause: row.cause,
-            detected_at: row.detected_at,
-        }
-    }
 }
 
 impl OpenGap {

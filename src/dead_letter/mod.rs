@@ -72,7 +72,7 @@
 pub(crate) mod asynch;
 pub(crate) mod failure;
 pub(crate) mod sql;
-mod state;
+pub(crate) mod state;
 
 use std::future::Future;
 
@@ -80,9 +80,9 @@ use chrono::{DateTime, Utc};
 use tracing::Instrument;
 
 use crate::audit::Audit;
-use crate::backend::Key;
 use crate::decide::{Failure, Then};
 use crate::engine::{self, run_ready, Body, Effect};
+use crate::rows::Key;
 use crate::rows::Recorded;
 use crate::sql::{Blocking, Db, InboxSql, Sql};
 use crate::state::{CorruptRow, Counter, InboxState};

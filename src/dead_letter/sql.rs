@@ -5,7 +5,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `failure_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and options name the variants a backend needs (`conflict = key_columns` where the upsert
 //! names its conflict target, `duplicated_keys` on MySQL; `lock = for_update` where it has row
 //! locks). Adding a statement touches this file alone: the trait's method and its body below.
@@ -20,7 +20,7 @@ use crate::rows::{Key, Listed};
 use crate::sql::{Db, TransactionSql};
 use crate::state::UnknownState;
 
-use super::{DeadLetterState, HistoryKind};
+use super::state::{DeadLetterState, HistoryKind};
 
 /// A row of `diesel_inbox_failures`.
 #[derive(Debug)]
@@ -113,7 +113,7 @@ pub trait FailureSql: TransactionSql {
 /// Implements [`FailureSql`] for a backend: `failure_statements!(Backend, schema = ..,
 /// codec = .., conflict = key_columns | duplicated_keys $(, lock = for_update)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). `conflict` is the
 /// backend's upsert target for `diesel_inbox_failures`: its key columns, or MySQL's
 /// `DuplicatedKeys`. `lock`: `for_update` where the backend has row locks; SQLite locks the
@@ -253,10 +253,10 @@ macro_rules! failure_statements {
                 now: chrono::DateTime<chrono::Utc>,
                 error: &str,
                 payload: Option<&$crate::Payload>,
-            ) -> diesel::QueryResult<(i64, $crate::dead_letter::DeadLetterState)> {
+            ) -> diesel::QueryResult<(i64, $crate::dead_letter::state::DeadLetterState)> {
                 use diesel::prelude::*;
                 use $crate::dead_letter::sql::HistoryRow;
-                use $crate::dead_letter::{DeadLetterState, HistoryKind};
+                use $crate::dead_letter::state::{DeadLetterState, HistoryKind};
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_failures::dsl as f;
                 let stored = payload.map(|p| (p.to_bytes(), p.kind()));
@@ -332,7 +332,7 @@ macro_rules! failure_statements {
             async fn failures<F, C: $crate::sql::Db<F, Backend = Self>>(
                 conn: &mut C,
                 consumer: &str,
-                state: $crate::dead_letter::DeadLetterState,
+                state: $crate::dead_letter::state::DeadLetterState,
                 after: Option<&str>,
                 limit: i64,
             ) -> diesel::QueryResult<Vec<$crate::dead_letter::sql::FailureRow>> {
@@ -346,7 +346,7 @@ macro_rules! failure_statements {
                     .filter(
                         f::state
                             .eq(state)
-                            .or(f::state.ne_all($crate::dead_letter::DeadLetterState::TEXTS)),
+                            .or(f::state.ne_all($crate::dead_letter::state::DeadLetterState::TEXTS)),
                     )
                     .into_boxed();
                 if let Some(after) = after {
@@ -364,8 +364,8 @@ macro_rules! failure_statements {
             async fn set_failure_state<F, C: $crate::sql::Db<F, Backend = Self>>(
                 conn: &mut C,
                 key: $crate::rows::Key<'_>,
-                from: $crate::dead_letter::DeadLetterState,
-                to: $crate::dead_letter::DeadLetterState,
+                from: $crate::dead_letter::state::DeadLetterState,
+                to: $crate::dead_letter::state::DeadLetterState,
                 now: chrono::DateTime<chrono::Utc>,
             ) -> diesel::QueryResult<bool> {
                 use diesel::prelude::*;

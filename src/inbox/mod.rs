@@ -20,13 +20,13 @@ use chrono::Utc;
 use serde::Serialize;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::backend::Key;
 use crate::dead_letter::failure::{self, Policy};
 use crate::decide::{self, Failure, Scope, Seen, Then};
 use crate::engine::{self, run_ready, Body, Effect, Subject};
 use crate::names::Consumer;
 use crate::observe::{self, DeliveryOutcome};
 use crate::outcome::DuplicateOf;
+use crate::rows::Key;
 use crate::rows::Recorded;
 use crate::sql::{Began, Blocking, Db, InboxSql, Sql};
 use crate::state::Counter;

@@ -1,14 +1,7 @@
 //! PostgreSQL's own part of recording a delivery: the inbox row's insert, as text, that travels
-//! with the `BEGIN` in one simple-protocol message, and the second transaction that records a
-//! duplicate the unique key refused there.
-
-use chrono::{DateTime, Utc};
-use diesel::pg::Pg;
-use diesel::QueryResult;
-
-use super::sql::{Began, InboxSql};
-use crate::rows::{Key, Recorded};
-use crate::sql::Db;
+//! with the `BEGIN` in one simple-protocol message. The second transaction, which records a
+//! duplicate the unique key refused there, is a statement of its own
+//! ([`seen_after_conflict`](super::sql::seen_after_conflict)).
 
 /// What lets a transaction commit without waiting for the WAL flush, which costs more than the
 /// round trip that sends it.
@@ -21,7 +14,7 @@ pub(crate) mod text {
 
     use chrono::{DateTime, Utc};
 
-    use crate::backend::Key;
+    use crate::rows::Key;
 
     /// `bytes` as a `bytea` the server decodes from hex: only hex digits go between the
     /// quotes, so no input can change the statement, whatever the server's string settings.
@@ -95,39 +88,4 @@ pub(crate) mod text {
             );
         }
     }
-}
-
-/// A delivery whose insert found its key taken, the first transaction aborted: a duplicate, or
-/// an event held back. A second transaction records the delivery on the row, and commits
-/// without waiting for the disk, since it records bookkeeping alone.
-pub(crate) async fn seen_after_conflict<F, C: Db<F, Backend = Pg>>(
-    conn: &mut C,
-    begin: &str,
-    key: Key<'_>,
-    now: DateTime<Utc>,
-    payload_hash: Option<&[u8]>,
-) -> QueryResult<Began> {
-    conn.batch_execute(&format!("ROLLBACK; {begin}; {COMMIT_WITHOUT_WAITING}"))
-        .await?;
-    let recorded = <Pg as InboxSql>::record_delivery(conn, key, now, payload_hash).await;
-    let error = match recorded {
-        Ok(recorded @ Recorded::Seen(_)) => {
-            return Ok(Began {
-                recorded,
-                without_waiting_for_disk: true,
-            })
-        }
-        // The row went (a prune) between the two transactions, and this one must not run an
-        // effect without waiting for the disk: run the delivery again.
-        Ok(Recorded::New) => diesel::result::Error::DatabaseError(
-            diesel::result::DatabaseErrorKind::SerializationFailure,
-            Box::new(
-                "the event's inbox row was deleted while its delivery was recorded; retrying"
-                    .to_owned(),
-            ),
-        ),
-        Err(error) => error,
-    };
-    crate::backend::roll_back_uncounted(conn).await;
-    Err(error)
 }

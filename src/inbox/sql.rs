@@ -2,7 +2,7 @@
 //! stored result, and the hourly counters the deliveries add to.
 //!
 //! Each backend's file stamps them all with one line, `inbox_statements!(Pg, schema = schema,
-//! codec = codec, dialect = postgres)`: the backend type, its module of [`crate::schema`] and
+//! codec = codec, dialect = postgres)`: the backend type, its module of [`crate::tables`] and
 //! its codec (how it binds keys and times) are explicit arguments. The statements that read
 //! the same on every backend are written once below; `dialect` picks, for the few that differ,
 //! the backend's own: PostgreSQL sends a delivery's insert with its `BEGIN` (the statement text
@@ -154,10 +154,50 @@ pub trait InboxSql: TransactionSql {
     ) -> impl Future<Output = QueryResult<()>> + Send;
 }
 
+#[cfg(feature = "postgres")]
+/// A delivery whose insert found its key taken, the first transaction aborted: a duplicate, or
+/// an event held back. A second transaction records the delivery on the row, and commits
+/// without waiting for the disk, since it records bookkeeping alone.
+pub(crate) async fn seen_after_conflict<F, C: Db<F, Backend = diesel::pg::Pg>>(
+    conn: &mut C,
+    begin: &str,
+    key: Key<'_>,
+    now: DateTime<Utc>,
+    payload_hash: Option<&[u8]>,
+) -> QueryResult<Began> {
+    conn.batch_execute(&format!(
+        "ROLLBACK; {begin}; {}",
+        super::postgres::COMMIT_WITHOUT_WAITING
+    ))
+    .await?;
+    let recorded =
+        <diesel::pg::Pg as InboxSql>::record_delivery(conn, key, now, payload_hash).await;
+    let error = match recorded {
+        Ok(recorded @ Recorded::Seen(_)) => {
+            return Ok(Began {
+                recorded,
+                without_waiting_for_disk: true,
+            })
+        }
+        // The row went (a prune) between the two transactions, and this one must not run an
+        // effect without waiting for the disk: run the delivery again.
+        Ok(Recorded::New) => diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::SerializationFailure,
+            Box::new(
+                "the event's inbox row was deleted while its delivery was recorded; retrying"
+                    .to_owned(),
+            ),
+        ),
+        Err(error) => error,
+    };
+    crate::backend::roll_back_uncounted(conn).await;
+    Err(error)
+}
+
 /// Implements [`InboxSql`] for a backend: `inbox_statements!(Backend, schema = ..,
 /// codec = .., dialect = postgres | mysql | sqlite)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. Expands to the impl and, beside it, `mod inbox_rows`: the
 /// select lists and row conversions the statements share.
@@ -383,7 +423,7 @@ macro_rules! inbox_statements {
                     Err(diesel::result::Error::DatabaseError(
                         diesel::result::DatabaseErrorKind::UniqueViolation,
                         _,
-                    )) => pg::seen_after_conflict(conn, &begin, key, now, payload_hash).await,
+                    )) => $crate::inbox::sql::seen_after_conflict(conn, &begin, key, now, payload_hash).await,
                     Err(error) => {
                         $crate::backend::roll_back_uncounted(conn).await;
                         Err(error)

@@ -160,7 +160,7 @@ mod plan;
 mod publish;
 mod relay;
 pub(crate) mod sql;
-mod state;
+pub(crate) mod state;
 
 #[cfg(feature = "async")]
 pub(crate) use relay::Awaits;

@@ -124,7 +124,7 @@ impl Blocked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outbox::OutboxState;
+    use crate::outbox::state::OutboxState;
 
     fn row(position: i64, aggregate: &str) -> OutboxRow {
         let now = Utc::now();

@@ -5,7 +5,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `outbox_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and the options name the variants a backend needs: `insert` how a duplicate event id is
 //! told (`do_nothing`, or `unique_error` on MySQL), `order_lock` how an aggregate's enqueues
 //! are ordered (`advisory_lock` on PostgreSQL, `aggregate_row` on MySQL, `none` on SQLite),
@@ -19,7 +19,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
-use super::OutboxState;
+use super::state::OutboxState;
 use crate::rows::Listed;
 use crate::sql::{Db, TransactionSql};
 use crate::state::UnknownState;
@@ -250,7 +250,7 @@ pub(crate) mod mysql {
 /// .., insert = do_nothing | unique_error, order_lock = advisory_lock | aggregate_row | none
 /// $(, lock = for_update)? $(, followers = false)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. Expands to the impl and, beside it, `mod outbox_rows`: the
 /// select list and row conversion the statements share.
@@ -348,7 +348,7 @@ macro_rules! outbox_statements {
                     enqueued_at,
                     published_at,
                 ) = row;
-                let state = state.parse::<$crate::outbox::OutboxState>();
+                let state = state.parse::<$crate::outbox::state::OutboxState>();
                 let state = $crate::rows::listed_column(&position, state)?;
                 Ok(OutboxRow {
                     position,
@@ -389,7 +389,7 @@ macro_rules! outbox_statements {
                     o::event_type.eq(row.event_type),
                     o::headers.eq(row.headers),
                     o::body.eq(row.body),
-                    o::state.eq($crate::outbox::OutboxState::Pending),
+                    o::state.eq($crate::outbox::state::OutboxState::Pending),
                     o::attempts.eq(0_i64),
                     o::available_at.eq(now),
                     o::enqueued_at.eq(now),
@@ -409,7 +409,7 @@ macro_rules! outbox_statements {
                 limit: i64,
             ) -> diesel::QueryResult<Vec<($crate::outbox::sql::OutboxRow, bool)>> {
                 use diesel::prelude::*;
-                use $crate::outbox::OutboxState;
+                use $crate::outbox::state::OutboxState;
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_outbox as o;
                 // The same on every backend; the correlated subqueries read the aggregate index.
@@ -453,7 +453,7 @@ macro_rules! outbox_statements {
                 let query = o::table
                     .filter(o::aggregate_type.eq($codec::key(&head.aggregate_type)))
                     .filter(o::aggregate_id.eq($codec::key(&head.aggregate_id)))
-                    .filter(o::state.eq($crate::outbox::OutboxState::Pending))
+                    .filter(o::state.eq($crate::outbox::state::OutboxState::Pending))
                     .filter(o::position.gt(head.position))
                     .order(o::position)
                     .limit(limit)
@@ -479,7 +479,7 @@ macro_rules! outbox_statements {
                 diesel::update(
                     o::table
                         .filter(o::position.eq_any(positions))
-                        .filter(o::state.eq($crate::outbox::OutboxState::Pending)),
+                        .filter(o::state.eq($crate::outbox::state::OutboxState::Pending)),
                 )
                 .set((
                     o::lease_token.eq(Some(token)),
@@ -498,7 +498,7 @@ macro_rules! outbox_statements {
             ) -> diesel::QueryResult<usize> {
                 use diesel::prelude::*;
                 use $crate::outbox::sql::OutboxChange;
-                use $crate::outbox::OutboxState;
+                use $crate::outbox::state::OutboxState;
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_outbox as o;
                 let held = o::table
@@ -543,7 +543,7 @@ macro_rules! outbox_statements {
 
             async fn outbox_rows<F, C: $crate::sql::Db<F, Backend = Self>>(
                 conn: &mut C,
-                state: Option<$crate::outbox::OutboxState>,
+                state: Option<$crate::outbox::state::OutboxState>,
                 after: i64,
                 limit: i64,
             ) -> diesel::QueryResult<Vec<$crate::rows::Listed<$crate::outbox::sql::OutboxRow>>> {
@@ -562,7 +562,7 @@ macro_rules! outbox_statements {
                     query = query.filter(
                         o::state
                             .eq(state)
-                            .or(o::state.ne_all($crate::outbox::OutboxState::TEXTS)),
+                            .or(o::state.ne_all($crate::outbox::state::OutboxState::TEXTS)),
                     );
                 }
                 query
@@ -613,7 +613,7 @@ macro_rules! outbox_statements {
                 now: chrono::DateTime<chrono::Utc>,
             ) -> diesel::QueryResult<bool> {
                 use diesel::prelude::*;
-                use $crate::outbox::OutboxState;
+                use $crate::outbox::state::OutboxState;
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_outbox as o;
                 diesel::update(
@@ -638,7 +638,7 @@ macro_rules! outbox_statements {
                 limit: i64,
             ) -> diesel::QueryResult<usize> {
                 use diesel::prelude::*;
-                use $crate::outbox::OutboxState;
+                use $crate::outbox::state::OutboxState;
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_outbox as o;
                 let published = o::state.eq(OutboxState::Published);

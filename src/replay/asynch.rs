@@ -447,3 +447,24 @@ impl<C, H: ReplayHandler<C>> Handle<C> for Awaited<'_, H> {
         self.0.after(conn, event, replay)
     }
 }
+
+/// The probe answers as the sync one does: the event would run a side effect.
+impl<C> ReplayHandler<C> for super::run::Probe {
+    type Error = Error;
+
+    fn apply(
+        &mut self,
+        _: &mut C,
+        _: &Envelope,
+        _: &Replayed,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        std::future::ready(Err(crate::replay::ReplayError::WouldRun.into()))
+    }
+}
+
+impl Replayed {
+    /// The async flavour's claims, as [`claims`](Self::claims) lets them run.
+    pub fn async_claims(&self, claims: &crate::asynch::Claims) -> crate::asynch::Claims {
+        crate::asynch::Claims::from(self.claims(claims.inner()))
+    }
+}

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::ReplayState;
+use super::state::ReplayState;
 
 /// Why a replay operation was refused. Inside [`Error::Replay`](crate::Error::Replay) for a
 /// run (whose error is the handler's), and inside [`AdminError::Inbox`](crate::AdminError) for

@@ -111,7 +111,7 @@ mod record;
 mod run;
 mod source;
 pub(crate) mod sql;
-mod state;
+pub(crate) mod state;
 
 use std::time::Duration;
 
@@ -124,9 +124,9 @@ use crate::sql::{Blocking, Db, Sql};
 use crate::{AdminError, Audit, CorruptRow, Error, InboxConnection, RetryPolicy};
 
 pub use error::ReplayError;
-pub use evidence::{Evidence, Report};
+pub use evidence::{Evidence, ReplayCounts, Report};
 pub use plan::{Enqueues, Expectation, Interpretation, Plan, Range, Target};
-pub use record::{ReplayCounts, ReplayNote, ReplayRecord, Transition};
+pub use record::{ReplayNote, ReplayRecord, Transition};
 pub use run::{Probe, ReplayHandler, Replayed, RunReport};
 pub use source::{OutboxSource, ReplaySource, SourceEvent};
 use sql::{NewReplay, ReplaySql};

@@ -3,8 +3,8 @@
 
 use sha2::{Digest, Sha256};
 
+use super::evidence::ReplayCounts;
 use super::plan::{Interpretation, Plan};
-use super::record::ReplayCounts;
 use super::sql::NoteRow;
 use super::NoteKind;
 use crate::envelope::to_hex;

@@ -2,47 +2,12 @@
 //! transitions and its notes.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
+use super::evidence::ReplayCounts;
 use super::plan::Plan;
 use super::sql::{NoteRow, ReplayRow, TransitionRow};
 use super::{NoteKind, ReplayState};
 use crate::{CorruptRow, Error};
-
-/// What a replay did with the events it read. They add up: `read` is the sum of the
-/// other counts but `suppressed`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct ReplayCounts {
-    /// Events read from the source, inside the range.
-    pub read: u64,
-    /// Events whose effect ran in the target.
-    pub processed: u64,
-    /// Events the target had processed already: nothing ran.
-    pub duplicates: u64,
-    /// Events whose handler failed.
-    pub failed: u64,
-    /// Events the target holds dead-lettered: nothing ran.
-    pub dead_lettered: u64,
-    /// Events the plan's schema interpretation does not read: not delivered.
-    pub skipped: u64,
-    /// Side effects suppressed: claims that did not call out, enqueues dropped or redirected.
-    pub suppressed: u64,
-}
-
-impl ReplayCounts {
-    /// Whether every event read is counted once: processed, duplicate, failed, dead-lettered
-    /// or skipped.
-    pub fn add_up(&self) -> bool {
-        self.processed + self.duplicates + self.failed + self.dead_lettered + self.skipped
-            == self.read
-    }
-
-    /// The stored form.
-    pub(crate) fn to_document(self) -> String {
-        serde_json::to_string(&self).expect("counts always serialize")
-    }
-}
 
 /// A replay, as recorded: [`Replays::get`](super::Replays::get).
 #[derive(Debug, Clone, PartialEq)]

@@ -5,9 +5,10 @@ use std::future::Future;
 
 use tracing::{info, warn, Instrument};
 
+use super::evidence::ReplayCounts;
 use super::plan::{Enqueues, Place, Plan, Target};
 use super::progress::{self, Progress, Read, Settled};
-use super::record::{ReplayCounts, ReplayRecord, Transition};
+use super::record::{ReplayRecord, Transition};
 use super::source::{Feed, SourceEvent};
 use super::sql::{NoteRow, ReplayProgressRow, ReplaySql};
 use super::{ReplayError, ReplayState, Replays};
@@ -76,20 +77,6 @@ impl<C> ReplayHandler<C> for Probe {
 
     fn apply(&mut self, _: &mut C, _: &Envelope, _: &Replayed) -> Result<(), Error> {
         Err(ReplayError::WouldRun.into())
-    }
-}
-
-#[cfg(feature = "async")]
-impl<C> crate::asynch::ReplayHandler<C> for Probe {
-    type Error = Error;
-
-    fn apply(
-        &mut self,
-        _: &mut C,
-        _: &Envelope,
-        _: &Replayed,
-    ) -> impl Future<Output = Result<(), Error>> + Send {
-        std::future::ready(Err(ReplayError::WouldRun.into()))
     }
 }
 
@@ -176,12 +163,6 @@ impl Replayed {
         } else {
             claims.clone().suppressed(self.suppression.clone())
         }
-    }
-
-    /// The async flavour's claims, as [`claims`](Self::claims) lets them run.
-    #[cfg(feature = "async")]
-    pub fn async_claims(&self, claims: &crate::asynch::Claims) -> crate::asynch::Claims {
-        crate::asynch::Claims::from(self.claims(claims.inner()))
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `replay_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its module
-//! of [`crate::schema`] and its codec (how it binds keys and times) are explicit arguments,
+//! of [`crate::tables`] and its codec (how it binds keys and times) are explicit arguments,
 //! and `replay_id` says how a new replay's id is read back (`returning`, or `last_insert_id`
 //! on MySQL), as the fork ledger's is. Adding a statement touches this file alone: the
 //! trait's method and its body below.
@@ -17,7 +17,7 @@ use diesel::QueryResult;
 
 use crate::sql::{Db, TransactionSql};
 
-use super::ReplayState;
+use super::state::ReplayState;
 
 /// A row of `diesel_inbox_replays`, its state, plan, counts and evidence as stored (read
 /// above the backend).
@@ -199,7 +199,7 @@ pub trait ReplaySql: TransactionSql {
 /// Implements [`ReplaySql`] for a backend: `replay_statements!(Backend, schema = .., codec = ..,
 /// replay_id = returning | last_insert_id)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`). Nothing else is
 /// taken from the caller's scope. A new replay's id is read back by the chain area's
 /// `@returning` or `@last_insert_id` arm (see `chain/sql.rs`), which the fork ledger uses too.
@@ -230,7 +230,7 @@ macro_rules! replay_statements {
                         r::requested_by.eq(replay.requested_by),
                     ),
                     (
-                        r::state.eq($crate::replay::ReplayState::Planned),
+                        r::state.eq($crate::replay::state::ReplayState::Planned),
                         r::counts.eq(replay.counts),
                         r::digest.eq(replay.digest),
                         r::updated_at.eq(now),
@@ -286,7 +286,7 @@ macro_rules! replay_statements {
             ) -> diesel::QueryResult<bool> {
                 use diesel::prelude::*;
                 use $crate::sql::Run;
-                use $crate::replay::ReplayState;
+                use $crate::replay::state::ReplayState;
                 use $schema::diesel_inbox_replays::dsl as r;
                 let now = $codec::time(now);
                 let free = r::state.eq(ReplayState::Planned).or(r::state
@@ -312,7 +312,7 @@ macro_rules! replay_statements {
             ) -> diesel::QueryResult<bool> {
                 use diesel::prelude::*;
                 use $crate::sql::Run;
-                use $crate::replay::ReplayState;
+                use $crate::replay::state::ReplayState;
                 use $schema::diesel_inbox_replays::dsl as r;
                 diesel::update(
                     r::diesel_inbox_replays
@@ -335,8 +335,8 @@ macro_rules! replay_statements {
             async fn set_replay_state<F, C: $crate::sql::Db<F, Backend = Self>>(
                 conn: &mut C,
                 id: i64,
-                from: &[$crate::replay::ReplayState],
-                to: $crate::replay::ReplayState,
+                from: &[$crate::replay::state::ReplayState],
+                to: $crate::replay::state::ReplayState,
                 fence: Option<i64>,
                 now: chrono::DateTime<chrono::Utc>,
             ) -> diesel::QueryResult<bool> {
@@ -375,7 +375,7 @@ macro_rules! replay_statements {
             ) -> diesel::QueryResult<bool> {
                 use diesel::prelude::*;
                 use $crate::sql::Run;
-                use $crate::replay::ReplayState;
+                use $crate::replay::state::ReplayState;
                 use $schema::diesel_inbox_replays::dsl as r;
                 diesel::update(
                     r::diesel_inbox_replays
@@ -523,7 +523,7 @@ macro_rules! replay_statements {
             ) -> diesel::QueryResult<Vec<Option<i64>>> {
                 use diesel::prelude::*;
                 use $crate::sql::Run;
-                use $crate::replay::ReplayState;
+                use $crate::replay::state::ReplayState;
                 use $schema::diesel_inbox_replays::dsl as r;
                 let of_source = r::source.eq(source).or(r::source.like(format!("{source}:%")));
                 r::diesel_inbox_replays
@@ -541,7 +541,7 @@ macro_rules! replay_statements {
             ) -> diesel::QueryResult<usize> {
                 use diesel::prelude::*;
                 use $crate::sql::Run;
-                use $crate::replay::ReplayState;
+                use $crate::replay::state::ReplayState;
                 use $schema::diesel_inbox_replay_notes::dsl as n;
                 use $schema::diesel_inbox_replay_transitions::dsl as t;
                 use $schema::diesel_inbox_replays::dsl as r;

@@ -4,7 +4,7 @@
 //!
 //! Each backend's file stamps the whole area with one line,
 //! `retention_statements!(Pg, schema = schema, codec = codec, ..)`: the backend type, its
-//! module of [`crate::schema`] and its codec (how it binds keys and times, and sums) are
+//! module of [`crate::tables`] and its codec (how it binds keys and times, and sums) are
 //! explicit arguments, and options name the variants a backend needs (`lease_insert =
 //! do_nothing` where the database waits for a concurrent insert of a lease row, `plain`
 //! elsewhere; `prune_lock = lease_row | named_lock | writer_lock`, what keeps a second prune
@@ -16,7 +16,7 @@ use std::future::Future;
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 
-use crate::dead_letter::DeadLetterState;
+use crate::dead_letter::state::DeadLetterState;
 use crate::rows::ConsumerRows;
 use crate::sql::{Db, TransactionSql};
 use crate::state::{Counter, InboxState, UnknownState};
@@ -230,7 +230,7 @@ pub trait RetentionSql: TransactionSql {
 /// codec = .., lease_insert = do_nothing | plain, prune_lock = lease_row | named_lock |
 /// writer_lock $(, lock = for_update)?)`.
 ///
-/// `schema` is the backend's module of [`crate::schema`]; `codec` its module of key and time
+/// `schema` is the backend's module of [`crate::tables`]; `codec` its module of key and time
 /// conversions (`key`, `key_string`, `time`, `utc`, `Time`, `KeyOwned`, and `sum_i64`, its
 /// `SUM` of an integer column as a `BIGINT`). Nothing else is taken from the caller's scope.
 ///
@@ -295,7 +295,7 @@ macro_rules! retention_statements {
             ) -> diesel::QueryResult<Vec<$crate::retention::sql::FailureTotals>> {
                 use diesel::dsl::count_star;
                 use diesel::prelude::*;
-                use $crate::dead_letter::DeadLetterState;
+                use $crate::dead_letter::state::DeadLetterState;
                 use $crate::retention::sql::FailureTotals;
                 use $crate::sql::Run;
                 use $schema::diesel_inbox_failures::dsl as f;
@@ -363,7 +363,7 @@ macro_rules! retention_statements {
             ) -> diesel::QueryResult<Option<chrono::DateTime<chrono::Utc>>> {
                 use diesel::dsl::{exists, min, not};
                 use diesel::prelude::*;
-                use $crate::dead_letter::DeadLetterState;
+                use $crate::dead_letter::state::DeadLetterState;
                 use $crate::sql::Run;
                 use $crate::state::InboxState;
                 use $schema::diesel_inbox_events::dsl as t;
@@ -573,7 +573,7 @@ macro_rules! retention_statements {
                 diesel::delete(
                     k::diesel_inbox_claims
                         .filter(k::consumer.eq($codec::key(consumer)))
-                        .filter(k::state.eq_any($crate::claim::ClaimState::SETTLED))
+                        .filter(k::state.eq_any($crate::claim::state::ClaimState::SETTLED))
                         .filter(k::updated_at.lt($codec::time(cutoff))),
                 )
                 .execute_on(conn)
@@ -622,7 +622,7 @@ macro_rules! retention_statements {
                     .await?;
                 let claims = k::diesel_inbox_claims
                     .filter(k::consumer.eq(who))
-                    .filter(k::state.eq_any($crate::claim::ClaimState::SETTLED))
+                    .filter(k::state.eq_any($crate::claim::state::ClaimState::SETTLED))
                     .filter(k::updated_at.lt(cutoff))
                     .count()
                     .get_result_on::<i64>(conn)

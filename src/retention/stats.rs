@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::sql::RetentionSql;
 use crate::backend::counter_bucket;
-use crate::dead_letter::DeadLetterState;
+use crate::dead_letter::state::DeadLetterState;
 use crate::engine::run_ready;
 use crate::rows::ConsumerRows;
 use crate::sql::{Db, Sql};

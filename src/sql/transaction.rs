@@ -350,8 +350,8 @@ pub(crate) mod mysql {
     use diesel::query_builder::{AstPass, QueryFragment, QueryId};
     use diesel::QueryResult;
 
-    use super::super::{Db, Run};
     use crate::class::message_contains;
+    use crate::sql::{Db, Run};
 
     /// Set once a server refused to prepare `BEGIN` or `COMMIT` (Oracle MySQL prepares no
     /// `BEGIN`); from then on this process sends them as Diesel does, correct on either

@@ -11,6 +11,7 @@ use diesel_inbox_test::{Placement, TestDatabase};
 
 mod fake_service;
 mod flavour;
+mod tables;
 #[allow(
     dead_code,
     reason = "the server backends' binaries use it; SQLite's has no wire"
@@ -215,7 +216,7 @@ macro_rules! retention_helpers {
         }
 
         fn insert_counter(conn: &mut Self::Conn, consumer: &str, bucket: DateTime<Utc>) {
-            use diesel_inbox::schema::$schema::diesel_inbox_counters as c;
+            use crate::support::tables::$schema::diesel_inbox_counters as c;
             diesel::insert_into(c::table)
                 .values((
                     c::consumer.eq($key(consumer)),
@@ -228,7 +229,7 @@ macro_rules! retention_helpers {
         }
 
         fn counters(conn: &mut Self::Conn, consumer: &str) -> usize {
-            use diesel_inbox::schema::$schema::diesel_inbox_counters as c;
+            use crate::support::tables::$schema::diesel_inbox_counters as c;
             count(
                 c::table
                     .filter(c::consumer.eq($key(consumer)))
@@ -238,7 +239,7 @@ macro_rules! retention_helpers {
         }
 
         fn hold_prune_lease(conn: &mut Self::Conn, holder: &str, until: DateTime<Utc>) {
-            use diesel_inbox::schema::$schema::diesel_inbox_leases as h;
+            use crate::support::tables::$schema::diesel_inbox_leases as h;
             diesel::delete(h::table.filter(h::name.eq("prune")))
                 .execute(conn)
                 .unwrap();
@@ -253,7 +254,7 @@ macro_rules! retention_helpers {
         }
 
         fn prune_lease_holder(conn: &mut Self::Conn) -> Option<String> {
-            use diesel_inbox::schema::$schema::diesel_inbox_leases as h;
+            use crate::support::tables::$schema::diesel_inbox_leases as h;
             h::table
                 .filter(h::name.eq("prune"))
                 .select(h::holder)
