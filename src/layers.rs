@@ -45,6 +45,7 @@ fn layer(module: &str) -> Layer {
             module,
             "ack"
                 | "audit"
+                | "chain::block"
                 | "check"
                 | "class"
                 | "decide"

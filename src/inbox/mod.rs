@@ -4,6 +4,8 @@
 //! MySQL's own pieces in `postgres.rs` and `mysql.rs`), `record.rs` the row as an app reads
 //! it back.
 
+#[cfg(feature = "async")]
+pub(crate) mod asynch;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
