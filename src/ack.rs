@@ -1,6 +1,12 @@
 //! What a broker loop does with a message once the inbox has seen it.
 
-use crate::{claim::ClaimOutcome, Error, FailureKind, HandlerError, Outcome};
+use crate::chain::error as chain;
+use crate::claim::error as claim;
+use crate::claim::ClaimOutcome;
+use crate::cursor::error as cursor;
+use crate::outbox::error as outbox;
+use crate::replay::error as replay;
+use crate::{Error, FailureKind, HandlerError, Outcome};
 
 /// What to tell the broker about the message a delivery came from.
 ///
@@ -146,12 +152,7 @@ impl Error {
             // comes back as an error rather than as `DeadLettered` only when recording it
             // failed, or inside a caller's transaction.
             Error::InvalidEventId(_)
-            | Error::InvalidEnvelope(_)
             | Error::Permanent(_)
-            | Error::InvalidStreamName(_)
-            | Error::BeforeFirstAvailable { .. }
-            | Error::SequenceOutOfRange(_)
-            | Error::InvalidBlockHash(_)
             // A stored row this version cannot read: redelivering reads it again, forever.
             | Error::CorruptRow(_) => Ack::Reject,
             // Nothing was committed, or the commit's outcome is unknown: the inbox answers a
@@ -162,31 +163,104 @@ impl Error {
             | Error::ConnectionLost { .. }
             | Error::CommitUnknown { .. }
             | Error::Transient(_)
-            // A zombie leaves the message to the stream's new owner; too many open gaps wait
-            // for the missing sequences or for ops.
-            | Error::Fenced { .. }
-            | Error::TooManyOpenGaps { .. }
-            // A chain's block waits for the blocks before it, for its branch, for finality,
-            // or for ops (a reorg beyond finality).
-            | Error::MissingBlocks { .. }
-            | Error::UnknownAncestor { .. }
-            | Error::BlockNotFinal { .. }
-            | Error::ReorgBeyondFinality { .. }
             // A result that does not serialize: nothing committed; a fixed handler takes it.
             | Error::StoredResult(_)
             // The caller's own `?` on building an inbox, or on taking a connection from a pool.
             | Error::InvalidConsumerName(_)
             | Error::Pool(_)
-            // Nothing claimed; or a holder's write refused: the next delivery reads what the
-            // claim says now.
-            | Error::ClaimInsideTransaction
-            | Error::ClaimFenced { .. }
-            | Error::ClaimNotFound { .. }
+            // Nothing was done: a claim not taken, on the next delivery.
+            | Error::InsideTransaction { .. } => Ack::Redeliver,
+            Error::Cursor(refused) => refused.ack(),
+            Error::Chain(refused) => refused.ack(),
+            Error::Claim(refused) => refused.ack(),
+            Error::Outbox(refused) => refused.ack(),
+            Error::Replay(refused) => refused.ack(),
+        }
+    }
+}
+
+// Each area's refusals answer here, beside `Error::ack`: an area's `error.rs` is a leaf that
+// `error.rs` imports, and stays one.
+
+impl cursor::Refused {
+    /// What to do with the message a delivery that a cursor refused came from.
+    ///
+    /// ```
+    /// use diesel_inbox::{cursor, Ack};
+    ///
+    /// let zombie = cursor::Refused::Fenced { stream: "orders".into(), epoch: Some(1), current: 2 };
+    /// assert_eq!(zombie.ack(), Ack::Redeliver);
+    /// assert_eq!(cursor::Refused::SequenceOutOfRange(u64::MAX).ack(), Ack::Reject);
+    /// ```
+    pub fn ack(&self) -> Ack {
+        match self {
+            // A stream name, or sequence numbers, that can never be processed as they are.
+            cursor::Refused::InvalidStreamName(_)
+            | cursor::Refused::BeforeFirstAvailable { .. }
+            | cursor::Refused::SequenceOutOfRange(_) => Ack::Reject,
+            // A zombie leaves the message to the stream's new owner; too many open gaps wait
+            // for the missing sequences or for ops.
+            cursor::Refused::Fenced { .. } | cursor::Refused::TooManyOpenGaps { .. } => {
+                Ack::Redeliver
+            }
+        }
+    }
+}
+
+impl chain::Refused {
+    /// What to do with the message a block that a chain cursor refused came from.
+    pub fn ack(&self) -> Ack {
+        match self {
+            // A hash that can never be processed as it is.
+            chain::Refused::InvalidBlockHash(_) => Ack::Reject,
+            // A chain's block waits for the blocks before it, for its branch, for finality,
+            // or for ops (a reorg beyond finality).
+            chain::Refused::MissingBlocks { .. }
+            | chain::Refused::UnknownAncestor { .. }
+            | chain::Refused::BlockNotFinal { .. }
+            | chain::Refused::ReorgBeyondFinality { .. } => Ack::Redeliver,
+        }
+    }
+}
+
+impl claim::Refused {
+    /// What to do with the message whose claim's holder was refused a write:
+    /// [`Ack::Redeliver`], since the next delivery reads what the claim says now.
+    pub fn ack(&self) -> Ack {
+        match self {
+            claim::Refused::Fenced { .. } | claim::Refused::Deleted { .. } => Ack::Redeliver,
+        }
+    }
+}
+
+impl outbox::Refused {
+    /// What to do with the message whose handling met this refusal of the outbox.
+    pub fn ack(&self) -> Ack {
+        match self {
+            // An envelope that can never be read or built as it is.
+            outbox::Refused::InvalidEnvelope(_) => Ack::Reject,
             // An effect that enqueues an id twice fails like any handler error.
-            | Error::AlreadyEnqueued { .. }
-            // A replay is not a broker's delivery; nothing of its last event committed.
-            | Error::Replay(_)
-            => Ack::Redeliver,
+            outbox::Refused::AlreadyEnqueued { .. } => Ack::Redeliver,
+        }
+    }
+}
+
+impl replay::Refused {
+    /// What to do with the message: a replay is not a broker's delivery, and nothing of its
+    /// last event committed, so [`Ack::Redeliver`].
+    pub fn ack(&self) -> Ack {
+        match self {
+            replay::Refused::InvalidPlan(_)
+            | replay::Refused::NotFound { .. }
+            | replay::Refused::WrongState { .. }
+            | replay::Refused::Held { .. }
+            | replay::Refused::Fenced { .. }
+            | replay::Refused::SourceMismatch { .. }
+            | replay::Refused::UnsupportedRange { .. }
+            | replay::Refused::Source { .. }
+            | replay::Refused::WouldRun
+            | replay::Refused::NotReconciled { .. }
+            | replay::Refused::EvidenceMismatch { .. } => Ack::Redeliver,
         }
     }
 }

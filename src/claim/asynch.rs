@@ -443,7 +443,7 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced); [`Error::Database`].
     pub async fn release<C: AsyncInboxConnection>(
         mut self,
         conn: &mut C,
@@ -460,7 +460,7 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced); [`Error::Database`].
     pub async fn abandon<C: AsyncInboxConnection>(
         mut self,
         conn: &mut C,
@@ -477,7 +477,7 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced); [`Error::Database`].
     pub async fn outcome_unknown<C: AsyncInboxConnection>(
         self,
         conn: &mut C,

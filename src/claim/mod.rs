@@ -9,11 +9,12 @@
 
 #[cfg(feature = "async")]
 pub(crate) mod asynch;
+pub(crate) mod error;
 mod held;
 mod ledger;
 mod outcome;
 pub(crate) mod sql;
-mod state;
+pub(crate) mod state;
 mod verdict;
 
 use std::future::Future;
@@ -33,6 +34,7 @@ use crate::sql::{Blocking, Db, Sql};
 use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery};
 use sql::{ClaimChange, ClaimRow, ClaimSql, NewClaim};
 
+pub use error::Refused;
 pub use held::Claim;
 pub use ledger::{ClaimRecord, Resolution};
 pub use outcome::{Abandoned, ClaimOutcome, Claimed, Completed, InDoubt, InProgress, Suppressed};
@@ -75,7 +77,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 ///   idempotency key downstream so that the service applies a repeat once.
 ///
 /// A late completion by a holder whose claim another worker took over is fenced by the
-/// claim's attempt number ([`Error::ClaimFenced`]) and cannot overwrite it.
+/// claim's attempt number ([`claim::Refused::Fenced`](Refused::Fenced)) and cannot overwrite it.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -230,7 +232,7 @@ impl Claims {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimInsideTransaction`] inside an open transaction (the claim must commit
+    /// [`Error::InsideTransaction`] inside an open transaction (the claim must commit
     /// before the side effect runs); [`Error::InvalidEventId`]; [`Error::PayloadMismatch`]
     /// when the id was first claimed with another payload; [`Error::Database`],
     /// [`Error::RetriesExhausted`], [`Error::ConnectionLost`], [`Error::CommitUnknown`]: do
@@ -257,7 +259,9 @@ impl Claims {
             return Ok(Claimed::Suppressed(found));
         }
         if engine::scope_of(conn)? == Scope::Savepoint {
-            return Err(Error::ClaimInsideTransaction);
+            return Err(Error::InsideTransaction {
+                operation: "Claims::claim or Claims::run",
+            });
         }
         let subject = self.inbox.subject(Some(delivery.id.as_str()));
         let body = Take {

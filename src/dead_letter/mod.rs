@@ -9,7 +9,7 @@
 pub(crate) mod asynch;
 pub(crate) mod failure;
 pub(crate) mod sql;
-mod state;
+pub(crate) mod state;
 
 use std::future::Future;
 

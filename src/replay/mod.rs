@@ -31,7 +31,7 @@
 
 #[cfg(feature = "async")]
 pub(crate) mod asynch;
-mod error;
+pub(crate) mod error;
 mod evidence;
 mod plan;
 mod progress;
@@ -51,7 +51,7 @@ use crate::engine::{self, run_ready, Body, Subject};
 use crate::sql::{Blocking, Db, Sql};
 use crate::{AdminError, Audit, CorruptRow, Error, InboxConnection, RetryPolicy};
 
-pub use error::ReplayError;
+pub use error::Refused;
 pub use evidence::{Evidence, Report};
 pub use plan::{Enqueues, Expectation, Interpretation, Plan, Range, Target};
 pub use record::{ReplayCounts, ReplayNote, ReplayRecord, Transition};
@@ -205,7 +205,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::InvalidPlan`]; [`Error::Database`].
+    /// [`Refused::InvalidPlan`]; [`Error::Database`].
     pub fn plan<C: InboxConnection, S: ReplaySource<C>>(
         &self,
         conn: &mut C,
@@ -226,7 +226,7 @@ impl Replays {
     ) -> Result<ReplayRecord, AdminError> {
         plan.check()?;
         if source.trim().is_empty() {
-            return Err(ReplayError::InvalidPlan("a replay's source has a name".into()).into());
+            return Err(Refused::InvalidPlan("a replay's source has a name".into()).into());
         }
         let body = Record {
             source,
@@ -293,7 +293,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::NotFound`]; [`Error::CorruptRow`]; [`Error::Database`].
+    /// [`Refused::NotFound`]; [`Error::CorruptRow`]; [`Error::Database`].
     pub fn get<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -310,7 +310,7 @@ impl Replays {
     ) -> Result<ReplayRecord, Error> {
         let row = C::Backend::replay(conn, id)
             .await?
-            .ok_or(ReplayError::NotFound { id })?;
+            .ok_or(Refused::NotFound { id })?;
         ReplayRecord::from_row(row)
     }
 
@@ -419,10 +419,10 @@ impl Replays {
     /// The handler's own error, for a failure that is not the event's (transient,
     /// contention that outlasted the retries, a lost connection): the run stops and resumes
     /// when run again. Otherwise the inbox's [`Error`] converted into it:
-    /// [`Error::Replay`] with [`ReplayError::Held`] (another runner's lease lasts),
-    /// [`ReplayError::Fenced`] (taken over or aborted meanwhile), [`ReplayError::WrongState`],
-    /// [`ReplayError::SourceMismatch`], [`ReplayError::NotFound`],
-    /// [`ReplayError::InsideTransaction`]; what the source returns; [`Error::Database`].
+    /// [`Error::Replay`] with [`Refused::Held`] (another runner's lease lasts),
+    /// [`Refused::Fenced`] (taken over or aborted meanwhile), [`Refused::WrongState`],
+    /// [`Refused::SourceMismatch`], [`Refused::NotFound`]; [`Error::InsideTransaction`] inside
+    /// an open transaction; what the source returns; [`Error::Database`].
     pub fn run<C, S, H>(
         &self,
         conn: &mut C,
@@ -473,8 +473,8 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::WrongState`] for a replay that is not finished;
-    /// [`ReplayError::SourceMismatch`]; `check`'s error; what the source returns;
+    /// [`Refused::WrongState`] for a replay that is not finished;
+    /// [`Refused::SourceMismatch`]; `check`'s error; what the source returns;
     /// [`Error::Database`].
     pub fn reconcile<C, S, R>(
         &self,
@@ -509,7 +509,7 @@ impl Replays {
         let record = self.get_in(conn, id).await?;
         expect_state(&record, &[ReplayState::Finished], "reconciled", "finished")?;
         if record.source != source {
-            return Err(ReplayError::SourceMismatch {
+            return Err(Refused::SourceMismatch {
                 id,
                 recorded: record.source,
                 given: source.to_owned(),
@@ -542,7 +542,7 @@ impl Replays {
             .await
             .map_err(Error::from)?
         {
-            return Err(Error::from(ReplayError::Fenced { id }).into());
+            return Err(Error::from(Refused::Fenced { id }).into());
         }
         if evidence.matches() {
             info!(
@@ -613,8 +613,8 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::NotReconciled`]; [`ReplayError::EvidenceMismatch`], naming what
-    /// differs; [`ReplayError::WrongState`]; [`ReplayError::NotFound`]; [`Error::Database`].
+    /// [`Refused::NotReconciled`]; [`Refused::EvidenceMismatch`], naming what
+    /// differs; [`Refused::WrongState`]; [`Refused::NotFound`]; [`Error::Database`].
     pub fn accept<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -629,7 +629,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// As [`accept`](Self::accept), but for [`ReplayError::EvidenceMismatch`].
+    /// As [`accept`](Self::accept), but for [`Refused::EvidenceMismatch`].
     pub fn accept_overriding<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -643,7 +643,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::WrongState`]; [`ReplayError::NotFound`]; [`Error::Database`].
+    /// [`Refused::WrongState`]; [`Refused::NotFound`]; [`Error::Database`].
     pub fn reject<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -658,7 +658,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::WrongState`]; [`ReplayError::NotFound`]; [`Error::Database`].
+    /// [`Refused::WrongState`]; [`Refused::NotFound`]; [`Error::Database`].
     pub fn abort<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -695,11 +695,11 @@ impl Replays {
             let evidence = record
                 .evidence
                 .as_ref()
-                .ok_or(ReplayError::NotReconciled { id })
+                .ok_or(Refused::NotReconciled { id })
                 .map_err(Error::from)?;
             if !evidence.matches() {
                 if decision == Decision::Accept {
-                    return Err(Error::from(ReplayError::EvidenceMismatch {
+                    return Err(Error::from(Refused::EvidenceMismatch {
                         id,
                         differences: evidence.differences.clone(),
                     })
@@ -804,7 +804,7 @@ fn expect_state(
     if from.contains(&record.state) {
         Ok(())
     } else {
-        Err(ReplayError::WrongState {
+        Err(Refused::WrongState {
             id: record.id,
             state: record.state,
             attempted,
