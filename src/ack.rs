@@ -294,6 +294,118 @@ mod tests {
         assert_eq!(Ack::of(&handlers_own), Ack::Redeliver);
     }
 
+    /// The answers each area's refusals had as flat variants of `Error`, before they moved
+    /// into the areas' own enums.
+    #[test]
+    fn each_areas_refusals_ack_as_they_did_inside_error() {
+        let id = || EventId::new("evt-1").unwrap();
+        let stream = || "s".to_owned();
+        let answers: Vec<(Error, Ack)> = vec![
+            (
+                cursor::Refused::Fenced {
+                    stream: stream(),
+                    epoch: None,
+                    current: 1,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                cursor::Refused::TooManyOpenGaps {
+                    stream: stream(),
+                    open: 3,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                cursor::Refused::BeforeFirstAvailable {
+                    stream: stream(),
+                    sequence: 1,
+                    first_available: 2,
+                }
+                .into(),
+                Ack::Reject,
+            ),
+            (crate::names::InvalidStreamName::Empty.into(), Ack::Reject),
+            (
+                cursor::Refused::SequenceOutOfRange(u64::MAX).into(),
+                Ack::Reject,
+            ),
+            (
+                chain::Refused::ReorgBeyondFinality {
+                    stream: stream(),
+                    height: 3,
+                    finalized: 4,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                chain::Refused::MissingBlocks {
+                    stream: stream(),
+                    head: 1,
+                    height: 3,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                chain::Refused::UnknownAncestor {
+                    stream: stream(),
+                    height: 3,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                chain::Refused::BlockNotFinal {
+                    stream: stream(),
+                    height: 3,
+                    tip: None,
+                    depth: 2,
+                    final_at: 5,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (crate::chain::InvalidBlockHash::Empty.into(), Ack::Reject),
+            (
+                claim::Refused::Fenced {
+                    event_id: id(),
+                    attempt: 1,
+                    current: 2,
+                    state: crate::claim::ClaimState::InProgress,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                claim::Refused::Deleted { event_id: id() }.into(),
+                Ack::Redeliver,
+            ),
+            (
+                outbox::Refused::InvalidEnvelope("no Event-Id header".into()).into(),
+                Ack::Reject,
+            ),
+            (
+                outbox::Refused::AlreadyEnqueued { event_id: id() }.into(),
+                Ack::Redeliver,
+            ),
+            (replay::Refused::Fenced { id: 1 }.into(), Ack::Redeliver),
+            (replay::Refused::WouldRun.into(), Ack::Redeliver),
+            (
+                Error::InsideTransaction {
+                    operation: "Claims::claim or Claims::run",
+                },
+                Ack::Redeliver,
+            ),
+        ];
+        for (error, ack) in answers {
+            assert_eq!(error.ack(), ack, "{error:?}");
+        }
+    }
+
     #[test]
     fn every_outcome_is_acked() {
         let processed: Result<Outcome<u8>, Error> = Ok(Outcome::Processed(1));
