@@ -295,10 +295,9 @@ mod tests {
     }
 
     /// The answers each area's refusals had as flat variants of `Error`, before they moved
-    /// into the areas' own enums.
+    /// into the areas' own enums: the cursors' and the chains'.
     #[test]
-    fn each_areas_refusals_ack_as_they_did_inside_error() {
-        let id = || EventId::new("evt-1").unwrap();
+    fn cursor_and_chain_refusals_ack_as_they_did_inside_error() {
         let stream = || "s".to_owned();
         let answers: Vec<(Error, Ack)> = vec![
             (
@@ -370,6 +369,17 @@ mod tests {
                 Ack::Redeliver,
             ),
             (crate::chain::InvalidBlockHash::Empty.into(), Ack::Reject),
+        ];
+        for (error, ack) in answers {
+            assert_eq!(error.ack(), ack, "{error:?}");
+        }
+    }
+
+    /// As above, for the claims', the outbox's and the replays' refusals.
+    #[test]
+    fn claim_outbox_and_replay_refusals_ack_as_they_did_inside_error() {
+        let id = || EventId::new("evt-1").unwrap();
+        let answers: Vec<(Error, Ack)> = vec![
             (
                 claim::Refused::Fenced {
                     event_id: id(),
