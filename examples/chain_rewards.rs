@@ -216,7 +216,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let refused = deliver(&mut conn, &chain, &mut indexer, &stale);
     assert!(matches!(
         refused,
-        Err(diesel_inbox::Error::ReorgBeyondFinality { .. })
+        Err(diesel_inbox::Error::Chain(
+            diesel_inbox::chain::Refused::ReorgBeyondFinality { .. }
+        ))
     ));
 
     let position = chain.position(&mut conn)?.expect("the stream has a head");

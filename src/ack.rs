@@ -1,6 +1,12 @@
 //! What a broker loop does with a message once the inbox has seen it.
 
-use crate::{claim::outcome::ClaimOutcome, Error, FailureKind, HandlerError, Outcome};
+use crate::chain::error as chain;
+use crate::claim::error as claim;
+use crate::claim::outcome::ClaimOutcome;
+use crate::cursor::error as cursor;
+use crate::outbox::error as outbox;
+use crate::replay::error as replay;
+use crate::{Error, FailureKind, HandlerError, Outcome};
 
 /// What to tell the broker about the message a delivery came from.
 ///
@@ -145,12 +151,7 @@ impl Error {
             // comes back as an error rather than as `DeadLettered` only when recording it
             // failed, or inside a caller's transaction.
             Error::InvalidEventId(_)
-            | Error::InvalidEnvelope(_)
             | Error::Permanent(_)
-            | Error::InvalidStreamName(_)
-            | Error::BeforeFirstAvailable { .. }
-            | Error::SequenceOutOfRange(_)
-            | Error::InvalidBlockHash(_)
             // A stored row this version cannot read: redelivering reads it again, forever.
             | Error::CorruptRow(_) => Ack::Reject,
             // Nothing was committed, or the commit's outcome is unknown: the inbox answers a
@@ -161,31 +162,104 @@ impl Error {
             | Error::ConnectionLost { .. }
             | Error::CommitUnknown { .. }
             | Error::Transient(_)
-            // A zombie leaves the message to the stream's new owner; too many open gaps wait
-            // for the missing sequences or for ops.
-            | Error::Fenced { .. }
-            | Error::TooManyOpenGaps { .. }
-            // A chain's block waits for the blocks before it, for its branch, for finality,
-            // or for ops (a reorg beyond finality).
-            | Error::MissingBlocks { .. }
-            | Error::UnknownAncestor { .. }
-            | Error::BlockNotFinal { .. }
-            | Error::ReorgBeyondFinality { .. }
             // A result that does not serialize: nothing committed; a fixed handler takes it.
             | Error::StoredResult(_)
             // The caller's own `?` on building an inbox, or on taking a connection from a pool.
             | Error::InvalidConsumerName(_)
             | Error::Pool(_)
-            // Nothing claimed; or a holder's write refused: the next delivery reads what the
-            // claim says now.
-            | Error::ClaimInsideTransaction
-            | Error::ClaimFenced { .. }
-            | Error::ClaimNotFound { .. }
+            // Nothing was done: a claim not taken, on the next delivery.
+            | Error::InsideTransaction { .. } => Ack::Redeliver,
+            Error::Cursor(refused) => refused.ack(),
+            Error::Chain(refused) => refused.ack(),
+            Error::Claim(refused) => refused.ack(),
+            Error::Outbox(refused) => refused.ack(),
+            Error::Replay(refused) => refused.ack(),
+        }
+    }
+}
+
+// Each area's refusals answer here, beside `Error::ack`: an area's `error.rs` is a leaf that
+// `error.rs` imports, and stays one.
+
+impl cursor::Refused {
+    /// What to do with the message a delivery that a cursor refused came from.
+    ///
+    /// ```
+    /// use diesel_inbox::{cursor, Ack};
+    ///
+    /// let zombie = cursor::Refused::Fenced { stream: "orders".into(), epoch: Some(1), current: 2 };
+    /// assert_eq!(zombie.ack(), Ack::Redeliver);
+    /// assert_eq!(cursor::Refused::SequenceOutOfRange(u64::MAX).ack(), Ack::Reject);
+    /// ```
+    pub fn ack(&self) -> Ack {
+        match self {
+            // A stream name, or sequence numbers, that can never be processed as they are.
+            cursor::Refused::InvalidStreamName(_)
+            | cursor::Refused::BeforeFirstAvailable { .. }
+            | cursor::Refused::SequenceOutOfRange(_) => Ack::Reject,
+            // A zombie leaves the message to the stream's new owner; too many open gaps wait
+            // for the missing sequences or for ops.
+            cursor::Refused::Fenced { .. } | cursor::Refused::TooManyOpenGaps { .. } => {
+                Ack::Redeliver
+            }
+        }
+    }
+}
+
+impl chain::Refused {
+    /// What to do with the message a block that a chain cursor refused came from.
+    pub fn ack(&self) -> Ack {
+        match self {
+            // A hash that can never be processed as it is.
+            chain::Refused::InvalidBlockHash(_) => Ack::Reject,
+            // A chain's block waits for the blocks before it, for its branch, for finality,
+            // or for ops (a reorg beyond finality).
+            chain::Refused::MissingBlocks { .. }
+            | chain::Refused::UnknownAncestor { .. }
+            | chain::Refused::BlockNotFinal { .. }
+            | chain::Refused::ReorgBeyondFinality { .. } => Ack::Redeliver,
+        }
+    }
+}
+
+impl claim::Refused {
+    /// What to do with the message whose claim's holder was refused a write:
+    /// [`Ack::Redeliver`], since the next delivery reads what the claim says now.
+    pub fn ack(&self) -> Ack {
+        match self {
+            claim::Refused::Fenced { .. } | claim::Refused::Deleted { .. } => Ack::Redeliver,
+        }
+    }
+}
+
+impl outbox::Refused {
+    /// What to do with the message whose handling met this refusal of the outbox.
+    pub fn ack(&self) -> Ack {
+        match self {
+            // An envelope that can never be read or built as it is.
+            outbox::Refused::InvalidEnvelope(_) => Ack::Reject,
             // An effect that enqueues an id twice fails like any handler error.
-            | Error::AlreadyEnqueued { .. }
-            // A replay is not a broker's delivery; nothing of its last event committed.
-            | Error::Replay(_)
-            => Ack::Redeliver,
+            outbox::Refused::AlreadyEnqueued { .. } => Ack::Redeliver,
+        }
+    }
+}
+
+impl replay::Refused {
+    /// What to do with the message: a replay is not a broker's delivery, and nothing of its
+    /// last event committed, so [`Ack::Redeliver`].
+    pub fn ack(&self) -> Ack {
+        match self {
+            replay::Refused::InvalidPlan(_)
+            | replay::Refused::NotFound { .. }
+            | replay::Refused::WrongState { .. }
+            | replay::Refused::Held { .. }
+            | replay::Refused::Fenced { .. }
+            | replay::Refused::SourceMismatch { .. }
+            | replay::Refused::UnsupportedRange { .. }
+            | replay::Refused::Source { .. }
+            | replay::Refused::WouldRun
+            | replay::Refused::NotReconciled { .. }
+            | replay::Refused::EvidenceMismatch { .. } => Ack::Redeliver,
         }
     }
 }
@@ -217,6 +291,128 @@ mod tests {
         let handlers_own: Result<Outcome<()>, diesel::result::Error> =
             Err(diesel::result::Error::NotFound);
         assert_eq!(Ack::of(&handlers_own), Ack::Redeliver);
+    }
+
+    /// The answers each area's refusals had as flat variants of `Error`, before they moved
+    /// into the areas' own enums: the cursors' and the chains'.
+    #[test]
+    fn cursor_and_chain_refusals_ack_as_they_did_inside_error() {
+        let stream = || "s".to_owned();
+        let answers: Vec<(Error, Ack)> = vec![
+            (
+                cursor::Refused::Fenced {
+                    stream: stream(),
+                    epoch: None,
+                    current: 1,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                cursor::Refused::TooManyOpenGaps {
+                    stream: stream(),
+                    open: 3,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                cursor::Refused::BeforeFirstAvailable {
+                    stream: stream(),
+                    sequence: 1,
+                    first_available: 2,
+                }
+                .into(),
+                Ack::Reject,
+            ),
+            (crate::names::InvalidStreamName::Empty.into(), Ack::Reject),
+            (
+                cursor::Refused::SequenceOutOfRange(u64::MAX).into(),
+                Ack::Reject,
+            ),
+            (
+                chain::Refused::ReorgBeyondFinality {
+                    stream: stream(),
+                    height: 3,
+                    finalized: 4,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                chain::Refused::MissingBlocks {
+                    stream: stream(),
+                    head: 1,
+                    height: 3,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                chain::Refused::UnknownAncestor {
+                    stream: stream(),
+                    height: 3,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                chain::Refused::BlockNotFinal {
+                    stream: stream(),
+                    height: 3,
+                    tip: None,
+                    depth: 2,
+                    final_at: 5,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (crate::chain::InvalidBlockHash::Empty.into(), Ack::Reject),
+        ];
+        for (error, ack) in answers {
+            assert_eq!(error.ack(), ack, "{error:?}");
+        }
+    }
+
+    /// As above, for the claims', the outbox's and the replays' refusals.
+    #[test]
+    fn claim_outbox_and_replay_refusals_ack_as_they_did_inside_error() {
+        let id = || EventId::new("evt-1").unwrap();
+        let answers: Vec<(Error, Ack)> = vec![
+            (
+                claim::Refused::Fenced {
+                    event_id: id(),
+                    attempt: 1,
+                    current: 2,
+                    state: crate::claim::ClaimState::InProgress,
+                }
+                .into(),
+                Ack::Redeliver,
+            ),
+            (
+                claim::Refused::Deleted { event_id: id() }.into(),
+                Ack::Redeliver,
+            ),
+            (
+                outbox::Refused::InvalidEnvelope("no Event-Id header".into()).into(),
+                Ack::Reject,
+            ),
+            (
+                outbox::Refused::AlreadyEnqueued { event_id: id() }.into(),
+                Ack::Redeliver,
+            ),
+            (replay::Refused::Fenced { id: 1 }.into(), Ack::Redeliver),
+            (replay::Refused::WouldRun.into(), Ack::Redeliver),
+            (
+                Error::InsideTransaction {
+                    operation: "Claims::claim or Claims::run",
+                },
+                Ack::Redeliver,
+            ),
+        ];
+        for (error, ack) in answers {
+            assert_eq!(error.ack(), ack, "{error:?}");
+        }
     }
 
     #[test]

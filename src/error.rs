@@ -1,11 +1,18 @@
 //! The errors the library itself raises. The handler's own errors pass through untouched.
 
-use crate::{
-    claim::ClaimState,
-    cursor::{GapState, InvalidStreamName},
-    dead_letter::DeadLetterState,
-    EventId, InvalidConsumerName, InvalidEventId,
-};
+// The areas' leaves only (their refusals and states), never their bodies, which use `Error`.
+use crate::chain::block::InvalidBlockHash;
+use crate::chain::error as chain;
+use crate::claim::error as claim;
+use crate::claim::state::ClaimState;
+use crate::cursor::error as cursor;
+use crate::cursor::state::GapState;
+use crate::dead_letter::state::DeadLetterState;
+use crate::id::{EventId, InvalidEventId};
+use crate::names::{InvalidConsumerName, InvalidStreamName};
+use crate::outbox::error as outbox;
+use crate::outbox::state::OutboxState;
+use crate::replay::error as replay;
 
 /// Boxed error from the migration harness.
 pub(crate) type MigrationError = Box<dyn std::error::Error + Send + Sync>;
@@ -14,6 +21,10 @@ pub(crate) type MigrationError = Box<dyn std::error::Error + Send + Sync>;
 type Reason = Box<dyn std::error::Error + Send + Sync>;
 
 /// What the inbox rejected or met on the database.
+///
+/// What a plain delivery can meet is a variant of its own; each area's refusals come inside
+/// one variant, as that area's own enum ([`Error::Cursor`] holds a [`cursor::Refused`], and so
+/// on), with its own [`ack`](cursor::Refused::ack) answer that [`Error::ack`] hands on.
 ///
 /// Handlers return their own error type `E`; the inbox needs only `E: From<Error>` to hand its
 /// own failures back through the same channel, so `?` works for both.
@@ -82,18 +93,6 @@ pub enum Error {
     /// The effect's result could not be stored or read back as JSON.
     #[error("the effect's result could not be stored or read back as JSON: {0}")]
     StoredResult(#[source] serde_json::Error),
-    /// An envelope could not be built, encoded or read back: a header is missing or
-    /// malformed, a custom header takes a reserved name, or the payload does not serialize.
-    /// Nothing was enqueued.
-    #[error("invalid event envelope: {0}")]
-    InvalidEnvelope(String),
-    /// An event with this id is in the outbox already: the producer enqueued it twice, or
-    /// reused an id. Nothing more was enqueued; give each event its own id.
-    #[error("event {event_id:?} is already in the outbox: enqueue each event once, with an id of its own")]
-    AlreadyEnqueued {
-        /// The id.
-        event_id: EventId,
-    },
     /// No connection could be taken from the pool. The text is the pool's error with any
     /// password redacted ([`redact`](crate::redact::redact)) when the crate builds it.
     #[error("no database connection from the pool: {}", crate::redact::redact(.0))]
@@ -106,137 +105,54 @@ pub enum Error {
     /// counted, and the message should be redelivered later.
     #[error("transient failure, not counted; redeliver the message later: {0}")]
     Transient(#[source] Reason),
-    /// The stream name was rejected.
-    #[error(transparent)]
-    InvalidStreamName(#[from] InvalidStreamName),
     /// A stored row cannot be read as it is (a state this version does not know, an invalid
     /// event id): the error names the table, the key and the text, and the UPDATE that
     /// repairs the row. A delivery of its event is rejected, never redelivered in a loop.
     #[error(transparent)]
     CorruptRow(#[from] crate::state::CorruptRow),
-    /// Another instance acquired the stream since this cursor's epoch was handed out (a
-    /// rebalance): this instance is a zombie. Nothing was committed, the effect included.
-    /// Stop consuming the stream, or [`acquire`](crate::cursor::Cursor::acquire) it again.
-    #[error("stream {stream:?} is fenced: this cursor writes with epoch {}, but the stream's epoch is {current} (another instance acquired it); nothing was committed, so stop consuming the stream or acquire it again", .epoch.map_or_else(|| "none".to_owned(), |e| e.to_string()))]
-    Fenced {
-        /// The stream.
-        stream: String,
-        /// The epoch this cursor writes with, if it has one.
-        epoch: Option<u64>,
-        /// The stream's epoch.
-        current: u64,
-    },
-    /// Accepting the sequence would open more gaps that may still fill than
-    /// [`Cursor::max_open_gaps`](crate::cursor::Cursor::max_open_gaps) allows. Nothing was committed.
-    /// Deliver the missing sequences, resolve gaps given up on
-    /// ([`Gaps::resolve`](crate::cursor::Gaps::resolve), `diesel-inbox gaps resolve`), or raise the
-    /// bound; then redeliver.
-    #[error("stream {stream:?} already has {open} open gaps, the most Cursor::max_open_gaps allows; nothing was committed: deliver the missing sequences or resolve gaps (diesel-inbox gaps), then redeliver")]
-    TooManyOpenGaps {
-        /// The stream.
-        stream: String,
-        /// Its open gaps that may still fill.
-        open: usize,
-    },
-    /// The caller said the broker's first available sequence is above the sequence it
-    /// delivered: one of the two numbers is wrong. Nothing was committed.
-    #[error("sequence {sequence} of stream {stream:?} is below the first available sequence {first_available} the caller gave; pass the broker's first available sequence, or none")]
-    BeforeFirstAvailable {
-        /// The stream.
-        stream: String,
-        /// The sequence delivered.
-        sequence: u64,
-        /// The first available sequence given.
-        first_available: u64,
-    },
-    /// A block that forks from the processed branch below its finalized height: the fork's
-    /// common ancestor is at or below the stream's finalized height, or deeper than its
-    /// finality depth (or the stream processes final blocks only, and never reverts).
-    /// Nothing was committed; it is logged at error and counted. A chain that reorganised
-    /// this deep needs ops: resync the stream from a trusted height, or raise the depth.
-    #[error("block {height} of chain stream {stream:?} forks from the processed branch below its finalized height {finalized}; nothing was committed: a reorg this deep needs ops (resync the stream), or a larger finality depth")]
-    ReorgBeyondFinality {
-        /// The chain stream.
-        stream: String,
-        /// The block that forks.
-        height: u64,
-        /// The stream's finalized height: no reorg reaches at or below it.
-        finalized: u64,
-    },
-    /// A block above the stream's head plus one: the blocks between were not processed, so
-    /// its parent cannot be checked. Nothing was committed.
-    #[error("block {height} of chain stream {stream:?} is ahead of its head {head}; nothing was committed: deliver the blocks from {next} first", next = head + 1)]
-    MissingBlocks {
-        /// The chain stream.
-        stream: String,
-        /// The stream's head.
-        head: u64,
-        /// The block delivered.
-        height: u64,
-    },
-    /// A block forks from the processed branch, and the branch it belongs to is unknown at
-    /// `height`: the block's parent is not a processed block, and the handler's
-    /// [`ancestor`](crate::chain::ChainHandler::ancestor) did not answer for that height.
-    /// Nothing was committed.
-    #[error("a block of chain stream {stream:?} forks from the processed branch, and its own branch's block at height {height} is unknown; nothing was committed: deliver the new branch from the fork point, or answer ChainHandler::ancestor")]
-    UnknownAncestor {
-        /// The chain stream.
-        stream: String,
-        /// The height whose hash on the new branch is needed.
-        height: u64,
-    },
-    /// A chain stream that processes final blocks only was given a block not yet deeper than
-    /// its finality depth below the chain's tip ([`Block::tip`](crate::chain::Block::tip)).
-    /// Nothing was committed: redeliver it later.
-    #[error("block {height} of chain stream {stream:?} is not final yet (chain tip {}, finality depth {depth}); nothing was committed: redeliver it once the tip is at {final_at}", .tip.map_or_else(|| "not given: pass it with Block::tip".to_owned(), |tip| tip.to_string()))]
-    BlockNotFinal {
-        /// The chain stream.
-        stream: String,
-        /// The block delivered.
-        height: u64,
-        /// The chain's tip, as the caller gave it.
-        tip: Option<u64>,
-        /// The stream's finality depth.
-        depth: u64,
-        /// The tip at which the block is final.
-        final_at: u64,
-    },
-    /// A block hash that is empty, longer than 255 bytes or holds a control character.
+    /// A cursor refused the sequence, or the stream's name: see [`cursor::Refused`].
     #[error(transparent)]
-    InvalidBlockHash(#[from] crate::chain::InvalidBlockHash),
-    /// A replay refused: see [`ReplayError`](crate::replay::ReplayError).
+    Cursor(#[from] cursor::Refused),
+    /// A chain cursor refused the block: see [`chain::Refused`].
     #[error(transparent)]
-    Replay(#[from] crate::replay::ReplayError),
-    /// A sequence above `i64::MAX`, which no backend stores. Nothing was committed.
-    #[error("sequence {0} is above {max}, the largest a cursor stores", max = i64::MAX)]
-    SequenceOutOfRange(u64),
-    /// [`Claims::claim`](crate::claim::Claims::claim) or [`Claims::run`](crate::claim::Claims::run) was
-    /// called inside an open transaction. A claim must commit before the side effect runs, or
-    /// a crash would leave the effect done and no record of it. Nothing was claimed.
-    #[error("a claim was taken inside an open transaction: it must commit on its own before the side effect runs, so call Claims::claim or Claims::run outside any transaction; nothing was claimed")]
-    ClaimInsideTransaction,
-    /// A write of a claim's holder was refused: another worker took the claim over (its lease
-    /// had run out), or ops completed it. Nothing was committed, the writes that were to
-    /// record the result included. When the side effect ran, it may have run twice; the log
-    /// line of this refusal has its result.
-    #[error("claim {event_id:?} is no longer held by attempt {attempt}: it is {state} (attempt {current}); nothing was committed, so record this result by hand if the side effect ran")]
-    ClaimFenced {
-        /// The claimed event.
-        event_id: EventId,
-        /// The attempt that tried to write.
-        attempt: u64,
-        /// The claim's attempt now.
-        current: u64,
-        /// The claim's state now.
-        state: ClaimState,
+    Chain(#[from] chain::Refused),
+    /// A write of a claim's holder was refused: see [`claim::Refused`].
+    #[error(transparent)]
+    Claim(#[from] claim::Refused),
+    /// An envelope was not built or read, or an event not enqueued: see [`outbox::Refused`].
+    #[error(transparent)]
+    Outbox(#[from] outbox::Refused),
+    /// A replay refused: see [`replay::Refused`].
+    #[error(transparent)]
+    Replay(#[from] replay::Refused),
+    /// An operation that runs transactions of its own was called inside an open transaction:
+    /// a claim ([`Claims::claim`](crate::claim::Claims::claim), which must commit before the
+    /// side effect runs), a relay pass ([`Relay::run_once`](crate::outbox::Relay::run_once)),
+    /// a prune ([`Inbox::prune`](crate::Inbox::prune),
+    /// [`Cursor::prune_events`](crate::cursor::Cursor::prune_events)), a replay's run
+    /// ([`Replays::run`](crate::replay::Replays::run)). Nothing was done. An operation around
+    /// the deliveries returns it inside [`AdminError::Inbox`].
+    #[error("{operation} was called inside an open transaction, but it runs transactions of its own: call it outside any transaction, on a connection of its own; nothing was done")]
+    InsideTransaction {
+        /// The operation called, as `Type::method` (a claim names both of its calls).
+        operation: &'static str,
     },
-    /// The claim a worker holds is gone from the ledger: someone deleted its row while it
-    /// was held. Nothing was committed; when the side effect ran, record its result by hand.
-    #[error("claim {event_id:?} is no longer in the claims ledger (its row was deleted while held); nothing was committed, so record this result by hand if the side effect ran")]
-    ClaimNotFound {
-        /// The claimed event.
-        event_id: EventId,
-    },
+}
+
+/// [`Error::Cursor`] holding [`cursor::Refused::InvalidStreamName`], so that `?` takes a stream
+/// name's rejection.
+impl From<InvalidStreamName> for Error {
+    fn from(error: InvalidStreamName) -> Self {
+        Error::Cursor(error.into())
+    }
+}
+
+/// [`Error::Chain`] holding [`chain::Refused::InvalidBlockHash`], so that `?` takes a block
+/// hash's rejection.
+impl From<InvalidBlockHash> for Error {
+    fn from(error: InvalidBlockHash) -> Self {
+        Error::Chain(error.into())
+    }
 }
 
 /// What an operation around the deliveries refused or met on the database: the dead letters'
@@ -287,12 +203,8 @@ pub enum AdminError {
         /// The row's position.
         position: i64,
         /// Its state.
-        state: crate::outbox::state::OutboxState,
+        state: OutboxState,
     },
-    /// A relay pass was asked for inside an open transaction: its claim must commit before it
-    /// publishes, and its marks after. Run the relay on a connection of its own.
-    #[error("the outbox relay runs its own transactions: call it outside any transaction, on a connection of its own")]
-    RelayInsideTransaction,
     /// Applying the inbox migrations failed.
     #[error("applying the inbox migrations failed: {}", crate::redact::redact(&.0.to_string()))]
     Migration(#[source] MigrationError),
@@ -333,11 +245,6 @@ pub enum AdminError {
     /// batches. Nothing more was deleted; try again later.
     #[error("another prune of the inbox is running (it holds the prune lock, or on a Galera cluster the prune lease); nothing more was deleted, try again later")]
     PruneRunning,
-    /// [`Inbox::prune`](crate::Inbox::prune) was called inside an open transaction. It commits
-    /// each batch on its own, so that locks are held briefly; call it on a connection outside
-    /// any transaction.
-    #[error("Inbox::prune was called inside an open transaction; it commits each batch on its own to hold locks briefly, so call it outside any transaction")]
-    PruneInsideTransaction,
     /// No gap of this consumer (and stream) has that id; list them with
     /// [`Gaps::list`](crate::cursor::Gaps::list) or `diesel-inbox gaps`.
     #[error("no gap {id} for this consumer; list the gaps with Gaps::list or diesel-inbox gaps")]
@@ -399,8 +306,12 @@ admin_from_inbox!(
     InvalidEventId,
     InvalidConsumerName,
     InvalidStreamName,
-    crate::chain::InvalidBlockHash,
-    crate::replay::ReplayError,
+    InvalidBlockHash,
+    cursor::Refused,
+    chain::Refused,
+    claim::Refused,
+    outbox::Refused,
+    replay::Refused,
     crate::state::CorruptRow,
     diesel::r2d2::PoolError,
     #[cfg(feature = "deadpool")]
@@ -457,6 +368,11 @@ impl Error {
     /// may echo the URL, password included.
     pub(crate) fn pool(error: &impl std::fmt::Display) -> Self {
         Error::Pool(crate::redact::redact(&error.to_string()))
+    }
+
+    /// [`outbox::Refused::InvalidEnvelope`], saying what is wrong with the envelope.
+    pub(crate) fn invalid_envelope(what: String) -> Self {
+        Error::Outbox(outbox::Refused::InvalidEnvelope(what))
     }
 
     /// Whether this is a database error saying a table does not exist (PostgreSQL's

@@ -129,9 +129,9 @@ impl HandlerError for Error {
             // event.
             Error::Transient(_)
             | Error::Replay(
-                crate::replay::ReplayError::Fenced { .. }
-                | crate::replay::ReplayError::Held { .. }
-                | crate::replay::ReplayError::WouldRun,
+                crate::replay::Refused::Fenced { .. }
+                | crate::replay::Refused::Held { .. }
+                | crate::replay::Refused::WouldRun,
             ) => FailureKind::Transient,
             _ => FailureKind::Counted,
         }

@@ -1,7 +1,7 @@
 //! The library's errors in the tool's words: where a message names a library function as the
 //! remedy, the tool names its own command instead. The rest read as the library wrote them.
 
-use diesel_inbox::{AdminError, Error};
+use diesel_inbox::{cursor, AdminError, Error};
 
 /// `error`'s message for a user of the command line.
 pub(crate) fn message(error: &AdminError) -> String {
@@ -41,7 +41,7 @@ fn inbox_message(error: &Error) -> String {
                 text
             }
         }
-        Error::TooManyOpenGaps { stream, open } => format!(
+        Error::Cursor(cursor::Refused::TooManyOpenGaps { stream, open }) => format!(
             "stream {stream:?} already has {open} open gaps: resolve those given up on with `diesel-inbox gaps resolve`"
         ),
         other => other.to_string(),
@@ -85,10 +85,10 @@ mod tests {
             Error::TransactionAborted { source: None },
             Error::StoredResult(serde_json::from_str::<u8>("x").unwrap_err()),
             Error::Pool("timed out".to_owned()),
-            Error::TooManyOpenGaps {
+            Error::Cursor(cursor::Refused::TooManyOpenGaps {
                 stream: "s".to_owned(),
                 open: 3,
-            },
+            }),
         ];
         let admin = [
             AdminError::InvalidTransition {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use diesel_inbox::replay::{
-    Enqueues, Evidence, Expectation, Interpretation, OutboxSource, Plan, Preview, Probe, Range,
-    ReplayCounts, ReplayError, ReplayNote, ReplayRecord, ReplayState, Replays, RunReport, Target,
+    self, Enqueues, Evidence, Expectation, Interpretation, OutboxSource, Plan, Preview, Probe,
+    Range, ReplayCounts, ReplayNote, ReplayRecord, ReplayState, Replays, RunReport, Target,
     Transition,
 };
 use diesel_inbox::{
@@ -342,7 +342,7 @@ fn invalid(flags: &str, error: &impl std::fmt::Display) -> Failure {
 /// operation's failure otherwise.
 fn plan_failure(error: AdminError) -> Failure {
     match error.inbox_error() {
-        Some(Error::Replay(ReplayError::InvalidPlan(_))) => {
+        Some(Error::Replay(replay::Refused::InvalidPlan(_))) => {
             Failure::Usage(format!("error: {}", errors::message(&error)))
         }
         _ => error.into(),
@@ -864,10 +864,10 @@ impl Decision {
 
 /// The refusal the library makes of `decision` on `record`, if any: checked before `--yes`,
 /// so that a decision refused says so (exit 1) rather than what it would do.
-fn refusal(record: &ReplayRecord, decision: Decision) -> Option<ReplayError> {
+fn refusal(record: &ReplayRecord, decision: Decision) -> Option<replay::Refused> {
     let (from, attempted, allowed) = decision.from();
     if !from.contains(&record.state) {
-        return Some(ReplayError::WrongState {
+        return Some(replay::Refused::WrongState {
             id: record.id,
             state: record.state,
             attempted,
@@ -876,17 +876,17 @@ fn refusal(record: &ReplayRecord, decision: Decision) -> Option<ReplayError> {
     }
     if decision == Decision::Accept {
         let Some(evidence) = &record.evidence else {
-            return Some(ReplayError::NotReconciled { id: record.id });
+            return Some(replay::Refused::NotReconciled { id: record.id });
         };
         if !evidence.matches() {
-            return Some(ReplayError::EvidenceMismatch {
+            return Some(replay::Refused::EvidenceMismatch {
                 id: record.id,
                 differences: evidence.differences.clone(),
             });
         }
     }
     if decision == Decision::Override && record.evidence.is_none() {
-        return Some(ReplayError::NotReconciled { id: record.id });
+        return Some(replay::Refused::NotReconciled { id: record.id });
     }
     None
 }

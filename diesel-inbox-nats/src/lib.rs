@@ -217,7 +217,8 @@ impl AsyncPublisher for JetStreamPublisher {
 ///
 /// # Errors
 ///
-/// [`Error::InvalidEnvelope`] when the message has no envelope headers, or one is malformed.
+/// [`outbox::Refused::InvalidEnvelope`](diesel_inbox::outbox::Refused::InvalidEnvelope) when the
+/// message has no envelope headers, or one is malformed.
 pub fn envelope_of(message: &async_nats::Message) -> Result<Envelope, Error> {
     let headers = message
         .headers

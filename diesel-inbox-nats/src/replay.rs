@@ -8,7 +8,7 @@ use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
 use chrono::{DateTime, Utc};
 
 use diesel_inbox::asynch::ReplaySource;
-use diesel_inbox::replay::{Range, ReplayError, SourceEvent};
+use diesel_inbox::replay::{self, Range, SourceEvent};
 use diesel_inbox::{envelope::Message, Error};
 
 use super::is_nats_header;
@@ -91,8 +91,8 @@ use super::is_nats_header;
 ///
 /// # Errors
 ///
-/// A read returns [`ReplayError::UnsupportedRange`] for a range of times or ids (plan the
-/// replay with stream sequences), and [`ReplayError::Source`] when the stream's info or a
+/// A read returns [`replay::Refused::UnsupportedRange`] for a range of times or ids (plan the
+/// replay with stream sequences), and [`replay::Refused::Source`] when the stream's info or a
 /// message cannot be read: a timeout, a lost connection, the stream deleted, no leader. The
 /// run stops on either, and resumes from its checkpoint when run again.
 #[derive(Debug, Clone)]
@@ -152,7 +152,7 @@ impl JetStreamSource {
 
     /// A failure to read, as the replay reports it.
     fn failed(&self, message: String) -> Error {
-        ReplayError::Source {
+        replay::Refused::Source {
             source_name: self.name.clone(),
             message,
         }

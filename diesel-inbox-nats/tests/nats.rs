@@ -288,7 +288,7 @@ mod replay {
     use diesel_async::sync_connection_wrapper::SyncConnectionWrapper;
     use diesel_async::RunQueryDsl;
     use diesel_inbox::asynch::{self, ReplayHandler, ReplaySource as _};
-    use diesel_inbox::replay::{Plan, Range, ReplayError, ReplayState, Replayed, Target};
+    use diesel_inbox::replay::{self, Plan, Range, ReplayState, Replayed, Target};
     use diesel_inbox::{envelope::Envelope, AdminError, Audit, Error};
     use diesel_inbox_nats::JetStreamSource;
 
@@ -557,7 +557,7 @@ mod replay {
                 let times = Range::times(now - chrono::Duration::hours(1), now).unwrap();
                 let refused = source.read(&mut conn, &times, None, 10).await.unwrap_err();
                 match refused {
-                    Error::Replay(ReplayError::UnsupportedRange { source_name, range }) => {
+                    Error::Replay(replay::Refused::UnsupportedRange { source_name, range }) => {
                         assert_eq!(source_name, format!("jetstream:{}", scratch.stream));
                         assert_eq!(range, "times");
                     }

@@ -28,8 +28,8 @@
 //!   two ways: it delivers the new branch from the fork point, where the block's parent is the
 //!   ancestor, or its handler's [`ancestor(height)`](ChainHandler::ancestor) answers the new
 //!   branch's hashes from the node, and the stream rewinds ([`BlockOutcome::Rewound`]: deliver
-//!   again from the ancestor plus one). With neither, `Error::UnknownAncestor`; a block above
-//!   the head plus one is `Error::MissingBlocks`.
+//!   again from the ancestor plus one). With neither, `chain::Refused::UnknownAncestor`; a block above
+//!   the head plus one is `chain::Refused::MissingBlocks`.
 //! - **Undo exactly once.** For every event that took effect in an orphaned block, last first,
 //!   [`ChainHandler::revert`] runs once, in the same transaction that marks the event's inbox
 //!   row reverted, drops the orphaned blocks and rewinds the head. An event included again on
@@ -39,7 +39,7 @@
 //!   no undo record of its own.
 //! - **Finality.** A fork reaching at or below the finalized height (the finality depth below
 //!   the head, or the chain's own finalized height, [`Block::finalized`]) is
-//!   `Error::ReorgBeyondFinality`: nothing commits, it is logged at error and counted by
+//!   `chain::Refused::ReorgBeyondFinality`: nothing commits, it is logged at error and counted by
 //!   `diesel_inbox_reorgs_refused_total`, and the block is redelivered until ops act.
 //! - **The fork ledger.** Every reorg is a row of `diesel_inbox_reorgs`: the stream, the
 //!   ancestor, the old and new heads, its depth, the events reverted and, as later blocks
@@ -57,14 +57,15 @@
 //! |---|---|
 //! | offsets or sequences the broker assigns once (Kafka, JetStream, a log) | a [sequence cursor](crate::cursor) |
 //! | a chain's blocks, effects the app can revert (balances, projections, indexes) | a chain cursor: effects at the tip, undone on reorgs |
-//! | a chain's blocks, effects that cannot be reverted (payouts, emails) | a chain cursor with [`final_blocks_only`](Chain::final_blocks_only): a block given with [`Block::tip`] is processed only once it is the finality depth below the tip, and nothing is ever reverted; the price is latency, the finality depth in blocks (64 blocks are about 13 minutes on Ethereum); a block not final yet is `Error::BlockNotFinal`, to redeliver later |
+//! | a chain's blocks, effects that cannot be reverted (payouts, emails) | a chain cursor with [`final_blocks_only`](Chain::final_blocks_only): a block given with [`Block::tip`] is processed only once it is the finality depth below the tip, and nothing is ever reverted; the price is latency, the finality depth in blocks (64 blocks are about 13 minutes on Ethereum); a block not final yet is `chain::Refused::BlockNotFinal`, to redeliver later |
 //!
 //! The decisions (where a block goes, how far a fork may reach) are in `fork.rs`; the
 //! statements in `sql.rs` (`ChainSql`); this module runs the transaction.
 
 #[cfg(feature = "async")]
 pub(crate) mod asynch;
-mod block;
+pub(crate) mod block;
+pub(crate) mod error;
 mod fork;
 mod ledger;
 pub(crate) mod sql;
@@ -89,6 +90,7 @@ use crate::state::InboxState;
 use crate::{AckOutcome, Error, EventId, HandlerError, Inbox, InboxConnection};
 
 pub use block::{Block, BlockId, InvalidBlockHash, MAX_BLOCK_HASH_BYTES};
+pub use error::Refused;
 use fork::{Offered, Placement, Refusal, Step, Stored};
 pub use ledger::{OrphanedEffect, Reorg, Reorgs};
 use sql::{BlockRow, ChainSql, NewReorg, OrphanedRow};
@@ -106,11 +108,12 @@ use sql::{BlockRow, ChainSql, NewReorg, OrphanedRow};
 /// - a block forking below its parent: the handler's [`ancestor`](ChainHandler::ancestor)
 ///   names the new branch's hashes down to the common ancestor, the stream rewinds there
 ///   ([`BlockOutcome::Rewound`]), and the caller delivers the new branch from the ancestor up;
-///   without an answer, [`Error::UnknownAncestor`];
-/// - a block above the head plus one: [`Error::MissingBlocks`];
-/// - a fork reaching the finalized height (the finality depth below the head, or the chain's
-///   own [`finalized`](Block::finalized) height): [`Error::ReorgBeyondFinality`], logged at
-///   error and counted. Nothing commits on any error.
+///   without an answer, [`chain::Refused::UnknownAncestor`](Refused::UnknownAncestor);
+/// - a block above the head plus one: [`chain::Refused::MissingBlocks`](Refused::MissingBlocks);
+/// - a fork reaching the finalized height (the finality depth below the head, or the chain's own
+///   [`finalized`](Block::finalized) height):
+///   [`chain::Refused::ReorgBeyondFinality`](Refused::ReorgBeyondFinality), logged at error and
+///   counted. Nothing commits on any error.
 ///
 /// An event already processed under another block of the stream (or by the same consumer's
 /// [`Inbox::process`]) is a duplicate and does not run again. A handler error or panic rolls
@@ -317,12 +320,12 @@ pub struct ChainPosition {
 }
 
 impl Chain {
-    /// Processes only blocks at least the finality depth below the chain's tip
-    /// ([`Block::tip`]), and never reverts: a block not final yet is
-    /// [`Error::BlockNotFinal`] (redeliver it later), and any fork is
-    /// [`Error::ReorgBeyondFinality`]. The effects then lag the tip by the finality depth
-    /// (64 blocks are about 13 minutes on Ethereum), in exchange for never being undone:
-    /// the mode for effects that cannot be reverted.
+    /// Processes only blocks at least the finality depth below the chain's tip ([`Block::tip`]),
+    /// and never reverts: a block not final yet is
+    /// [`chain::Refused::BlockNotFinal`](Refused::BlockNotFinal) (redeliver it later), and any fork
+    /// is [`chain::Refused::ReorgBeyondFinality`](Refused::ReorgBeyondFinality). The effects then
+    /// lag the tip by the finality depth (64 blocks are about 13 minutes on Ethereum), in exchange
+    /// for never being undone: the mode for effects that cannot be reverted.
     pub fn final_blocks_only(mut self) -> Self {
         self.final_only = true;
         self
@@ -355,9 +358,13 @@ impl Chain {
     /// # Errors
     ///
     /// The handler's own error, unchanged; or the inbox's [`Error`] converted into it:
-    /// [`Error::MissingBlocks`], [`Error::UnknownAncestor`], [`Error::ReorgBeyondFinality`],
-    /// [`Error::BlockNotFinal`], [`Error::SequenceOutOfRange`] for a height above `i64::MAX`,
-    /// and the database errors of [`Inbox::process`]. Nothing commits on any of them.
+    /// [`chain::Refused::MissingBlocks`](Refused::MissingBlocks),
+    /// [`chain::Refused::UnknownAncestor`](Refused::UnknownAncestor),
+    /// [`chain::Refused::ReorgBeyondFinality`](Refused::ReorgBeyondFinality),
+    /// [`chain::Refused::BlockNotFinal`](Refused::BlockNotFinal),
+    /// [`cursor::Refused::SequenceOutOfRange`](crate::cursor::Refused::SequenceOutOfRange) for a
+    /// height above `i64::MAX`, and the database errors of [`Inbox::process`]. Nothing commits on
+    /// any of them.
     pub fn process<C, H>(
         &self,
         conn: &mut C,
@@ -393,7 +400,7 @@ impl Chain {
             let result = self.run_in(conn, block, &mut handler).await;
             match &result {
                 Ok(outcome) => self.report(outcome),
-                Err(Failure::Inbox(refused @ Error::ReorgBeyondFinality { .. })) => {
+                Err(Failure::Inbox(refused @ Error::Chain(Refused::ReorgBeyondFinality { .. }))) => {
                     error!(consumer = self.consumer(), stream = self.stream(), error = %refused, "reorg beyond finality refused");
                     observe::reorg_refused(self.consumer());
                 }
@@ -456,13 +463,13 @@ impl Chain {
                 self.finality_depth,
             )
         {
-            return Err(Failure::Inbox(Error::BlockNotFinal {
+            return Err(Failure::Inbox(Error::Chain(Refused::BlockNotFinal {
                 stream: self.stream().to_owned(),
                 height: block.id().height(),
                 tip: block.known_tip(),
                 depth: self.finality_depth,
                 final_at: block.id().height().saturating_add(self.finality_depth),
-            }));
+            })));
         }
         let scope = engine::scope_of(conn)?;
         let subject = self.inbox.subject(None);
@@ -585,10 +592,10 @@ impl Chain {
         loop {
             let stored = C::Backend::block(conn, self.key(), height).await?;
             let Some(new_branch) = handler.ancestor(height.unsigned_abs()).await else {
-                return Err(Failure::Inbox(Error::UnknownAncestor {
+                return Err(Failure::Inbox(Error::Chain(Refused::UnknownAncestor {
                     stream: self.stream().to_owned(),
                     height: height.unsigned_abs(),
-                }));
+                })));
             };
             let step = fork::walk(
                 height,
@@ -820,18 +827,18 @@ impl Chain {
         finalized: Option<i64>,
     ) -> Failure<E> {
         let stream = self.stream().to_owned();
-        Failure::Inbox(match refusal {
-            Refusal::Ahead { head } => Error::MissingBlocks {
+        Failure::Inbox(Error::Chain(match refusal {
+            Refusal::Ahead { head } => Refused::MissingBlocks {
                 stream,
                 head: head.unsigned_abs(),
                 height: block.id().height(),
             },
-            Refusal::BeyondFinality => Error::ReorgBeyondFinality {
+            Refusal::BeyondFinality => Refused::ReorgBeyondFinality {
                 stream,
                 height: block.id().height(),
                 finalized: finalized.map_or(0, i64::unsigned_abs),
             },
-        })
+        }))
     }
 
     fn key(&self) -> StreamKey<'_> {
@@ -841,7 +848,7 @@ impl Chain {
 
 /// A height as stored: `BIGINT`.
 fn stored(height: u64) -> Result<i64, Error> {
-    i64::try_from(height).map_err(|_| Error::SequenceOutOfRange(height))
+    i64::try_from(height).map_err(|_| crate::cursor::Refused::SequenceOutOfRange(height).into())
 }
 
 /// A height the caller gave beside the block (its tip, the chain's finalized height), as

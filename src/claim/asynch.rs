@@ -428,7 +428,7 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced); [`Error::Database`].
     pub async fn release<C: AsyncInboxConnection>(
         mut self,
         conn: &mut C,
@@ -445,7 +445,7 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced); [`Error::Database`].
     pub async fn abandon<C: AsyncInboxConnection>(
         mut self,
         conn: &mut C,
@@ -462,7 +462,7 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced); [`Error::Database`].
     pub async fn outcome_unknown<C: AsyncInboxConnection>(
         self,
         conn: &mut C,

@@ -12,7 +12,7 @@ use tracing::{error, info, warn};
 use super::outcome::{Abandoned, Completed, InDoubt, InProgress, Suppressed};
 use super::sql::{ClaimChange, ClaimSql};
 use super::verdict::{self, InDoubtPolicy};
-use super::ClaimState;
+use super::{ClaimState, Refused};
 use crate::decide::{Failure, HandlerFailure, Then};
 use crate::duration::{after, now};
 use crate::engine::{self, run_ready, Body, Effect};
@@ -33,7 +33,7 @@ use crate::{claim::Claims, observe, Error, EventId, HandlerError, InboxConnectio
 ///
 /// A long side effect keeps the claim with [`extend`](Self::extend). Each of these writes is
 /// fenced by the claim's attempt: once another worker has taken the claim over, they fail
-/// with [`Error::ClaimFenced`] and change nothing.
+/// with [`claim::Refused::Fenced`](super::Refused::Fenced) and change nothing.
 ///
 /// **Dropped unfinished** (an early return, a panic, a crash), the claim cannot do I/O: it
 /// stays in progress until its lease runs out, and is then in doubt (or taken over under
@@ -94,9 +94,9 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`] once the lease has run out and a delivery found it so (the claim
-    /// is in doubt; complete it all the same if the side effect happened), another worker
-    /// has taken the claim over, or ops resolved it; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced) once the lease has run out and a delivery
+    /// found it so (the claim is in doubt; complete it all the same if the side effect happened),
+    /// another worker has taken the claim over, or ops resolved it; [`Error::Database`].
     pub fn extend<C: InboxConnection>(&mut self, conn: &mut C, by: Duration) -> Result<(), Error> {
         run_ready(self.extend_in::<Blocking, _>(conn, by))
     }
@@ -141,8 +141,8 @@ impl Claim {
     /// # Errors
     ///
     /// `record`'s own error, unchanged; or the inbox's [`Error`] converted into `E`:
-    /// [`Error::ClaimFenced`] (another worker took the claim over, or ops completed it:
-    /// nothing commits, `record`'s writes included), [`Error::StoredResult`],
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced) (another worker took the claim over, or
+    /// ops completed it: nothing commits, `record`'s writes included), [`Error::StoredResult`],
     /// [`Error::Database`], [`Error::ConnectionLost`], [`Error::CommitUnknown`].
     pub fn complete_with<C, T, E, F>(self, conn: &mut C, result: &T, mut record: F) -> Result<(), E>
     where
@@ -196,7 +196,7 @@ impl Claim {
             Err(failure) => failure,
         };
         match failure {
-            Failure::Inbox(fenced @ Error::ClaimFenced { .. }) => {
+            Failure::Inbox(fenced @ Error::Claim(Refused::Fenced { .. })) => {
                 self.fenced(&fenced, Some(&json));
                 Err(fenced.into())
             }
@@ -225,7 +225,7 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced); [`Error::Database`].
     pub fn release<C: InboxConnection>(mut self, conn: &mut C, reason: &str) -> Result<(), Error> {
         run_ready(self.finish::<Blocking, _>(conn, ClaimState::Released, reason))
     }
@@ -236,7 +236,7 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced); [`Error::Database`].
     pub fn abandon<C: InboxConnection>(mut self, conn: &mut C, reason: &str) -> Result<(), Error> {
         run_ready(self.finish::<Blocking, _>(conn, ClaimState::Abandoned, reason))
     }
@@ -247,7 +247,7 @@ impl Claim {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimFenced`]; [`Error::Database`].
+    /// [`claim::Refused::Fenced`](super::Refused::Fenced); [`Error::Database`].
     pub fn outcome_unknown<C: InboxConnection>(
         self,
         conn: &mut C,
@@ -293,7 +293,7 @@ impl Claim {
     ) -> Result<(), Error> {
         self.finished = true;
         let written = self.write(conn, state, None, None, Some(reason)).await;
-        if let Err(fenced @ Error::ClaimFenced { .. }) = &written {
+        if let Err(fenced @ Error::Claim(Refused::Fenced { .. })) = &written {
             self.fenced(fenced, None);
             return written;
         }
@@ -397,17 +397,17 @@ impl Claim {
             return Ok(());
         }
         let row = C::Backend::claim(conn, key, false).await?;
-        Err(Failure::Inbox(match row {
-            Some(row) => Error::ClaimFenced {
+        Err(Failure::Inbox(Error::Claim(match row {
+            Some(row) => Refused::Fenced {
                 event_id: self.event_id.clone(),
                 attempt: self.attempt(),
                 current: row.attempt.unsigned_abs(),
                 state: verdict::state_at(&row, change.now),
             },
-            None => Error::ClaimNotFound {
+            None => Refused::Deleted {
                 event_id: self.event_id.clone(),
             },
-        }))
+        })))
     }
 
     fn key(&self) -> Key<'_> {

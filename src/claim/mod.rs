@@ -45,7 +45,7 @@
 //! - **Claim, act, complete.** [`Claims::claim`] inserts `(consumer, event_id)` into
 //!   `diesel_inbox_claims` and commits, in a short transaction of its own, before the side
 //!   effect runs (called inside an open transaction it is refused:
-//!   `Error::ClaimInsideTransaction`). The side effect gets the [`Claim`], whose
+//!   `Error::InsideTransaction`). The side effect gets the [`Claim`], whose
 //!   [`idempotency_key`](Claim::idempotency_key) is a UUID derived from the consumer and the
 //!   event id: the same for every attempt and every process. The completion stores the result
 //!   as JSON and commits any writes that record it ([`Claims::run_and_record`],
@@ -117,6 +117,7 @@
 
 #[cfg(feature = "async")]
 pub(crate) mod asynch;
+pub(crate) mod error;
 mod held;
 mod ledger;
 pub(crate) mod outcome;
@@ -141,6 +142,7 @@ use crate::sql::{Blocking, Db, Sql};
 use crate::{observe, Delivery, Error, HandlerError, Inbox, InboxConnection, IntoDelivery};
 use sql::{ClaimChange, ClaimRow, ClaimSql, NewClaim};
 
+pub use error::Refused;
 pub use held::Claim;
 pub use held::Claimed;
 pub use ledger::{ClaimRecord, Resolution};
@@ -184,7 +186,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 ///   idempotency key downstream so that the service applies a repeat once.
 ///
 /// A late completion by a holder whose claim another worker took over is fenced by the
-/// claim's attempt number ([`Error::ClaimFenced`]) and cannot overwrite it.
+/// claim's attempt number ([`claim::Refused::Fenced`](Refused::Fenced)) and cannot overwrite it.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -339,7 +341,7 @@ impl Claims {
     ///
     /// # Errors
     ///
-    /// [`Error::ClaimInsideTransaction`] inside an open transaction (the claim must commit
+    /// [`Error::InsideTransaction`] inside an open transaction (the claim must commit
     /// before the side effect runs); [`Error::InvalidEventId`]; [`Error::PayloadMismatch`]
     /// when the id was first claimed with another payload; [`Error::Database`],
     /// [`Error::RetriesExhausted`], [`Error::ConnectionLost`], [`Error::CommitUnknown`]: do
@@ -366,7 +368,9 @@ impl Claims {
             return Ok(Claimed::Suppressed(found));
         }
         if engine::scope_of(conn)? == Scope::Savepoint {
-            return Err(Error::ClaimInsideTransaction);
+            return Err(Error::InsideTransaction {
+                operation: "Claims::claim or Claims::run",
+            });
         }
         let subject = self.inbox.subject(Some(delivery.id.as_str()));
         let body = Take {

@@ -47,7 +47,7 @@
 //!   parallel worker) is processed once and fills its place. A gap filled in the middle splits
 //!   in two, and one with no sequences left is filled.
 //! - **Bounded.** At most [`max_open_gaps`](Cursor::max_open_gaps) (default 1000) gaps that may
-//!   still fill. A sequence that would open one more is refused (`Error::TooManyOpenGaps`):
+//!   still fill. A sequence that would open one more is refused (`Refused::TooManyOpenGaps`):
 //!   nothing commits, and the answer is `Ack::Redeliver`. Sequences that fill a gap are always
 //!   accepted.
 //! - **The broker's retention.** Pass the broker's first available sequence
@@ -104,6 +104,7 @@ use watermark::{Change, Refusal, Stream, Verdict};
 #[cfg(feature = "async")]
 pub(crate) mod asynch;
 mod batch;
+pub(crate) mod error;
 pub(crate) mod gap;
 mod gaps;
 mod prune;
@@ -113,6 +114,7 @@ mod watermark;
 
 #[cfg(feature = "async")]
 pub(crate) use batch::SequenceEffect;
+pub use error::Refused;
 pub use gap::Gap;
 pub use gaps::Gaps;
 pub use state::{GapCause, GapState};
@@ -136,20 +138,21 @@ pub const DEFAULT_MAX_OPEN_GAPS: usize = 1000;
 ///   the gap until its sequences arrive (each one late arrival is processed, once, and fills
 ///   its place) or ops [resolve](Gaps::resolve) it.
 ///
-/// **Out of order** (a nack, parallel workers): any sequence inside an open gap is processed
-/// and fills it, so the policy is bounded by the number of gaps, not by how far apart
-/// sequences are: at most [`max_open_gaps`](Self::max_open_gaps) gaps that may still fill.
-/// Past that a sequence that would open one more is refused with [`Error::TooManyOpenGaps`]
-/// and nothing commits; sequences that fill a gap are still accepted.
+/// **Out of order** (a nack, parallel workers): any sequence inside an open gap is processed and
+/// fills it, so the policy is bounded by the number of gaps, not by how far apart sequences are: at
+/// most [`max_open_gaps`](Self::max_open_gaps) gaps that may still fill. Past that a sequence that
+/// would open one more is refused with
+/// [`cursor::Refused::TooManyOpenGaps`](Refused::TooManyOpenGaps) and nothing commits; sequences
+/// that fill a gap are still accepted.
 ///
 /// **Retention**: given the broker's first available sequence
 /// ([`Sequenced::first_available`]), a cursor behind it records the missing range as
 /// [`GapCause::Evicted`], never a silent reset, and moves on.
 ///
-/// **Fencing**: [`acquire`](Self::acquire) makes an instance the stream's owner with a new
-/// epoch; a cursor writing with an older one (a zombie after a rebalance) fails with
-/// [`Error::Fenced`] and commits nothing, the effect included. Once a stream has been
-/// acquired, a cursor without an epoch is fenced too.
+/// **Fencing**: [`acquire`](Self::acquire) makes an instance the stream's owner with a new epoch; a
+/// cursor writing with an older one (a zombie after a rebalance) fails with
+/// [`cursor::Refused::Fenced`](Refused::Fenced) and commits nothing, the effect included. Once a
+/// stream has been acquired, a cursor without an epoch is fenced too.
 ///
 /// **Failures**: the effect's error comes back unchanged and nothing commits, so the sequence
 /// is redelivered: an ordered stream waits for its poison message. Give the sequence its
@@ -297,18 +300,18 @@ struct Advanced<T> {
 }
 
 impl Cursor {
-    /// Writes with `epoch`, from [`Lease::epoch`]: a write after another instance acquired
-    /// the stream fails with [`Error::Fenced`]. Defaults to none, which only works on a stream
-    /// nobody acquired.
+    /// Writes with `epoch`, from [`Lease::epoch`]: a write after another instance acquired the
+    /// stream fails with [`cursor::Refused::Fenced`](Refused::Fenced). Defaults to none, which only
+    /// works on a stream nobody acquired.
     pub fn epoch(mut self, epoch: u64) -> Self {
         self.epoch = Some(epoch);
         self
     }
 
     /// How many gaps that may still fill (cause `Skipped`) the stream may have open before a
-    /// sequence that would open another is refused with [`Error::TooManyOpenGaps`]. Each is
-    /// one ledger row, read whenever a sequence arrives out of order. Defaults to
-    /// [`DEFAULT_MAX_OPEN_GAPS`].
+    /// sequence that would open another is refused with
+    /// [`cursor::Refused::TooManyOpenGaps`](Refused::TooManyOpenGaps). Each is one ledger row, read
+    /// whenever a sequence arrives out of order. Defaults to [`DEFAULT_MAX_OPEN_GAPS`].
     ///
     /// # Panics
     ///
@@ -361,9 +364,12 @@ impl Cursor {
     /// # Errors
     ///
     /// The effect's own error, unchanged; or the inbox's [`Error`] converted into `E`:
-    /// [`Error::Fenced`], [`Error::TooManyOpenGaps`], [`Error::BeforeFirstAvailable`],
-    /// [`Error::SequenceOutOfRange`], and those of [`Inbox::process`]. Nothing commits on any
-    /// of them. [`Ack::of`](crate::Ack::of) says what to do with the message.
+    /// [`cursor::Refused::Fenced`](Refused::Fenced),
+    /// [`cursor::Refused::TooManyOpenGaps`](Refused::TooManyOpenGaps),
+    /// [`cursor::Refused::BeforeFirstAvailable`](Refused::BeforeFirstAvailable),
+    /// [`cursor::Refused::SequenceOutOfRange`](Refused::SequenceOutOfRange), and those of
+    /// [`Inbox::process`]. Nothing commits on any of them. [`Ack::of`](crate::Ack::of) says what to
+    /// do with the message.
     pub fn process<C, T, E, F>(
         &self,
         conn: &mut C,
@@ -435,7 +441,7 @@ impl Cursor {
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::prelude::*;
-    /// use diesel_inbox::{Error, Inbox};
+    /// use diesel_inbox::{cursor, Error, Inbox};
     ///
     /// let mut conn = SqliteConnection::establish(":memory:")?;
     /// diesel_inbox::run_pending_migrations(&mut conn)?;
@@ -445,7 +451,8 @@ impl Cursor {
     /// let old = stream.clone().epoch(stream.acquire(&mut conn, "worker-a")?.epoch());
     /// let new = stream.clone().epoch(stream.acquire(&mut conn, "worker-b")?.epoch());
     /// assert!(new.process(&mut conn, 1, apply)?.is_processed());
-    /// assert!(matches!(old.process(&mut conn, 2, apply), Err(Error::Fenced { .. })));
+    /// let refused = old.process(&mut conn, 2, apply);
+    /// assert!(matches!(refused, Err(Error::Cursor(cursor::Refused::Fenced { .. }))));
     /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -725,11 +732,11 @@ impl Cursor {
         let row = C::Backend::cursor_or_insert(conn, self.key(), now).await?;
         let epoch = self.stored_epoch();
         if row.epoch != epoch {
-            return Err(Failure::Inbox(Error::Fenced {
+            return Err(Failure::Inbox(Error::Cursor(Refused::Fenced {
                 stream: self.stream().to_owned(),
                 epoch: self.epoch,
                 current: row.epoch.unsigned_abs(),
-            }));
+            })));
         }
         let open = C::Backend::gaps(
             conn,
@@ -863,14 +870,14 @@ impl Cursor {
 
     fn refused(&self, refusal: Refusal, sequence: i64) -> Error {
         let stream = self.stream().to_owned();
-        match refusal {
-            Refusal::BeforeFirstAvailable { first_available } => Error::BeforeFirstAvailable {
+        Error::Cursor(match refusal {
+            Refusal::BeforeFirstAvailable { first_available } => Refused::BeforeFirstAvailable {
                 stream,
                 sequence: sequence.unsigned_abs(),
                 first_available: first_available.unsigned_abs(),
             },
-            Refusal::TooManyOpenGaps { open } => Error::TooManyOpenGaps { stream, open },
-        }
+            Refusal::TooManyOpenGaps { open } => Refused::TooManyOpenGaps { stream, open },
+        })
     }
 
     /// The epoch as stored: 0 for a cursor without one.
@@ -948,7 +955,7 @@ impl Position {
 
 /// A sequence as stored: `BIGINT`.
 fn stored(sequence: u64) -> Result<i64, Error> {
-    i64::try_from(sequence).map_err(|_| Error::SequenceOutOfRange(sequence))
+    i64::try_from(sequence).map_err(|_| Refused::SequenceOutOfRange(sequence).into())
 }
 
 fn resume_at(watermark: Option<i64>) -> Resume {
@@ -1122,7 +1129,7 @@ mod tests {
         assert_eq!(stored(7).unwrap(), 7);
         assert!(matches!(
             stored(u64::MAX),
-            Err(Error::SequenceOutOfRange(u64::MAX))
+            Err(Error::Cursor(Refused::SequenceOutOfRange(u64::MAX)))
         ));
     }
 }

@@ -19,8 +19,8 @@ impl Cursor {
     ///
     /// # Errors
     ///
-    /// [`AdminError::PruneInsideTransaction`] inside an open transaction; [`AdminError::Inbox`] for
-    /// the database's errors.
+    /// [`Error::InsideTransaction`] inside an open transaction, and the database's errors,
+    /// inside [`AdminError::Inbox`].
     ///
     /// # Panics
     ///
@@ -41,7 +41,10 @@ impl Cursor {
     ) -> Result<u64, AdminError> {
         assert!(batch_size > 0, "batch_size must be at least 1");
         if engine::scope_of(conn)? != Scope::TopLevel {
-            return Err(AdminError::PruneInsideTransaction);
+            return Err(Error::InsideTransaction {
+                operation: "Cursor::prune_events",
+            }
+            .into());
         }
         let Some(watermark) = C::Backend::cursor(conn, self.key())
             .await?

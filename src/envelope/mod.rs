@@ -167,7 +167,8 @@ impl Envelope {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEnvelope`] when `traceparent` is not a valid W3C `traceparent`.
+    /// [`outbox::Refused::InvalidEnvelope`](crate::outbox::Refused::InvalidEnvelope) when
+    /// `traceparent` is not a valid W3C `traceparent`.
     pub fn with_traceparent(mut self, traceparent: &str) -> Result<Self, Error> {
         TraceContext::parse(traceparent)?;
         self.traceparent = Some(traceparent.to_owned());
@@ -189,7 +190,8 @@ impl Envelope {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEnvelope`] for a reserved or malformed name or a malformed value.
+    /// [`outbox::Refused::InvalidEnvelope`](crate::outbox::Refused::InvalidEnvelope) for a reserved
+    /// or malformed name or a malformed value.
     pub fn with_header(mut self, name: &str, value: &str) -> Result<Self, Error> {
         check_header_name(name)?;
         check_value(&format!("header {name}"), value)?;
@@ -203,10 +205,11 @@ impl Envelope {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEnvelope`] when `value` does not serialize.
+    /// [`outbox::Refused::InvalidEnvelope`](crate::outbox::Refused::InvalidEnvelope) when `value`
+    /// does not serialize.
     pub fn json(self, value: &impl serde::Serialize) -> Result<Self, Error> {
         let value = serde_json::to_value(value).map_err(|error| {
-            Error::InvalidEnvelope(format!(
+            Error::invalid_envelope(format!(
                 "the payload of a {:?} event does not serialize to JSON: {error}; nothing was \
                  enqueued",
                 self.event_type
@@ -326,7 +329,8 @@ impl Envelope {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEnvelope`] naming the field.
+    /// [`outbox::Refused::InvalidEnvelope`](crate::outbox::Refused::InvalidEnvelope) naming the
+    /// field.
     pub fn validate(&self) -> Result<(), Error> {
         for (field, value) in [
             ("event type", &self.event_type),
@@ -334,7 +338,7 @@ impl Envelope {
             ("aggregate id", &self.aggregate_id),
         ] {
             if value.is_empty() {
-                return Err(Error::InvalidEnvelope(format!(
+                return Err(Error::invalid_envelope(format!(
                     "the {field} is empty: give every event its type and the type and id of the \
                      aggregate it is about"
                 )));
@@ -366,13 +370,13 @@ pub(crate) fn is_reserved(name: &str) -> bool {
 fn check_header_name(name: &str) -> Result<(), Error> {
     let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if name.is_empty() || !name.bytes().all(token) {
-        return Err(Error::InvalidEnvelope(format!(
+        return Err(Error::invalid_envelope(format!(
             "header name {name:?} is not a token: use letters, digits and -, such as \
              \"Tenant-Id\""
         )));
     }
     if is_reserved(name) {
-        return Err(Error::InvalidEnvelope(format!(
+        return Err(Error::invalid_envelope(format!(
             "header name {name:?} is reserved (the envelope's own headers start with Event- \
              or are traceparent, tracestate and Content-Type; Nats- belongs to the broker): \
              set the field with its setter, or choose another name"
@@ -384,7 +388,7 @@ fn check_header_name(name: &str) -> Result<(), Error> {
 /// A header value must not break the header block it travels in.
 fn check_value(field: &str, value: &str) -> Result<(), Error> {
     if value.contains(['\r', '\n', '\0']) {
-        return Err(Error::InvalidEnvelope(format!(
+        return Err(Error::invalid_envelope(format!(
             "the {field} {value:?} holds a line break or NUL, which no broker header carries: \
              remove it"
         )));
@@ -402,6 +406,7 @@ impl IntoDelivery for &Envelope {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::Refused;
     use crate::{FailureKind, HandlerError};
 
     fn placed() -> Envelope {
@@ -476,7 +481,7 @@ mod tests {
         assert_eq!(event.traceparent(), Some(valid));
         assert_eq!(event.without_traceparent().traceparent(), None);
         let error = placed().with_traceparent("nonsense").unwrap_err();
-        assert!(matches!(error, Error::InvalidEnvelope(_)));
+        assert!(matches!(error, Error::Outbox(Refused::InvalidEnvelope(_))));
     }
 
     #[test]

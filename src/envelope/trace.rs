@@ -37,7 +37,7 @@ impl TraceContext {
     /// `-`, as the W3C recommendation asks.
     pub(crate) fn parse(value: &str) -> Result<Self, Error> {
         Self::read(value).map_err(|reason| {
-            Error::InvalidEnvelope(format!(
+            Error::invalid_envelope(format!(
                 "traceparent {value:?} is not a W3C trace context ({reason}): give \
                  00-<32 hex digits trace id>-<16 hex digits parent id>-<2 hex digits flags>, \
                  lowercase, with ids not all zero"

@@ -96,7 +96,7 @@ fn header_value<'a>(headers: &[(&'a str, &'a str)], name: &str) -> Option<&'a st
 
 fn required<'a>(headers: &[(&'a str, &'a str)], name: &str) -> Result<&'a str, Error> {
     header_value(headers, name).ok_or_else(|| {
-        Error::InvalidEnvelope(format!(
+        Error::invalid_envelope(format!(
             "the message has no {name} header: it was not published as an event envelope; \
              publish it with Envelope::to_message or through the outbox, or read it without \
              Envelope::from_message"
@@ -105,7 +105,7 @@ fn required<'a>(headers: &[(&'a str, &'a str)], name: &str) -> Result<&'a str, E
 }
 
 fn malformed(name: &str, value: &str, expected: &str) -> Error {
-    Error::InvalidEnvelope(format!(
+    Error::invalid_envelope(format!(
         "header {name} is {value:?}, not {expected}: fix the producer; the message can never be \
          read as it is"
     ))
@@ -217,9 +217,9 @@ impl Envelope {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEnvelope`] naming the header, when a required header is missing or
-    /// malformed, or when a JSON body does not parse. The message can never be read:
-    /// [`Ack::of`](crate::Ack::of) says to reject it.
+    /// [`outbox::Refused::InvalidEnvelope`](crate::outbox::Refused::InvalidEnvelope) naming the
+    /// header, when a required header is missing or malformed, or when a JSON body does not parse.
+    /// The message can never be read: [`Ack::of`](crate::Ack::of) says to reject it.
     pub fn from_message<'a>(
         headers: impl IntoIterator<Item = (&'a str, &'a str)>,
         body: &[u8],
@@ -249,7 +249,7 @@ impl Envelope {
             .transpose()?;
         let payload = if header_value(&headers, CONTENT_TYPE).is_some_and(is_json) {
             Payload::Json(serde_json::from_slice(body).map_err(|error| {
-                Error::InvalidEnvelope(format!(
+                Error::invalid_envelope(format!(
                     "the body of event {id} is not valid JSON although its Content-Type is \
                      application/json: {error}; fix the producer"
                 ))
@@ -338,10 +338,11 @@ impl Envelope {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEnvelope`] naming the key that is missing, unknown or malformed.
+    /// [`outbox::Refused::InvalidEnvelope`](crate::outbox::Refused::InvalidEnvelope) naming the key
+    /// that is missing, unknown or malformed.
     pub fn from_json(document: &Value) -> Result<Self, Error> {
         let invalid = |key: &str, expected: &str| {
-            Error::InvalidEnvelope(format!(
+            Error::invalid_envelope(format!(
                 "the envelope document's {key:?} is {}, not {expected}",
                 document
                     .get(key)
@@ -349,12 +350,12 @@ impl Envelope {
             ))
         };
         let Some(fields) = document.as_object() else {
-            return Err(Error::InvalidEnvelope(
+            return Err(Error::invalid_envelope(
                 "an envelope document is a JSON object, as Envelope::to_json writes it".to_owned(),
             ));
         };
         if let Some(unknown) = fields.keys().find(|key| !KEYS.contains(&key.as_str())) {
-            return Err(Error::InvalidEnvelope(format!(
+            return Err(Error::invalid_envelope(format!(
                 "the envelope document has the unknown key {unknown:?}: its keys are {}",
                 KEYS.join(", ")
             )));
@@ -403,7 +404,7 @@ impl Envelope {
                     .ok_or_else(|| invalid("payload_hex", "an even number of hex digits"))?,
             ),
             _ => {
-                return Err(Error::InvalidEnvelope(
+                return Err(Error::invalid_envelope(
                     "the envelope document needs exactly one of \"payload\" (JSON) and \
                      \"payload_hex\" (bytes)"
                         .to_owned(),
@@ -461,6 +462,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::outbox::Refused;
 
     fn sample() -> Envelope {
         Envelope::new("order.placed", "order", "42")
@@ -590,7 +592,10 @@ mod tests {
             EVENT_AGGREGATE_ID,
         ] {
             let error = read(&without(&message, name)).unwrap_err();
-            assert!(matches!(error, Error::InvalidEnvelope(_)), "{name}");
+            assert!(
+                matches!(error, Error::Outbox(Refused::InvalidEnvelope(_))),
+                "{name}"
+            );
             assert!(
                 error.to_string().contains(&format!("no {name} header")),
                 "{name}: {error}"
@@ -624,7 +629,10 @@ mod tests {
     fn a_json_body_that_does_not_parse_is_an_invalid_envelope() {
         let mut message = sample().to_message();
         message.body = b"{not json".to_vec();
-        assert!(matches!(read(&message), Err(Error::InvalidEnvelope(_))));
+        assert!(matches!(
+            read(&message),
+            Err(Error::Outbox(Refused::InvalidEnvelope(_)))
+        ));
     }
 
     #[test]

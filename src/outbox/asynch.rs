@@ -63,7 +63,8 @@ impl Outbox {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEnvelope`] when `producer` is empty.
+    /// [`outbox::Refused::InvalidEnvelope`](super::Refused::InvalidEnvelope) when `producer` is
+    /// empty.
     pub fn new(producer: &str) -> Result<Self, Error> {
         crate::outbox::Outbox::new(producer).map(Self)
     }

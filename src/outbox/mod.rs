@@ -155,6 +155,7 @@ use sql::{NewOutboxRow, OutboxSql};
 
 #[cfg(feature = "async")]
 pub(crate) mod asynch;
+pub(crate) mod error;
 mod ledger;
 mod plan;
 mod publish;
@@ -165,6 +166,7 @@ pub(crate) mod state;
 #[cfg(feature = "async")]
 pub(crate) use relay::Awaits;
 
+pub use error::Refused;
 pub use ledger::{OutboxRecord, OutboxStats};
 #[cfg(feature = "tokio")]
 pub use publish::BlockingPublisher;
@@ -209,10 +211,10 @@ impl Outbox {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEnvelope`] when `producer` is empty.
+    /// [`outbox::Refused::InvalidEnvelope`](Refused::InvalidEnvelope) when `producer` is empty.
     pub fn new(producer: &str) -> Result<Self, Error> {
         if producer.trim().is_empty() {
-            return Err(Error::InvalidEnvelope(
+            return Err(Error::invalid_envelope(
                 "the outbox needs a producer name: the service that emits the events".into(),
             ));
         }
@@ -276,10 +278,11 @@ impl Outbox {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidEnvelope`] for an empty or overlong topic, or aggregate type or id
-    /// ([`MAX_TOPIC_BYTES`], and 255 bytes); [`Error::AlreadyEnqueued`] when an event with
-    /// this id is in the outbox already (nothing is written, and the transaction stays usable
-    /// on every backend); [`Error::Database`] otherwise.
+    /// [`outbox::Refused::InvalidEnvelope`](Refused::InvalidEnvelope) for an empty or overlong
+    /// topic, or aggregate type or id ([`MAX_TOPIC_BYTES`], and 255 bytes);
+    /// [`outbox::Refused::AlreadyEnqueued`](Refused::AlreadyEnqueued) when an event with this id is
+    /// in the outbox already (nothing is written, and the transaction stays usable on every
+    /// backend); [`Error::Database`] otherwise.
     pub fn enqueue<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -313,7 +316,7 @@ impl Outbox {
             .map(|(name, value)| (name.as_str(), value.as_str()))
             .collect();
         let headers = serde_json::to_string(&headers)
-            .map_err(|error| Error::InvalidEnvelope(error.to_string()))?;
+            .map_err(|error| Error::invalid_envelope(error.to_string()))?;
         let event_id = envelope.id.as_str();
         let mut insert = Insert {
             order_lock: self.order_lock,
@@ -348,9 +351,10 @@ impl Outbox {
             insert.attempt(conn).await.map_err(Failure::into_error)?
         };
         if !inserted {
-            return Err(Error::AlreadyEnqueued {
+            return Err(Refused::AlreadyEnqueued {
                 event_id: envelope.id.clone(),
-            });
+            }
+            .into());
         }
         observe::outbox_enqueued(topic);
         tracing::debug!(event_id, topic, "event enqueued in the outbox");
@@ -382,7 +386,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Insert<'_> {
 /// Refuses an empty or overlong routing field before any SQL runs.
 fn check_text(what: &str, value: &str, max: usize) -> Result<(), Error> {
     if value.is_empty() || value.len() > max {
-        return Err(Error::InvalidEnvelope(format!(
+        return Err(Error::invalid_envelope(format!(
             "the {what} must be 1 to {max} bytes, not {}",
             value.len()
         )));

@@ -213,9 +213,9 @@ impl Relay {
     ///
     /// # Errors
     ///
-    /// [`AdminError::RelayInsideTransaction`] inside an open transaction; the database's
-    /// errors in [`AdminError::Inbox`] ([`Error::Database`], [`Error::ConnectionLost`], ...). Rows taken by a pass that failed
-    /// after taking them are published by a later pass once their lease runs out.
+    /// [`Error::InsideTransaction`] inside an open transaction, and the database's errors, in
+    /// [`AdminError::Inbox`] ([`Error::Database`], [`Error::ConnectionLost`], ...). Rows taken by a
+    /// pass that failed after taking them are published by a later pass once their lease runs out.
     pub fn run_once<C: InboxConnection, P: Publisher + ?Sized>(
         &self,
         conn: &mut C,
@@ -311,7 +311,10 @@ impl Relay {
     /// Step 1: takes and leases the rows this pass publishes.
     async fn take<F, C: Db<F, Backend: Sql>>(&self, conn: &mut C) -> Result<Taken, AdminError> {
         if engine::scope_of(conn)? == Scope::Savepoint {
-            return Err(AdminError::RelayInsideTransaction);
+            return Err(Error::InsideTransaction {
+                operation: "Relay::run_once",
+            }
+            .into());
         }
         let token = format!("{:032x}", fastrand::u128(..));
         // MariaDB: the locking reads lock only the rows they return. A run again after

@@ -458,7 +458,7 @@ impl<C> ReplayHandler<C> for super::run::Probe {
         _: &Envelope,
         _: &Replayed,
     ) -> impl Future<Output = Result<(), Error>> + Send {
-        std::future::ready(Err(crate::replay::ReplayError::WouldRun.into()))
+        std::future::ready(Err(crate::replay::Refused::WouldRun.into()))
     }
 }
 

@@ -6,17 +6,13 @@ use super::state::ReplayState;
 
 /// Why a replay operation was refused. Inside [`Error::Replay`](crate::Error::Replay) for a
 /// run (whose error is the handler's), and inside [`AdminError::Inbox`](crate::AdminError) for
-/// the other operations.
+/// the other operations. Its broker answer is [`Refused::ack`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum ReplayError {
+pub enum Refused {
     /// The plan cannot run as given.
     #[error("invalid replay plan: {0}")]
     InvalidPlan(String),
-    /// A replay's run, reconciliation or decision was asked for inside an open transaction:
-    /// each event commits in a transaction of its own.
-    #[error("a replay runs its own transactions: call it outside any transaction")]
-    InsideTransaction,
     /// No replay has this id.
     #[error("no replay {id}: list them with `diesel-inbox replays list`")]
     NotFound {

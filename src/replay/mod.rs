@@ -74,8 +74,8 @@
 //!   checkpoint and never applies an event twice. A handler failure the failure policy counts
 //!   is recorded for the target, counted and noted, and the run goes on. One runner at a
 //!   time: a run holds a fenced lease ([`Replays::lease`], 60 s after each event); while a
-//!   runner holds it another gets [`ReplayError::Held`], and once it runs out another takes
-//!   over and the first one's writes are refused ([`ReplayError::Fenced`]). Each run is a
+//!   runner holds it another gets [`Refused::Held`], and once it runs out another takes
+//!   over and the first one's writes are refused ([`Refused::Fenced`]). Each run is a
 //!   `tracing` span `replay` with a `replay progress` line per batch
 //!   ([`Replays::run_reporting`] calls back there too), and
 //!   `diesel_inbox_replay_events_total{consumer,outcome}` counts the events settled.
@@ -84,7 +84,7 @@
 //!   target's inbox, the counts add up and meet the expectation, and the digest re-read is the
 //!   one recorded while running. The app's callback adds its own [`Report`]s
 //!   ([`Report::compare`] names every key that differs). [`Replays::accept`] refuses evidence
-//!   that differs ([`ReplayError::EvidenceMismatch`]); [`Replays::accept_overriding`] accepts
+//!   that differs ([`Refused::EvidenceMismatch`]); [`Replays::accept_overriding`] accepts
 //!   it anyway, with a reason, recorded beside the differences it overrode. Swapping shadow
 //!   tables in is the app's step, or ops'.
 //! - **Retention.** While a replay of the outbox is open (planned, running or finished),
@@ -103,7 +103,7 @@
 
 #[cfg(feature = "async")]
 pub(crate) mod asynch;
-mod error;
+pub(crate) mod error;
 mod evidence;
 mod plan;
 mod progress;
@@ -123,7 +123,7 @@ use crate::engine::{self, run_ready, Body, Subject};
 use crate::sql::{Blocking, Db, Sql};
 use crate::{AdminError, Audit, CorruptRow, Error, InboxConnection, RetryPolicy};
 
-pub use error::ReplayError;
+pub use error::Refused;
 pub use evidence::{Evidence, ReplayCounts, Report};
 pub use plan::{Enqueues, Expectation, Interpretation, Plan, Range, Target};
 pub use record::{ReplayNote, ReplayRecord, Transition};
@@ -277,7 +277,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::InvalidPlan`]; [`Error::Database`].
+    /// [`Refused::InvalidPlan`]; [`Error::Database`].
     pub fn plan<C: InboxConnection, S: ReplaySource<C>>(
         &self,
         conn: &mut C,
@@ -298,7 +298,7 @@ impl Replays {
     ) -> Result<ReplayRecord, AdminError> {
         plan.check()?;
         if source.trim().is_empty() {
-            return Err(ReplayError::InvalidPlan("a replay's source has a name".into()).into());
+            return Err(Refused::InvalidPlan("a replay's source has a name".into()).into());
         }
         let body = Record {
             source,
@@ -365,7 +365,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::NotFound`]; [`Error::CorruptRow`]; [`Error::Database`].
+    /// [`Refused::NotFound`]; [`Error::CorruptRow`]; [`Error::Database`].
     pub fn get<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -382,7 +382,7 @@ impl Replays {
     ) -> Result<ReplayRecord, Error> {
         let row = C::Backend::replay(conn, id)
             .await?
-            .ok_or(ReplayError::NotFound { id })?;
+            .ok_or(Refused::NotFound { id })?;
         ReplayRecord::from_row(row)
     }
 
@@ -491,10 +491,10 @@ impl Replays {
     /// The handler's own error, for a failure that is not the event's (transient,
     /// contention that outlasted the retries, a lost connection): the run stops and resumes
     /// when run again. Otherwise the inbox's [`Error`] converted into it:
-    /// [`Error::Replay`] with [`ReplayError::Held`] (another runner's lease lasts),
-    /// [`ReplayError::Fenced`] (taken over or aborted meanwhile), [`ReplayError::WrongState`],
-    /// [`ReplayError::SourceMismatch`], [`ReplayError::NotFound`],
-    /// [`ReplayError::InsideTransaction`]; what the source returns; [`Error::Database`].
+    /// [`Error::Replay`] with [`Refused::Held`] (another runner's lease lasts),
+    /// [`Refused::Fenced`] (taken over or aborted meanwhile), [`Refused::WrongState`],
+    /// [`Refused::SourceMismatch`], [`Refused::NotFound`]; [`Error::InsideTransaction`] inside
+    /// an open transaction; what the source returns; [`Error::Database`].
     pub fn run<C, S, H>(
         &self,
         conn: &mut C,
@@ -545,8 +545,8 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::WrongState`] for a replay that is not finished;
-    /// [`ReplayError::SourceMismatch`]; `check`'s error; what the source returns;
+    /// [`Refused::WrongState`] for a replay that is not finished;
+    /// [`Refused::SourceMismatch`]; `check`'s error; what the source returns;
     /// [`Error::Database`].
     pub fn reconcile<C, S, R>(
         &self,
@@ -581,7 +581,7 @@ impl Replays {
         let record = self.get_in(conn, id).await?;
         expect_state(&record, &[ReplayState::Finished], "reconciled", "finished")?;
         if record.source != source {
-            return Err(ReplayError::SourceMismatch {
+            return Err(Refused::SourceMismatch {
                 id,
                 recorded: record.source,
                 given: source.to_owned(),
@@ -614,7 +614,7 @@ impl Replays {
             .await
             .map_err(Error::from)?
         {
-            return Err(Error::from(ReplayError::Fenced { id }).into());
+            return Err(Error::from(Refused::Fenced { id }).into());
         }
         if evidence.matches() {
             info!(
@@ -685,8 +685,8 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::NotReconciled`]; [`ReplayError::EvidenceMismatch`], naming what
-    /// differs; [`ReplayError::WrongState`]; [`ReplayError::NotFound`]; [`Error::Database`].
+    /// [`Refused::NotReconciled`]; [`Refused::EvidenceMismatch`], naming what
+    /// differs; [`Refused::WrongState`]; [`Refused::NotFound`]; [`Error::Database`].
     pub fn accept<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -701,7 +701,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// As [`accept`](Self::accept), but for [`ReplayError::EvidenceMismatch`].
+    /// As [`accept`](Self::accept), but for [`Refused::EvidenceMismatch`].
     pub fn accept_overriding<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -715,7 +715,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::WrongState`]; [`ReplayError::NotFound`]; [`Error::Database`].
+    /// [`Refused::WrongState`]; [`Refused::NotFound`]; [`Error::Database`].
     pub fn reject<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -730,7 +730,7 @@ impl Replays {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::WrongState`]; [`ReplayError::NotFound`]; [`Error::Database`].
+    /// [`Refused::WrongState`]; [`Refused::NotFound`]; [`Error::Database`].
     pub fn abort<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -767,11 +767,11 @@ impl Replays {
             let evidence = record
                 .evidence
                 .as_ref()
-                .ok_or(ReplayError::NotReconciled { id })
+                .ok_or(Refused::NotReconciled { id })
                 .map_err(Error::from)?;
             if !evidence.matches() {
                 if decision == Decision::Accept {
-                    return Err(Error::from(ReplayError::EvidenceMismatch {
+                    return Err(Error::from(Refused::EvidenceMismatch {
                         id,
                         differences: evidence.differences.clone(),
                     })
@@ -876,7 +876,7 @@ fn expect_state(
     if from.contains(&record.state) {
         Ok(())
     } else {
-        Err(ReplayError::WrongState {
+        Err(Refused::WrongState {
             id: record.id,
             state: record.state,
             attempted,

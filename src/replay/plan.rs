@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::ReplayError;
+use super::Refused;
 use crate::names::Consumer;
 use crate::{envelope::SchemaVersions, EventId};
 
@@ -38,10 +38,10 @@ impl Range {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::InvalidPlan`] when `first` is above `last`, or `last` above `i64::MAX`.
-    pub fn positions(first: u64, last: u64) -> Result<Self, ReplayError> {
+    /// [`Refused::InvalidPlan`] when `first` is above `last`, or `last` above `i64::MAX`.
+    pub fn positions(first: u64, last: u64) -> Result<Self, Refused> {
         if first > last || i64::try_from(last).is_err() {
-            return Err(ReplayError::InvalidPlan(format!(
+            return Err(Refused::InvalidPlan(format!(
                 "a position range runs from a first to a last position no larger than {}, not {first}..={last}",
                 i64::MAX
             )));
@@ -53,10 +53,10 @@ impl Range {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::InvalidPlan`] when `to` is not after `from`.
-    pub fn times(from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Self, ReplayError> {
+    /// [`Refused::InvalidPlan`] when `to` is not after `from`.
+    pub fn times(from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Self, Refused> {
         if to <= from {
-            return Err(ReplayError::InvalidPlan(format!(
+            return Err(Refused::InvalidPlan(format!(
                 "a time range ends after it starts, not from {from} to {to}"
             )));
         }
@@ -67,17 +67,17 @@ impl Range {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::InvalidPlan`] for an empty list or one that names an event twice.
-    pub fn ids(ids: impl IntoIterator<Item = EventId>) -> Result<Self, ReplayError> {
+    /// [`Refused::InvalidPlan`] for an empty list or one that names an event twice.
+    pub fn ids(ids: impl IntoIterator<Item = EventId>) -> Result<Self, Refused> {
         let ids: Vec<EventId> = ids.into_iter().collect();
         let mut seen = std::collections::HashSet::new();
         if ids.is_empty() {
-            return Err(ReplayError::InvalidPlan(
+            return Err(Refused::InvalidPlan(
                 "an id range names at least one event".into(),
             ));
         }
         if let Some(twice) = ids.iter().find(|id| !seen.insert(id.as_str())) {
-            return Err(ReplayError::InvalidPlan(format!(
+            return Err(Refused::InvalidPlan(format!(
                 "an id range names each event once; {twice:?} is there twice"
             )));
         }
@@ -85,9 +85,9 @@ impl Range {
     }
 
     /// The error a source returns for a kind of range it cannot read:
-    /// [`ReplayError::UnsupportedRange`], naming the source.
+    /// [`Refused::UnsupportedRange`], naming the source.
     pub fn unsupported_by(&self, source: &str) -> crate::Error {
-        ReplayError::UnsupportedRange {
+        Refused::UnsupportedRange {
             source_name: source.to_owned(),
             range: self.kind(),
         }
@@ -144,7 +144,7 @@ impl Range {
     }
 
     /// Checks a range built by hand as its constructors do.
-    fn check(&self) -> Result<(), ReplayError> {
+    fn check(&self) -> Result<(), Refused> {
         match self {
             Self::Positions { first, last } => Self::positions(*first, *last).map(drop),
             Self::Times { from, to } => Self::times(*from, *to).map(drop),
@@ -179,18 +179,17 @@ impl Target {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::InvalidPlan`] for an invalid consumer name, or a destination that is
+    /// [`Refused::InvalidPlan`] for an invalid consumer name, or a destination that is
     /// not 1 to 128 ASCII letters, digits and `_`, in one or two `.`-separated parts, each
     /// starting with a letter or `_`.
-    pub fn isolated(consumer: &str, destination: &str) -> Result<Self, ReplayError> {
+    pub fn isolated(consumer: &str, destination: &str) -> Result<Self, Refused> {
         if !is_identifier(destination) {
-            return Err(ReplayError::InvalidPlan(format!(
+            return Err(Refused::InvalidPlan(format!(
                 "an isolated target names where it writes as an identifier (points_shadow, shadow.points), not {destination:?}"
             )));
         }
         Ok(Self {
-            consumer: Consumer::new(consumer)
-                .map_err(|e| ReplayError::InvalidPlan(e.to_string()))?,
+            consumer: Consumer::new(consumer).map_err(|e| Refused::InvalidPlan(e.to_string()))?,
             destination: Some(destination.to_owned()),
         })
     }
@@ -200,11 +199,10 @@ impl Target {
     ///
     /// # Errors
     ///
-    /// [`ReplayError::InvalidPlan`] for an invalid consumer name.
-    pub fn live(consumer: &str) -> Result<Self, ReplayError> {
+    /// [`Refused::InvalidPlan`] for an invalid consumer name.
+    pub fn live(consumer: &str) -> Result<Self, Refused> {
         Ok(Self {
-            consumer: Consumer::new(consumer)
-                .map_err(|e| ReplayError::InvalidPlan(e.to_string()))?,
+            consumer: Consumer::new(consumer).map_err(|e| Refused::InvalidPlan(e.to_string()))?,
             destination: None,
         })
     }
@@ -264,14 +262,14 @@ impl Expectation {
 }
 
 impl std::str::FromStr for Expectation {
-    type Err = ReplayError;
+    type Err = Refused;
 
-    fn from_str(text: &str) -> Result<Self, ReplayError> {
+    fn from_str(text: &str) -> Result<Self, Refused> {
         match text {
             "all-processed" => Ok(Self::AllProcessed),
             "all-duplicates" => Ok(Self::AllDuplicates),
             "any" => Ok(Self::Any),
-            other => Err(ReplayError::InvalidPlan(format!(
+            other => Err(Refused::InvalidPlan(format!(
                 "the expectation is all-processed, all-duplicates or any, not {other:?}"
             ))),
         }
@@ -314,7 +312,7 @@ pub enum Enqueues {
 /// assert_eq!(plan.expectation(), Expectation::AllProcessed);
 /// let probe = Plan::new(Target::live("points")?, Range::positions(1, 500)?);
 /// assert_eq!(probe.expectation(), Expectation::AllDuplicates);
-/// # Ok::<(), diesel_inbox::replay::ReplayError>(())
+/// # Ok::<(), diesel_inbox::replay::Refused>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
@@ -403,11 +401,11 @@ impl Plan {
     }
 
     /// Checks the plan against the source it will read.
-    pub(crate) fn check(&self) -> Result<(), ReplayError> {
+    pub(crate) fn check(&self) -> Result<(), Refused> {
         self.range.check()?;
         if let Enqueues::Redirect(topic) = &self.enqueues {
             if topic.trim().is_empty() {
-                return Err(ReplayError::InvalidPlan(
+                return Err(Refused::InvalidPlan(
                     "a replay's enqueues are redirected to a topic of its own: name it".into(),
                 ));
             }

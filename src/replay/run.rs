@@ -11,7 +11,7 @@ use super::progress::{self, Progress, Read, Settled};
 use super::record::{ReplayRecord, Transition};
 use super::source::{Feed, SourceEvent};
 use super::sql::{NoteRow, ReplayProgressRow, ReplaySql};
-use super::{ReplayError, ReplayState, Replays};
+use super::{Refused, ReplayState, Replays};
 use crate::claim::Suppression;
 use crate::decide::{self, Failure, Scope};
 use crate::duration::{after, now};
@@ -76,7 +76,7 @@ impl<C> ReplayHandler<C> for Probe {
     type Error = Error;
 
     fn apply(&mut self, _: &mut C, _: &Envelope, _: &Replayed) -> Result<(), Error> {
-        Err(ReplayError::WouldRun.into())
+        Err(Refused::WouldRun.into())
     }
 }
 
@@ -253,7 +253,10 @@ impl Replays {
         H: Handle<C>,
     {
         if conn.depth().map_err(Error::from)? > 0 {
-            return Err(Error::from(ReplayError::InsideTransaction).into());
+            return Err(Error::InsideTransaction {
+                operation: "Replays::run",
+            }
+            .into());
         }
         let mut run = self.take(conn, id, &source.name()).await?;
         let span = tracing::info_span!(
@@ -371,7 +374,7 @@ impl Replays {
     ) -> Result<Running, Error> {
         let record = self.get_in(conn, id).await?;
         if record.source != source {
-            return Err(ReplayError::SourceMismatch {
+            return Err(Refused::SourceMismatch {
                 id,
                 recorded: record.source,
                 given: source.to_owned(),
@@ -391,8 +394,8 @@ impl Replays {
         let Some(fence) = fence else {
             let now_record = self.get_in(conn, id).await?;
             return Err(match (now_record.state, now_record.lease_until) {
-                (ReplayState::Running, Some(until)) => ReplayError::Held { id, until },
-                (state, _) => ReplayError::WrongState {
+                (ReplayState::Running, Some(until)) => Refused::Held { id, until },
+                (state, _) => Refused::WrongState {
                     id,
                     state,
                     attempted: "run",
@@ -617,17 +620,14 @@ fn subject(record: &ReplayRecord) -> Subject<'_> {
 
 /// Whether `error` is a probe's refusal of an event that would take effect.
 fn would_run<E: HandlerError>(error: &E) -> bool {
-    matches!(
-        error.inbox_error(),
-        Some(Error::Replay(ReplayError::WouldRun))
-    )
+    matches!(error.inbox_error(), Some(Error::Replay(Refused::WouldRun)))
 }
 
 /// Whether `error` is this runner's lease lost.
 fn is_fenced<E: HandlerError>(error: &E) -> bool {
     matches!(
         error.inbox_error(),
-        Some(Error::Replay(ReplayError::Fenced { .. }))
+        Some(Error::Replay(Refused::Fenced { .. }))
     )
 }
 
@@ -676,7 +676,7 @@ where
         .await
         .map_err(Error::from)?;
         if !saved {
-            return Err(Error::from(ReplayError::Fenced {
+            return Err(Error::from(Refused::Fenced {
                 id: self.run.record.id,
             })
             .into());
@@ -741,7 +741,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for SaveProgress<'_> {
         {
             Ok(())
         } else {
-            Err(Failure::Inbox(ReplayError::Fenced { id: self.id }.into()))
+            Err(Failure::Inbox(Refused::Fenced { id: self.id }.into()))
         }
     }
 }
@@ -799,7 +799,7 @@ impl<F, C: Db<F, Backend: Sql>> Body<F, C> for Finish<'_> {
         if !C::Backend::set_replay_state(conn, self.id, &[running], finished, Some(self.fence), at)
             .await?
         {
-            return Err(Failure::Inbox(ReplayError::Fenced { id: self.id }.into()));
+            return Err(Failure::Inbox(Refused::Fenced { id: self.id }.into()));
         }
         let ended = Transition::row(Some(running), finished, self.actor, self.reason, at);
         C::Backend::insert_replay_transition(conn, self.id, &ended).await?;

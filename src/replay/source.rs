@@ -251,7 +251,7 @@ impl OutboxSource {
 /// An outbox row as the message it was published as.
 fn event(position: u64, row: &OutboxRow) -> Result<SourceEvent, Error> {
     let headers: BTreeMap<String, String> = serde_json::from_str(&row.headers).map_err(|error| {
-        Error::InvalidEnvelope(format!(
+        Error::invalid_envelope(format!(
             "the headers of outbox row {} are not a JSON object of strings ({error}): repair the row",
             row.position
         ))

@@ -295,11 +295,11 @@ impl Inbox {
     /// # Errors
     ///
     /// [`AdminError::RetentionBelowWindow`] for an age below the
-    /// [`redelivery_window`](Self::redelivery_window), before any SQL;
-    /// [`AdminError::PruneInsideTransaction`] on a connection inside a transaction;
+    /// [`redelivery_window`](Self::redelivery_window), before any SQL; [`Error::InsideTransaction`]
+    /// (in [`AdminError::Inbox`]) on a connection inside a transaction;
     /// [`AdminError::PruneRunning`] when another prune holds the lock; [`Error::Database`] or
-    /// [`Error::RetriesExhausted`] (in [`AdminError::Inbox`]) from a batch. Batches committed before an error stay
-    /// committed: running it again continues where it stopped.
+    /// [`Error::RetriesExhausted`] (in [`AdminError::Inbox`]) from a batch. Batches committed
+    /// before an error stay committed: running it again continues where it stopped.
     pub fn prune<C: InboxConnection>(
         &self,
         conn: &mut C,
@@ -324,7 +324,10 @@ impl<K> crate::inbox::Inbox<K> {
             });
         }
         if conn.depth()? > 0 {
-            return Err(AdminError::PruneInsideTransaction);
+            return Err(Error::InsideTransaction {
+                operation: "Inbox::prune",
+            }
+            .into());
         }
         let cutoff = duration::before(Utc::now(), retention.older_than);
         let span = tracing::info_span!("inbox_prune", consumer = self.consumer(), %cutoff);

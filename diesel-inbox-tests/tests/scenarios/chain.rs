@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::thread;
 use std::time::Duration;
 
-use diesel_inbox::chain::{Block, BlockId, BlockOutcome, Chain, ChainHandler, Reorg};
+use diesel_inbox::chain::{self, Block, BlockId, BlockOutcome, Chain, ChainHandler, Reorg};
 use diesel_inbox::{claim::ClaimState, Ack, Error, EventId, Inbox};
 
 use crate::support::{
@@ -260,9 +260,9 @@ pub async fn a_fork_reaching_the_finalized_height_is_refused_and_commits_nothing
     for deep in [&replaces_final, &forks_below_final] {
         let refused = F::process_block(&chain, &mut conn, deep, &mut ledger).await;
         match &refused {
-            Err(Error::ReorgBeyondFinality {
+            Err(Error::Chain(chain::Refused::ReorgBeyondFinality {
                 height, finalized, ..
-            }) => assert_eq!((*height, *finalized), (deep.id().height(), 3)),
+            })) => assert_eq!((*height, *finalized), (deep.id().height(), 3)),
             other => panic!("block {} must be refused: {other:?}", deep.id()),
         }
         assert_eq!(Ack::of(&refused), Ack::Redeliver);
@@ -295,7 +295,13 @@ pub async fn a_block_forking_below_its_parent_rewinds_to_the_ancestor_its_branch
     let mut unnamed = ChainLedger::default();
     let unknown = F::process_block(&chain, &mut conn, new_head, &mut unnamed).await;
     assert!(
-        matches!(unknown, Err(Error::UnknownAncestor { height: 4, .. })),
+        matches!(
+            unknown,
+            Err(Error::Chain(chain::Refused::UnknownAncestor {
+                height: 4,
+                ..
+            }))
+        ),
         "{unknown:?}"
     );
     let far_ahead = block(7, "7b", "6b", &[]);
@@ -303,11 +309,11 @@ pub async fn a_block_forking_below_its_parent_rewinds_to_the_ancestor_its_branch
     assert!(
         matches!(
             ahead.await,
-            Err(Error::MissingBlocks {
+            Err(Error::Chain(chain::Refused::MissingBlocks {
                 head: 4,
                 height: 7,
                 ..
-            })
+            }))
         ),
         "a block above the head plus one waits for the blocks between"
     );
@@ -365,7 +371,13 @@ pub async fn final_blocks_only_waits_for_finality_and_refuses_every_fork<F: Flav
         };
         let waiting = F::process_block(&chain, &mut conn, &early, &mut ledger).await;
         assert!(
-            matches!(waiting, Err(Error::BlockNotFinal { final_at: 3, .. })),
+            matches!(
+                waiting,
+                Err(Error::Chain(chain::Refused::BlockNotFinal {
+                    final_at: 3,
+                    ..
+                }))
+            ),
             "{waiting:?}"
         );
         assert_eq!(Ack::of(&waiting), Ack::Redeliver);
@@ -383,7 +395,10 @@ pub async fn final_blocks_only_waits_for_finality_and_refuses_every_fork<F: Flav
     let fork = block(1, "1b", "0a", &["e1b"]).tip(9);
     let refused = F::process_block(&chain, &mut conn, &fork, &mut ledger).await;
     assert!(
-        matches!(refused, Err(Error::ReorgBeyondFinality { .. })),
+        matches!(
+            refused,
+            Err(Error::Chain(chain::Refused::ReorgBeyondFinality { .. }))
+        ),
         "{refused:?}"
     );
     assert_eq!((net(&mut check, "e1a"), net(&mut check, "e1b")), (1, 0));
@@ -689,7 +704,10 @@ pub async fn random_chains_with_reorgs_settle_to_one_effect_per_canonical_event<
                     let refused = F::process_block(&walk.chain, &mut conn, &deep, &mut ledger);
                     let refused = refused.await;
                     assert!(
-                        matches!(refused, Err(Error::ReorgBeyondFinality { .. })),
+                        matches!(
+                            refused,
+                            Err(Error::Chain(chain::Refused::ReorgBeyondFinality { .. }))
+                        ),
                         "{at}: {refused:?}"
                     );
                     assert_eq!(effects(&mut check), before, "{at}");

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use diesel_inbox::{
-    claim::{Claim, ClaimOutcome, ClaimState, Claimed, Claims, InDoubtPolicy, Resolution},
+    claim::{self, Claim, ClaimOutcome, ClaimState, Claimed, Claims, InDoubtPolicy, Resolution},
     Ack, Audit, Delivery, Error, Inbox, Payload,
 };
 
@@ -390,12 +390,12 @@ pub async fn a_holder_outliving_its_lease_is_in_doubt_or_taken_over_and_then_fen
     assert!(
         matches!(
             late,
-            Err(Error::ClaimFenced {
+            Err(Error::Claim(claim::Refused::Fenced {
                 attempt: 1,
                 current: 2,
                 state: ClaimState::Completed,
                 ..
-            })
+            }))
         ),
         "{late:?}"
     );
@@ -437,7 +437,10 @@ pub async fn a_late_completion_stands_over_ops_retry_but_not_over_ops_completion
         "ops@example.com"
     );
     let late = F::complete(slow, &mut conn, &"fx-slow").await;
-    assert!(matches!(late, Err(Error::ClaimFenced { .. })), "{late:?}");
+    assert!(
+        matches!(late, Err(Error::Claim(claim::Refused::Fenced { .. }))),
+        "{late:?}"
+    );
     let Claimed::Completed(done) = F::claim(&hold, &mut conn, "order-6:charge").await.unwrap()
     else {
         panic!("completed by ops")
@@ -585,7 +588,12 @@ pub async fn a_claim_inside_a_transaction_is_refused_and_claims_nothing<F: Flavo
     F::begin(&mut conn).await;
     let inside = F::claim(&claims, &mut conn, "user-10:welcome").await;
     assert!(
-        matches!(inside, Err(Error::ClaimInsideTransaction)),
+        matches!(
+            inside,
+            Err(Error::InsideTransaction {
+                operation: "Claims::claim or Claims::run"
+            })
+        ),
         "{inside:?}"
     );
     F::end(&mut conn, true).await;
@@ -661,10 +669,10 @@ pub async fn a_long_side_effect_extends_its_lease_and_keeps_other_deliveries_out
     assert!(
         matches!(
             refused,
-            Err(Error::ClaimFenced {
+            Err(Error::Claim(claim::Refused::Fenced {
                 state: ClaimState::InDoubt,
                 ..
-            })
+            }))
         ),
         "{refused:?}"
     );

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 
 use diesel_inbox::{
-    cursor::{Cursor, Gap, GapCause, GapState, Resume, Sequenced},
+    cursor::{self, Cursor, Gap, GapCause, GapState, Resume, Sequenced},
     Ack, Audit, Delivery, Duplicate, Error, Inbox, Outcome,
 };
 use diesel_inbox_test::TestDatabase;
@@ -287,11 +287,11 @@ pub async fn a_cursor_behind_the_brokers_retention_records_an_evicted_gap_that_o
     assert!(
         matches!(
             below,
-            Err(Error::BeforeFirstAvailable {
+            Err(Error::Cursor(cursor::Refused::BeforeFirstAvailable {
                 sequence: 20,
                 first_available: 50,
                 ..
-            })
+            }))
         ),
         "{below:?}"
     );
@@ -370,11 +370,11 @@ pub async fn a_zombie_instance_is_fenced_and_commits_nothing_not_even_its_effect
     assert!(
         matches!(
             zombie,
-            Err(Error::Fenced {
+            Err(Error::Cursor(cursor::Refused::Fenced {
                 epoch: Some(1),
                 current: 2,
                 ..
-            })
+            }))
         ),
         "{zombie:?}"
     );
@@ -386,11 +386,17 @@ pub async fn a_zombie_instance_is_fenced_and_commits_nothing_not_even_its_effect
     assert_eq!(position_on::<F>(&mut b, &stream).await, (Some(1), Some(1)));
     let no_epoch = send::<F>(&mut b, &stream, 2).await;
     assert!(
-        matches!(no_epoch, Err(Error::Fenced { epoch: None, .. })),
+        matches!(
+            no_epoch,
+            Err(Error::Cursor(cursor::Refused::Fenced { epoch: None, .. }))
+        ),
         "{no_epoch:?}"
     );
     assert!(
-        matches!(send::<F>(&mut a, &as_a, 1).await, Err(Error::Fenced { .. })),
+        matches!(
+            send::<F>(&mut a, &as_a, 1).await,
+            Err(Error::Cursor(cursor::Refused::Fenced { .. }))
+        ),
         "even a duplicate"
     );
     let taken_over = send::<F>(&mut b, &as_b, 2).await;
@@ -752,7 +758,13 @@ pub async fn past_max_open_gaps_a_new_gap_is_refused_and_a_filling_sequence_acce
 
     assert_eq!(Ack::of(&third), Ack::Redeliver);
     assert!(
-        matches!(third, Err(Error::TooManyOpenGaps { open: 2, .. })),
+        matches!(
+            third,
+            Err(Error::Cursor(cursor::Refused::TooManyOpenGaps {
+                open: 2,
+                ..
+            }))
+        ),
         "{third:?}"
     );
     assert_eq!(effects(&mut check, &cursor, 7), 0);

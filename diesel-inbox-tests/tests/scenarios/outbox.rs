@@ -17,7 +17,9 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_inbox::{
     envelope::{Envelope, SchemaVersions},
-    outbox::{AsyncPublisher, Outbox, OutboxMessage, OutboxState, PublishError, Publisher, Relay},
+    outbox::{
+        self, AsyncPublisher, Outbox, OutboxMessage, OutboxState, PublishError, Publisher, Relay,
+    },
     Audit, Error, Inbox,
 };
 
@@ -174,13 +176,16 @@ pub async fn an_enqueued_event_commits_with_the_business_writes_or_not_at_all<F:
     conn.write_effect("order-2").await.unwrap();
     let again = F::enqueue(&outbox, &mut conn, "orders", &placed("1", 1)).await;
     assert!(
-        matches!(again, Err(Error::AlreadyEnqueued { ref event_id }) if event_id.as_str() == "1-1"),
+        matches!(again, Err(Error::Outbox(outbox::Refused::AlreadyEnqueued { ref event_id })) if event_id.as_str() == "1-1"),
         "{again:?}"
     );
     F::end(&mut conn, true).await;
     assert_eq!(check.effect_count(), 2, "the business write committed");
     let empty_topic = F::enqueue(&outbox, &mut conn, "", &placed("1", 2)).await;
-    assert!(matches!(empty_topic, Err(Error::InvalidEnvelope(_))));
+    assert!(matches!(
+        empty_topic,
+        Err(Error::Outbox(outbox::Refused::InvalidEnvelope(_)))
+    ));
     assert_eq!(F::outbox_stats(&mut conn).await.unwrap().pending, 1);
 }
 

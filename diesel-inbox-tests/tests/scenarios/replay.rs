@@ -8,7 +8,7 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 
 use diesel_inbox::replay::{
-    Expectation, Interpretation, NoteKind, OutboxSource, Plan, Range, ReplayError, ReplayHandler,
+    self, Expectation, Interpretation, NoteKind, OutboxSource, Plan, Range, ReplayHandler,
     ReplayRecord, ReplayState, Replayed, Replays, Report, RunReport, Target,
 };
 use diesel_inbox::{
@@ -234,7 +234,7 @@ pub async fn a_target_changed_on_purpose_is_rejected_naming_what_differs<F: Flav
         matches!(
             refused,
             Err(AdminError::Inbox(Error::Replay(
-                ReplayError::EvidenceMismatch { .. }
+                replay::Refused::EvidenceMismatch { .. }
             )))
         ),
         "{refused:?}"
@@ -631,7 +631,7 @@ pub fn two_runners_at_once_one_makes_progress_and_the_other_is_held_or_fenced<B:
     );
 
     assert!(
-        matches!(fenced, Err(Error::Replay(ReplayError::Fenced { .. }))),
+        matches!(fenced, Err(Error::Replay(replay::Refused::Fenced { .. }))),
         "{fenced:?}"
     );
     let held = handler
@@ -639,7 +639,7 @@ pub fn two_runners_at_once_one_makes_progress_and_the_other_is_held_or_fenced<B:
         .take()
         .expect("the second runner tried at evt-2");
     assert!(
-        matches!(held, Err(Error::Replay(ReplayError::Held { .. }))),
+        matches!(held, Err(Error::Replay(replay::Refused::Held { .. }))),
         "{held:?}"
     );
     let record = replays.get(&mut conn, planned.id).unwrap();
@@ -769,7 +769,7 @@ pub fn the_outbox_prune_keeps_what_an_open_replay_reads_and_decided_replays_have
     assert!(
         matches!(
             whole,
-            Err(Error::Replay(ReplayError::SourceMismatch { .. }))
+            Err(Error::Replay(replay::Refused::SourceMismatch { .. }))
         ),
         "{whole:?}"
     );
@@ -809,7 +809,7 @@ pub fn the_outbox_prune_keeps_what_an_open_replay_reads_and_decided_replays_have
         matches!(
             gone,
             Err(AdminError::Inbox(Error::Replay(
-                ReplayError::NotFound { .. }
+                replay::Refused::NotFound { .. }
             )))
         ),
         "{gone:?}"
@@ -827,7 +827,7 @@ pub fn a_replays_decisions_follow_its_lifecycle_and_are_audited<B: Backend>() {
         matches!(
             result,
             Err(AdminError::Inbox(Error::Replay(
-                ReplayError::WrongState { .. }
+                replay::Refused::WrongState { .. }
             )))
         )
     };
@@ -854,7 +854,7 @@ pub fn a_replays_decisions_follow_its_lifecycle_and_are_audited<B: Backend>() {
     assert!(matches!(
         unreconciled,
         Err(AdminError::Inbox(Error::Replay(
-            ReplayError::NotReconciled { .. }
+            replay::Refused::NotReconciled { .. }
         )))
     ));
     assert!(wrong_state(replays.abort(
@@ -881,7 +881,10 @@ pub fn a_replays_decisions_follow_its_lifecycle_and_are_audited<B: Backend>() {
         &mut ReplayLedger::default(),
     );
     assert!(
-        matches!(rerun, Err(Error::Replay(ReplayError::WrongState { .. }))),
+        matches!(
+            rerun,
+            Err(Error::Replay(replay::Refused::WrongState { .. }))
+        ),
         "{rerun:?}"
     );
     assert!(wrong_state(replays.abort(

@@ -220,7 +220,12 @@ pub async fn a_prune_inside_a_transaction_is_refused<F: Flavour>() {
     F::begin(&mut conn).await;
     let refused = F::prune(&orders(), &mut conn, &Retention::older_than(7 * DAY)).await;
     assert!(
-        matches!(refused, Err(AdminError::PruneInsideTransaction)),
+        matches!(
+            refused,
+            Err(AdminError::Inbox(Error::InsideTransaction {
+                operation: "Inbox::prune"
+            }))
+        ),
         "{refused:?}"
     );
     F::end(&mut conn, true).await;

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use diesel_inbox::replay::{self, Replayed};
-use diesel_inbox::{claim::Claimed, envelope::Envelope, Error, Inbox};
+use diesel_inbox::{claim::Claimed, envelope::Envelope, outbox, Error, Inbox};
 
 use super::EffectConn;
 #[cfg(feature = "async")]
@@ -37,7 +37,9 @@ impl ReplayLedger {
     fn row(&self, event: &Envelope) -> Result<String, Error> {
         let id = event.id().as_str();
         if self.failing.contains(id) {
-            return Err(Error::InvalidEnvelope(format!("the ledger refuses {id}")));
+            return Err(Error::Outbox(outbox::Refused::InvalidEnvelope(format!(
+                "the ledger refuses {id}"
+            ))));
         }
         Ok(format!("{SHADOW}{id}"))
     }
