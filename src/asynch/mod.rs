@@ -81,7 +81,7 @@
 //! shutdown. Its transaction never commits half an effect: it commits whole or not at all.
 //! What a dropped delivery leaves is an open transaction on the connection, which
 //! diesel-async does not end. The inbox marks that connection's transaction manager broken:
-//! the next transaction on it fails with [`Error::Database`]
+//! the next transaction on it fails with [`Error::Database`](crate::Error::Database)
 //! (`BrokenTransactionManager`), and diesel-async's pools discard it instead of handing it out
 //! again, which closes the session and ends the transaction on the server. So every cancelled
 //! delivery costs a reconnect, and the event is neither lost nor doubled: redelivered, it is

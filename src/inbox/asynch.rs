@@ -81,7 +81,7 @@ impl Inbox {
     ///
     /// Contention backs off on tokio's timer, never blocking the runtime; a panic in the
     /// handler rolls back, is recorded, and goes on unwinding; a dropped future leaves its
-    /// connection broken, never inside a transaction (see [the module docs](self)).
+    /// connection broken, never inside a transaction (see [the module docs](crate::asynch)).
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
