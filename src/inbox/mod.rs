@@ -194,6 +194,7 @@ impl<F> Inbox<F> {
     }
 
     /// The same inbox in flavour `G`. Every field is named, so that a new one is carried over.
+    #[cfg(feature = "async")]
     pub(crate) fn flavoured<G>(&self) -> Inbox<G> {
         let Self {
             consumer,
