@@ -52,17 +52,13 @@ fn layer(module: &str) -> Layer {
                 | "delivery"
                 | "dialect"
                 | "duration"
-                | "error"
                 | "handler_error"
                 | "id"
                 | "names"
                 | "observe"
-                | "outcome"
                 | "redact"
                 | "retry"
                 | "rows"
-                | "schema"
-                | "state"
         )
     {
         Layer::Decisions
@@ -97,32 +93,35 @@ fn without_comments(text: &str) -> String {
         .join("\n")
 }
 
-/// The text without its `#[cfg(test)] mod .. { .. }` blocks.
+/// The text without its test modules: `#[cfg(test)]` before `mod name { .. }` (the block
+/// removed) or `mod name;` (the declaration removed).
 fn without_tests(text: &str) -> String {
     let mut out = text.to_owned();
-    while let Some(at) = out.find("#[cfg(test)]\nmod ").or_else(|| {
-        out.find("#[cfg(test)]\n").filter(|&at| {
-            out[at..]
-                .lines()
-                .nth(1)
-                .is_some_and(|l| l.trim_start().starts_with("mod "))
-        })
-    }) {
-        let open = at + out[at..].find('{').unwrap();
-        let mut depth = 0;
-        let mut end = open;
-        for (i, c) in out[open..].char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => depth -= 1,
-                _ => {}
-            }
-            if depth == 0 {
-                end = open + i + 1;
-                break;
-            }
+    let mut from = 0;
+    while let Some(found) = out[from..].find("#[cfg(test)]") {
+        let at = from + found;
+        let next = out[at..].lines().nth(1).unwrap_or("").trim();
+        if !next.starts_with("mod ") {
+            from = at + 1;
+            continue;
         }
+        let end = if next.ends_with(';') {
+            at + out[at..].find(';').map_or(0, |i| i + 1)
+        } else {
+            let open = at + out[at..].find('{').unwrap_or(0);
+            let mut depth = 0;
+            let close = out[open..].char_indices().find(|&(_, c)| {
+                depth += match c {
+                    '{' => 1,
+                    '}' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            });
+            close.map_or(out.len(), |(i, _)| open + i + 1)
+        };
         out.replace_range(at..end, "");
+        from = at;
     }
     out
 }
